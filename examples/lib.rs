@@ -1,0 +1,1 @@
+//! Runnable examples of workflow-rs; see the `[[example]]` targets.

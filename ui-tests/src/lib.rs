@@ -1,0 +1,1 @@
+//! trybuild cases live in tests/.

@@ -1,0 +1,636 @@
+//! The driver of one leased run: replays its recorded history, then runs it live.
+//!
+//! The workflow future stays in memory for as long as the run is active, so a run of n steps
+//! costs O(n); replay happens only when a run is picked up (after a restart, a takeover, or an
+//! eviction during a long sleep).
+//!
+//! Results reach the workflow one at a time, in history order, and the workflow is polled until
+//! it is quiescent before the next one: live runs record results in the order they were
+//! delivered, and replay delivers them in that same order, so a `select` picks the same branch
+//! on every replay. Commands the workflow issues are checked against the recorded ones in
+//! order; a mismatch stops the run with a divergence error and writes no event.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, SystemTime};
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::sync::{mpsc, Notify};
+use tracing::Instrument;
+
+use crate::context::{step_scope, Command, RunCtx, StepExec, StepMetadata};
+use crate::error::{Error, StoreError};
+use crate::registry::{StepDef, WorkflowRegistration};
+use crate::runtime::Inner;
+use crate::store::{from_millis, to_millis, Event, Lease, LeasedRun, NewEvent, RunOutcome};
+
+/// A run whose only pending work is timers firing later than this is evicted from memory.
+const EVICT_AFTER: Duration = Duration::from_secs(30);
+
+/// A recorded command, for the divergence check.
+#[derive(Debug)]
+enum Recorded {
+    Step {
+        step_id: String,
+        name: String,
+    },
+    Timer {
+        timer_id: String,
+        fire_at: SystemTime,
+    },
+}
+
+impl Recorded {
+    fn key(&self) -> &str {
+        match self {
+            Recorded::Step { step_id, .. } => step_id,
+            Recorded::Timer { timer_id, .. } => timer_id,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Recorded::Step { step_id, name } => format!("step `{name}` ({step_id})"),
+            Recorded::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
+        }
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    match cmd {
+        Command::Step { step_id, def, .. } => format!("step `{}` ({step_id})", def.name),
+        Command::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
+    }
+}
+
+/// Where an interrupted step resumes.
+#[derive(Default, Clone, Copy)]
+struct Attempts {
+    /// The last attempt that started.
+    started: u32,
+    /// When the last attempt failed with a retry scheduled: the earliest next start.
+    retry_at: Option<SystemTime>,
+}
+
+/// The history, split for replay.
+struct History {
+    commands: Vec<Recorded>,
+    deliveries: VecDeque<(String, SystemTime, Result<Value, Error>)>,
+    attempts: HashMap<String, Attempts>,
+}
+
+impl History {
+    fn parse(events: Vec<crate::store::EventRecord>) -> History {
+        let mut h = History {
+            commands: Vec::new(),
+            deliveries: VecDeque::new(),
+            attempts: HashMap::new(),
+        };
+        for rec in events {
+            match rec.event {
+                Event::StepScheduled { step_id, name, .. } => {
+                    h.attempts.insert(
+                        step_id.clone(),
+                        Attempts {
+                            started: 1,
+                            retry_at: None,
+                        },
+                    );
+                    h.commands.push(Recorded::Step { step_id, name });
+                }
+                Event::StepAttemptStarted { step_id, attempt } => {
+                    let a = h.attempts.entry(step_id).or_default();
+                    a.started = a.started.max(attempt);
+                    a.retry_at = None;
+                }
+                Event::StepAttemptFailed {
+                    step_id,
+                    attempt,
+                    retry_at_ms,
+                    ..
+                } => {
+                    let a = h.attempts.entry(step_id).or_default();
+                    if attempt >= a.started {
+                        a.retry_at = Some(from_millis(retry_at_ms));
+                    }
+                }
+                Event::StepCompleted { step_id, result } => {
+                    h.deliveries.push_back((step_id, rec.at, result));
+                }
+                Event::TimerScheduled {
+                    timer_id,
+                    fire_at_ms,
+                } => h.commands.push(Recorded::Timer {
+                    timer_id,
+                    fire_at: from_millis(fire_at_ms),
+                }),
+                Event::TimerFired { timer_id } => {
+                    h.deliveries.push_back((timer_id, rec.at, Ok(Value::Null)));
+                }
+                Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
+            }
+        }
+        h
+    }
+}
+
+/// Wakes the driver when anything inside the workflow future is woken.
+struct FlagWaker {
+    woken: AtomicBool,
+    notify: Notify,
+}
+
+impl Wake for FlagWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+type WorkflowFuture = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send>>;
+
+/// Why the driver stopped without recording an end.
+enum Stop {
+    /// Cancelled, lease lost, or runtime shut down: another party owns what happens next.
+    Abandoned,
+    /// Evicted until the given time.
+    Evicted,
+}
+
+pub(crate) struct Driver {
+    rt: Arc<Inner>,
+    lease: Lease,
+    ctx: Arc<RunCtx>,
+    history: History,
+    /// Index of the next recorded command to match.
+    matched: usize,
+    /// Keys issued and not yet delivered.
+    waiting: HashSet<String>,
+    outbox: Vec<NewEvent>,
+    /// Live steps to start once the outbox is durable: (step_id, def, exec, input, attempts).
+    to_start: Vec<(String, &'static StepDef, StepExec, Value, Attempts)>,
+    timers: BTreeSet<(SystemTime, String)>,
+    steps_running: HashMap<String, tokio::task::AbortHandle>,
+    done_tx: mpsc::UnboundedSender<(String, Result<Value, Error>)>,
+    done_rx: mpsc::UnboundedReceiver<(String, Result<Value, Error>)>,
+}
+
+impl Driver {
+    /// Drives `leased` until it ends, is evicted, or is abandoned.
+    pub(crate) async fn run(
+        rt: Arc<Inner>,
+        leased: LeasedRun,
+        reg: &'static WorkflowRegistration,
+        cancel: Arc<Notify>,
+    ) {
+        let run_id = leased.run.id;
+        let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
+        let ctx = RunCtx::new(run_id, reg.name, leased.run.created_at);
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let mut d = Driver {
+            rt,
+            lease: leased.lease,
+            ctx,
+            history: History::parse(leased.events),
+            matched: 0,
+            waiting: HashSet::new(),
+            outbox: Vec::new(),
+            to_start: Vec::new(),
+            timers: BTreeSet::new(),
+            steps_running: HashMap::new(),
+            done_tx,
+            done_rx,
+        };
+        let result = async {
+            let fut: Result<WorkflowFuture, Error> = (reg.run)(leased.run.input.clone())
+                .map(|f| Box::pin(d.ctx.scope(f)) as WorkflowFuture);
+            match fut {
+                Ok(fut) => d.drive(fut, &cancel).await,
+                Err(e) => d.finish(Err(e)).await.map(|_| None),
+            }
+        }
+        .instrument(span)
+        .await;
+        for (_, h) in d.steps_running.drain() {
+            h.abort();
+        }
+        match result {
+            Ok(_) => {}
+            Err(StoreError::LeaseLost(_)) => {
+                tracing::debug!(%run_id, "lease lost; the run is no longer driven here");
+            }
+            Err(e) => tracing::warn!(%run_id, error = %e, "run driver stopped on a store error"),
+        }
+        d.rt.run_left(&run_id);
+    }
+
+    async fn drive(
+        &mut self,
+        mut fut: WorkflowFuture,
+        cancel: &Notify,
+    ) -> Result<Option<Stop>, StoreError> {
+        let flag = Arc::new(FlagWaker {
+            woken: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let waker = Waker::from(flag.clone());
+        loop {
+            // Poll to quiescence.
+            let polled = loop {
+                flag.woken.store(false, Ordering::Release);
+                let mut cx = Context::from_waker(&waker);
+                let p = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+                match p {
+                    Ok(Poll::Pending) if flag.woken.load(Ordering::Acquire) => continue,
+                    Ok(Poll::Pending) => break None,
+                    Ok(Poll::Ready(r)) => break Some(r),
+                    Err(panic) => {
+                        break Some(Err(Error::panicked(format!(
+                            "workflow `{}` panicked: {}",
+                            self.ctx.workflow,
+                            panic_message(&panic)
+                        ))))
+                    }
+                }
+            };
+            if let Err(e) = self.take_commands() {
+                return self.diverge(e).await.map(|_| None);
+            }
+            if let Some(result) = polled {
+                if let Some(next) = self.history.commands.get(self.matched) {
+                    let e = format!(
+                        "the workflow returned where its history expects {}",
+                        next.describe()
+                    );
+                    return self.diverge(e).await.map(|_| None);
+                }
+                if let Some((key, ..)) = self.history.deliveries.front() {
+                    let e = format!("the workflow returned while the result of `{key}` was still to be delivered");
+                    return self.diverge(e).await.map(|_| None);
+                }
+                self.finish(result).await?;
+                return Ok(None);
+            }
+            // Replay: deliver the next recorded result.
+            if let Some((key, at, result)) = self.history.deliveries.pop_front() {
+                if !self.waiting.remove(&key) {
+                    let expected = self
+                        .history
+                        .commands
+                        .iter()
+                        .find(|c| c.key() == key)
+                        .map(Recorded::describe)
+                        .unwrap_or_else(|| format!("`{key}`"));
+                    let mut found: Vec<&str> = self.waiting.iter().map(String::as_str).collect();
+                    found.sort_unstable();
+                    let e = format!(
+                        "its history delivers the result of {expected} next, but the workflow is waiting on {}",
+                        if found.is_empty() { "nothing".to_owned() } else { found.join(", ") }
+                    );
+                    return self.diverge(e).await.map(|_| None);
+                }
+                self.ctx.deliver(&key, at, result);
+                continue;
+            }
+            // Live.
+            self.flush().await?;
+            self.start_pending();
+            if self.steps_running.is_empty() {
+                if let Some((first, _)) = self.timers.first() {
+                    if *first > SystemTime::now() + EVICT_AFTER {
+                        self.rt.store.release(&self.lease, *first).await?;
+                        return Ok(Some(Stop::Evicted));
+                    }
+                }
+            }
+            let next_timer = self.timers.first().cloned();
+            let timer_sleep = async {
+                match &next_timer {
+                    Some((at, _)) => {
+                        let d = at.duration_since(SystemTime::now()).unwrap_or_default();
+                        tokio::time::sleep(d).await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.notified() => return Ok(Some(Stop::Abandoned)),
+                Some((key, result)) = self.done_rx.recv() => {
+                    self.steps_running.remove(&key);
+                    self.waiting.remove(&key);
+                    let at = SystemTime::now();
+                    self.outbox.push(NewEvent { at, event: Event::StepCompleted { step_id: key.clone(), result: result.clone() } });
+                    self.ctx.deliver(&key, at, result);
+                }
+                _ = timer_sleep => {
+                    if let Some(t) = next_timer {
+                        self.timers.remove(&t);
+                        self.waiting.remove(&t.1);
+                        let at = SystemTime::now().max(t.0);
+                        self.outbox.push(NewEvent { at, event: Event::TimerFired { timer_id: t.1.clone() } });
+                        self.ctx.deliver(&t.1, at, Ok(Value::Null));
+                    }
+                }
+                _ = flag.notify.notified() => {}
+            }
+        }
+    }
+
+    /// Matches newly issued commands against the history; queues live ones.
+    fn take_commands(&mut self) -> Result<(), String> {
+        for cmd in self.ctx.take_issued() {
+            let (key, recorded) = match &cmd {
+                Command::Step { step_id, .. } => {
+                    (step_id.clone(), self.history.commands.get(self.matched))
+                }
+                Command::Timer { timer_id, .. } => {
+                    (timer_id.clone(), self.history.commands.get(self.matched))
+                }
+            };
+            let replayed = match recorded {
+                Some(rec) => {
+                    let same = match (rec, &cmd) {
+                        (
+                            Recorded::Step { step_id, name },
+                            Command::Step {
+                                step_id: s, def, ..
+                            },
+                        ) => step_id == s && name == def.name,
+                        (Recorded::Timer { timer_id, .. }, Command::Timer { timer_id: t, .. }) => {
+                            timer_id == t
+                        }
+                        _ => false,
+                    };
+                    if !same {
+                        return Err(format!(
+                            "its history expects {} next, but the workflow called {}",
+                            rec.describe(),
+                            describe(&cmd)
+                        ));
+                    }
+                    self.matched += 1;
+                    true
+                }
+                None => false,
+            };
+            self.waiting.insert(key.clone());
+            let delivered_from_history =
+                replayed && self.history.deliveries.iter().any(|(k, ..)| *k == key);
+            if delivered_from_history {
+                continue;
+            }
+            match cmd {
+                Command::Step {
+                    step_id,
+                    def,
+                    input,
+                    exec,
+                } => {
+                    let attempts = if replayed {
+                        self.history
+                            .attempts
+                            .get(&step_id)
+                            .copied()
+                            .unwrap_or_default()
+                    } else {
+                        self.outbox.push(NewEvent {
+                            at: SystemTime::now(),
+                            event: Event::StepScheduled {
+                                step_id: step_id.clone(),
+                                name: def.name.to_owned(),
+                                input: input.clone(),
+                            },
+                        });
+                        Attempts {
+                            started: 0,
+                            retry_at: None,
+                        }
+                    };
+                    self.to_start.push((step_id, def, exec, input, attempts));
+                }
+                Command::Timer { timer_id, fire_at } => {
+                    let fire_at = if replayed {
+                        match &self.history.commands[self.matched - 1] {
+                            Recorded::Timer { fire_at, .. } => *fire_at,
+                            Recorded::Step { .. } => fire_at,
+                        }
+                    } else {
+                        self.outbox.push(NewEvent {
+                            at: SystemTime::now(),
+                            event: Event::TimerScheduled {
+                                timer_id: timer_id.clone(),
+                                fire_at_ms: to_millis(fire_at),
+                            },
+                        });
+                        fire_at
+                    };
+                    self.timers.insert((fire_at, timer_id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the outbox durable.
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut self.outbox);
+        self.rt.store.append(&self.lease, events, None).await
+    }
+
+    /// Starts the steps whose scheduling is durable.
+    fn start_pending(&mut self) {
+        for (step_id, def, exec, input, attempts) in self.to_start.drain(..) {
+            let task = StepTask {
+                rt: self.rt.clone(),
+                lease: self.lease.clone(),
+                run_id: self.ctx.run_id,
+                step_id: step_id.clone(),
+                def,
+                exec,
+                input,
+                attempts,
+                done: self.done_tx.clone(),
+            };
+            let h = tokio::spawn(task.run());
+            self.steps_running.insert(step_id, h.abort_handle());
+        }
+    }
+
+    async fn finish(&mut self, result: Result<Value, Error>) -> Result<(), StoreError> {
+        let at = SystemTime::now();
+        let (event, outcome) = match result {
+            Ok(v) => (
+                Event::RunCompleted { output: v.clone() },
+                RunOutcome::Completed(v),
+            ),
+            Err(e) => (Event::RunFailed { error: e.clone() }, RunOutcome::Failed(e)),
+        };
+        self.outbox.push(NewEvent { at, event });
+        let events = std::mem::take(&mut self.outbox);
+        self.rt
+            .store
+            .append(&self.lease, events, Some(outcome))
+            .await?;
+        self.rt.run_ended(self.ctx.run_id);
+        Ok(())
+    }
+
+    /// Stops the run as failed without touching its history.
+    async fn diverge(&mut self, what: String) -> Result<(), StoreError> {
+        let msg = format!(
+            "replay of run {} (workflow `{}`) diverged from its recorded history: {what}; \
+             the code changed under a running workflow. The history was left as recorded.",
+            self.ctx.run_id, self.ctx.workflow
+        );
+        tracing::error!(run_id = %self.ctx.run_id, "{msg}");
+        self.rt
+            .store
+            .append(
+                &self.lease,
+                Vec::new(),
+                Some(RunOutcome::Failed(Error::diverged(msg))),
+            )
+            .await?;
+        self.rt.run_ended(self.ctx.run_id);
+        Ok(())
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+/// Executes one step invocation: its attempts, retries and their records.
+struct StepTask {
+    rt: Arc<Inner>,
+    lease: Lease,
+    run_id: crate::ids::RunId,
+    step_id: String,
+    def: &'static StepDef,
+    exec: StepExec,
+    input: Value,
+    attempts: Attempts,
+    done: mpsc::UnboundedSender<(String, Result<Value, Error>)>,
+}
+
+impl StepTask {
+    async fn run(self) {
+        let span = tracing::info_span!("step", run_id = %self.run_id, step = self.def.name, step_id = %self.step_id);
+        let result = self.attempts_loop().instrument(span).await;
+        if let Ok(r) = result {
+            let _ = self.done.send((self.step_id.clone(), r));
+        }
+    }
+
+    /// The final result, or `Err` when the lease was lost (nothing more may be recorded).
+    async fn attempts_loop(&self) -> Result<Result<Value, Error>, StoreError> {
+        let max_attempts = self.def.max_retries.saturating_add(1);
+        let mut attempt = self.attempts.started;
+        let mut wait_until = self.attempts.retry_at;
+        let mut last_error: Option<Error> = None;
+        loop {
+            if attempt == 0 {
+                // Attempt 1 started with the durable `StepScheduled`.
+                attempt = 1;
+            } else {
+                attempt += 1;
+                if attempt > max_attempts {
+                    return Ok(Err(last_error.unwrap_or_else(|| {
+                        Error::retryable(format!(
+                            "step `{}` ({}) was interrupted in each of its {max_attempts} attempts \
+                             (its worker stopped while running it)",
+                            self.def.name, self.step_id
+                        ))
+                    })));
+                }
+                if let Some(t) = wait_until.take() {
+                    if let Ok(d) = t.duration_since(SystemTime::now()) {
+                        tokio::time::sleep(d).await;
+                    }
+                }
+                self.rt
+                    .store
+                    .append(
+                        &self.lease,
+                        vec![NewEvent {
+                            at: SystemTime::now(),
+                            event: Event::StepAttemptStarted {
+                                step_id: self.step_id.clone(),
+                                attempt,
+                            },
+                        }],
+                        None,
+                    )
+                    .await?;
+            }
+            let meta = StepMetadata {
+                step_id: self.step_id.clone(),
+                step_name: self.def.name.to_owned(),
+                run_id: self.run_id,
+                attempt,
+                started_at: SystemTime::now(),
+            };
+            let fut = (self.exec)(self.input.clone());
+            let outcome = AssertUnwindSafe(crate::runtime::with_runtime(
+                self.rt.clone(),
+                step_scope(meta, fut),
+            ))
+            .catch_unwind()
+            .await;
+            let err = match outcome {
+                Ok(Ok(v)) => return Ok(Ok(v)),
+                Ok(Err(e)) => e,
+                Err(panic) => Error::panicked(format!(
+                    "step `{}` panicked: {}",
+                    self.def.name,
+                    panic_message(&panic)
+                )),
+            };
+            tracing::warn!(attempt, error = %err, "step attempt failed");
+            if !err.is_retryable() || attempt >= max_attempts {
+                return Ok(Err(err));
+            }
+            let delay = err
+                .retry_after_hint()
+                .unwrap_or_else(|| self.rt.config.backoff(attempt));
+            let retry_at = SystemTime::now() + delay;
+            self.rt
+                .store
+                .append(
+                    &self.lease,
+                    vec![NewEvent {
+                        at: SystemTime::now(),
+                        event: Event::StepAttemptFailed {
+                            step_id: self.step_id.clone(),
+                            attempt,
+                            error: err.clone(),
+                            retry_at_ms: to_millis(retry_at),
+                        },
+                    }],
+                    None,
+                )
+                .await?;
+            last_error = Some(err);
+            wait_until = Some(retry_at);
+        }
+    }
+}

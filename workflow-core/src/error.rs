@@ -1,0 +1,286 @@
+//! The crate's error types: [`Error`], the serializable error recorded for failed steps and runs,
+//! and the per-concern errors of the client API ([`StartError`], [`StoreError`], [`RunError`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::RunId;
+
+/// What kind of failure an [`Error`] is; decides whether a step is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Retried with exponential backoff (or after `retry_after`) up to `max_retries`.
+    Retryable,
+    /// Never retried.
+    Fatal,
+    /// The run was cancelled.
+    Cancelled,
+    /// A hook token is owned by another run.
+    HookConflict,
+    /// Replay found different steps than the recorded history holds.
+    Diverged,
+    /// A step or workflow panicked.
+    Panicked,
+}
+
+/// The error of steps and workflows.
+///
+/// It is recorded in the run's history, so it is serializable and cloneable. Any
+/// `std::error::Error + Send + Sync + 'static` converts into it with `?` as a *retryable* error;
+/// use [`Error::fatal`] for failures that retrying cannot fix.
+///
+/// ```
+/// use std::time::Duration;
+/// use workflow_core::Error;
+///
+/// let e = Error::retryable("rate limited").retry_after(Duration::from_secs(2));
+/// assert!(!e.is_fatal());
+/// assert_eq!(e.retry_after_hint(), Some(Duration::from_secs(2)));
+///
+/// let parse: Result<u32, Error> = "x".parse::<u32>().map_err(Error::from);
+/// assert!(parse.unwrap_err().to_string().contains("invalid digit"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hook_conflict: Option<HookConflictError>,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            retry_after_ms: None,
+            hook_conflict: None,
+        }
+    }
+
+    /// An error that is never retried (the seeds' `FatalError`).
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Fatal, message)
+    }
+
+    /// An error that is retried; combine with [`Error::retry_after`] to set the delay.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Retryable, message)
+    }
+
+    /// Retry no sooner than `delay` after this attempt failed.
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    pub(crate) fn cancelled(run_id: &RunId) -> Self {
+        Self::new(ErrorKind::Cancelled, format!("run {run_id} was cancelled"))
+    }
+
+    pub(crate) fn diverged(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Diverged, message)
+    }
+
+    pub(crate) fn panicked(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Panicked, message)
+    }
+
+    /// The error a conflicted hook yields (see [`HookConflictError`]).
+    pub fn hook_conflict(conflict: HookConflictError) -> Self {
+        let mut e = Self::new(ErrorKind::HookConflict, conflict.to_string());
+        e.hook_conflict = Some(conflict);
+        e
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// True for [`Error::fatal`] errors (and replay divergence, which retrying cannot fix).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self.kind, ErrorKind::Fatal | ErrorKind::Diverged)
+    }
+
+    /// True when the run this error came from was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.kind == ErrorKind::Cancelled
+    }
+
+    /// True when replay of the run diverged from its recorded history.
+    pub fn is_diverged(&self) -> bool {
+        self.kind == ErrorKind::Diverged
+    }
+
+    /// The hook conflict this error reports, if it is one.
+    pub fn as_hook_conflict(&self) -> Option<&HookConflictError> {
+        self.hook_conflict.as_ref()
+    }
+
+    /// The delay requested with [`Error::retry_after`].
+    pub fn retry_after_hint(&self) -> Option<Duration> {
+        self.retry_after_ms.map(Duration::from_millis)
+    }
+
+    pub(crate) fn is_retryable(&self) -> bool {
+        matches!(self.kind, ErrorKind::Retryable | ErrorKind::Panicked)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({:?}: {})", self.kind, self.message)
+    }
+}
+
+impl<E> From<E> for Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(e: E) -> Self {
+        // Keep the chain of causes: it is all that survives serialization.
+        let mut message = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        Error::retryable(message)
+    }
+}
+
+impl From<Error> for Box<dyn std::error::Error + Send + Sync + 'static> {
+    fn from(e: Error) -> Self {
+        Box::new(StdError(e))
+    }
+}
+
+impl From<Error> for Box<dyn std::error::Error + 'static> {
+    fn from(e: Error) -> Self {
+        Box::new(StdError(e))
+    }
+}
+
+/// [`Error`] seen as a `std::error::Error` (it cannot implement the trait itself, because it
+/// converts from every type that does).
+#[derive(Debug)]
+struct StdError(Error);
+
+impl fmt::Display for StdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for StdError {}
+
+/// A hook token is owned by another run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("hook token {token:?} is already in use by run {conflicting_run_id}")]
+pub struct HookConflictError {
+    /// The contested token.
+    pub token: String,
+    /// The run that owns it.
+    pub conflicting_run_id: RunId,
+}
+
+/// A failure of the storage backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database could not be opened, read or written.
+    #[error("database error: {0}")]
+    Database(String),
+    /// The file or database exists but does not hold a workflow-rs store.
+    #[error("{0}")]
+    Incompatible(String),
+    /// Recorded data could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    /// This worker no longer holds the run's lease (it expired and another worker took the
+    /// run over, or the run was cancelled or ended): the write was refused.
+    #[error("lease on run {0} was lost; the write was refused")]
+    LeaseLost(RunId),
+    /// No run has this id.
+    #[error("run {0} not found")]
+    RunNotFound(RunId),
+}
+
+/// Why `start` could not admit a run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The run's token is owned by another run.
+    #[error(transparent)]
+    HookConflict(HookConflictError),
+    /// The workflow is not registered in this binary.
+    #[error("workflow `{0}` is not registered in this binary")]
+    UnknownWorkflow(String),
+    /// The arguments could not be serialized.
+    #[error("arguments of workflow `{workflow}` could not be serialized: {message}")]
+    Serialize {
+        /// The workflow's name.
+        workflow: String,
+        /// What serde reported.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why a run handle's query failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// No run has this id.
+    #[error("run {0} not found")]
+    NotFound(RunId),
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for RunError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::RunNotFound(id) => RunError::NotFound(id),
+            other => RunError::Store(other),
+        }
+    }
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Two workflows or two steps share a name.
+    #[error("{kind} name `{name}` is registered twice; give one of them `name = \"..\"`")]
+    DuplicateName {
+        /// `workflow` or `step`.
+        kind: &'static str,
+        /// The shared name.
+        name: String,
+    },
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,93 @@
+//! Durable workflows for Rust.
+//!
+//! A workflow is an `async fn` whose progress survives crashes, restarts and long waits. Its
+//! side effects live in steps: every step result is recorded with a stable step id, and after a
+//! crash the workflow is replayed — recorded steps return their recorded results instead of
+//! running again. The step id doubles as the idempotency key for external APIs.
+//!
+//! ```
+//! use std::time::Duration;
+//! use workflow_core::prelude::*;
+//!
+//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+//! pub struct Receipt { charge_id: String, amount: u64 }
+//!
+//! #[step(max_retries = 5)]
+//! async fn charge_user(user_id: String, amount: u64) -> Result<Receipt> {
+//!     // Stable across retries and replays: the payment provider's idempotency key.
+//!     let StepMetadata { step_id, .. } = step_metadata();
+//!     Ok(Receipt { charge_id: format!("ch-{user_id}-{step_id}"), amount })
+//! }
+//!
+//! #[workflow]
+//! async fn process_order(user_id: String) -> Result<Receipt> {
+//!     let receipt = charge_user(user_id, 1000).await?;
+//!     sleep(Duration::from_millis(10)).await;     // durable: survives restarts
+//!     Ok(receipt)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("orders.db");
+//! let rt = Runtime::builder().sqlite(path).build().await?;
+//! let run = rt.start(process_order, ("u-1".to_string(),)).await?;
+//! let receipt = run.return_value().await?;
+//! assert_eq!(receipt.amount, 1000);
+//! assert_eq!(run.status().await?, RunStatus::Completed);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Steps called outside a workflow are plain async fns; workflows are started with
+//! [`Runtime::start`], which checks the argument tuple against the workflow's parameters at
+//! compile time. Every `#[workflow]` and `#[step]` linked into the binary is registered when
+//! the runtime is built.
+
+pub mod api;
+mod context;
+mod driver;
+pub mod error;
+mod ids;
+mod registry;
+mod runtime;
+pub mod store;
+
+pub use context::{
+    now, random, sleep, sleep_until, step_metadata, try_step_metadata, try_workflow_metadata,
+    workflow_metadata, StepMetadata, WorkflowMetadata,
+};
+pub use error::{
+    BuildError, Error, ErrorKind, HookConflictError, RunError, StartError, StoreError,
+};
+pub use ids::{ParseRunIdError, RunId};
+pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
+pub use runtime::{Run, Runtime, RuntimeBuilder, Start};
+pub use store::{RunRecord, RunStatus};
+pub use workflow_macros::{step, workflow};
+
+/// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
+/// working under the prelude.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a workflow author needs: `use workflow_core::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        now, random, sleep, sleep_until, step, step_metadata, workflow, workflow_metadata, Error,
+        Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata, WorkflowMetadata,
+    };
+    pub use std::time::Duration;
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::context::call_step;
+    pub use crate::registry::{
+        BoxFuture, StepDef, StepRegistration, WorkflowCall, WorkflowDef, WorkflowRegistration,
+        WorkflowReturn, WorkflowValue,
+    };
+    pub use inventory;
+
+    /// Compile-time check that `T` can be recorded; spanned at the user's type by the macros.
+    pub fn assert_value<T: WorkflowValue>() {}
+}

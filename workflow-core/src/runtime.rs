@@ -1,0 +1,538 @@
+//! The runtime: a worker that leases runs from the store and drives them, and the client API
+//! (`start`, `get_run`, run handles). A process whose runtime is built is a worker.
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+#[cfg(feature = "sqlite")]
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{watch, Notify};
+
+use crate::driver::Driver;
+use crate::error::{BuildError, Error, RunError, StartError};
+use crate::ids::RunId;
+use crate::registry::{
+    BoxFuture, IntoWorkflow, StepRegistration, WorkflowDef, WorkflowRegistration,
+};
+use crate::store::memory::MemoryStore;
+use crate::store::{AcquireRequest, CancelOutcome, Lease, NewRun, RunRecord, RunStatus, Store};
+
+tokio::task_local! {
+    static CURRENT_RUNTIME: Arc<Inner>;
+}
+
+static LAST_BUILT: OnceLock<Mutex<Option<Runtime>>> = OnceLock::new();
+
+fn last_built() -> MutexGuard<'static, Option<Runtime>> {
+    LAST_BUILT
+        .get_or_init(|| Mutex::new(None))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `fut` with `rt` as the runtime that `workflow_core::api` uses (inside steps).
+pub(crate) fn with_runtime<F: Future>(rt: Arc<Inner>, fut: F) -> impl Future<Output = F::Output> {
+    CURRENT_RUNTIME.scope(rt, fut)
+}
+
+/// The runtime `workflow_core::api` uses: inside a step, the one executing it; elsewhere, the
+/// most recently built one.
+pub(crate) fn current_runtime() -> Option<Runtime> {
+    CURRENT_RUNTIME
+        .try_with(|i| Runtime { inner: i.clone() })
+        .ok()
+        .or_else(|| last_built().clone())
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) lease: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) max_active_runs: usize,
+    pub(crate) worker: bool,
+}
+
+impl Config {
+    /// The delay before attempt `failed + 1`: the base doubled per failure, capped at 1 hour.
+    pub(crate) fn backoff(&self, failed: u32) -> Duration {
+        let factor = 1u32 << failed.saturating_sub(1).min(20);
+        self.retry_backoff
+            .saturating_mul(factor)
+            .min(Duration::from_secs(3600))
+    }
+}
+
+struct Active {
+    lease: Lease,
+    stop: Arc<Notify>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: Config,
+    worker_id: String,
+    workflows: HashMap<&'static str, &'static WorkflowRegistration>,
+    workflow_names: Vec<String>,
+    active: Mutex<HashMap<RunId, Active>>,
+    work: Notify,
+    /// Bumped whenever a run ends in this process, to wake `return_value` waiters.
+    ended: watch::Sender<u64>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Inner {
+    fn active(&self) -> MutexGuard<'_, HashMap<RunId, Active>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn run_left(&self, id: &RunId) {
+        self.active().remove(id);
+        // Capacity freed: look for more work.
+        self.work.notify_one();
+    }
+
+    pub(crate) fn run_ended(&self, _id: RunId) {
+        self.ended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Where the runtime keeps its state.
+enum StoreChoice {
+    Memory,
+    #[cfg(feature = "sqlite")]
+    Sqlite(PathBuf),
+    Custom(Arc<dyn Store>),
+}
+
+/// Configures and builds a [`Runtime`]; from [`Runtime::builder`].
+#[must_use]
+pub struct RuntimeBuilder {
+    store: StoreChoice,
+    config: Config,
+}
+
+impl RuntimeBuilder {
+    /// Keep everything in memory (tests; nothing survives the process).
+    pub fn in_memory(mut self) -> Self {
+        self.store = StoreChoice::Memory;
+        self
+    }
+
+    /// Use the SQLite database at `path`, created if absent (the embedded default).
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(mut self, path: impl Into<PathBuf>) -> Self {
+        self.store = StoreChoice::Sqlite(path.into());
+        self
+    }
+
+    /// Use a store built elsewhere (e.g. a [`MemoryStore`] shared by several runtimes).
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = StoreChoice::Custom(Arc::new(store));
+        self
+    }
+
+    /// How long a worker's claim on a run lasts without a heartbeat before another worker may
+    /// take the run over (default 30 s). Heartbeats renew it every third of this; a run
+    /// cancelled by another process stops here within that third at the latest.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often the worker looks for work created by other processes (default 200 ms); work
+    /// created in this process is picked up at once.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The first retry delay of a failing step (default 1 s); it doubles with each further
+    /// failure, capped at one hour. `Error::retry_after` overrides it per failure.
+    pub fn retry_backoff(mut self, base: Duration) -> Self {
+        self.config.retry_backoff = base;
+        self
+    }
+
+    /// At most this many runs are driven at once by this process (default 1000).
+    pub fn max_active_runs(mut self, n: usize) -> Self {
+        self.config.max_active_runs = n.max(1);
+        self
+    }
+
+    /// Whether this process executes runs (default `true`). A client-only runtime starts and
+    /// inspects runs that worker processes execute.
+    pub fn worker(mut self, enabled: bool) -> Self {
+        self.config.worker = enabled;
+        self
+    }
+
+    /// Opens the store, registers every workflow and step linked into the binary and, unless
+    /// disabled, starts the worker. Must be called inside a tokio runtime.
+    pub async fn build(self) -> Result<Runtime, BuildError> {
+        let mut workflows = HashMap::new();
+        for reg in inventory::iter::<WorkflowRegistration> {
+            if workflows.insert(reg.name, reg).is_some() {
+                return Err(BuildError::DuplicateName {
+                    kind: "workflow",
+                    name: reg.name.to_owned(),
+                });
+            }
+        }
+        let mut steps = HashMap::new();
+        for reg in inventory::iter::<StepRegistration> {
+            if steps.insert(reg.def.name, ()).is_some() {
+                return Err(BuildError::DuplicateName {
+                    kind: "step",
+                    name: reg.def.name.to_owned(),
+                });
+            }
+        }
+        let store: Arc<dyn Store> = match self.store {
+            StoreChoice::Memory => Arc::new(MemoryStore::new()),
+            #[cfg(feature = "sqlite")]
+            StoreChoice::Sqlite(path) => {
+                Arc::new(crate::store::sqlite::SqliteStore::open(path).await?)
+            }
+            StoreChoice::Custom(s) => s,
+        };
+        let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
+        workflow_names.sort();
+        let inner = Arc::new(Inner {
+            store,
+            config: self.config,
+            worker_id: format!("w-{}", RunId::new()),
+            workflows,
+            workflow_names,
+            active: Mutex::new(HashMap::new()),
+            work: Notify::new(),
+            ended: watch::channel(0).0,
+            shutdown: watch::channel(false).0,
+        });
+        if inner.config.worker {
+            tokio::spawn(worker_loop(inner.clone()));
+            tokio::spawn(heartbeat_loop(inner.clone()));
+        }
+        let rt = Runtime { inner };
+        *last_built() = Some(rt.clone());
+        Ok(rt)
+    }
+}
+
+/// A handle on the workflow runtime: cheap to clone, clones share one runtime.
+///
+/// See the crate docs for a complete example.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("worker_id", &self.inner.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A builder; the default store is SQLite at `workflows.db` when the `sqlite` feature is on
+    /// (it is by default), memory otherwise.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            #[cfg(feature = "sqlite")]
+            store: StoreChoice::Sqlite(PathBuf::from("workflows.db")),
+            #[cfg(not(feature = "sqlite"))]
+            store: StoreChoice::Memory,
+            config: Config {
+                lease: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(200),
+                retry_backoff: Duration::from_secs(1),
+                max_active_runs: 1000,
+                worker: true,
+            },
+        }
+    }
+
+    /// The store this runtime uses.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Starts a run of `workflow` with `args` (a tuple of its arguments). Await the returned
+    /// builder; it resolves once the run is durably admitted.
+    pub fn start<F, Args>(&self, workflow: F, args: Args) -> Start<<F as IntoWorkflow<Args>>::Def>
+    where
+        F: IntoWorkflow<Args>,
+    {
+        let _ = workflow;
+        Start {
+            rt: self.clone(),
+            args,
+            _def: PhantomData,
+        }
+    }
+
+    /// A handle on run `id` (whether or not it exists: queries on an unknown id fail with
+    /// [`RunError::NotFound`]).
+    pub fn get_run(&self, id: &RunId) -> Run<Value> {
+        Run {
+            id: *id,
+            rt: self.clone(),
+            _t: PhantomData,
+        }
+    }
+
+    /// Stops this runtime's worker: runs it drives are left to other workers (after their
+    /// leases expire) or to the next start of this program.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+        for a in self.inner.active().values() {
+            a.stop.notify_one();
+        }
+    }
+}
+
+/// A pending start; await it. From [`Runtime::start`].
+#[must_use = "a start does nothing unless awaited"]
+pub struct Start<W: WorkflowDef> {
+    rt: Runtime,
+    args: W::Args,
+    _def: PhantomData<fn() -> W>,
+}
+
+impl<W: WorkflowDef> IntoFuture for Start<W> {
+    type Output = Result<Run<W::Output>, StartError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let input = serde_json::to_value(&self.args).map_err(|e| StartError::Serialize {
+                workflow: W::NAME.to_owned(),
+                message: e.to_string(),
+            })?;
+            let id = RunId::new();
+            self.rt
+                .inner
+                .store
+                .create_run(NewRun {
+                    id,
+                    workflow: W::NAME.to_owned(),
+                    input,
+                    created_at: SystemTime::now(),
+                })
+                .await?;
+            self.rt.inner.work.notify_one();
+            Ok(Run {
+                id,
+                rt: self.rt,
+                _t: PhantomData,
+            })
+        })
+    }
+}
+
+/// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from
+/// [`Runtime::get_run`]; [`Run::typed`] changes it).
+pub struct Run<T = Value> {
+    id: RunId,
+    rt: Runtime,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Run<T> {
+    fn clone(&self) -> Self {
+        Run {
+            id: self.id,
+            rt: self.rt.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Run<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run").field("id", &self.id).finish()
+    }
+}
+
+impl<T> Run<T> {
+    /// The run's id.
+    pub fn id(&self) -> RunId {
+        self.id
+    }
+
+    /// The same run, with its result read as `U`.
+    pub fn typed<U>(self) -> Run<U> {
+        Run {
+            id: self.id,
+            rt: self.rt,
+            _t: PhantomData,
+        }
+    }
+
+    /// The run as stored.
+    pub async fn info(&self) -> Result<RunRecord, RunError> {
+        self.rt
+            .inner
+            .store
+            .get_run(&self.id)
+            .await?
+            .ok_or(RunError::NotFound(self.id))
+    }
+
+    /// The run's current status.
+    pub async fn status(&self) -> Result<RunStatus, RunError> {
+        Ok(self.info().await?.status)
+    }
+
+    /// Cancels the run: once this returns, the run is recorded as cancelled; the worker driving
+    /// it stops at its next await point and in-flight step results are discarded. A run that
+    /// already ended is left as it is (`Ok`).
+    pub async fn cancel(&self) -> Result<(), RunError> {
+        let outcome = self
+            .rt
+            .inner
+            .store
+            .cancel(&self.id, SystemTime::now())
+            .await?;
+        if outcome == CancelOutcome::Cancelled {
+            if let Some(a) = self.rt.inner.active().get(&self.id) {
+                a.stop.notify_one();
+            }
+            self.rt.inner.run_ended(self.id);
+        }
+        Ok(())
+    }
+}
+
+impl<T: DeserializeOwned> Run<T> {
+    /// Waits for the run to end and returns its value: `Err` with the run's error if it failed,
+    /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
+    /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
+    pub async fn return_value(&self) -> Result<T, Error> {
+        let mut ended = self.rt.inner.ended.subscribe();
+        loop {
+            ended.borrow_and_update();
+            let run = self.info().await?;
+            match run.status {
+                RunStatus::Completed => {
+                    let v = run.output.unwrap_or(Value::Null);
+                    return serde_json::from_value(v).map_err(|e| {
+                        Error::fatal(format!(
+                            "the result of run {} does not deserialize into the requested type: {e}",
+                            self.id
+                        ))
+                    });
+                }
+                RunStatus::Failed => {
+                    return Err(run
+                        .error
+                        .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
+                }
+                RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
+                RunStatus::Pending | RunStatus::Running => {
+                    let _ =
+                        tokio::time::timeout(self.rt.inner.config.poll_interval, ended.changed())
+                            .await;
+                }
+            }
+        }
+    }
+}
+
+async fn worker_loop(rt: Arc<Inner>) {
+    let mut shutdown = rt.shutdown.subscribe();
+    let mut failures = 0u32;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let capacity = rt.config.max_active_runs.saturating_sub(rt.active().len());
+        let mut full_batch = false;
+        if capacity > 0 && !rt.workflow_names.is_empty() {
+            let req = AcquireRequest {
+                worker_id: &rt.worker_id,
+                workflows: &rt.workflow_names,
+                lease: rt.config.lease,
+                limit: capacity.min(64),
+                now: SystemTime::now(),
+            };
+            match rt.store.acquire(req).await {
+                Ok(runs) => {
+                    failures = 0;
+                    full_batch = runs.len() == capacity.min(64);
+                    for leased in runs {
+                        spawn_run(&rt, leased);
+                    }
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "acquiring runs failed; retrying");
+                }
+            }
+        }
+        if full_batch {
+            continue;
+        }
+        let wait = rt.config.poll_interval.saturating_mul(failures.min(10) + 1);
+        tokio::select! {
+            _ = rt.work.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+fn spawn_run(rt: &Arc<Inner>, leased: crate::store::LeasedRun) {
+    let Some(reg) = rt.workflows.get(leased.run.workflow.as_str()).copied() else {
+        // acquire filters by name, so this means the store ignored the filter.
+        tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
+        return;
+    };
+    let stop = Arc::new(Notify::new());
+    rt.active().insert(
+        leased.run.id,
+        Active {
+            lease: leased.lease.clone(),
+            stop: stop.clone(),
+        },
+    );
+    tokio::spawn(Driver::run(rt.clone(), leased, reg, stop));
+}
+
+async fn heartbeat_loop(rt: Arc<Inner>) {
+    let mut shutdown = rt.shutdown.subscribe();
+    let every = rt.config.lease / 3;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+        let leases: Vec<Lease> = rt.active().values().map(|a| a.lease.clone()).collect();
+        if leases.is_empty() {
+            continue;
+        }
+        match rt
+            .store
+            .heartbeat(&leases, rt.config.lease, SystemTime::now())
+            .await
+        {
+            Ok(lost) => {
+                let active = rt.active();
+                for id in lost {
+                    if let Some(a) = active.get(&id) {
+                        tracing::info!(run_id = %id, "run no longer held here (cancelled, ended or taken over); stopping it");
+                        a.stop.notify_one();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! The storage contract. A [`Store`] holds runs and their event histories; every decision that
+//! must be atomic across workers and processes (admitting a run, leasing it, fencing a stale
+//! worker's writes, recording a run's end) is one call here, made atomic by the database.
+//!
+//! The runtime never knows which implementation it talks to: [`memory::MemoryStore`] for tests,
+//! [`sqlite::SqliteStore`] as the embedded default.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, StoreError};
+use crate::ids::RunId;
+
+pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// The state of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Admitted, not yet picked up by a worker.
+    Pending,
+    /// Picked up at least once and not ended (it may be waiting on a timer).
+    Running,
+    /// Returned `Ok`.
+    Completed,
+    /// Returned `Err`, panicked, or could not be replayed.
+    Failed,
+    /// Cancelled with `cancel()`.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// True for `Completed`, `Failed` and `Cancelled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// The lower-case name used in databases and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// The inverse of [`RunStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run to admit.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// Its id, chosen by the caller.
+    pub id: RunId,
+    /// The registered workflow name.
+    pub workflow: String,
+    /// The serialized argument tuple.
+    pub input: Value,
+    /// Admission time; also the first time a worker may pick it up.
+    pub created_at: SystemTime,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// Its id.
+    pub id: RunId,
+    /// The registered workflow name.
+    pub workflow: String,
+    /// Current state.
+    pub status: RunStatus,
+    /// The serialized argument tuple.
+    pub input: Value,
+    /// The return value of a completed run.
+    pub output: Option<Value>,
+    /// The error of a failed or cancelled run.
+    pub error: Option<Error>,
+    /// Admission time.
+    pub created_at: SystemTime,
+    /// Time of the last change of state.
+    pub updated_at: SystemTime,
+}
+
+/// One entry of a run's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The workflow called a step; this is also the start of its first attempt.
+    StepScheduled {
+        /// The invocation's stable id.
+        step_id: String,
+        /// The step's registered name.
+        name: String,
+        /// The serialized argument tuple.
+        input: Value,
+    },
+    /// Attempt `attempt` (2 and up) of a step started.
+    StepAttemptStarted {
+        /// The invocation's stable id.
+        step_id: String,
+        /// From 2 on (the first attempt starts with `StepScheduled`).
+        attempt: u32,
+    },
+    /// An attempt failed and the step will be retried.
+    StepAttemptFailed {
+        /// The invocation's stable id.
+        step_id: String,
+        /// The failed attempt.
+        attempt: u32,
+        /// Why.
+        error: Error,
+        /// When the next attempt may start (ms since the Unix epoch).
+        retry_at_ms: u64,
+    },
+    /// The step's final result, delivered to the workflow.
+    StepCompleted {
+        /// The invocation's stable id.
+        step_id: String,
+        /// Its value or its last error.
+        result: Result<Value, Error>,
+    },
+    /// The workflow started a durable sleep.
+    TimerScheduled {
+        /// The timer's id within the run.
+        timer_id: String,
+        /// When it fires (ms since the Unix epoch).
+        fire_at_ms: u64,
+    },
+    /// A durable sleep ended; delivered to the workflow.
+    TimerFired {
+        /// The timer's id within the run.
+        timer_id: String,
+    },
+    /// The workflow returned `Ok`.
+    RunCompleted {
+        /// The return value.
+        output: Value,
+    },
+    /// The workflow returned `Err` or panicked.
+    RunFailed {
+        /// Why.
+        error: Error,
+    },
+    /// The run was cancelled.
+    RunCancelled,
+}
+
+/// An event to append, stamped by the writer. The stamp of a delivered event is the workflow's
+/// clock from then on, so it is chosen before the write and replayed as recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// When it happened.
+    pub at: SystemTime,
+    /// What happened.
+    pub event: Event,
+}
+
+/// A recorded event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    /// Position in the run's history, from 1, in commit order.
+    pub seq: u64,
+    /// When it happened.
+    pub at: SystemTime,
+    /// What happened.
+    pub event: Event,
+}
+
+/// A worker's claim on a run. `epoch` is the fencing token: it grows with every acquisition,
+/// and a write carrying an older epoch is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The leased run.
+    pub run_id: RunId,
+    /// The acquisition this lease belongs to.
+    pub epoch: u64,
+}
+
+/// A run handed to a worker by [`Store::acquire`].
+#[derive(Debug, Clone)]
+pub struct LeasedRun {
+    /// The run as stored (its status is now `Running`).
+    pub run: RunRecord,
+    /// The claim to present on every write.
+    pub lease: Lease,
+    /// The whole history, in order.
+    pub events: Vec<EventRecord>,
+}
+
+/// What [`Store::acquire`] may hand out.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest<'a> {
+    /// The acquiring worker.
+    pub worker_id: &'a str,
+    /// Only runs of these workflows.
+    pub workflows: &'a [String],
+    /// The lease lasts this long unless renewed by [`Store::heartbeat`].
+    pub lease: Duration,
+    /// At most this many runs.
+    pub limit: usize,
+    /// The current time.
+    pub now: SystemTime,
+}
+
+/// How a run ended, written by [`Store::append`] together with its last events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// Returned `Ok` with this value.
+    Completed(Value),
+    /// Failed with this error.
+    Failed(Error),
+}
+
+/// What [`Store::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The run is now cancelled.
+    Cancelled,
+    /// The run had already ended with this status; nothing changed.
+    AlreadyEnded(RunStatus),
+}
+
+/// A storage backend. See the module docs.
+///
+/// Every method is one atomic operation. Implementations must make the guarantees below hold
+/// across processes (and for PostgreSQL, machines), never by a check in Rust alone.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Admits a run in status `Pending`, acquirable from `created_at`.
+    async fn create_run(&self, run: NewRun) -> Result<(), StoreError>;
+
+    /// The run, or `None`.
+    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError>;
+
+    /// The run's history in order (empty for an unknown run).
+    async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError>;
+
+    /// Leases up to `limit` runs that are `Pending` or `Running`, of the given workflows, whose
+    /// wake time has come and that no live lease holds (none, or expired). Each gets a new epoch,
+    /// status `Running`, and a lease until `now + lease`. Earliest wake time first.
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError>;
+
+    /// Appends `events` in order and, with `outcome`, ends the run (status, output or error) —
+    /// all or nothing, and only while `lease` is current and the run is `Running`; otherwise
+    /// [`StoreError::LeaseLost`] and nothing is written. Ending a run also releases its lease.
+    async fn append(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+        outcome: Option<RunOutcome>,
+    ) -> Result<(), StoreError>;
+
+    /// Gives the run back without ending it: no lease holds it until another worker acquires
+    /// it at or after `wake_at`. [`StoreError::LeaseLost`] if `lease` is not current.
+    async fn release(&self, lease: &Lease, wake_at: SystemTime) -> Result<(), StoreError>;
+
+    /// Extends the given leases to `now + lease`; returns the runs among them that this worker
+    /// no longer holds (taken over, cancelled or ended), which it must stop driving.
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError>;
+
+    /// Records a `RunCancelled` event and status `Cancelled` and drops any lease, unless the run
+    /// already ended. [`StoreError::RunNotFound`] for an unknown id.
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError>;
+}
+
+/// Milliseconds since the Unix epoch (0 for earlier times), the stores' time format.
+pub fn to_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The inverse of [`to_millis`].
+pub fn from_millis(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}

@@ -1,0 +1,1869 @@
+//! [`SqliteStore`]: the embedded default store, one SQLite file in WAL mode that several
+//! processes may share. It owns the file's schema, the threads that talk to SQLite, and the
+//! translation of every [`Store`] decision into one SQL transaction.
+//!
+//! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync.
+//! So all writes go to one thread that drains every request queued while it was busy and runs
+//! them in one transaction, each inside its own savepoint (group commit: many runs share one
+//! fsync, and one refused request rolls back only itself). Callers hear back only after the
+//! commit. Reads run beside it on a few reader threads; WAL lets them see the last commit
+//! without waiting for the writer. Between processes, `BEGIN IMMEDIATE` and `busy_timeout`
+//! serialize the writers, and every check-then-write happens inside one such transaction.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use rusqlite::types::Value as Sql;
+use rusqlite::{
+    params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
+};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::{
+    from_millis, to_millis, AcquireRequest, CancelOutcome, Event, EventRecord, Lease, LeasedRun,
+    NewEvent, NewRun, RunOutcome, RunRecord, RunStatus, Store,
+};
+use crate::error::{Error, StoreError};
+use crate::ids::RunId;
+
+/// The value of `workflow_meta.schema` that marks a file as ours.
+const SCHEMA_NAME: &str = "workflow-rs";
+/// The schema this build writes and reads.
+const SCHEMA_VERSION: i64 = 1;
+/// How long one SQLite call waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a write keeps retrying when the lock is still held after `BUSY_TIMEOUT`.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// Requests per transaction at most, so one burst cannot hold the lock for long.
+const MAX_BATCH: usize = 1024;
+/// Reader threads, each with its own connection.
+const READERS: usize = 4;
+
+const CREATE_SCHEMA: &str = "
+CREATE TABLE workflow_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value NOT NULL
+);
+CREATE TABLE runs (
+    id          TEXT PRIMARY KEY NOT NULL,
+    workflow    TEXT NOT NULL,
+    status      TEXT NOT NULL,     -- RunStatus::as_str
+    input       TEXT NOT NULL,     -- JSON
+    output      TEXT,              -- JSON
+    error       TEXT,              -- JSON of Error
+    created_at  INTEGER NOT NULL,  -- ms since the Unix epoch, like every time here
+    updated_at  INTEGER NOT NULL,
+    wake_at     INTEGER NOT NULL,
+    epoch       INTEGER NOT NULL DEFAULT 0,
+    lease_until INTEGER            -- NULL: no lease
+);
+-- Only live runs are ever acquired; ended runs, the bulk over time, stay out of the index.
+-- Queries must repeat this WHERE clause word for word for SQLite to use it.
+CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+CREATE TABLE events (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    at     INTEGER NOT NULL,
+    kind   TEXT NOT NULL,          -- the serde tag, e.g. step_completed, for SQL inspection
+    data   TEXT NOT NULL,          -- JSON of Event
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+";
+
+const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at";
+
+/// A [`Store`] in one SQLite file, safe to share between threads, runtimes and processes.
+///
+/// Clones are cheap and share the connections; the background threads end when the last
+/// clone is dropped (after finishing the writes already queued).
+///
+/// ```
+/// use workflow_core::store::sqlite::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = SqliteStore::open(dir.path().join("workflows.db")).await?;
+/// assert!(store.path().ends_with("workflows.db"));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: mpsc::Sender<Box<dyn WriteJob>>,
+    readers: mpsc::Sender<ReadJob>,
+    /// Lets tests count commits and see the threads end.
+    #[cfg(test)]
+    stats: Arc<Stats>,
+}
+
+/// Shared with the background threads: it outlives the store until every thread has ended.
+#[derive(Default)]
+struct Stats {
+    /// Transactions committed by the writer thread.
+    commits: AtomicU64,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store in the file at `path`, creating the file and its schema if absent.
+    ///
+    /// Fails with [`StoreError::Incompatible`], leaving the file untouched, when the file is
+    /// not a SQLite database, is a database of something else, or holds a store written by a
+    /// newer version of this crate.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let stats = Arc::new(Stats::default());
+
+        // Opening can wait on other processes' locks, so it happens on the writer thread too.
+        let (writer, write_jobs) = mpsc::channel::<Box<dyn WriteJob>>();
+        let (ready, opened) = oneshot::channel();
+        spawn_thread("workflow-sqlite-writer", {
+            let path = path.clone();
+            let stats = stats.clone();
+            move || match open_writer(&path) {
+                Ok(conn) => {
+                    let _ = ready.send(Ok(()));
+                    writer_loop(conn, write_jobs, stats);
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e));
+                }
+            }
+        })?;
+        opened.await.map_err(|_| thread_gone("writer"))??;
+
+        // Readers open after the writer has validated the file and switched it to WAL.
+        let (readers, read_jobs) = mpsc::channel::<ReadJob>();
+        let read_jobs = Arc::new(Mutex::new(read_jobs));
+        let mut opened = Vec::with_capacity(READERS);
+        for i in 0..READERS {
+            let (ready, done) = oneshot::channel();
+            spawn_thread(&format!("workflow-sqlite-reader-{i}"), {
+                let path = path.clone();
+                let jobs = read_jobs.clone();
+                let stats = stats.clone();
+                move || match open_reader(&path) {
+                    Ok(conn) => {
+                        let _ = ready.send(Ok(()));
+                        reader_loop(conn, jobs, stats);
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                    }
+                }
+            })?;
+            opened.push(done);
+        }
+        drop(read_jobs);
+        for done in opened {
+            done.await.map_err(|_| thread_gone("reader"))??;
+        }
+
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writer,
+                readers,
+                #[cfg(test)]
+                stats,
+            }),
+        })
+    }
+
+    /// The file this store was opened from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `work` on the writer thread inside a savepoint of the current group transaction;
+    /// answers once that transaction has committed (or with `work`'s own error, in which case
+    /// everything `work` wrote was rolled back).
+    async fn write<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Box::new(Job {
+            work: Some(work),
+            result: None,
+            reply,
+        });
+        self.inner
+            .writer
+            .send(job)
+            .map_err(|_| thread_gone("writer"))?;
+        answer.await.map_err(|_| thread_gone("writer"))?
+    }
+
+    /// Runs `work` on a reader thread's connection.
+    async fn read<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let result = catch_unwind(AssertUnwindSafe(|| work(conn))).unwrap_or_else(|p| {
+                Err(StoreError::Database(format!(
+                    "internal error: a store read panicked: {}",
+                    panic_message(p.as_ref())
+                )))
+            });
+            let _ = reply.send(result);
+        });
+        self.inner
+            .readers
+            .send(job)
+            .map_err(|_| thread_gone("reader"))?;
+        answer.await.map_err(|_| thread_gone("reader"))?
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
+        let input = to_json(&run.input, "the run's input")?;
+        let at = sql_time(run.created_at);
+        self.write(move |tx| {
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
+                     VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4)
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .map_err(db)?
+                .execute(params![run.id.to_string(), run.workflow, input, at])
+                .map_err(db)?;
+            if inserted == 0 {
+                return Err(StoreError::Database(format!(
+                    "run {} already exists",
+                    run.id
+                )));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        let id = *id;
+        self.read(move |conn| {
+            let raw = conn
+                .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))
+                .map_err(db)?
+                .query_row([id.to_string()], RawRun::from_row)
+                .optional()
+                .map_err(db)?;
+            raw.map(RawRun::decode).transpose()
+        })
+        .await
+    }
+
+    async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| load_events(conn, &id)).await
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
+        if req.limit == 0 || req.workflows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let workflows = serde_json::to_string(req.workflows)
+            .map_err(|e| StoreError::Database(format!("cannot encode workflow names: {e}")))?;
+        let now = sql_time(req.now);
+        let until = lease_end(req.now, req.lease);
+        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        self.write(move |tx| {
+            // One statement picks and leases; the IMMEDIATE transaction around it keeps every
+            // other connection, in any process, from leasing the same rows meanwhile.
+            let mut leased = tx
+                .prepare_cached(&format!(
+                    "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1
+                     WHERE id IN (
+                         SELECT id FROM runs
+                         WHERE status IN ('pending', 'running')
+                           AND wake_at <= ?2
+                           AND (lease_until IS NULL OR lease_until <= ?2)
+                           AND workflow IN (SELECT value FROM json_each(?3))
+                         ORDER BY wake_at, id
+                         LIMIT ?4)
+                     RETURNING {RUN_COLUMNS}, epoch, wake_at"
+                ))
+                .map_err(db)?
+                .query_map(params![until, now, workflows, limit], |row| {
+                    Ok((
+                        RawRun::from_row(row)?,
+                        row.get::<_, Sql>(8)?,
+                        row.get::<_, Sql>(9)?,
+                    ))
+                })
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            // RETURNING gives no order; hand runs out earliest wake time first.
+            leased.sort_by(|a, b| order_key(&a.2, &a.0.id).cmp(&order_key(&b.2, &b.0.id)));
+
+            let mut out = Vec::with_capacity(leased.len());
+            for (raw, epoch, _) in leased {
+                let shown = raw.label();
+                match decode_leased(tx, raw, epoch) {
+                    Ok(run) => out.push(run),
+                    // Failing the whole call would stall every run in the store behind one
+                    // bad row. The run keeps its new lease, so it is retried (and reported
+                    // again) only after the lease expires.
+                    Err(e) => tracing::error!(
+                        run_id = %shown,
+                        error = %e,
+                        "skipping a run whose stored record cannot be decoded"
+                    ),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn append(
+        &self,
+        lease: &Lease,
+        events: Vec<NewEvent>,
+        outcome: Option<RunOutcome>,
+    ) -> Result<(), StoreError> {
+        let lease = lease.clone();
+        // Encode here, not on the writer thread, which every run's writes queue behind.
+        let last_at = events.last().map(|e| e.at);
+        let events = events
+            .iter()
+            .map(EncodedEvent::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcome = match outcome {
+            None => None,
+            Some(RunOutcome::Completed(v)) => Some((
+                RunStatus::Completed,
+                Some(to_json(&v, "the run's output")?),
+                None,
+            )),
+            Some(RunOutcome::Failed(e)) => Some((
+                RunStatus::Failed,
+                None,
+                Some(to_json(&e, "the run's error")?),
+            )),
+        };
+        let ended_at = sql_time(last_at.unwrap_or_else(SystemTime::now));
+        self.write(move |tx| {
+            let id = lease.run_id.to_string();
+            if !holds(tx, &id, lease.epoch)? {
+                return Err(StoreError::LeaseLost(lease.run_id));
+            }
+            insert_events(tx, &id, &events)?;
+            if let Some((status, output, error)) = outcome {
+                tx.prepare_cached(
+                    "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
+                         lease_until = NULL
+                     WHERE id = ?1",
+                )
+                .map_err(db)?
+                .execute(params![id, status.as_str(), output, error, ended_at])
+                .map_err(db)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(&self, lease: &Lease, wake_at: SystemTime) -> Result<(), StoreError> {
+        let lease = lease.clone();
+        let wake_at = sql_time(wake_at);
+        self.write(move |tx| {
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE runs SET lease_until = NULL, wake_at = ?3
+                     WHERE id = ?1 AND epoch = ?2 AND status = 'running'
+                       AND lease_until IS NOT NULL",
+                )
+                .map_err(db)?
+                .execute(params![
+                    lease.run_id.to_string(),
+                    sql_epoch(lease.epoch),
+                    wake_at
+                ])
+                .map_err(db)?;
+            if changed == 0 {
+                return Err(StoreError::LeaseLost(lease.run_id));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leases = leases.to_vec();
+        let until = lease_end(now, lease);
+        self.write(move |tx| {
+            let mut renew = tx
+                .prepare_cached(
+                    "UPDATE runs SET lease_until = ?3
+                     WHERE id = ?1 AND epoch = ?2 AND status = 'running'
+                       AND lease_until IS NOT NULL",
+                )
+                .map_err(db)?;
+            let mut lost = Vec::new();
+            for l in leases {
+                let renewed = renew
+                    .execute(params![l.run_id.to_string(), sql_epoch(l.epoch), until])
+                    .map_err(db)?;
+                if renewed == 0 {
+                    lost.push(l.run_id);
+                }
+            }
+            Ok(lost)
+        })
+        .await
+    }
+
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        let id = *id;
+        let event = EncodedEvent::new(&NewEvent {
+            at: now,
+            event: Event::RunCancelled,
+        })?;
+        let error = to_json(&Error::cancelled(&id), "the cancellation error")?;
+        let now = sql_time(now);
+        self.write(move |tx| {
+            let key = id.to_string();
+            let status: Option<Sql> = tx
+                .prepare_cached("SELECT status FROM runs WHERE id = ?1")
+                .map_err(db)?
+                .query_row([&key], |row| row.get(0))
+                .optional()
+                .map_err(db)?;
+            let status = status.ok_or(StoreError::RunNotFound(id))?;
+            let status = decode_status(status, &key)?;
+            if status.is_terminal() {
+                return Ok(CancelOutcome::AlreadyEnded(status));
+            }
+            insert_events(tx, &key, std::slice::from_ref(&event))?;
+            tx.prepare_cached(
+                "UPDATE runs SET status = 'cancelled', error = ?2, updated_at = ?3,
+                     lease_until = NULL
+                 WHERE id = ?1",
+            )
+            .map_err(db)?
+            .execute(params![key, error, now])
+            .map_err(db)?;
+            Ok(CancelOutcome::Cancelled)
+        })
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Opening
+
+fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| StoreError::Database(format!("cannot start thread {name}: {e}")))
+}
+
+/// The writer's connection: validates the file, creates the schema if the file is new, and
+/// switches it to WAL, in that order, so that a rejected file is never modified.
+fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    let fail = |e: rusqlite::Error| open_error(path, e);
+    let conn = Connection::open(path).map_err(fail)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+    // Per connection: a commit reported to the caller has reached the disk.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(fail)?;
+    conn.set_prepared_statement_cache_capacity(32);
+
+    // One IMMEDIATE transaction: processes opening the same new file at once take turns, and
+    // the second one sees the first one's schema.
+    {
+        let tx = begin_immediate(&conn).map_err(fail)?;
+        prepare_schema(&tx, path)?;
+        retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(fail)?;
+    }
+
+    let mode: String = retry_busy("PRAGMA journal_mode", || {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+    })
+    .map_err(fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Database(format!(
+            "{}: SQLite cannot use WAL mode for this file (it stays in `{mode}` mode); \
+             put the file on a local file system",
+            path.display()
+        )));
+    }
+    Ok(conn)
+}
+
+fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let fail = |e: rusqlite::Error| open_error(path, e);
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(fail)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+    conn.pragma_update(None, "query_only", true).map_err(fail)?;
+    Ok(conn)
+}
+
+fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            StoreError::Incompatible(format!(
+                "{} is not a SQLite database (or is corrupt): {e}",
+                path.display()
+            ))
+        }
+        _ => StoreError::Database(format!("cannot open {}: {e}", path.display())),
+    }
+}
+
+/// Creates the schema in an empty database, accepts our own, and rejects anything else.
+fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+    let shown = path.display();
+    let fail = |e: rusqlite::Error| open_error(path, e);
+    let tables = tx
+        .prepare(
+            "SELECT name FROM sqlite_schema
+             WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+             ORDER BY name",
+        )
+        .map_err(fail)?
+        .query_map([], |row| row.get::<_, String>(0))
+        .map_err(fail)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(fail)?;
+
+    if tables.is_empty() {
+        tx.execute_batch(CREATE_SCHEMA).map_err(fail)?;
+        tx.execute(
+            "INSERT INTO workflow_meta (key, value) VALUES ('schema', ?1), ('version', ?2)",
+            params![SCHEMA_NAME, SCHEMA_VERSION],
+        )
+        .map_err(fail)?;
+        return Ok(());
+    }
+
+    if !tables.iter().any(|t| t == "workflow_meta") {
+        let list = tables
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(StoreError::Incompatible(format!(
+            "{shown} is a SQLite database but not a workflow-rs store (it has tables {list}); \
+             give the store a file of its own"
+        )));
+    }
+
+    let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
+        tx.query_row(
+            "SELECT value FROM workflow_meta WHERE key = ?1",
+            [key],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|e| {
+            StoreError::Incompatible(format!(
+                "{shown} is a SQLite database but not a workflow-rs store \
+                 (its `workflow_meta` table is not ours: {e})"
+            ))
+        })
+    };
+    match meta("schema")? {
+        Some(Sql::Text(s)) if s == SCHEMA_NAME => {}
+        other => {
+            return Err(StoreError::Incompatible(format!(
+                "{shown} is a SQLite database but not a workflow-rs store \
+                 (its `workflow_meta` table names schema {})",
+                describe(other.as_ref())
+            )))
+        }
+    }
+    let version = match meta("version")? {
+        Some(Sql::Integer(v)) => Some(v),
+        Some(Sql::Text(s)) => s.trim().parse().ok(),
+        _ => None,
+    };
+    match version {
+        Some(SCHEMA_VERSION) => {}
+        Some(v) if v > SCHEMA_VERSION => {
+            return Err(StoreError::Incompatible(format!(
+                "{shown} holds a workflow-rs store of schema version {v}, written by a newer \
+                 workflow-rs; this build reads schema version {SCHEMA_VERSION} only; \
+                 upgrade workflow-rs to open it"
+            )))
+        }
+        _ => {
+            return Err(StoreError::Incompatible(format!(
+                "{shown} holds a workflow-rs store with an unknown schema version \
+                 (this build reads schema version {SCHEMA_VERSION})"
+            )))
+        }
+    }
+    for needed in ["runs", "events"] {
+        if !tables.iter().any(|t| t == needed) {
+            return Err(StoreError::Incompatible(format!(
+                "{shown} holds a damaged workflow-rs store: table `{needed}` is missing"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn describe(v: Option<&Sql>) -> String {
+    match v {
+        None => "nothing".to_owned(),
+        Some(Sql::Text(s)) => format!("`{s}`"),
+        Some(Sql::Integer(i)) => format!("`{i}`"),
+        Some(Sql::Real(r)) => format!("`{r}`"),
+        Some(Sql::Null) => "NULL".to_owned(),
+        Some(Sql::Blob(_)) => "a blob".to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer thread
+
+/// A write request as the writer thread sees it: run inside the transaction, then, once the
+/// transaction's fate is known, answer.
+trait WriteJob: Send {
+    /// Runs the request; false if it failed (its savepoint is then rolled back).
+    fn run(&mut self, tx: &Transaction<'_>) -> bool;
+    /// Answers the caller. `commit` is how the whole transaction ended.
+    fn finish(self: Box<Self>, commit: Result<(), &str>);
+}
+
+struct Job<F, R> {
+    work: Option<F>,
+    result: Option<Result<R, StoreError>>,
+    reply: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<F, R> WriteJob for Job<F, R>
+where
+    F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send,
+    R: Send,
+{
+    fn run(&mut self, tx: &Transaction<'_>) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|p| {
+            Err(StoreError::Database(format!(
+                "internal error: a store write panicked: {}",
+                panic_message(p.as_ref())
+            )))
+        });
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), &str>) {
+        let answer = match (self.result, commit) {
+            // A refused request wrote nothing, so its own answer holds whatever the commit did.
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(why)) => Err(StoreError::Database(why.to_owned())),
+            (None, Ok(())) => Err(StoreError::Database(
+                "internal error: a store write was never run".to_owned(),
+            )),
+        };
+        // The caller may have stopped waiting; the write stands either way.
+        let _ = self.reply.send(answer);
+    }
+}
+
+fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>, stats: Arc<Stats>) {
+    // Ends when every sender (every store clone) is gone and the queue is empty.
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let outcome = run_batch(&conn, &mut batch);
+        match &outcome {
+            Ok(()) => {
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(why) => tracing::error!(requests = batch.len(), error = %why, "store write failed"),
+        }
+        let commit = outcome.as_ref().map(|_| ()).map_err(String::as_str);
+        for job in batch {
+            job.finish(commit);
+        }
+    }
+}
+
+/// One group transaction. Err only when the transaction as a whole did not commit.
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteJob>]) -> Result<(), String> {
+    let failed = |e: rusqlite::Error| format!("the write transaction failed: {e}");
+    let tx = begin_immediate(conn).map_err(failed)?;
+    for job in batch.iter_mut() {
+        tx.prepare_cached("SAVEPOINT request")
+            .and_then(|mut s| s.execute([]))
+            .map_err(failed)?;
+        let ok = job.run(&tx);
+        if tx.is_autocommit() {
+            // Some errors (disk full, I/O) make SQLite roll back the whole transaction.
+            return Err("the write transaction was rolled back by SQLite".to_owned());
+        }
+        let end = if ok {
+            "RELEASE request"
+        } else {
+            "ROLLBACK TO request; RELEASE request"
+        };
+        tx.execute_batch(end).map_err(failed)?;
+    }
+    retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)
+    // On an error return, dropping `tx` rolls back whatever is left.
+}
+
+fn begin_immediate(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
+    retry_busy("BEGIN IMMEDIATE", || {
+        Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+    })
+}
+
+/// `busy_timeout` already waits inside SQLite; this covers a lock held longer than that by
+/// another process, up to `LOCK_WAIT`.
+fn retry_busy<T>(what: &str, mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && start.elapsed() < LOCK_WAIT =>
+            {
+                tracing::warn!(
+                    statement = what,
+                    "the database is locked by another connection; retrying"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reader threads
+
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+fn reader_loop(conn: Connection, jobs: Arc<Mutex<mpsc::Receiver<ReadJob>>>, _stats: Arc<Stats>) {
+    loop {
+        // The lock is held only while waiting for the next job, never while running one.
+        let job = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        match job {
+            Ok(job) => job(&conn),
+            Err(_) => return,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows
+
+/// A `runs` row as stored; decoded separately so a bad value is reported, not a type error.
+struct RawRun {
+    id: Sql,
+    workflow: Sql,
+    status: Sql,
+    input: Sql,
+    output: Sql,
+    error: Sql,
+    created_at: Sql,
+    updated_at: Sql,
+}
+
+impl RawRun {
+    /// Reads the `RUN_COLUMNS` at the start of `row`.
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(RawRun {
+            id: row.get(0)?,
+            workflow: row.get(1)?,
+            status: row.get(2)?,
+            input: row.get(3)?,
+            output: row.get(4)?,
+            error: row.get(5)?,
+            created_at: row.get(6)?,
+            updated_at: row.get(7)?,
+        })
+    }
+
+    /// The run id for messages, readable or not.
+    fn label(&self) -> String {
+        match &self.id {
+            Sql::Text(s) => s.clone(),
+            other => format!("<unreadable id {}>", describe(Some(other))),
+        }
+    }
+
+    fn decode(self) -> Result<RunRecord, StoreError> {
+        let label = self.label();
+        let run = label.as_str();
+        let id = label.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?;
+        Ok(RunRecord {
+            id,
+            workflow: text(self.workflow, run, "workflow")?,
+            status: decode_status(self.status, run)?,
+            input: json(self.input, run, "input")?,
+            output: match self.output {
+                Sql::Null => None,
+                v => Some(json(v, run, "output")?),
+            },
+            error: match self.error {
+                Sql::Null => None,
+                v => Some(json(v, run, "error")?),
+            },
+            created_at: time(self.created_at, run, "created_at")?,
+            updated_at: time(self.updated_at, run, "updated_at")?,
+        })
+    }
+}
+
+fn decode_leased(tx: &Transaction<'_>, raw: RawRun, epoch: Sql) -> Result<LeasedRun, StoreError> {
+    let run = raw.decode()?;
+    let key = run.id.to_string();
+    let epoch = match epoch {
+        Sql::Integer(e) => u64::try_from(e).map_err(|err| corrupt(&key, "epoch", err))?,
+        other => {
+            return Err(corrupt(
+                &key,
+                "epoch",
+                format!("{} is not an integer", describe(Some(&other))),
+            ))
+        }
+    };
+    let events = load_events(tx, &key)?;
+    Ok(LeasedRun {
+        lease: Lease {
+            run_id: run.id,
+            epoch,
+        },
+        run,
+        events,
+    })
+}
+
+fn order_key<'a>(wake_at: &Sql, id: &'a Sql) -> (i64, Option<&'a str>) {
+    let wake = match wake_at {
+        Sql::Integer(w) => *w,
+        _ => i64::MAX,
+    };
+    let id = match id {
+        Sql::Text(s) => Some(s.as_str()),
+        _ => None,
+    };
+    (wake, id)
+}
+
+fn load_events(conn: &Connection, run: &str) -> Result<Vec<EventRecord>, StoreError> {
+    let mut stmt = conn
+        .prepare_cached("SELECT seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([run], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Sql>(1)?,
+                row.get::<_, Sql>(2)?,
+            ))
+        })
+        .map_err(db)?;
+    let mut events = Vec::new();
+    for row in rows {
+        let (seq, at, data) = row.map_err(|e| match e {
+            rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => corrupt(run, "events.seq", e),
+            e => db(e),
+        })?;
+        let what = format!("event {seq}");
+        let seq = u64::try_from(seq).map_err(|e| corrupt(run, &what, e))?;
+        events.push(EventRecord {
+            seq,
+            at: time(at, run, &what)?,
+            event: json(data, run, &what)?,
+        });
+    }
+    Ok(events)
+}
+
+/// True if `epoch` is the run's current lease and the run may still be written.
+fn holds(tx: &Transaction<'_>, run: &str, epoch: u64) -> Result<bool, StoreError> {
+    tx.prepare_cached(
+        "SELECT 1 FROM runs
+         WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+    )
+    .map_err(db)?
+    .exists(params![run, sql_epoch(epoch)])
+    .map_err(db)
+}
+
+/// Appends after the run's last event.
+fn insert_events(
+    tx: &Transaction<'_>,
+    run: &str,
+    events: &[EncodedEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let last: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
+        .map_err(db)?
+        .query_row([run], |row| row.get(0))
+        .map_err(db)?;
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(db)?;
+    for (seq, e) in (last + 1..).zip(events) {
+        insert
+            .execute(params![run, seq, e.at, e.kind, e.data])
+            .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// An event ready for its row.
+struct EncodedEvent {
+    at: i64,
+    kind: String,
+    data: String,
+}
+
+impl EncodedEvent {
+    fn new(e: &NewEvent) -> Result<Self, StoreError> {
+        let value = serde_json::to_value(&e.event)
+            .map_err(|err| StoreError::Database(format!("cannot encode an event: {err}")))?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Ok(EncodedEvent {
+            at: sql_time(e.at),
+            kind,
+            data: value.to_string(),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+fn sql_time(t: SystemTime) -> i64 {
+    i64::try_from(to_millis(t)).unwrap_or(i64::MAX)
+}
+
+fn lease_end(now: SystemTime, lease: Duration) -> i64 {
+    let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    sql_time(now).saturating_add(lease)
+}
+
+fn sql_epoch(epoch: u64) -> i64 {
+    // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
+    i64::try_from(epoch).unwrap_or(-1)
+}
+
+fn to_json<T: serde::Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Database(format!("cannot encode {what}: {e}")))
+}
+
+fn corrupt(run: &str, what: &str, why: impl fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("run {run}: {what}: {why}"))
+}
+
+fn text(v: Sql, run: &str, what: &str) -> Result<String, StoreError> {
+    match v {
+        Sql::Text(s) => Ok(s),
+        other => Err(corrupt(
+            run,
+            what,
+            format!("{} is not text", describe(Some(&other))),
+        )),
+    }
+}
+
+fn json<T: serde::de::DeserializeOwned>(v: Sql, run: &str, what: &str) -> Result<T, StoreError> {
+    let s = text(v, run, what)?;
+    serde_json::from_str(&s).map_err(|e| corrupt(run, what, e))
+}
+
+fn time(v: Sql, run: &str, what: &str) -> Result<SystemTime, StoreError> {
+    match v {
+        Sql::Integer(ms) => Ok(from_millis(
+            u64::try_from(ms).map_err(|e| corrupt(run, what, e))?,
+        )),
+        other => Err(corrupt(
+            run,
+            what,
+            format!("{} is not a time", describe(Some(&other))),
+        )),
+    }
+}
+
+fn decode_status(v: Sql, run: &str) -> Result<RunStatus, StoreError> {
+    let s = text(v, run, "status")?;
+    RunStatus::parse(&s).ok_or_else(|| corrupt(run, "status", format!("unknown status `{s}`")))
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+fn thread_gone(which: &str) -> StoreError {
+    StoreError::Database(format!("the store's {which} thread has stopped"))
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::future::Future;
+
+    use serde_json::json;
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    async fn within<F: Future>(f: F) -> F::Output {
+        tokio::time::timeout(WAIT, f)
+            .await
+            .expect("the store did not answer in time")
+    }
+
+    /// A fixed, millisecond-exact instant `ms` after a base time.
+    fn t(ms: u64) -> SystemTime {
+        from_millis(1_700_000_000_000 + ms)
+    }
+
+    async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = within(SqliteStore::open(dir.path().join("wf.db")))
+            .await
+            .unwrap();
+        (dir, store)
+    }
+
+    async fn create(store: &SqliteStore, workflow: &str, at: SystemTime) -> RunId {
+        let id = RunId::new();
+        within(store.create_run(NewRun {
+            id,
+            workflow: workflow.to_owned(),
+            input: json!([1, "two"]),
+            created_at: at,
+        }))
+        .await
+        .unwrap();
+        id
+    }
+
+    fn names(ws: &[&str]) -> Vec<String> {
+        ws.iter().map(|w| (*w).to_owned()).collect()
+    }
+
+    async fn acquire(
+        store: &SqliteStore,
+        workflows: &[String],
+        now: SystemTime,
+        lease: Duration,
+        limit: usize,
+    ) -> Vec<LeasedRun> {
+        within(store.acquire(AcquireRequest {
+            worker_id: "w",
+            workflows,
+            lease,
+            limit,
+            now,
+        }))
+        .await
+        .unwrap()
+    }
+
+    fn step_done(at: SystemTime, n: u32) -> NewEvent {
+        NewEvent {
+            at,
+            event: Event::StepCompleted {
+                step_id: format!("s{n}"),
+                result: Ok(json!(n)),
+            },
+        }
+    }
+
+    fn raw(path: &Path) -> Connection {
+        Connection::open(path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn creates_the_schema_and_reopens_it() {
+        let (dir, store) = fresh().await;
+        let path = dir.path().join("wf.db");
+        let id = create(&store, "orders", t(0)).await;
+        drop(store);
+
+        let conn = raw(&path);
+        let meta: Vec<(String, Sql)> = conn
+            .prepare("SELECT key, value FROM workflow_meta ORDER BY key")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            meta,
+            vec![
+                ("schema".to_owned(), Sql::Text("workflow-rs".to_owned())),
+                ("version".to_owned(), Sql::Integer(1)),
+            ]
+        );
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        drop(conn);
+
+        let store = within(SqliteStore::open(&path)).await.unwrap();
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(run.workflow, "orders");
+        assert_eq!(run.status, RunStatus::Pending);
+        assert_eq!(run.input, json!([1, "two"]));
+        assert_eq!(run.created_at, t(0));
+    }
+
+    #[tokio::test]
+    async fn acquire_uses_the_ready_index() {
+        let (dir, _store) = fresh().await;
+        let conn = raw(&dir.path().join("wf.db"));
+        let plan: Vec<String> = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT id FROM runs
+                 WHERE status IN ('pending', 'running')
+                   AND wake_at <= 1 AND (lease_until IS NULL OR lease_until <= 1)
+                   AND workflow IN (SELECT value FROM json_each('[\"a\"]'))
+                 ORDER BY wake_at, id LIMIT 5",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("runs_ready"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE FOR ORDER BY"), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn rejects_a_foreign_database_without_touching_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.db");
+        let conn = raw(&path);
+        conn.execute_batch(
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);
+             CREATE TABLE orders (id INTEGER PRIMARY KEY);
+             INSERT INTO users (name) VALUES ('ada');",
+        )
+        .unwrap();
+        drop(conn);
+        let before = std::fs::read(&path).unwrap();
+
+        let err = within(SqliteStore::open(&path)).await.unwrap_err();
+        let StoreError::Incompatible(msg) = &err else {
+            panic!("expected Incompatible, got {err:?}");
+        };
+        assert!(msg.starts_with(&path.display().to_string()), "{msg}");
+        assert!(
+            msg.contains("is a SQLite database but not a workflow-rs store (it has tables `orders`, `users`)"),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    #[tokio::test]
+    async fn rejects_a_file_that_is_not_a_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("junk.db");
+        let junk: Vec<u8> = (0..8192u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&path, &junk).unwrap();
+
+        let err = within(SqliteStore::open(&path)).await.unwrap_err();
+        let StoreError::Incompatible(msg) = &err else {
+            panic!("expected Incompatible, got {err:?}");
+        };
+        assert!(
+            msg.starts_with(&format!(
+                "{} is not a SQLite database (or is corrupt): ",
+                path.display()
+            )),
+            "{msg}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), junk);
+    }
+
+    #[tokio::test]
+    async fn rejects_a_newer_schema_without_touching_it() {
+        let (dir, store) = fresh().await;
+        drop(store);
+        let path = dir.path().join("wf.db");
+        let conn = raw(&path);
+        conn.execute(
+            "UPDATE workflow_meta SET value = 2 WHERE key = 'version'",
+            [],
+        )
+        .unwrap();
+        conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
+            .unwrap();
+        drop(conn);
+        let before = std::fs::read(&path).unwrap();
+
+        let err = within(SqliteStore::open(&path)).await.unwrap_err();
+        let StoreError::Incompatible(msg) = &err else {
+            panic!("expected Incompatible, got {err:?}");
+        };
+        assert!(msg.contains("schema version 2"), "{msg}");
+        assert!(msg.contains("schema version 1"), "{msg}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    #[tokio::test]
+    async fn reports_an_unopenable_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = within(SqliteStore::open(dir.path().join("missing/dir/wf.db")))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Database(m) if m.contains("cannot open")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn create_acquire_append_complete_round_trip() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "orders", t(0)).await;
+        assert!(matches!(
+            within(store.create_run(NewRun {
+                id,
+                workflow: "orders".into(),
+                input: json!(null),
+                created_at: t(0),
+            }))
+            .await,
+            Err(StoreError::Database(m)) if m.contains("already exists")
+        ));
+        assert!(within(store.events(&id)).await.unwrap().is_empty());
+        assert!(within(store.get_run(&RunId::new()))
+            .await
+            .unwrap()
+            .is_none());
+
+        let wf = names(&["orders"]);
+        let got = acquire(&store, &wf, t(10), Duration::from_secs(30), 10).await;
+        assert_eq!(got.len(), 1);
+        let leased = &got[0];
+        assert_eq!(
+            leased.lease,
+            Lease {
+                run_id: id,
+                epoch: 1
+            }
+        );
+        assert_eq!(leased.run.status, RunStatus::Running);
+        assert!(leased.events.is_empty());
+
+        let scheduled = NewEvent {
+            at: t(11),
+            event: Event::StepScheduled {
+                step_id: "s1".into(),
+                name: "charge".into(),
+                input: json!({"cents": 100}),
+            },
+        };
+        within(store.append(
+            &leased.lease,
+            vec![scheduled.clone(), step_done(t(12), 1)],
+            None,
+        ))
+        .await
+        .unwrap();
+        let done = NewEvent {
+            at: t(13),
+            event: Event::RunCompleted {
+                output: json!("ok"),
+            },
+        };
+        within(store.append(
+            &leased.lease,
+            vec![done.clone()],
+            Some(RunOutcome::Completed(json!("ok"))),
+        ))
+        .await
+        .unwrap();
+
+        let events = within(store.events(&id)).await.unwrap();
+        let expect: Vec<EventRecord> = [scheduled, step_done(t(12), 1), done]
+            .into_iter()
+            .zip(1..)
+            .map(|(e, seq)| EventRecord {
+                seq,
+                at: e.at,
+                event: e.event,
+            })
+            .collect();
+        assert_eq!(events, expect);
+
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        assert_eq!(run.output, Some(json!("ok")));
+        assert_eq!(run.error, None);
+        assert_eq!(run.updated_at, t(13));
+
+        // Ended: no more writes, not acquirable, and `kind` is queryable.
+        assert!(matches!(
+            within(store.append(&leased.lease, vec![step_done(t(14), 2)], None)).await,
+            Err(StoreError::LeaseLost(r)) if r == id
+        ));
+        assert!(
+            acquire(&store, &wf, t(100_000), Duration::from_secs(30), 10)
+                .await
+                .is_empty()
+        );
+        let conn = raw(store.path());
+        let kinds: Vec<String> = conn
+            .prepare("SELECT kind FROM events WHERE run_id = ?1 ORDER BY seq")
+            .unwrap()
+            .query_map([id.to_string()], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kinds, ["step_scheduled", "step_completed", "run_completed"]);
+    }
+
+    #[tokio::test]
+    async fn failure_outcome_records_the_error() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "orders", t(0)).await;
+        let got = acquire(
+            &store,
+            &names(&["orders"]),
+            t(0),
+            Duration::from_secs(30),
+            1,
+        )
+        .await;
+        let error = Error::fatal("card declined");
+        within(store.append(
+            &got[0].lease,
+            vec![NewEvent {
+                at: t(5),
+                event: Event::RunFailed {
+                    error: error.clone(),
+                },
+            }],
+            Some(RunOutcome::Failed(error.clone())),
+        ))
+        .await
+        .unwrap();
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        assert_eq!(run.error, Some(error));
+        assert_eq!(run.output, None);
+    }
+
+    #[tokio::test]
+    async fn a_stale_epoch_cannot_append_after_a_takeover() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "orders", t(0)).await;
+        let wf = names(&["orders"]);
+        let lease = Duration::from_secs(10);
+
+        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
+        within(store.append(&first.lease, vec![step_done(t(1), 1)], None))
+            .await
+            .unwrap();
+        // Still live: nobody else gets it.
+        assert!(acquire(&store, &wf, t(9_999), lease, 1).await.is_empty());
+        // Expired: the next worker takes over with a new epoch and the history so far.
+        let second = acquire(&store, &wf, t(10_000), lease, 1).await.remove(0);
+        assert_eq!(second.lease.epoch, first.lease.epoch + 1);
+        assert_eq!(second.events.len(), 1);
+
+        let stale = within(store.append(
+            &first.lease,
+            vec![step_done(t(10_001), 2)],
+            Some(RunOutcome::Completed(json!(1))),
+        ))
+        .await;
+        assert!(
+            matches!(stale, Err(StoreError::LeaseLost(r)) if r == id),
+            "{stale:?}"
+        );
+        assert!(matches!(
+            within(store.release(&first.lease, t(0))).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert_eq!(within(store.events(&id)).await.unwrap().len(), 1);
+        assert_eq!(
+            within(store.get_run(&id)).await.unwrap().unwrap().status,
+            RunStatus::Running
+        );
+
+        within(store.append(&second.lease, vec![step_done(t(10_002), 2)], None))
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = within(store.events(&id))
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn acquire_respects_workflows_wake_time_leases_and_order() {
+        let (_dir, store) = fresh().await;
+        let late = create(&store, "orders", t(500)).await;
+        let early = create(&store, "orders", t(100)).await;
+        let other = create(&store, "emails", t(0)).await;
+        let future = create(&store, "orders", t(10_000)).await;
+        let lease = Duration::from_secs(60);
+
+        assert!(acquire(&store, &names(&["nothing"]), t(1_000), lease, 10)
+            .await
+            .is_empty());
+        assert!(acquire(&store, &[], t(1_000), lease, 10).await.is_empty());
+        assert!(acquire(&store, &names(&["orders"]), t(1_000), lease, 0)
+            .await
+            .is_empty());
+
+        let got = acquire(&store, &names(&["orders"]), t(1_000), lease, 1).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(ids, [early]);
+        let got = acquire(&store, &names(&["orders", "emails"]), t(1_000), lease, 10).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(
+            ids,
+            [other, late],
+            "earliest wake time first; live leases and future runs skipped"
+        );
+
+        assert!(
+            acquire(&store, &names(&["orders", "emails"]), t(9_999), lease, 10)
+                .await
+                .is_empty()
+        );
+        let got = acquire(&store, &names(&["orders"]), t(10_000), lease, 10).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(ids, [future]);
+    }
+
+    #[tokio::test]
+    async fn release_with_a_future_wake_time() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "timers", t(0)).await;
+        let wf = names(&["timers"]);
+        let lease = Duration::from_secs(60);
+        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
+        within(store.release(&first.lease, t(5_000))).await.unwrap();
+
+        assert!(acquire(&store, &wf, t(4_999), lease, 1).await.is_empty());
+        // Released means no lease holds it: heartbeat and writes under the old lease fail.
+        assert_eq!(
+            within(store.heartbeat(&[first.lease.clone()], lease, t(1)))
+                .await
+                .unwrap(),
+            [id]
+        );
+        assert!(matches!(
+            within(store.append(&first.lease, vec![], None)).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        let again = acquire(&store, &wf, t(5_000), lease, 1).await.remove(0);
+        assert_eq!(
+            again.lease,
+            Lease {
+                run_id: id,
+                epoch: 2
+            }
+        );
+        assert_eq!(again.run.status, RunStatus::Running);
+    }
+
+    #[tokio::test]
+    async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
+        let (_dir, store) = fresh().await;
+        let wf = names(&["orders"]);
+        let lease = Duration::from_secs(10);
+        let kept = create(&store, "orders", t(0)).await;
+        let taken = create(&store, "orders", t(1)).await;
+        let cancelled = create(&store, "orders", t(2)).await;
+        let ended = create(&store, "orders", t(3)).await;
+        let mine = acquire(&store, &wf, t(0), lease, 10).await;
+        assert_eq!(mine.len(), 1);
+        let mine: Vec<Lease> = [mine, acquire(&store, &wf, t(3), lease, 10).await]
+            .concat()
+            .into_iter()
+            .map(|r| r.lease)
+            .collect();
+        assert_eq!(
+            mine.iter().map(|l| l.run_id).collect::<Vec<_>>(),
+            [kept, taken, cancelled, ended]
+        );
+
+        // Extended until t(19_000): a takeover at t(15_000) must fail for `kept`.
+        assert!(within(store.heartbeat(&mine, lease, t(9_000)))
+            .await
+            .unwrap()
+            .is_empty());
+        within(store.cancel(&cancelled, t(9_500))).await.unwrap();
+        within(store.append(&mine[3], vec![], Some(RunOutcome::Completed(json!(null)))))
+            .await
+            .unwrap();
+        // `taken` is only held until... also extended; expire it by releasing and re-acquiring.
+        within(store.release(&mine[1], t(0))).await.unwrap();
+        let over = acquire(&store, &wf, t(15_000), lease, 10).await;
+        assert_eq!(over.iter().map(|r| r.run.id).collect::<Vec<_>>(), [taken]);
+
+        let lost = within(store.heartbeat(&mine, lease, t(16_000)))
+            .await
+            .unwrap();
+        assert_eq!(lost, [taken, cancelled, ended]);
+        assert!(within(store.heartbeat(&[], lease, t(16_000)))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancel_running_ended_and_unknown_runs() {
+        let (_dir, store) = fresh().await;
+        let wf = names(&["orders"]);
+        let running = create(&store, "orders", t(0)).await;
+        let pending = create(&store, "orders", t(50_000)).await;
+        let leased = acquire(&store, &wf, t(0), Duration::from_secs(60), 1)
+            .await
+            .remove(0);
+        within(store.append(&leased.lease, vec![step_done(t(1), 1)], None))
+            .await
+            .unwrap();
+
+        assert_eq!(
+            within(store.cancel(&running, t(2))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        let run = within(store.get_run(&running)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Cancelled);
+        assert_eq!(run.updated_at, t(2));
+        let error = run.error.unwrap();
+        assert!(error.is_cancelled(), "{error:?}");
+        assert_eq!(error, Error::cancelled(&running));
+        let events = within(store.events(&running)).await.unwrap();
+        assert_eq!(
+            events.last().unwrap(),
+            &EventRecord {
+                seq: 2,
+                at: t(2),
+                event: Event::RunCancelled
+            }
+        );
+        // The worker's lease is gone, and the run is never handed out again.
+        assert!(matches!(
+            within(store.append(&leased.lease, vec![step_done(t(3), 2)], None)).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert!(
+            acquire(&store, &wf, t(100_000), Duration::from_secs(60), 10)
+                .await
+                .iter()
+                .all(|r| r.run.id != running)
+        );
+
+        assert_eq!(
+            within(store.cancel(&running, t(3))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+        );
+        assert_eq!(within(store.events(&running)).await.unwrap().len(), 2);
+
+        assert_eq!(
+            within(store.cancel(&pending, t(4))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        let unknown = RunId::new();
+        assert!(matches!(
+            within(store.cancel(&unknown, t(5))).await,
+            Err(StoreError::RunNotFound(r)) if r == unknown
+        ));
+    }
+
+    #[tokio::test]
+    async fn cancel_of_a_completed_run_reports_its_status() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "orders", t(0)).await;
+        let leased = acquire(
+            &store,
+            &names(&["orders"]),
+            t(0),
+            Duration::from_secs(60),
+            1,
+        )
+        .await
+        .remove(0);
+        within(store.append(&leased.lease, vec![], Some(RunOutcome::Completed(json!(7)))))
+            .await
+            .unwrap();
+        assert_eq!(
+            within(store.cancel(&id, t(9))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Completed)
+        );
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!((run.status, run.error), (RunStatus::Completed, None));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_commits_and_all_land() {
+        let (_dir, store) = fresh().await;
+        let wf = names(&["bulk"]);
+        let creates: Vec<_> = (0..200)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move { create(&store, "bulk", t(i)).await })
+            })
+            .collect();
+        for c in creates {
+            within(c).await.unwrap();
+        }
+        let leased = acquire(&store, &wf, t(1_000), Duration::from_secs(600), 1_000).await;
+        assert_eq!(leased.len(), 200);
+
+        let commits_before = store.inner.stats.commits.load(Ordering::Relaxed);
+        let appends: Vec<_> = leased
+            .iter()
+            .map(|r| {
+                let store = store.clone();
+                let lease = r.lease.clone();
+                tokio::spawn(async move {
+                    store
+                        .append(
+                            &lease,
+                            vec![step_done(t(2_000), 1), step_done(t(2_001), 2)],
+                            None,
+                        )
+                        .await
+                })
+            })
+            .collect();
+        for a in appends {
+            within(a).await.unwrap().unwrap();
+        }
+        let commits = store.inner.stats.commits.load(Ordering::Relaxed) - commits_before;
+        assert!(
+            commits < 200,
+            "200 appends took {commits} commits: no group commit"
+        );
+
+        for r in &leased {
+            let events = within(store.events(&r.run.id)).await.unwrap();
+            assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_request_does_not_undo_its_batch_neighbours() {
+        let (_dir, store) = fresh().await;
+        let wf = names(&["mix"]);
+        for i in 0..20 {
+            create(&store, "mix", t(i)).await;
+        }
+        let leased = acquire(&store, &wf, t(100), Duration::from_secs(600), 100).await;
+        let tasks: Vec<_> = leased
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let store = store.clone();
+                let mut lease = r.lease.clone();
+                if i % 2 == 1 {
+                    lease.epoch += 7;
+                }
+                tokio::spawn(
+                    async move { store.append(&lease, vec![step_done(t(200), 1)], None).await },
+                )
+            })
+            .collect();
+        for (i, task) in tasks.into_iter().enumerate() {
+            let result = within(task).await.unwrap();
+            if i % 2 == 1 {
+                assert!(
+                    matches!(result, Err(StoreError::LeaseLost(_))),
+                    "{result:?}"
+                );
+            } else {
+                result.unwrap();
+            }
+        }
+        for (i, r) in leased.iter().enumerate() {
+            let n = within(store.events(&r.run.id)).await.unwrap().len();
+            assert_eq!(n, usize::from(i % 2 == 0));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_write_fails_alone() {
+        let (_dir, store) = fresh().await;
+        let result: Result<(), _> = within(store.write(|_| panic!("boom"))).await;
+        assert!(
+            matches!(&result, Err(StoreError::Database(m)) if m.contains("boom")),
+            "{result:?}"
+        );
+        let id = create(&store, "orders", t(0)).await;
+        assert!(within(store.get_run(&id)).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn undecodable_rows_are_reported_as_corrupt() {
+        let (_dir, store) = fresh().await;
+        let id = create(&store, "orders", t(0)).await;
+        let good = create(&store, "orders", t(1)).await;
+        let conn = raw(store.path());
+        conn.execute(
+            "UPDATE runs SET input = 'not json' WHERE id = ?1",
+            [id.to_string()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, 0, 'x', '{}')",
+            [id.to_string()],
+        )
+        .unwrap();
+        drop(conn);
+
+        let err = within(store.get_run(&id)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("input")),
+            "{err:?}"
+        );
+        let err = within(store.events(&id)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("event 1")),
+            "{err:?}"
+        );
+        // One bad run does not stall the others.
+        let got = acquire(
+            &store,
+            &names(&["orders"]),
+            t(10),
+            Duration::from_secs(60),
+            10,
+        )
+        .await;
+        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [good]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_stores_on_one_file_never_share_a_run() {
+        let (dir, a) = fresh().await;
+        let b = within(SqliteStore::open(dir.path().join("wf.db")))
+            .await
+            .unwrap();
+        let mut all = HashSet::new();
+        for i in 0..120 {
+            let store = if i % 2 == 0 { &a } else { &b };
+            all.insert(create(store, "shared", t(i)).await);
+        }
+
+        let workers: Vec<_> = [a.clone(), b.clone(), a.clone(), b.clone()]
+            .into_iter()
+            .map(|store| {
+                tokio::spawn(async move {
+                    let wf = names(&["shared"]);
+                    let mut mine = Vec::new();
+                    loop {
+                        let got = acquire(&store, &wf, t(1_000), Duration::from_secs(600), 3).await;
+                        if got.is_empty() {
+                            return mine;
+                        }
+                        mine.extend(got.into_iter().map(|r| (r.run.id, r.lease.epoch)));
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        for w in workers {
+            for (id, epoch) in within(w).await.unwrap() {
+                assert_eq!(epoch, 1, "run {id} was leased twice");
+                assert!(seen.insert(id), "run {id} was handed out twice");
+            }
+        }
+        assert_eq!(seen, all);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_last_clone_ends_the_threads() {
+        let (_dir, store) = fresh().await;
+        let other = store.clone();
+        create(&store, "orders", t(0)).await;
+        let threads = Arc::downgrade(&store.inner.stats);
+        drop(store);
+        assert!(threads.upgrade().is_some(), "a clone still holds the store");
+        drop(other);
+        within(async {
+            while threads.upgrade().is_some() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+}

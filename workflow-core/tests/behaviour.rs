@@ -1,0 +1,594 @@
+//! The durable-core behaviour suite, run on every store.
+
+mod common;
+
+use std::collections::HashMap;
+use std::pin::pin;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{Backend, TestDb};
+use futures::future::Either;
+use serde_json::json;
+use workflow_core::prelude::*;
+use workflow_core::store::{Event, NewRun};
+
+/// What step bodies did, per run: (step name, step id, attempt) in execution order.
+fn executions() -> &'static Mutex<HashMap<RunId, Vec<(String, String, u32)>>> {
+    static E: OnceLock<Mutex<HashMap<RunId, Vec<(String, String, u32)>>>> = OnceLock::new();
+    E.get_or_init(Default::default)
+}
+
+fn record(name: &str) -> StepMetadata {
+    let m = step_metadata();
+    executions()
+        .lock()
+        .unwrap()
+        .entry(m.run_id)
+        .or_default()
+        .push((name.to_owned(), m.step_id.clone(), m.attempt));
+    m
+}
+
+fn executed(run: RunId) -> Vec<(String, String, u32)> {
+    executions()
+        .lock()
+        .unwrap()
+        .get(&run)
+        .cloned()
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequential and concurrent steps
+
+#[step]
+async fn add(a: u64, b: u64) -> Result<u64> {
+    record("add");
+    Ok(a + b)
+}
+
+#[step]
+async fn pure_add(a: u64, b: u64) -> Result<u64> {
+    assert!(
+        workflow_core::try_step_metadata().is_none(),
+        "called as a plain fn"
+    );
+    Ok(a + b)
+}
+
+#[step]
+async fn double(x: u64) -> Result<u64> {
+    record("double");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    Ok(x * 2)
+}
+
+#[workflow]
+async fn arithmetic(start: u64) -> Result<u64> {
+    let a = add(start, 1).await?;
+    let b = add(a, 10).await?;
+    let (x, y, z) = futures::join!(double(a), double(b), add(a, b));
+    let total = futures::future::try_join_all((0..3).map(double)).await?;
+    Ok(x? + y? + z? + total.iter().sum::<u64>())
+}
+
+async fn sequential_and_concurrent_steps(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let run = rt.start(arithmetic, (5,)).await.unwrap();
+    // a = 6, b = 16, x = 12, y = 32, z = 22, total = 0 + 2 + 4
+    assert_eq!(run.return_value().await.unwrap(), 12 + 32 + 22 + 6);
+    assert_eq!(run.status().await.unwrap(), RunStatus::Completed);
+
+    let ran = executed(run.id());
+    assert_eq!(ran.len(), 8, "each step body ran exactly once: {ran:?}");
+    let mut ids: Vec<&String> = ran.iter().map(|(_, id, _)| id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "step ids are distinct");
+    for (_, id, attempt) in &ran {
+        assert!(id.is_ascii() && id.len() <= 255, "{id}");
+        assert_eq!(*attempt, 1);
+    }
+    // The recorded ids are the ones the bodies saw.
+    let events = rt.store().events(&run.id()).await.unwrap();
+    let mut recorded: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepScheduled { step_id, .. } => Some(step_id.clone()),
+            _ => None,
+        })
+        .collect();
+    recorded.sort();
+    let mut seen: Vec<String> = ran.iter().map(|(_, id, _)| id.clone()).collect();
+    seen.sort();
+    assert_eq!(recorded, seen);
+    assert!(matches!(
+        events.last().unwrap().event,
+        Event::RunCompleted { .. }
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retries
+
+#[step]
+async fn always_fails() -> Result<()> {
+    record("always_fails");
+    Err(std::io::Error::other("disk on fire").into())
+}
+
+#[step(max_retries = 5)]
+async fn fails_fatally() -> Result<()> {
+    record("fails_fatally");
+    Err(Error::fatal("card declined"))
+}
+
+#[step]
+async fn fails_then_succeeds(delay_ms: u64) -> Result<u32> {
+    let m = record("fails_then_succeeds");
+    if m.attempt < 3 {
+        return Err(Error::retryable("try later").retry_after(Duration::from_millis(delay_ms)));
+    }
+    Ok(m.attempt)
+}
+
+#[step]
+async fn panics_once() -> Result<String> {
+    let m = record("panics_once");
+    if m.attempt == 1 {
+        panic!("boom in step");
+    }
+    Ok("recovered".into())
+}
+
+#[workflow]
+async fn retrying(which: String) -> Result<String> {
+    match which.as_str() {
+        "always" => always_fails().await.map(|_| "ok".into()),
+        "fatal" => fails_fatally().await.map(|_| "ok".into()),
+        "after" => fails_then_succeeds(150)
+            .await
+            .map(|a| format!("attempt {a}")),
+        "panic" => panics_once().await,
+        "handled" => match always_fails().await {
+            Ok(()) => Ok("impossible".into()),
+            Err(e) => Ok(format!("handled: {e}")),
+        },
+        other => Err(Error::fatal(format!("unknown case {other}"))),
+    }
+}
+
+async fn retries_follow_the_policy(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+
+    let run = rt.start(retrying, ("always".to_string(),)).await.unwrap();
+    let err = run.return_value().await.unwrap_err();
+    assert!(err.to_string().contains("disk on fire"), "{err}");
+    let ran = executed(run.id());
+    assert_eq!(ran.iter().map(|r| r.2).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert!(
+        ran.iter().all(|r| r.1 == ran[0].1),
+        "same step id on every attempt"
+    );
+    assert_eq!(run.status().await.unwrap(), RunStatus::Failed);
+
+    let run = rt.start(retrying, ("fatal".to_string(),)).await.unwrap();
+    let err = run.return_value().await.unwrap_err();
+    assert!(err.is_fatal() && err.to_string().contains("card declined"));
+    assert_eq!(executed(run.id()).len(), 1, "fatal errors are not retried");
+
+    let started = Instant::now();
+    let run = rt.start(retrying, ("after".to_string(),)).await.unwrap();
+    assert_eq!(run.return_value().await.unwrap(), "attempt 3");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "retry_after honoured twice"
+    );
+    let events = rt.store().events(&run.id()).await.unwrap();
+    let failures: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepAttemptFailed { retry_at_ms, .. } => Some(*retry_at_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failures.len(), 2);
+    for e in &events {
+        if let Event::StepAttemptStarted { .. } = e.event {
+            let at = workflow_core::store::to_millis(e.at);
+            assert!(
+                failures.iter().any(|r| at >= *r),
+                "attempt started before its retry time"
+            );
+        }
+    }
+
+    let run = rt.start(retrying, ("panic".to_string(),)).await.unwrap();
+    assert_eq!(run.return_value().await.unwrap(), "recovered");
+    assert_eq!(executed(run.id()).len(), 2);
+
+    let run = rt.start(retrying, ("handled".to_string(),)).await.unwrap();
+    let v = run.return_value().await.unwrap();
+    assert!(v.starts_with("handled: disk on fire"), "{v}");
+}
+
+#[workflow]
+async fn panicking_workflow(n: u32) -> Result<u32> {
+    let x = add(n as u64, 1).await?;
+    if x > 0 {
+        panic!("workflow body exploded at {x}");
+    }
+    Ok(n)
+}
+
+async fn panics_fail_the_run_and_the_worker_goes_on(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let bad = rt.start(panicking_workflow, (1,)).await.unwrap();
+    let good = rt.start(arithmetic, (1,)).await.unwrap();
+    let err = bad.return_value().await.unwrap_err();
+    assert!(
+        err.to_string().contains("workflow body exploded at 2"),
+        "{err}"
+    );
+    assert_eq!(bad.status().await.unwrap(), RunStatus::Failed);
+    assert!(good.return_value().await.is_ok());
+    // And later work still runs.
+    let again = rt.start(arithmetic, (2,)).await.unwrap();
+    assert!(again.return_value().await.is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sleep, clock, random, metadata
+
+#[step]
+async fn observe(label: String) -> Result<String> {
+    let m = step_metadata();
+    Ok(format!("{label}:{}", m.run_id))
+}
+
+#[workflow]
+async fn sleepy(ms: u64) -> Result<(u64, u64, bool, String)> {
+    let meta = workflow_metadata();
+    let t0 = now();
+    assert_eq!(t0, meta.started_at, "the clock starts at the run's start");
+    let r1: u64 = random();
+    sleep(Duration::from_millis(ms)).await;
+    let t1 = now();
+    let seen = observe("after-sleep".into()).await?;
+    let elapsed = t1.duration_since(t0).unwrap().as_millis() as u64;
+    Ok((
+        elapsed,
+        r1,
+        seen.ends_with(&meta.run_id.to_string()),
+        meta.workflow_name,
+    ))
+}
+
+async fn durable_sleep_and_deterministic_helpers(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let started = SystemTime::now();
+    let run = rt.start(sleepy, (200,)).await.unwrap();
+    let (elapsed, _r, seen, name) = run.return_value().await.unwrap();
+    assert!(
+        elapsed >= 200,
+        "workflow clock advanced by the sleep: {elapsed}"
+    );
+    assert!(started.elapsed().unwrap() >= Duration::from_millis(200));
+    assert!(seen, "step_metadata names the run");
+    assert!(name.ends_with("sleepy"), "{name}");
+    let events = rt.store().events(&run.id()).await.unwrap();
+    assert!(events
+        .iter()
+        .any(|e| matches!(e.event, Event::TimerFired { .. })));
+
+    // Outside a workflow the helpers are their plain counterparts.
+    assert!(now() >= started);
+    let t = Instant::now();
+    sleep(Duration::from_millis(20)).await;
+    assert!(t.elapsed() >= Duration::from_millis(20));
+    assert!(workflow_core::try_step_metadata().is_none());
+    assert!(workflow_core::try_workflow_metadata().is_none());
+    // A step called outside a workflow is a plain async fn.
+    assert_eq!(pure_add(2, 3).await.unwrap(), 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+
+fn gates() -> &'static Mutex<HashMap<String, std::sync::Arc<tokio::sync::Notify>>> {
+    static G: OnceLock<Mutex<HashMap<String, std::sync::Arc<tokio::sync::Notify>>>> =
+        OnceLock::new();
+    G.get_or_init(Default::default)
+}
+
+fn gate(key: &str) -> std::sync::Arc<tokio::sync::Notify> {
+    gates()
+        .lock()
+        .unwrap()
+        .entry(key.to_owned())
+        .or_default()
+        .clone()
+}
+
+#[step]
+async fn wait_for_gate(key: String) -> Result<String> {
+    record("wait_for_gate");
+    gate(&format!("{key}:entered")).notify_one();
+    gate(&key).notified().await;
+    Ok(format!("released {key}"))
+}
+
+#[workflow]
+async fn gated(key: String) -> Result<String> {
+    let v = wait_for_gate(key).await?;
+    let w = add(1, 1).await?;
+    Ok(format!("{v} {w}"))
+}
+
+#[workflow]
+async fn sleeps_long(secs: u64) -> Result<()> {
+    sleep(Duration::from_secs(secs)).await;
+    Ok(())
+}
+
+async fn cancel_stops_the_run(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+
+    let run = rt.start(sleeps_long, (3600,)).await.unwrap();
+    while run.status().await.unwrap() == RunStatus::Pending {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    run.cancel().await.unwrap();
+    assert_eq!(run.status().await.unwrap(), RunStatus::Cancelled);
+    assert!(run.return_value().await.unwrap_err().is_cancelled());
+    run.cancel()
+        .await
+        .expect("cancelling an ended run is a no-op");
+
+    // A step in flight at the cancel: its result is discarded.
+    let key = format!("cancel-{}", RunId::new());
+    let run = rt.start(gated, (key.clone(),)).await.unwrap();
+    gate(&format!("{key}:entered")).notified().await;
+    run.cancel().await.unwrap();
+    gate(&key).notify_one();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(run.return_value().await.unwrap_err().is_cancelled());
+    let events = rt.store().events(&run.id()).await.unwrap();
+    assert!(matches!(events.last().unwrap().event, Event::RunCancelled));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e.event, Event::StepCompleted { .. })));
+
+    // A completed run stays completed.
+    let done = rt.start(arithmetic, (0,)).await.unwrap();
+    done.return_value().await.unwrap();
+    done.cancel().await.unwrap();
+    assert_eq!(done.status().await.unwrap(), RunStatus::Completed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay: takeover, races, divergence
+
+fn versions() -> &'static Mutex<HashMap<String, u32>> {
+    static V: OnceLock<Mutex<HashMap<String, u32>>> = OnceLock::new();
+    V.get_or_init(Default::default)
+}
+
+#[step]
+async fn step_a(key: String) -> Result<String> {
+    record("step_a");
+    Ok(format!("a:{key}"))
+}
+
+#[step]
+async fn step_b(key: String) -> Result<String> {
+    record("step_b");
+    Ok(format!("b:{key}"))
+}
+
+/// "Version 1" calls `step_a` first; "version 2" calls `step_b` first.
+#[workflow]
+async fn versioned(key: String) -> Result<String> {
+    let version = versions().lock().unwrap().get(&key).copied().unwrap_or(1);
+    let first = if version == 1 {
+        step_a(key.clone()).await?
+    } else {
+        step_b(key.clone()).await?
+    };
+    sleep(Duration::from_millis(1500)).await;
+    Ok(first)
+}
+
+async fn wait_for_event(rt: &Runtime, id: RunId, pred: impl Fn(&Event) -> bool) {
+    loop {
+        let events = rt.store().events(&id).await.unwrap();
+        if events.iter().any(|e| pred(&e.event)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn replay_divergence_is_reported_and_history_kept(b: Backend) {
+    let db = TestDb::new(b);
+    let key = format!("div-{}", RunId::new());
+    let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let run = rt1.start(versioned, (key.clone(),)).await.unwrap();
+    wait_for_event(&rt1, run.id(), |e| {
+        matches!(e, Event::TimerScheduled { .. })
+    })
+    .await;
+    rt1.shutdown();
+    let before = rt1.store().events(&run.id()).await.unwrap();
+
+    versions().lock().unwrap().insert(key.clone(), 2);
+    let rt2 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let err = rt2.get_run(&run.id()).return_value().await.unwrap_err();
+    assert!(err.is_diverged(), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("step_a") && msg.contains("step_b"),
+        "names expected and found: {msg}"
+    );
+    let after = rt2.store().events(&run.id()).await.unwrap();
+    assert_eq!(before, after, "history untouched");
+    assert_eq!(executed(run.id()).len(), 1, "step_b never ran");
+}
+
+#[step]
+async fn slow_step() -> Result<String> {
+    record("slow");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok("slow".into())
+}
+
+#[step]
+async fn fast_step() -> Result<String> {
+    record("fast");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok("fast".into())
+}
+
+/// Takes whichever branch finishes first, then waits for the other; both results end up
+/// recorded, so a replay that delivered everything at once would let `slow` (polled first) win.
+#[workflow]
+async fn racing() -> Result<String> {
+    let slow = pin!(slow_step());
+    let fast = pin!(fast_step());
+    let (winner, rest) = match futures::future::select(slow, fast).await {
+        Either::Left((v, rest)) => (v?, Either::Left(rest)),
+        Either::Right((v, rest)) => (v?, Either::Right(rest)),
+    };
+    let other = match rest {
+        Either::Left(f) => f.await?,
+        Either::Right(f) => f.await?,
+    };
+    // A sleep or a step, raced: the step wins live and must win on replay.
+    let timer = pin!(sleep(Duration::from_millis(400)));
+    let quick = pin!(step_a("race".into()));
+    let second = match futures::future::select(timer, quick).await {
+        Either::Left(((), _)) => "timer".to_string(),
+        Either::Right((v, _)) => v?,
+    };
+    sleep(Duration::from_millis(1500)).await;
+    Ok(format!("{winner} then {other}; {second}"))
+}
+
+async fn races_replay_the_way_they_ran(b: Backend) {
+    let db = TestDb::new(b);
+    let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let run = rt1.start(racing, ()).await.unwrap();
+    // Wait until the final sleep is scheduled (the 3rd timer command: tmr_1).
+    wait_for_event(
+        &rt1,
+        run.id(),
+        |e| matches!(e, Event::TimerScheduled { timer_id, .. } if timer_id == "tmr_1"),
+    )
+    .await;
+    rt1.shutdown();
+    let ran_live = executed(run.id()).len();
+    assert_eq!(ran_live, 3);
+
+    let rt2 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let out = rt2
+        .get_run(&run.id())
+        .typed::<String>()
+        .return_value()
+        .await
+        .unwrap();
+    assert_eq!(out, "fast then slow; a:race");
+    assert_eq!(
+        executed(run.id()).len(),
+        ran_live,
+        "replay ran no step body"
+    );
+}
+
+async fn takeover_after_lease_expiry_resumes_in_flight_step(b: Backend) {
+    let db = TestDb::new(b);
+    let key = format!("takeover-{}", RunId::new());
+    let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let run = rt1.start(gated, (key.clone(),)).await.unwrap();
+    gate(&format!("{key}:entered")).notified().await;
+    rt1.shutdown(); // the worker "dies" with the step in flight
+
+    let rt2 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    gate(&format!("{key}:entered")).notified().await; // the step runs again, elsewhere
+    gate(&key).notify_one();
+    let out = rt2
+        .get_run(&run.id())
+        .typed::<String>()
+        .return_value()
+        .await
+        .unwrap();
+    assert_eq!(out, format!("released {key} 2"));
+    let ran: Vec<_> = executed(run.id())
+        .into_iter()
+        .filter(|r| r.0 == "wait_for_gate")
+        .collect();
+    assert_eq!(ran.len(), 2);
+    assert_eq!(ran[0].1, ran[1].1, "same step id after takeover");
+    assert_eq!(
+        (ran[0].2, ran[1].2),
+        (1, 2),
+        "a higher attempt after takeover"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input
+
+async fn bad_input_gives_clear_errors(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+
+    let unknown = RunId::new();
+    let err = rt.get_run(&unknown).status().await.unwrap_err();
+    assert!(matches!(err, workflow_core::RunError::NotFound(id) if id == unknown));
+    let err = rt.get_run(&unknown).return_value().await.unwrap_err();
+    assert!(
+        err.to_string().contains(&unknown.to_string()) && err.to_string().contains("not found"),
+        "{err}"
+    );
+    assert!("garbage".parse::<RunId>().is_err());
+
+    // A run whose recorded arguments do not fit this binary's workflow (another version started it).
+    let id = RunId::new();
+    fn name_of<F: workflow_core::IntoWorkflow<(u64,)>>(_: F) -> &'static str {
+        <F::Def as workflow_core::WorkflowDef>::NAME
+    }
+    rt.store()
+        .create_run(NewRun {
+            id,
+            workflow: name_of(arithmetic).to_owned(),
+            input: json!({"order": "not a tuple of u64"}),
+            created_at: SystemTime::now(),
+        })
+        .await
+        .unwrap();
+    let err = rt.get_run(&id).return_value().await.unwrap_err();
+    assert!(err.to_string().contains("do not match"), "{err}");
+    assert_eq!(
+        rt.get_run(&id).info().await.unwrap().input,
+        json!({"order": "not a tuple of u64"}),
+        "the recorded input is kept"
+    );
+}
+
+on_every_store!(
+    sequential_and_concurrent_steps,
+    retries_follow_the_policy,
+    panics_fail_the_run_and_the_worker_goes_on,
+    durable_sleep_and_deterministic_helpers,
+    cancel_stops_the_run,
+    replay_divergence_is_reported_and_history_kept,
+    races_replay_the_way_they_ran,
+    takeover_after_lease_expiry_resumes_in_flight_step,
+    bad_input_gives_clear_errors,
+);

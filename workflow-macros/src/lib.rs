@@ -1,0 +1,28 @@
+//! `#[workflow]` and `#[step]`, the attribute macros behind `workflow_core`. Users depend on
+//! `workflow_core`, which re-exports them; the generated code names only
+//! `::workflow_core::__private` items.
+//!
+//! Each entry point hands its tokens to [`expand`], which parses the options (`args`) and the
+//! function (`parse`), validates both collecting every error (`errors`), and generates code. On
+//! error the user's function is emitted unchanged next to the errors, so the IDE keeps working.
+
+mod args;
+mod errors;
+mod expand;
+mod parse;
+
+use proc_macro::TokenStream;
+
+/// Makes an `async fn` a durable workflow; see `workflow_core` for the semantics.
+/// Options: `name = ".."` pins the stable name (default: module path + fn name).
+#[proc_macro_attribute]
+pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::workflow(args.into(), item.into()).into()
+}
+
+/// Makes an `async fn` a recorded, retried step; see `workflow_core` for the semantics.
+/// Options: `name = ".."` pins the stable name, `max_retries = N` (default 3).
+#[proc_macro_attribute]
+pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::step(args.into(), item.into()).into()
+}
