@@ -1,11 +1,11 @@
 //! Code generation: turns a validated [`Function`] into the user's function rewritten around the
 //! runtime's `::workflow_core::__private` entry points, plus its registration.
 //!
-//! Generated locals and helper items are named `__wf_*` with `Span::mixed_site()`, so they never
-//! capture or shadow user names. The user's own tokens (signature, argument patterns, body) keep
-//! their spans, so warnings about them (unused argument, needless `mut`) point at the user's
-//! code, once. Every check that can fail to type-check carries the span of the user's type it
-//! checks.
+//! Generated locals and helper items are named `__wf_*` (`__wf_body`, `__wf_args`,
+//! `__wf_arg_<name>`) with `Span::mixed_site()`, so they never capture or shadow user names. The
+//! user's own tokens (signature, argument patterns, body) keep their spans, so warnings about them
+//! (unused argument, needless `mut`) point at the user's code, once. Every check that can fail to
+//! type-check carries the span of the user's type it checks.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};

@@ -96,11 +96,10 @@ pub(crate) fn function(kind: Kind, item: TokenStream) -> syn::Result<Function> {
             format_args!("{kind} functions must be `async`"),
         );
     }
-    let generic = format_args!(
+    let generic = format!(
         "{kind} functions cannot be generic: their arguments and result are recorded in the \
          run's history and decoded by name, so each needs one concrete type"
-    )
-    .to_string();
+    );
     if !sig.generics.params.is_empty() {
         errors.spanned(&sig.generics, &generic);
     } else if let Some(where_clause) = &sig.generics.where_clause {

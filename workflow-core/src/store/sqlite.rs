@@ -1522,7 +1522,7 @@ mod tests {
         assert!(acquire(&store, &wf, t(4_999), lease, 1).await.is_empty());
         // Released means no lease holds it: heartbeat and writes under the old lease fail.
         assert_eq!(
-            within(store.heartbeat(&[first.lease.clone()], lease, t(1)))
+            within(store.heartbeat(std::slice::from_ref(&first.lease), lease, t(1)))
                 .await
                 .unwrap(),
             [id]
@@ -1865,5 +1865,106 @@ mod tests {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod bench_tmp {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn bench() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("b.db")).await.unwrap();
+        let wf = vec!["b".to_owned()];
+        let n = 2000;
+        for _ in 0..n {
+            store
+                .create_run(NewRun {
+                    id: RunId::new(),
+                    workflow: "b".into(),
+                    input: json!(1),
+                    created_at: from_millis(1),
+                })
+                .await
+                .unwrap();
+        }
+        let leased = store
+            .acquire(AcquireRequest {
+                worker_id: "w",
+                workflows: &wf,
+                lease: Duration::from_secs(600),
+                limit: n,
+                now: from_millis(2),
+            })
+            .await
+            .unwrap();
+        // sequential
+        let start = Instant::now();
+        for i in 0..500u32 {
+            store
+                .append(
+                    &leased[0].lease,
+                    vec![NewEvent {
+                        at: from_millis(3),
+                        event: Event::TimerFired {
+                            timer_id: i.to_string(),
+                        },
+                    }],
+                    None,
+                )
+                .await
+                .unwrap();
+        }
+        println!("sequential append: {:?}/op", start.elapsed() / 500);
+        let c0 = store.inner.stats.commits.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let tasks: Vec<_> = leased
+            .iter()
+            .skip(1)
+            .map(|r| {
+                let s = store.clone();
+                let l = r.lease.clone();
+                tokio::spawn(async move {
+                    for i in 0..10u32 {
+                        s.append(
+                            &l,
+                            vec![NewEvent {
+                                at: from_millis(3),
+                                event: Event::TimerFired {
+                                    timer_id: i.to_string(),
+                                },
+                            }],
+                            None,
+                        )
+                        .await
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let ops = (n as u32 - 1) * 10;
+        let c = store.inner.stats.commits.load(Ordering::Relaxed) - c0;
+        println!(
+            "concurrent append: {:?}/op, {} ops, {} commits",
+            start.elapsed() / ops,
+            ops,
+            c
+        );
+        let start = Instant::now();
+        for r in leased.iter().take(500) {
+            store.get_run(&r.run.id).await.unwrap();
+        }
+        println!("get_run: {:?}/op", start.elapsed() / 500);
+        let start = Instant::now();
+        for r in leased.iter().take(500) {
+            store.events(&r.run.id).await.unwrap();
+        }
+        println!("events: {:?}/op", start.elapsed() / 500);
     }
 }

@@ -1,0 +1,449 @@
+//! Crash recovery with real processes: this test binary re-executes itself as a worker
+//! (`child_main`, ignored unless run as a child), the tests SIGKILL it at different points and
+//! check the recorded history and what the step bodies did.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use workflow_core::prelude::*;
+use workflow_core::store::{from_millis, Event};
+
+const CHILD_ENV: &str = "WF_CRASH_CHILD";
+const LEASE: Duration = Duration::from_millis(500);
+
+// ---------------------------------------------------------------------------------------------
+// The workflows the child runs
+
+fn log_path() -> PathBuf {
+    PathBuf::from(std::env::var("WF_LOG").expect("WF_LOG"))
+}
+
+/// Appends one line per step execution: `<step_id> <attempt> <label> <pid>`.
+fn log_execution(label: &str) {
+    let m = step_metadata();
+    let line = format!(
+        "{} {} {} {}\n",
+        m.step_id,
+        m.attempt,
+        label,
+        std::process::id()
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path())
+        .expect("open log");
+    f.write_all(line.as_bytes()).expect("write log");
+}
+
+#[step]
+async fn square(i: u64) -> Result<u64> {
+    log_execution(&format!("square-{i}"));
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    Ok(i * i)
+}
+
+#[workflow]
+async fn twenty_squares() -> Result<u64> {
+    let mut sum = 0;
+    for i in 0..20 {
+        sum += square(i).await?;
+    }
+    Ok(sum)
+}
+
+#[workflow]
+async fn sleep_between(ms: u64) -> Result<(u64, u64)> {
+    let mut sum = 0;
+    for i in 0..3 {
+        sum += square(i).await?;
+    }
+    let before = now();
+    sleep(Duration::from_millis(ms)).await;
+    let slept = now().duration_since(before).unwrap_or_default().as_millis() as u64;
+    for i in 3..6 {
+        sum += square(i).await?;
+    }
+    Ok((sum, slept))
+}
+
+#[step]
+async fn kills_its_worker() -> Result<()> {
+    log_execution("abort");
+    std::process::abort();
+}
+
+#[workflow]
+async fn always_crashing() -> Result<String> {
+    match kills_its_worker().await {
+        Ok(()) => Ok("impossible".into()),
+        Err(e) => Ok(format!("gave up: {e}")),
+    }
+}
+
+#[step]
+async fn tagged(n: u64) -> Result<u32> {
+    log_execution(&format!("tagged-{n}"));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(std::process::id())
+}
+
+#[workflow]
+async fn three_tagged(n: u64) -> Result<Vec<u32>> {
+    Ok(vec![
+        tagged(n).await?,
+        tagged(n + 1).await?,
+        tagged(n + 2).await?,
+    ])
+}
+
+/// The worker process. `WF_MODE` is `start:<workflow>[:<arg>]`, `resume:<run id>` or `work`.
+#[test]
+#[ignore = "entry point of the worker processes the crash tests spawn"]
+fn child_main() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = std::env::var("WF_DB").unwrap();
+        let rt = Runtime::builder()
+            .sqlite(db)
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(20))
+            .retry_backoff(Duration::from_millis(10))
+            // Small, so that one worker cannot take every run of the sharing test at once.
+            .max_active_runs(4)
+            .build()
+            .await
+            .unwrap();
+        let mode = std::env::var("WF_MODE").unwrap();
+        let parts: Vec<&str> = mode.split(':').collect();
+        let id = match parts.as_slice() {
+            ["start", "twenty_squares"] => rt.start(twenty_squares, ()).await.unwrap().id(),
+            ["start", "sleep_between", ms] => rt
+                .start(sleep_between, (ms.parse::<u64>().unwrap(),))
+                .await
+                .unwrap()
+                .id(),
+            ["start", "always_crashing"] => rt.start(always_crashing, ()).await.unwrap().id(),
+            ["resume", id] => id.parse().unwrap(),
+            ["work"] => std::future::pending().await,
+            other => panic!("unknown mode {other:?}"),
+        };
+        println!("RUN {id}");
+        std::io::stdout().flush().unwrap();
+        let out = rt.get_run(&id).return_value().await;
+        println!(
+            "DONE {}",
+            serde_json::to_string(&out.map_err(|e| e.to_string())).unwrap()
+        );
+        std::io::stdout().flush().unwrap();
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent side
+
+struct Worker {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    fn spawn(db: &Path, log: &Path, mode: &str) -> Worker {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "child_main",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .env("WF_DB", db)
+            .env("WF_LOG", log)
+            .env("WF_MODE", mode)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, lines }
+    }
+
+    /// The first output line starting with `prefix`, waiting at most `timeout`.
+    fn line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                // libtest prints `test child_main ... ` before the first line of output.
+                Ok(l) if l.contains(prefix) => {
+                    let at = l.find(prefix).unwrap_or(0) + prefix.len();
+                    return l[at..].trim().to_owned();
+                }
+                Ok(_) => {}
+                Err(e) => panic!("no `{prefix}` line from the worker within {timeout:?}: {e}"),
+            }
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for the process to exit by itself (e.g. by aborting).
+    fn wait_exit(mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (step id, attempt, label, pid) per logged execution.
+fn read_log(log: &Path) -> Vec<(String, u32, String, u32)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let p: Vec<&str> = l.split(' ').collect();
+            (
+                p[0].to_owned(),
+                p[1].parse().unwrap(),
+                p[2].to_owned(),
+                p[3].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn wait_for_log_lines(log: &Path, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read_log(log).len() < n {
+        assert!(Instant::now() < deadline, "log never reached {n} lines");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The recorded events of run `id`, read straight from the SQLite file.
+fn history(db: &Path, id: &str) -> Vec<(u64, Event)> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT at, data FROM events WHERE run_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+        .map(|r| {
+            let (at, data) = r.unwrap();
+            (at as u64, serde_json::from_str(&data).unwrap())
+        })
+        .collect()
+}
+
+fn completed_steps(db: &Path, id: &str) -> Vec<String> {
+    history(db, id)
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            Event::StepCompleted { step_id, .. } => Some(step_id),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn killed_worker_resumes_twenty_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
+    let w = Worker::spawn(&db, &log, "start:twenty_squares");
+    let id = w.line("RUN ", Duration::from_secs(30));
+    let mut worker = Some(w);
+    // (log lines at the kill, steps recorded complete at the kill)
+    let mut kills: Vec<(usize, Vec<String>)> = Vec::new();
+    for at in [3, 8, 14] {
+        wait_for_log_lines(&log, at);
+        worker.take().unwrap().kill();
+        kills.push((read_log(&log).len(), completed_steps(&db, &id)));
+        worker = Some(Worker::spawn(&db, &log, &format!("resume:{id}")));
+    }
+    let done = worker
+        .as_ref()
+        .unwrap()
+        .line("DONE ", Duration::from_secs(60));
+    assert_eq!(done, r#"{"Ok":2470}"#, "sum of i² for i < 20");
+
+    let lines = read_log(&log);
+    let mut ids: Vec<&String> = lines.iter().map(|l| &l.0).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "every step id appears");
+    for (at, completed) in &kills {
+        for later in &lines[*at..] {
+            assert!(
+                !completed.contains(&later.0),
+                "step {} completed before a kill ran again",
+                later.0
+            );
+        }
+    }
+    let reruns: Vec<_> = lines.iter().filter(|l| l.1 > 1).collect();
+    assert!(
+        reruns.len() <= kills.len(),
+        "only steps in flight at a kill ran again: {reruns:?}"
+    );
+    for r in &reruns {
+        let first = lines.iter().find(|l| l.0 == r.0).unwrap();
+        assert_eq!(first.2, r.2, "same step id, same step");
+        assert!(r.1 > first.1, "a higher attempt");
+    }
+    assert_eq!(completed_steps(&db, &id).len(), 20);
+}
+
+#[test]
+fn durable_sleep_spans_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
+    let w = Worker::spawn(&db, &log, "start:sleep_between:2000");
+    let id = w.line("RUN ", Duration::from_secs(30));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fire_at = loop {
+        let timer = history(&db, &id).into_iter().find_map(|(_, e)| match e {
+            Event::TimerScheduled { fire_at_ms, .. } => Some(fire_at_ms),
+            _ => None,
+        });
+        if let Some(t) = timer {
+            break from_millis(t);
+        }
+        assert!(Instant::now() < deadline, "the sleep was never scheduled");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    w.kill();
+    let w = Worker::spawn(&db, &log, &format!("resume:{id}"));
+    let done = w.line("DONE ", Duration::from_secs(60));
+    assert!(
+        SystemTime::now() >= fire_at,
+        "completed before the deadline"
+    );
+    // sum of i² for i < 6 = 55; the workflow clock saw the whole sleep
+    let out: serde_json::Value = serde_json::from_str(&done).unwrap();
+    assert_eq!(out["Ok"][0], 55);
+    assert!(out["Ok"][1].as_u64().unwrap() >= 2000, "{done}");
+    let fired = history(&db, &id).into_iter().find_map(|(at, e)| match e {
+        Event::TimerFired { .. } => Some(from_millis(at)),
+        _ => None,
+    });
+    assert!(
+        fired.unwrap() >= fire_at,
+        "fired no earlier than its deadline"
+    );
+    let lines = read_log(&log);
+    assert_eq!(
+        lines.len(),
+        6,
+        "no step before the sleep ran again: {lines:?}"
+    );
+}
+
+#[test]
+fn a_step_that_kills_its_worker_every_time_stops_after_max_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
+    let w = Worker::spawn(&db, &log, "start:always_crashing");
+    let id = w.line("RUN ", Duration::from_secs(30));
+    let mut w = w;
+    let mut restart = 0;
+    while restart < 10 {
+        match w.lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(l) if l.contains("DONE ") => {
+                assert!(l.contains("gave up") && l.contains("interrupted"), "{l}");
+                let attempts: Vec<u32> = read_log(&log).iter().map(|l| l.1).collect();
+                assert_eq!(attempts, [1, 2, 3, 4], "exactly max_retries + 1 attempts");
+                return;
+            }
+            Ok(_) => continue,
+            Err(_) => {
+                let status = w.wait_exit(Duration::from_secs(5));
+                assert!(!status.success(), "restart {restart}: the worker died");
+                restart += 1;
+                w = Worker::spawn(&db, &log, &format!("resume:{id}"));
+            }
+        }
+    }
+    panic!("the run never gave up on the crashing step");
+}
+
+#[test]
+fn processes_share_one_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // A client-only runtime creates the file; two worker processes execute.
+        let client = Runtime::builder()
+            .sqlite(&db)
+            .worker(false)
+            .poll_interval(Duration::from_millis(20))
+            .build()
+            .await
+            .unwrap();
+        let workers = [
+            Worker::spawn(&db, &log, "work"),
+            Worker::spawn(&db, &log, "work"),
+        ];
+        let mut runs = Vec::new();
+        for n in 0..30 {
+            runs.push(client.start(three_tagged, (n * 10,)).await.unwrap());
+        }
+        for run in &runs {
+            let pids = tokio::time::timeout(Duration::from_secs(60), run.return_value())
+                .await
+                .expect("run finished in time")
+                .unwrap();
+            assert_eq!(pids.len(), 3);
+        }
+        let lines = read_log(&log);
+        assert_eq!(lines.len(), 90, "each step body ran once");
+        let mut pids: Vec<u32> = lines.iter().map(|l| l.3).collect();
+        pids.sort();
+        pids.dedup();
+        assert_eq!(pids.len(), 2, "both processes did work");
+
+        // A cancel from this process reaches the run another process drives.
+        let run = client.start(sleep_between, (60_000,)).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while run.status().await.unwrap() != RunStatus::Running {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        run.cancel().await.unwrap();
+        assert!(run.return_value().await.unwrap_err().is_cancelled());
+        drop(workers);
+    });
+}
