@@ -13,9 +13,12 @@ use serde_json::json;
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, NewRun};
 
-/// What step bodies did, per run: (step name, step id, attempt) in execution order.
-fn executions() -> &'static Mutex<HashMap<RunId, Vec<(String, String, u32)>>> {
-    static E: OnceLock<Mutex<HashMap<RunId, Vec<(String, String, u32)>>>> = OnceLock::new();
+/// (step name, step id, attempt) of one step execution.
+type Execution = (String, String, u32);
+
+/// What step bodies did, per run, in execution order.
+fn executions() -> &'static Mutex<HashMap<RunId, Vec<Execution>>> {
+    static E: OnceLock<Mutex<HashMap<RunId, Vec<Execution>>>> = OnceLock::new();
     E.get_or_init(Default::default)
 }
 
@@ -30,7 +33,7 @@ fn record(name: &str) -> StepMetadata {
     m
 }
 
-fn executed(run: RunId) -> Vec<(String, String, u32)> {
+fn executed(run: RunId) -> Vec<Execution> {
     executions()
         .lock()
         .unwrap()

@@ -110,7 +110,7 @@ impl Store for MemoryStore {
             .values_mut()
             .filter(|r| {
                 matches!(r.record.status, RunStatus::Pending | RunStatus::Running)
-                    && req.workflows.iter().any(|w| *w == r.record.workflow)
+                    && req.workflows.contains(&r.record.workflow)
                     && r.wake_at <= req.now
                     && r.lease_until.is_none_or(|t| t <= req.now)
             })

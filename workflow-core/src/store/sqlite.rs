@@ -755,8 +755,8 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteJob>]) -> Result<(), S
         };
         tx.execute_batch(end).map_err(failed)?;
     }
+    // On any error return, dropping `tx` rolls back whatever is left.
     retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)
-    // On an error return, dropping `tx` rolls back whatever is left.
 }
 
 fn begin_immediate(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
@@ -1174,11 +1174,47 @@ mod tests {
         drop(conn);
 
         let store = within(SqliteStore::open(&path)).await.unwrap();
+        let (synchronous, busy): (i64, i64) = within(store.write(|tx| {
+            let pragma = |name: &str| tx.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
+            Ok((
+                pragma("synchronous").map_err(db)?,
+                pragma("busy_timeout").map_err(db)?,
+            ))
+        }))
+        .await
+        .unwrap();
+        assert_eq!(
+            (synchronous, busy),
+            (2, 5_000),
+            "synchronous=FULL, busy_timeout=5s"
+        );
         let run = within(store.get_run(&id)).await.unwrap().unwrap();
         assert_eq!(run.workflow, "orders");
         assert_eq!(run.status, RunStatus::Pending);
         assert_eq!(run.input, json!([1, "two"]));
         assert_eq!(run.created_at, t(0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_opens_of_a_new_file_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wf.db");
+        let opens: Vec<_> = (0..4)
+            .map(|_| tokio::spawn(SqliteStore::open(path.clone())))
+            .collect();
+        let mut stores = Vec::new();
+        for open in opens {
+            stores.push(within(open).await.unwrap().unwrap());
+        }
+        let id = create(&stores[0], "orders", t(0)).await;
+        for store in &stores {
+            assert!(within(store.get_run(&id)).await.unwrap().is_some());
+        }
+        let conn = raw(&path);
+        let metas: i64 = conn
+            .query_row("SELECT count(*) FROM workflow_meta", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(metas, 2);
     }
 
     #[tokio::test]
@@ -1250,6 +1286,15 @@ mod tests {
             "{msg}"
         );
         assert_eq!(std::fs::read(&path).unwrap(), junk);
+
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "just some notes\n").unwrap();
+        let err = within(SqliteStore::open(&text)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("is not a SQLite database")),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read(&text).unwrap(), b"just some notes\n");
     }
 
     #[tokio::test]
@@ -1865,106 +1910,5 @@ mod tests {
             }
         })
         .await;
-    }
-}
-
-#[cfg(test)]
-mod bench_tmp {
-    use super::*;
-    use serde_json::json;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore]
-    async fn bench() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("b.db")).await.unwrap();
-        let wf = vec!["b".to_owned()];
-        let n = 2000;
-        for _ in 0..n {
-            store
-                .create_run(NewRun {
-                    id: RunId::new(),
-                    workflow: "b".into(),
-                    input: json!(1),
-                    created_at: from_millis(1),
-                })
-                .await
-                .unwrap();
-        }
-        let leased = store
-            .acquire(AcquireRequest {
-                worker_id: "w",
-                workflows: &wf,
-                lease: Duration::from_secs(600),
-                limit: n,
-                now: from_millis(2),
-            })
-            .await
-            .unwrap();
-        // sequential
-        let start = Instant::now();
-        for i in 0..500u32 {
-            store
-                .append(
-                    &leased[0].lease,
-                    vec![NewEvent {
-                        at: from_millis(3),
-                        event: Event::TimerFired {
-                            timer_id: i.to_string(),
-                        },
-                    }],
-                    None,
-                )
-                .await
-                .unwrap();
-        }
-        println!("sequential append: {:?}/op", start.elapsed() / 500);
-        let c0 = store.inner.stats.commits.load(Ordering::Relaxed);
-        let start = Instant::now();
-        let tasks: Vec<_> = leased
-            .iter()
-            .skip(1)
-            .map(|r| {
-                let s = store.clone();
-                let l = r.lease.clone();
-                tokio::spawn(async move {
-                    for i in 0..10u32 {
-                        s.append(
-                            &l,
-                            vec![NewEvent {
-                                at: from_millis(3),
-                                event: Event::TimerFired {
-                                    timer_id: i.to_string(),
-                                },
-                            }],
-                            None,
-                        )
-                        .await
-                        .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let ops = (n as u32 - 1) * 10;
-        let c = store.inner.stats.commits.load(Ordering::Relaxed) - c0;
-        println!(
-            "concurrent append: {:?}/op, {} ops, {} commits",
-            start.elapsed() / ops,
-            ops,
-            c
-        );
-        let start = Instant::now();
-        for r in leased.iter().take(500) {
-            store.get_run(&r.run.id).await.unwrap();
-        }
-        println!("get_run: {:?}/op", start.elapsed() / 500);
-        let start = Instant::now();
-        for r in leased.iter().take(500) {
-            store.events(&r.run.id).await.unwrap();
-        }
-        println!("events: {:?}/op", start.elapsed() / 500);
     }
 }

@@ -1,1 +1,0 @@
-//! trybuild cases live in tests/.
