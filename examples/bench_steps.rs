@@ -49,9 +49,8 @@ async fn trial(rt: &Runtime, n: u32) -> std::result::Result<Trial, Box<dyn std::
         .map(|e| e.at)
         .collect();
     let tenth = (done.len() / 10).max(1);
-    let span = |a: usize, b: usize| {
-        done[b].duration_since(done[a]).unwrap_or_default() / (b - a) as u32
-    };
+    let span =
+        |a: usize, b: usize| done[b].duration_since(done[a]).unwrap_or_default() / (b - a) as u32;
     Ok(Trial {
         per_step: total / n,
         first_tenth: span(0, tenth),
@@ -73,11 +72,19 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
 
     println!("{n} sequential no-op steps, {trials} trials; figures: median (min .. max)");
-    println!("{:<8} {:>28} {:>28} {:>28}", "store", "per step", "first tenth", "last tenth");
+    println!(
+        "{:<8} {:>28} {:>28} {:>28}",
+        "store", "per step", "first tenth", "last tenth"
+    );
     for store in ["memory", "sqlite"] {
         let rt = match store {
             "memory" => Runtime::builder().in_memory().build().await?,
-            _ => Runtime::builder().sqlite(dir.join("bench.db")).build().await?,
+            _ => {
+                Runtime::builder()
+                    .sqlite(dir.join("bench.db"))
+                    .build()
+                    .await?
+            }
         };
         let mut per = Vec::new();
         let mut first = Vec::new();

@@ -51,7 +51,9 @@ async fn charge_card(order_id: String, amount_cents: u64) -> Result<Receipt> {
                 charge_id: format!("ch_{order_id}"),
                 amount_cents,
             });
-        return Err(Error::retryable("payment provider timed out").retry_after(Duration::from_millis(200)));
+        return Err(
+            Error::retryable("payment provider timed out").retry_after(Duration::from_millis(200))
+        );
     }
     let receipt = payments()
         .lock()
@@ -87,7 +89,10 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
 
     let order_id = format!("o-{}", &RunId::new().to_string()[20..]);
     let run = rt.start(process_order, (order_id.clone(), 4_200)).await?;
-    println!("started run {} for order {order_id} (database {db})", run.id());
+    println!(
+        "started run {} for order {order_id} (database {db})",
+        run.id()
+    );
 
     let result = run.return_value().await?;
     println!("run {} {}: {result:?}", run.id(), run.status().await?);
@@ -99,9 +104,13 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     println!("history:");
     for e in rt.store().events(&run.id()).await? {
         let what = match &e.event {
-            Event::StepScheduled { name, step_id, .. } => format!("step scheduled  {name} ({step_id})"),
+            Event::StepScheduled { name, step_id, .. } => {
+                format!("step scheduled  {name} ({step_id})")
+            }
             Event::StepAttemptStarted { attempt, .. } => format!("attempt {attempt} started"),
-            Event::StepAttemptFailed { attempt, error, .. } => format!("attempt {attempt} failed: {error}"),
+            Event::StepAttemptFailed { attempt, error, .. } => {
+                format!("attempt {attempt} failed: {error}")
+            }
             Event::StepCompleted { result, .. } => format!("step completed  ok={}", result.is_ok()),
             Event::TimerScheduled { timer_id, .. } => format!("sleep scheduled {timer_id}"),
             Event::TimerFired { timer_id } => format!("sleep ended     {timer_id}"),
