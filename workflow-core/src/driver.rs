@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::FutureExt;
 use serde_json::Value;
@@ -29,9 +29,6 @@ use crate::error::{Error, StoreError};
 use crate::registry::{StepDef, WorkflowRegistration};
 use crate::runtime::Inner;
 use crate::store::{from_millis, to_millis, Event, Lease, LeasedRun, NewEvent, RunOutcome};
-
-/// A run whose only pending work is timers firing later than this is evicted from memory.
-const EVICT_AFTER: Duration = Duration::from_secs(30);
 
 /// A recorded command, for the divergence check.
 #[derive(Debug)]
@@ -82,6 +79,8 @@ struct Attempts {
 struct History {
     commands: Vec<Recorded>,
     deliveries: VecDeque<(String, SystemTime, Result<Value, Error>)>,
+    /// The keys of `deliveries`, for O(1) look-ups while replaying.
+    delivered: HashSet<String>,
     attempts: HashMap<String, Attempts>,
 }
 
@@ -90,6 +89,7 @@ impl History {
         let mut h = History {
             commands: Vec::new(),
             deliveries: VecDeque::new(),
+            delivered: HashSet::new(),
             attempts: HashMap::new(),
         };
         for rec in events {
@@ -121,6 +121,7 @@ impl History {
                     }
                 }
                 Event::StepCompleted { step_id, result } => {
+                    h.delivered.insert(step_id.clone());
                     h.deliveries.push_back((step_id, rec.at, result));
                 }
                 Event::TimerScheduled {
@@ -131,6 +132,7 @@ impl History {
                     fire_at: from_millis(fire_at_ms),
                 }),
                 Event::TimerFired { timer_id } => {
+                    h.delivered.insert(timer_id.clone());
                     h.deliveries.push_back((timer_id, rec.at, Ok(Value::Null)));
                 }
                 Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
@@ -306,7 +308,7 @@ impl Driver {
             self.start_pending();
             if self.steps_running.is_empty() {
                 if let Some((first, _)) = self.timers.first() {
-                    if *first > SystemTime::now() + EVICT_AFTER {
+                    if *first > SystemTime::now() + self.rt.config.evict_after {
                         self.rt.store.release(&self.lease, *first).await?;
                         return Ok(Some(Stop::Evicted));
                     }
@@ -384,8 +386,7 @@ impl Driver {
                 None => false,
             };
             self.waiting.insert(key.clone());
-            let delivered_from_history =
-                replayed && self.history.deliveries.iter().any(|(k, ..)| *k == key);
+            let delivered_from_history = replayed && self.history.delivered.contains(&key);
             if delivered_from_history {
                 continue;
             }

@@ -56,6 +56,7 @@ pub(crate) struct Config {
     pub(crate) retry_backoff: Duration,
     pub(crate) max_active_runs: usize,
     pub(crate) worker: bool,
+    pub(crate) evict_after: Duration,
 }
 
 impl Config {
@@ -165,6 +166,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// A run whose only pending work is durable sleeps ending later than this from now is
+    /// evicted from memory and replayed when the first one is due (default 30 s).
+    pub fn evict_after(mut self, d: Duration) -> Self {
+        self.config.evict_after = d;
+        self
+    }
+
     /// Whether this process executes runs (default `true`). A client-only runtime starts and
     /// inspects runs that worker processes execute.
     pub fn worker(mut self, enabled: bool) -> Self {
@@ -255,6 +263,7 @@ impl Runtime {
                 retry_backoff: Duration::from_secs(1),
                 max_active_runs: 1000,
                 worker: true,
+                evict_after: Duration::from_secs(30),
             },
         }
     }
@@ -286,6 +295,12 @@ impl Runtime {
             rt: self.clone(),
             _t: PhantomData,
         }
+    }
+
+    /// How many runs this process is driving in memory now (evicted and pending runs are not
+    /// counted).
+    pub fn active_runs(&self) -> usize {
+        self.inner.active().len()
     }
 
     /// Stops this runtime's worker: runs it drives are left to other workers (after their

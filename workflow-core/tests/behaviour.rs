@@ -544,6 +544,85 @@ async fn takeover_after_lease_expiry_resumes_in_flight_step(b: Backend) {
     );
 }
 
+#[step]
+async fn echo_draw(value: u64, at_ms: u64) -> Result<(u64, u64)> {
+    record("echo_draw");
+    Ok((value, at_ms))
+}
+
+/// Draws a random number and reads the clock before a takeover, records them through a step,
+/// and compares after the replay.
+#[workflow]
+async fn draws() -> Result<(bool, bool)> {
+    let r: u64 = random();
+    let t = workflow_core::store::to_millis(now());
+    let (recorded_r, recorded_t) = echo_draw(r, t).await?;
+    sleep(Duration::from_millis(1500)).await;
+    Ok((r == recorded_r, t == recorded_t))
+}
+
+async fn random_and_now_replay_identically(b: Backend) {
+    let db = TestDb::new(b);
+    let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let run = rt1.start(draws, ()).await.unwrap();
+    wait_for_event(&rt1, run.id(), |e| {
+        matches!(e, Event::TimerScheduled { .. })
+    })
+    .await;
+    rt1.shutdown();
+    let rt2 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let out = rt2
+        .get_run(&run.id())
+        .typed::<(bool, bool)>()
+        .return_value()
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        (true, true),
+        "random() and now() gave the recorded values on replay"
+    );
+    assert_eq!(executed(run.id()).len(), 1);
+}
+
+#[workflow]
+async fn sleeps_between_steps(ms: u64) -> Result<u64> {
+    let a = add(1, 2).await?;
+    sleep(Duration::from_millis(ms)).await;
+    add(a, 4).await
+}
+
+async fn long_sleeps_are_evicted_and_resumed(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = Runtime::builder()
+        .poll_interval(Duration::from_millis(20))
+        .evict_after(Duration::from_millis(100));
+    let rt = match b {
+        Backend::Memory => rt.in_memory(),
+        Backend::Sqlite => rt.sqlite(db.sqlite_path()),
+    }
+    .build()
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let run = rt.start(sleeps_between_steps, (800,)).await.unwrap();
+    wait_for_event(&rt, run.id(), |e| matches!(e, Event::TimerScheduled { .. })).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(run.status().await.unwrap(), RunStatus::Running);
+    assert_eq!(
+        rt.active_runs(),
+        0,
+        "the sleeping run is not held in memory"
+    );
+    assert_eq!(run.return_value().await.unwrap(), 7);
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert_eq!(
+        executed(run.id()).len(),
+        2,
+        "the step before the sleep did not run again"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input
 
@@ -594,4 +673,41 @@ on_every_store!(
     races_replay_the_way_they_ran,
     takeover_after_lease_expiry_resumes_in_flight_step,
     bad_input_gives_clear_errors,
+    random_and_now_replay_identically,
+    long_sleeps_are_evicted_and_resumed,
 );
+
+/// A file that is not ours, or not a database at all, is refused with a clear error and left
+/// untouched.
+#[tokio::test]
+async fn foreign_or_corrupt_sqlite_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let err = Runtime::builder()
+        .sqlite(&garbage)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a SQLite database"), "{err}");
+    assert_eq!(std::fs::read(&garbage).unwrap(), vec![0x5a; 8192]);
+
+    let foreign = dir.path().join("foreign.db");
+    {
+        let c = rusqlite::Connection::open(&foreign).unwrap();
+        c.execute_batch("CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'ada');")
+            .unwrap();
+    }
+    let before = std::fs::read(&foreign).unwrap();
+    let err = Runtime::builder()
+        .sqlite(&foreign)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not a workflow-rs store")
+            && err.to_string().contains("customers"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&foreign).unwrap(), before);
+}

@@ -2,7 +2,7 @@
 //! the whole state makes every operation atomic; clones share the state, so several runtimes in
 //! one process can act as competing workers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +22,8 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     runs: HashMap<RunId, Row>,
+    /// The runs that have not ended: what `acquire` scans.
+    open: HashSet<RunId>,
 }
 
 struct Row {
@@ -68,6 +70,7 @@ impl Store for MemoryStore {
                 run.id
             )));
         }
+        st.open.insert(run.id);
         st.runs.insert(
             run.id,
             Row {
@@ -105,34 +108,36 @@ impl Store for MemoryStore {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         let mut st = self.lock();
-        let mut ready: Vec<&mut Row> = st
-            .runs
-            .values_mut()
+        let State { runs, open } = &mut *st;
+        let mut ready: Vec<(SystemTime, RunId)> = open
+            .iter()
+            .filter_map(|id| runs.get(id))
             .filter(|r| {
-                matches!(r.record.status, RunStatus::Pending | RunStatus::Running)
-                    && req.workflows.contains(&r.record.workflow)
+                req.workflows.contains(&r.record.workflow)
                     && r.wake_at <= req.now
                     && r.lease_until.is_none_or(|t| t <= req.now)
             })
+            .map(|r| (r.wake_at, r.record.id))
             .collect();
-        ready.sort_by_key(|r| (r.wake_at, r.record.id));
+        ready.sort();
         ready.truncate(req.limit);
-        Ok(ready
-            .into_iter()
-            .map(|r| {
+        let mut leased = Vec::with_capacity(ready.len());
+        for (_, id) in ready {
+            if let Some(r) = runs.get_mut(&id) {
                 r.epoch += 1;
                 r.lease_until = Some(req.now + req.lease);
                 r.record.status = RunStatus::Running;
-                LeasedRun {
+                leased.push(LeasedRun {
                     run: r.record.clone(),
                     lease: Lease {
                         run_id: r.record.id,
                         epoch: r.epoch,
                     },
                     events: r.events.clone(),
-                }
-            })
-            .collect())
+                });
+            }
+        }
+        Ok(leased)
     }
 
     async fn append(
@@ -166,6 +171,7 @@ impl Store for MemoryStore {
             }
             row.record.updated_at = now;
             row.lease_until = None;
+            st.open.remove(&lease.run_id);
         }
         Ok(())
     }
@@ -210,6 +216,7 @@ impl Store for MemoryStore {
         row.record.error = Some(Error::cancelled(id));
         row.record.updated_at = now;
         row.lease_until = None;
+        st.open.remove(id);
         Ok(CancelOutcome::Cancelled)
     }
 }
