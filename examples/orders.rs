@@ -117,6 +117,7 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             Event::RunCompleted { .. } => "run completed".into(),
             Event::RunFailed { error } => format!("run failed: {error}"),
             Event::RunCancelled => "run cancelled".into(),
+            other => format!("{other:?}"),
         };
         println!("  #{:<2} {what}", e.seq);
     }

@@ -4,10 +4,10 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, StartError};
+use crate::error::{Error, HookError, StartError};
 use crate::ids::RunId;
 use crate::registry::{IntoWorkflow, WorkflowDef};
-use crate::runtime::{current_runtime, Run, Runtime, Start};
+use crate::runtime::{current_runtime, HookInfo, HookRef, Run, Runtime, Start};
 
 fn runtime() -> Result<Runtime, Error> {
     current_runtime().ok_or_else(|| {
@@ -35,4 +35,26 @@ where
 /// [`Runtime::get_run`] on the current runtime.
 pub fn get_run(id: &RunId) -> Result<Run<Value>, Error> {
     Ok(runtime()?.get_run(id))
+}
+
+/// [`Runtime::resume_hook`] on the current runtime (e.g. a step forwarding a payload to the
+/// run that owns a token).
+pub async fn resume_hook<P: serde::Serialize>(
+    token: impl Into<String>,
+    payload: P,
+) -> Result<HookRef, HookError> {
+    let rt = current_runtime().ok_or_else(no_runtime)?;
+    rt.resume_hook(token, payload).await
+}
+
+/// [`Runtime::get_hook_by_token`] on the current runtime.
+pub async fn get_hook_by_token(token: impl AsRef<str>) -> Result<HookInfo, HookError> {
+    let rt = current_runtime().ok_or_else(no_runtime)?;
+    rt.get_hook_by_token(token).await
+}
+
+fn no_runtime() -> HookError {
+    HookError::Store(crate::error::StoreError::Database(
+        "no workflow runtime has been built in this process".to_owned(),
+    ))
 }

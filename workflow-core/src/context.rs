@@ -6,8 +6,9 @@
 //! into the journal and waits for its result under a key (the step id or timer id); the driver
 //! (`driver.rs`) executes commands, records them and delivers results one at a time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -18,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-use crate::error::Error;
+use crate::error::{Error, HookConflictError};
 use crate::ids::{step_id, RunId};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 
@@ -43,6 +44,10 @@ pub(crate) enum Command {
         timer_id: String,
         fire_at: SystemTime,
     },
+    /// Commit the registration of a hook (claim its token).
+    HookRegister { hook_key: String, token: String },
+    /// Give up a token this run owns.
+    HookRelease { hook_key: String, token: String },
 }
 
 /// The per-run state shared by the workflow's futures and its driver.
@@ -50,6 +55,8 @@ pub(crate) struct RunCtx {
     pub(crate) run_id: RunId,
     pub(crate) workflow: &'static str,
     pub(crate) started_at: SystemTime,
+    /// The token claimed at admission (`start(..).hook(token)`).
+    start_token: Option<String>,
     journal: Mutex<Journal>,
 }
 
@@ -58,22 +65,42 @@ struct Journal {
     rng: ChaCha8Rng,
     step_counters: HashMap<&'static str, u32>,
     timers: u32,
+    hooks: u32,
+    /// Whether a hook handle bound to the start token (or gave it up).
+    start_token_used: bool,
+    /// Tokens owned by live hook handles: payloads for them are delivered.
+    open_tokens: HashSet<String>,
+    /// Hook keys whose handle was dropped while its registration was in flight.
+    abandoned: HashSet<String>,
+    /// Delivered, not yet received payloads per token.
+    payloads: HashMap<String, VecDeque<Value>>,
     issued: Vec<Command>,
     ready: HashMap<String, Result<Value, Error>>,
     waiters: HashMap<String, Waker>,
 }
 
 impl RunCtx {
-    pub(crate) fn new(run_id: RunId, workflow: &'static str, started_at: SystemTime) -> Arc<Self> {
+    pub(crate) fn new(
+        run_id: RunId,
+        workflow: &'static str,
+        started_at: SystemTime,
+        start_token: Option<String>,
+    ) -> Arc<Self> {
         Arc::new(RunCtx {
             run_id,
             workflow,
             started_at,
+            start_token,
             journal: Mutex::new(Journal {
                 clock: started_at,
                 rng: ChaCha8Rng::seed_from_u64(run_id.seed()),
                 step_counters: HashMap::new(),
                 timers: 0,
+                hooks: 0,
+                start_token_used: false,
+                open_tokens: HashSet::new(),
+                abandoned: HashSet::new(),
+                payloads: HashMap::new(),
                 issued: Vec::new(),
                 ready: HashMap::new(),
                 waiters: HashMap::new(),
@@ -104,6 +131,55 @@ impl RunCtx {
             }
             j.ready.insert(key.to_owned(), result);
             j.waiters.remove(key)
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Delivers the decision on hook `hook_key`'s registration.
+    pub(crate) fn deliver_registration(
+        &self,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+        conflict: Option<RunId>,
+    ) {
+        {
+            let mut j = self.journal();
+            if conflict.is_none() {
+                if j.abandoned.remove(hook_key) {
+                    // Claimed for a handle that is gone: give the token back.
+                    j.issued.push(Command::HookRelease {
+                        hook_key: hook_key.to_owned(),
+                        token: token.to_owned(),
+                    });
+                } else {
+                    j.open_tokens.insert(token.to_owned());
+                }
+            }
+        }
+        let value = serde_json::to_value(conflict).unwrap_or(Value::Null);
+        self.deliver(hook_key, at, Ok(value));
+    }
+
+    /// Whether a live hook handle owns `token`.
+    pub(crate) fn is_open(&self, token: &str) -> bool {
+        self.journal().open_tokens.contains(token)
+    }
+
+    /// Queues a payload for `token`'s hook and wakes its receiver.
+    pub(crate) fn deliver_payload(&self, token: &str, at: SystemTime, payload: Value) {
+        let waker = {
+            let mut j = self.journal();
+            if at > j.clock {
+                j.clock = at;
+            }
+            j.payloads
+                .entry(token.to_owned())
+                .or_default()
+                .push_back(payload);
+            j.waiters.remove(&recv_key(token))
         };
         if let Some(w) = waker {
             w.wake();
@@ -343,4 +419,320 @@ pub fn workflow_metadata() -> WorkflowMetadata {
         "workflow_metadata() was called outside a workflow run by a runtime; \
          use try_workflow_metadata() where that can happen",
     )
+}
+
+// -------------------------------------------------------------------------------------------
+// Hooks
+
+/// Tokens are non-empty UTF-8 of at most this many bytes.
+pub(crate) const MAX_TOKEN_BYTES: usize = 1024;
+
+/// Why `token` cannot be a hook token, if it cannot.
+pub(crate) fn invalid_token(token: &str) -> Option<String> {
+    if token.is_empty() {
+        Some("a hook token must not be empty".to_owned())
+    } else if token.len() > MAX_TOKEN_BYTES {
+        Some(format!(
+            "a hook token must be at most {MAX_TOKEN_BYTES} bytes; this one has {} (it starts with {:?})",
+            token.len(),
+            token.chars().take(32).collect::<String>()
+        ))
+    } else {
+        None
+    }
+}
+
+fn recv_key(token: &str) -> String {
+    format!("recv:{token}")
+}
+
+/// The run that owns a token another hook asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HookConflict {
+    /// The owner.
+    pub run_id: RunId,
+}
+
+enum HookState {
+    Unregistered,
+    Registering(WaitFor),
+    Owned,
+    Conflict(RunId),
+    Released,
+    Invalid(String),
+    Outside,
+}
+
+/// A hook: the way data from the outside world (`resume_hook(token, payload)`) reaches a
+/// running workflow. Created with [`create_hook`]; see its docs.
+///
+/// Receive payloads with [`Hook::recv`] or as a `futures::Stream`. Dropping the hook (or
+/// [`Hook::dispose`]) releases its token; so does the end of the run.
+#[must_use = "a hook registers nothing until awaited, and releases its token when dropped"]
+pub struct Hook<T> {
+    ctx: Option<Arc<RunCtx>>,
+    key: String,
+    token: String,
+    state: HookState,
+    /// The stream ended (after yielding a registration error once).
+    ended: bool,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Hook<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hook")
+            .field("token", &self.token)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Creates a hook receiving payloads of type `T` sent to `token`.
+///
+/// Creating registers nothing. Awaiting [`Hook::get_conflict`], or first waiting for a payload,
+/// commits the registration: at most one active hook in the whole store owns a token. If
+/// another run owns it, `get_conflict()` names that run and `recv()` fails with a
+/// [`HookConflictError`]. If the run was started with `start(..).hook(token)`, a hook with that
+/// token binds to the claimed token: no conflict is possible and nothing is recorded.
+///
+/// A token is any non-empty UTF-8 string of at most 1 KiB; choose it from your domain
+/// (`format!("order:{order_id}")`) so that duplicate requests meet on it.
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// pub struct Approval { approved: bool }
+///
+/// #[workflow]
+/// async fn expense(id: String) -> Result<bool> {
+///     let mut approval = create_hook::<Approval>(format!("expense:{id}"));
+///     if let Some(conflict) = approval.get_conflict().await {
+///         return Err(Error::fatal(format!("expense {id} is handled by run {}", conflict.run_id)));
+///     }
+///     let Approval { approved } = approval.recv().await?;
+///     Ok(approved)
+/// }
+/// ```
+pub fn create_hook<T>(token: impl Into<String>) -> Hook<T> {
+    let token = token.into();
+    let ctx = current();
+    let key = match &ctx {
+        Some(c) => {
+            let mut j = c.journal();
+            let key = format!("hk_{}", j.hooks);
+            j.hooks += 1;
+            key
+        }
+        None => String::new(),
+    };
+    let state = match (&ctx, invalid_token(&token)) {
+        (None, _) => HookState::Outside,
+        (_, Some(why)) => HookState::Invalid(why),
+        (Some(c), None) => {
+            let mut j = c.journal();
+            if !j.start_token_used && c.start_token.as_deref() == Some(token.as_str()) {
+                j.start_token_used = true;
+                j.open_tokens.insert(token.clone());
+                HookState::Owned
+            } else {
+                HookState::Unregistered
+            }
+        }
+    };
+    Hook {
+        ctx,
+        key,
+        token,
+        state,
+        ended: false,
+        _t: PhantomData,
+    }
+}
+
+/// Creates a hook with a generated token, unique to this run and the same on every replay
+/// (`<run id>:hk_<n>`); read it with [`Hook::token`] and hand it to whoever will resume it.
+pub fn create_generated_hook<T>() -> Hook<T> {
+    match current() {
+        Some(c) => {
+            let n = c.journal().hooks;
+            create_hook(format!("{}:hk_{n}", c.run_id))
+        }
+        None => create_hook("outside-a-workflow"),
+    }
+}
+
+impl<T> Hook<T> {
+    /// The hook's token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn registration_error(&self) -> Option<Error> {
+        match &self.state {
+            HookState::Conflict(owner) => Some(Error::hook_conflict(HookConflictError {
+                token: self.token.clone(),
+                conflicting_run_id: *owner,
+            })),
+            HookState::Invalid(why) => Some(Error::fatal(why.clone())),
+            HookState::Outside => Some(Error::fatal(
+                "create_hook() was called outside a workflow; hooks exist only inside `#[workflow]` fns",
+            )),
+            HookState::Released => Some(Error::fatal(format!(
+                "hook {:?} was disposed",
+                self.token
+            ))),
+            _ => None,
+        }
+    }
+
+    /// Drives the registration; `Ok` once this run owns the token.
+    fn poll_registration(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        loop {
+            match &mut self.state {
+                HookState::Owned => return Poll::Ready(Ok(())),
+                HookState::Unregistered => {
+                    let Some(ctx) = &self.ctx else {
+                        self.state = HookState::Outside;
+                        continue;
+                    };
+                    ctx.issue(Command::HookRegister {
+                        hook_key: self.key.clone(),
+                        token: self.token.clone(),
+                    });
+                    self.state = HookState::Registering(ctx.wait(self.key.clone()));
+                }
+                HookState::Registering(wait) => {
+                    let delivered = match Pin::new(wait).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(v) => v,
+                    };
+                    let conflict: Option<RunId> = delivered
+                        .ok()
+                        .and_then(|v| serde_json::from_value(v).ok())
+                        .flatten();
+                    self.state = match conflict {
+                        None => HookState::Owned,
+                        Some(owner) => HookState::Conflict(owner),
+                    };
+                }
+                _ => {
+                    let e = self
+                        .registration_error()
+                        .unwrap_or_else(|| Error::fatal("hook in an unexpected state"));
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
+    /// Commits the registration (if not yet done) and tells whether another run owns the
+    /// token: `None` when this run owns it.
+    ///
+    /// # Panics
+    /// When the token is empty or longer than 1 KiB, or the hook was created outside a
+    /// workflow: inside a workflow this fails the run with that message.
+    pub async fn get_conflict(&mut self) -> Option<HookConflict> {
+        let r = std::future::poll_fn(|cx| self.poll_registration(cx)).await;
+        match (r, &self.state) {
+            (Ok(()), _) => None,
+            (Err(_), HookState::Conflict(owner)) => Some(HookConflict { run_id: *owner }),
+            (Err(e), _) => panic!("{e}"),
+        }
+    }
+
+    /// Gives up the token now (dropping the hook does the same).
+    pub fn dispose(self) {}
+}
+
+impl<T: serde::de::DeserializeOwned> Hook<T> {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<T, Error>> {
+        if let Err(e) = std::task::ready!(self.poll_registration(cx)) {
+            return Poll::Ready(Err(e));
+        }
+        let Some(ctx) = &self.ctx else {
+            return Poll::Ready(Err(Error::fatal("hook used outside a workflow")));
+        };
+        let mut j = ctx.journal();
+        match j
+            .payloads
+            .get_mut(&self.token)
+            .and_then(VecDeque::pop_front)
+        {
+            Some(v) => {
+                drop(j);
+                Poll::Ready(serde_json::from_value(v).map_err(|e| {
+                    Error::fatal(format!(
+                        "a payload sent to hook {:?} does not fit `{}`: {e} \
+                         (the raw payload is kept in the run's history)",
+                        self.token,
+                        std::any::type_name::<T>()
+                    ))
+                }))
+            }
+            None => {
+                j.waiters.insert(recv_key(&self.token), cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// The next payload, in the order the `resume_hook` calls committed. Registers the hook
+    /// first if needed.
+    ///
+    /// Cancellation-safe: a `recv()` dropped before it resolves (e.g. the losing branch of a
+    /// `select` against a `sleep`) consumes nothing; the payload goes to the next `recv()`.
+    ///
+    /// Errors: the token is owned by another run ([`Error::as_hook_conflict`] is `Some`), the
+    /// payload does not deserialize into `T` (the run decides what to do; the raw payload stays
+    /// in the history), or the token is invalid.
+    pub async fn recv(&mut self) -> Result<T, Error> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> futures::Stream for Hook<T> {
+    type Item = Result<T, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        match this.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(v)) => Poll::Ready(Some(Ok(v))),
+            Poll::Ready(Err(e)) => {
+                // A hook that cannot register yields its error once and ends; a payload that
+                // does not fit is reported and the stream goes on.
+                if this.registration_error().is_some() {
+                    this.ended = true;
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+        }
+    }
+}
+
+impl<T> Unpin for Hook<T> {}
+
+impl<T> Drop for Hook<T> {
+    fn drop(&mut self) {
+        let Some(ctx) = &self.ctx else { return };
+        match std::mem::replace(&mut self.state, HookState::Released) {
+            HookState::Owned => {
+                let mut j = ctx.journal();
+                j.open_tokens.remove(&self.token);
+                j.issued.push(Command::HookRelease {
+                    hook_key: self.key.clone(),
+                    token: self.token.clone(),
+                });
+            }
+            HookState::Registering(_) => {
+                ctx.journal().abandoned.insert(self.key.clone());
+            }
+            _ => {}
+        }
+    }
 }

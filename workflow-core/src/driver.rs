@@ -26,9 +26,13 @@ use tracing::Instrument;
 
 use crate::context::{step_scope, Command, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
+use crate::ids::RunId;
 use crate::registry::{StepDef, WorkflowRegistration};
 use crate::runtime::Inner;
-use crate::store::{from_millis, to_millis, Event, Lease, LeasedRun, NewEvent, RunOutcome};
+use crate::store::{
+    from_millis, never, to_millis, Append, ClaimOutcome, Event, Lease, LeasedRun, NewEvent,
+    Payload, RunOutcome,
+};
 
 /// A recorded command, for the divergence check.
 #[derive(Debug)]
@@ -41,6 +45,10 @@ enum Recorded {
         timer_id: String,
         fire_at: SystemTime,
     },
+    Hook {
+        hook_key: String,
+        token: String,
+    },
 }
 
 impl Recorded {
@@ -48,6 +56,7 @@ impl Recorded {
         match self {
             Recorded::Step { step_id, .. } => step_id,
             Recorded::Timer { timer_id, .. } => timer_id,
+            Recorded::Hook { hook_key, .. } => hook_key,
         }
     }
 
@@ -55,6 +64,7 @@ impl Recorded {
         match self {
             Recorded::Step { step_id, name } => format!("step `{name}` ({step_id})"),
             Recorded::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
+            Recorded::Hook { hook_key, token } => format!("hook {token:?} ({hook_key})"),
         }
     }
 }
@@ -63,7 +73,35 @@ fn describe(cmd: &Command) -> String {
     match cmd {
         Command::Step { step_id, def, .. } => format!("step `{}` ({step_id})", def.name),
         Command::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
+        Command::HookRegister { hook_key, token } => format!("hook {token:?} ({hook_key})"),
+        Command::HookRelease { hook_key, token } => {
+            format!("release of hook {token:?} ({hook_key})")
+        }
     }
+}
+
+/// A recorded result, delivered to the workflow in history order.
+#[derive(Debug)]
+enum Delivery {
+    /// A step's result or a timer's firing, under the command's key.
+    Keyed {
+        key: String,
+        at: SystemTime,
+        result: Result<Value, Error>,
+    },
+    /// The decision on a hook's registration.
+    Registered {
+        hook_key: String,
+        token: String,
+        at: SystemTime,
+        conflict: Option<RunId>,
+    },
+    /// A payload for a hook.
+    Payload {
+        token: String,
+        at: SystemTime,
+        payload: Value,
+    },
 }
 
 /// Where an interrupted step resumes.
@@ -78,10 +116,14 @@ struct Attempts {
 /// The history, split for replay.
 struct History {
     commands: Vec<Recorded>,
-    deliveries: VecDeque<(String, SystemTime, Result<Value, Error>)>,
-    /// The keys of `deliveries`, for O(1) look-ups while replaying.
+    deliveries: VecDeque<Delivery>,
+    /// The keys of keyed `deliveries`, for O(1) look-ups while replaying.
     delivered: HashSet<String>,
     attempts: HashMap<String, Attempts>,
+    /// Inbox ids of the payloads already delivered.
+    payloads: HashSet<u64>,
+    /// Hook keys whose release is recorded.
+    released: HashSet<String>,
 }
 
 impl History {
@@ -91,6 +133,8 @@ impl History {
             deliveries: VecDeque::new(),
             delivered: HashSet::new(),
             attempts: HashMap::new(),
+            payloads: HashSet::new(),
+            released: HashSet::new(),
         };
         for rec in events {
             match rec.event {
@@ -122,7 +166,11 @@ impl History {
                 }
                 Event::StepCompleted { step_id, result } => {
                     h.delivered.insert(step_id.clone());
-                    h.deliveries.push_back((step_id, rec.at, result));
+                    h.deliveries.push_back(Delivery::Keyed {
+                        key: step_id,
+                        at: rec.at,
+                        result,
+                    });
                 }
                 Event::TimerScheduled {
                     timer_id,
@@ -133,7 +181,43 @@ impl History {
                 }),
                 Event::TimerFired { timer_id } => {
                     h.delivered.insert(timer_id.clone());
-                    h.deliveries.push_back((timer_id, rec.at, Ok(Value::Null)));
+                    h.deliveries.push_back(Delivery::Keyed {
+                        key: timer_id,
+                        at: rec.at,
+                        result: Ok(Value::Null),
+                    });
+                }
+                Event::HookRegistered {
+                    hook_key,
+                    token,
+                    conflict,
+                } => {
+                    h.delivered.insert(hook_key.clone());
+                    h.commands.push(Recorded::Hook {
+                        hook_key: hook_key.clone(),
+                        token: token.clone(),
+                    });
+                    h.deliveries.push_back(Delivery::Registered {
+                        hook_key,
+                        token,
+                        at: rec.at,
+                        conflict,
+                    });
+                }
+                Event::HookReceived {
+                    token,
+                    payload_id,
+                    payload,
+                } => {
+                    h.payloads.insert(payload_id);
+                    h.deliveries.push_back(Delivery::Payload {
+                        token,
+                        at: rec.at,
+                        payload,
+                    });
+                }
+                Event::HookReleased { hook_key, .. } => {
+                    h.released.insert(hook_key);
                 }
                 Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
             }
@@ -177,13 +261,29 @@ pub(crate) struct Driver {
     matched: usize,
     /// Keys issued and not yet delivered.
     waiting: HashSet<String>,
+    /// Events and token releases to make durable before the next effect.
     outbox: Vec<NewEvent>,
+    releases: Vec<String>,
     /// Live steps to start once the outbox is durable: (step_id, def, exec, input, attempts).
     to_start: Vec<(String, &'static StepDef, StepExec, Value, Attempts)>,
+    /// Live hook registrations to decide: (hook_key, token).
+    to_claim: VecDeque<(String, String)>,
     timers: BTreeSet<(SystemTime, String)>,
     steps_running: HashMap<String, tokio::task::AbortHandle>,
     done_tx: mpsc::UnboundedSender<(String, Result<Value, Error>)>,
     done_rx: mpsc::UnboundedReceiver<(String, Result<Value, Error>)>,
+    /// Payloads fetched from the inbox and not yet delivered, in id order.
+    inbox: VecDeque<Payload>,
+    /// The highest inbox id fetched.
+    inbox_seen: u64,
+}
+
+/// What the driver is told from outside while it runs.
+pub(crate) struct Signals {
+    /// Stop driving (cancelled, lease lost, shutdown).
+    pub(crate) stop: Arc<Notify>,
+    /// The run's inbox may hold new payloads.
+    pub(crate) inbox: Arc<Notify>,
 }
 
 impl Driver {
@@ -192,11 +292,16 @@ impl Driver {
         rt: Arc<Inner>,
         leased: LeasedRun,
         reg: &'static WorkflowRegistration,
-        cancel: Arc<Notify>,
+        signals: Signals,
     ) {
         let run_id = leased.run.id;
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
-        let ctx = RunCtx::new(run_id, reg.name, leased.run.created_at);
+        let ctx = RunCtx::new(
+            run_id,
+            reg.name,
+            leased.run.created_at,
+            leased.run.hook_token.clone(),
+        );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
             rt,
@@ -206,17 +311,22 @@ impl Driver {
             matched: 0,
             waiting: HashSet::new(),
             outbox: Vec::new(),
+            releases: Vec::new(),
             to_start: Vec::new(),
+            to_claim: VecDeque::new(),
             timers: BTreeSet::new(),
             steps_running: HashMap::new(),
             done_tx,
             done_rx,
+            inbox: VecDeque::new(),
+            inbox_seen: 0,
         };
         let result = async {
+            d.fetch_payloads().await?;
             let fut: Result<WorkflowFuture, Error> = (reg.run)(leased.run.input.clone())
                 .map(|f| Box::pin(d.ctx.scope(f)) as WorkflowFuture);
             match fut {
-                Ok(fut) => d.drive(fut, &cancel).await,
+                Ok(fut) => d.drive(fut, &signals).await,
                 Err(e) => d.finish(Err(e)).await.map(|_| None),
             }
         }
@@ -235,10 +345,26 @@ impl Driver {
         d.rt.run_left(&run_id);
     }
 
+    /// Reads new payloads from the run's inbox (those not delivered by the history).
+    async fn fetch_payloads(&mut self) -> Result<(), StoreError> {
+        let fresh = self
+            .rt
+            .store
+            .payloads(&self.ctx.run_id, self.inbox_seen)
+            .await?;
+        for p in fresh {
+            self.inbox_seen = self.inbox_seen.max(p.id);
+            if !self.history.payloads.contains(&p.id) {
+                self.inbox.push_back(p);
+            }
+        }
+        Ok(())
+    }
+
     async fn drive(
         &mut self,
         mut fut: WorkflowFuture,
-        cancel: &Notify,
+        signals: &Signals,
     ) -> Result<Option<Stop>, StoreError> {
         let flag = Arc::new(FlagWaker {
             woken: AtomicBool::new(false),
@@ -275,42 +401,60 @@ impl Driver {
                     );
                     return self.diverge(e).await.map(|_| None);
                 }
-                if let Some((key, ..)) = self.history.deliveries.front() {
-                    let e = format!("the workflow returned while the result of `{key}` was still to be delivered");
-                    return self.diverge(e).await.map(|_| None);
+                if !self.history.deliveries.is_empty() {
+                    let e = "the workflow returned before its whole history was replayed";
+                    return self.diverge(e.to_owned()).await.map(|_| None);
                 }
                 self.finish(result).await?;
                 return Ok(None);
             }
             // Replay: deliver the next recorded result.
-            if let Some((key, at, result)) = self.history.deliveries.pop_front() {
-                if !self.waiting.remove(&key) {
-                    let expected = self
-                        .history
-                        .commands
-                        .iter()
-                        .find(|c| c.key() == key)
-                        .map(Recorded::describe)
-                        .unwrap_or_else(|| format!("`{key}`"));
-                    let mut found: Vec<&str> = self.waiting.iter().map(String::as_str).collect();
-                    found.sort_unstable();
-                    let e = format!(
-                        "its history delivers the result of {expected} next, but the workflow is waiting on {}",
-                        if found.is_empty() { "nothing".to_owned() } else { found.join(", ") }
-                    );
+            if let Some(delivery) = self.history.deliveries.pop_front() {
+                if let Err(e) = self.deliver_recorded(delivery) {
                     return self.diverge(e).await.map(|_| None);
                 }
-                self.ctx.deliver(&key, at, result);
                 continue;
             }
-            // Live.
+            // Live: make the commands durable, then act on them.
             self.flush().await?;
             self.start_pending();
-            if self.steps_running.is_empty() {
+            if let Some((hook_key, token)) = self.to_claim.pop_front() {
+                let at = SystemTime::now();
+                let outcome = self
+                    .rt
+                    .store
+                    .claim_hook(&self.lease, &hook_key, &token, at)
+                    .await?;
+                self.waiting.remove(&hook_key);
+                let conflict = match outcome {
+                    ClaimOutcome::Claimed => None,
+                    ClaimOutcome::Conflict(owner) => Some(owner),
+                };
+                self.ctx
+                    .deliver_registration(&hook_key, &token, at, conflict);
+                continue;
+            }
+            if let Some(i) = self.inbox.iter().position(|p| self.ctx.is_open(&p.token)) {
+                if let Some(p) = self.inbox.remove(i) {
+                    let at = SystemTime::now();
+                    self.outbox.push(NewEvent {
+                        at,
+                        event: Event::HookReceived {
+                            token: p.token.clone(),
+                            payload_id: p.id,
+                            payload: p.payload.clone(),
+                        },
+                    });
+                    self.ctx.deliver_payload(&p.token, at, p.payload);
+                    continue;
+                }
+            }
+            let idle = self.steps_running.is_empty();
+            if idle {
                 if let Some((first, _)) = self.timers.first() {
                     if *first > SystemTime::now() + self.rt.config.evict_after {
-                        self.rt.store.release(&self.lease, *first).await?;
-                        return Ok(Some(Stop::Evicted));
+                        let first = *first;
+                        return self.evict(first).await;
                     }
                 }
             }
@@ -324,9 +468,18 @@ impl Driver {
                     None => std::future::pending().await,
                 }
             };
+            // A run with nothing in flight and nothing due soon waits in memory for a while,
+            // then is evicted (a payload wakes it up again).
+            let idle_evict = async {
+                if idle {
+                    tokio::time::sleep(self.rt.config.evict_after).await
+                } else {
+                    std::future::pending().await
+                }
+            };
             tokio::select! {
                 biased;
-                _ = cancel.notified() => return Ok(Some(Stop::Abandoned)),
+                _ = signals.stop.notified() => return Ok(Some(Stop::Abandoned)),
                 Some((key, result)) = self.done_rx.recv() => {
                     self.steps_running.remove(&key);
                     self.waiting.remove(&key);
@@ -343,22 +496,90 @@ impl Driver {
                         self.ctx.deliver(&t.1, at, Ok(Value::Null));
                     }
                 }
+                _ = signals.inbox.notified() => self.fetch_payloads().await?,
                 _ = flag.notify.notified() => {}
+                _ = idle_evict => {
+                    let wake = self.timers.first().map_or_else(never, |t| t.0);
+                    return self.evict(wake).await;
+                }
             }
         }
+    }
+
+    /// Writes what is pending and gives the run back until `wake_at` (or its next payload).
+    async fn evict(&mut self, wake_at: SystemTime) -> Result<Option<Stop>, StoreError> {
+        self.flush().await?;
+        self.rt
+            .store
+            .release(&self.lease, wake_at, self.inbox_seen)
+            .await?;
+        Ok(Some(Stop::Evicted))
+    }
+
+    /// Hands one recorded result to the workflow; `Err` names a divergence.
+    fn deliver_recorded(&mut self, delivery: Delivery) -> Result<(), String> {
+        let key = match &delivery {
+            Delivery::Keyed { key, .. } => Some(key),
+            Delivery::Registered { hook_key, .. } => Some(hook_key),
+            Delivery::Payload { .. } => None,
+        };
+        if let Some(key) = key {
+            if !self.waiting.remove(key) {
+                let expected = self
+                    .history
+                    .commands
+                    .iter()
+                    .find(|c| c.key() == key)
+                    .map(Recorded::describe)
+                    .unwrap_or_else(|| format!("`{key}`"));
+                let mut found: Vec<&str> = self.waiting.iter().map(String::as_str).collect();
+                found.sort_unstable();
+                return Err(format!(
+                    "its history delivers the result of {expected} next, but the workflow is waiting on {}",
+                    if found.is_empty() { "nothing".to_owned() } else { found.join(", ") }
+                ));
+            }
+        }
+        match delivery {
+            Delivery::Keyed { key, at, result } => self.ctx.deliver(&key, at, result),
+            Delivery::Registered {
+                hook_key,
+                token,
+                at,
+                conflict,
+            } => self
+                .ctx
+                .deliver_registration(&hook_key, &token, at, conflict),
+            Delivery::Payload { token, at, payload } => {
+                self.ctx.deliver_payload(&token, at, payload)
+            }
+        }
+        Ok(())
     }
 
     /// Matches newly issued commands against the history; queues live ones.
     fn take_commands(&mut self) -> Result<(), String> {
         for cmd in self.ctx.take_issued() {
-            let (key, recorded) = match &cmd {
-                Command::Step { step_id, .. } => {
-                    (step_id.clone(), self.history.commands.get(self.matched))
-                }
-                Command::Timer { timer_id, .. } => {
-                    (timer_id.clone(), self.history.commands.get(self.matched))
+            let key = match &cmd {
+                Command::Step { step_id, .. } => step_id.clone(),
+                Command::Timer { timer_id, .. } => timer_id.clone(),
+                Command::HookRegister { hook_key, .. } => hook_key.clone(),
+                Command::HookRelease { hook_key, token } => {
+                    // Releases are not results: record each once, skip recorded ones.
+                    if !self.history.released.contains(hook_key) {
+                        self.outbox.push(NewEvent {
+                            at: SystemTime::now(),
+                            event: Event::HookReleased {
+                                hook_key: hook_key.clone(),
+                                token: token.clone(),
+                            },
+                        });
+                        self.releases.push(token.clone());
+                    }
+                    continue;
                 }
             };
+            let recorded = self.history.commands.get(self.matched);
             let replayed = match recorded {
                 Some(rec) => {
                     let same = match (rec, &cmd) {
@@ -371,6 +592,13 @@ impl Driver {
                         (Recorded::Timer { timer_id, .. }, Command::Timer { timer_id: t, .. }) => {
                             timer_id == t
                         }
+                        (
+                            Recorded::Hook { hook_key, token },
+                            Command::HookRegister {
+                                hook_key: k,
+                                token: t,
+                            },
+                        ) => hook_key == k && token == t,
                         _ => false,
                     };
                     if !same {
@@ -423,7 +651,7 @@ impl Driver {
                     let fire_at = if replayed {
                         match &self.history.commands[self.matched - 1] {
                             Recorded::Timer { fire_at, .. } => *fire_at,
-                            Recorded::Step { .. } => fire_at,
+                            _ => fire_at,
                         }
                     } else {
                         self.outbox.push(NewEvent {
@@ -437,6 +665,10 @@ impl Driver {
                     };
                     self.timers.insert((fire_at, timer_id));
                 }
+                Command::HookRegister { hook_key, token } => {
+                    self.to_claim.push_back((hook_key, token));
+                }
+                Command::HookRelease { .. } => {}
             }
         }
         Ok(())
@@ -444,11 +676,15 @@ impl Driver {
 
     /// Makes the outbox durable.
     async fn flush(&mut self) -> Result<(), StoreError> {
-        if self.outbox.is_empty() {
+        if self.outbox.is_empty() && self.releases.is_empty() {
             return Ok(());
         }
-        let events = std::mem::take(&mut self.outbox);
-        self.rt.store.append(&self.lease, events, None).await
+        let write = Append {
+            events: std::mem::take(&mut self.outbox),
+            release_tokens: std::mem::take(&mut self.releases),
+            outcome: None,
+        };
+        self.rt.store.append(&self.lease, write).await
     }
 
     /// Starts the steps whose scheduling is durable.
@@ -480,11 +716,12 @@ impl Driver {
             Err(e) => (Event::RunFailed { error: e.clone() }, RunOutcome::Failed(e)),
         };
         self.outbox.push(NewEvent { at, event });
-        let events = std::mem::take(&mut self.outbox);
-        self.rt
-            .store
-            .append(&self.lease, events, Some(outcome))
-            .await?;
+        let write = Append {
+            events: std::mem::take(&mut self.outbox),
+            release_tokens: std::mem::take(&mut self.releases),
+            outcome: Some(outcome),
+        };
+        self.rt.store.append(&self.lease, write).await?;
         self.rt.run_ended(self.ctx.run_id);
         Ok(())
     }
@@ -501,8 +738,10 @@ impl Driver {
             .store
             .append(
                 &self.lease,
-                Vec::new(),
-                Some(RunOutcome::Failed(Error::diverged(msg))),
+                Append {
+                    outcome: Some(RunOutcome::Failed(Error::diverged(msg))),
+                    ..Append::default()
+                },
             )
             .await?;
         self.rt.run_ended(self.ctx.run_id);
@@ -524,7 +763,7 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 struct StepTask {
     rt: Arc<Inner>,
     lease: Lease,
-    run_id: crate::ids::RunId,
+    run_id: RunId,
     step_id: String,
     def: &'static StepDef,
     exec: StepExec,
@@ -534,6 +773,18 @@ struct StepTask {
 }
 
 impl StepTask {
+    /// Appends one event about this step's attempts.
+    async fn record(&self, event: Event) -> Result<(), StoreError> {
+        let write = Append {
+            events: vec![NewEvent {
+                at: SystemTime::now(),
+                event,
+            }],
+            ..Append::default()
+        };
+        self.rt.store.append(&self.lease, write).await
+    }
+
     async fn run(self) {
         let span = tracing::info_span!("step", run_id = %self.run_id, step = self.def.name, step_id = %self.step_id);
         let result = self.attempts_loop().instrument(span).await;
@@ -568,20 +819,11 @@ impl StepTask {
                         tokio::time::sleep(d).await;
                     }
                 }
-                self.rt
-                    .store
-                    .append(
-                        &self.lease,
-                        vec![NewEvent {
-                            at: SystemTime::now(),
-                            event: Event::StepAttemptStarted {
-                                step_id: self.step_id.clone(),
-                                attempt,
-                            },
-                        }],
-                        None,
-                    )
-                    .await?;
+                self.record(Event::StepAttemptStarted {
+                    step_id: self.step_id.clone(),
+                    attempt,
+                })
+                .await?;
             }
             let meta = StepMetadata {
                 step_id: self.step_id.clone(),
@@ -614,22 +856,13 @@ impl StepTask {
                 .retry_after_hint()
                 .unwrap_or_else(|| self.rt.config.backoff(attempt));
             let retry_at = SystemTime::now() + delay;
-            self.rt
-                .store
-                .append(
-                    &self.lease,
-                    vec![NewEvent {
-                        at: SystemTime::now(),
-                        event: Event::StepAttemptFailed {
-                            step_id: self.step_id.clone(),
-                            attempt,
-                            error: err.clone(),
-                            retry_at_ms: to_millis(retry_at),
-                        },
-                    }],
-                    None,
-                )
-                .await?;
+            self.record(Event::StepAttemptFailed {
+                step_id: self.step_id.clone(),
+                attempt,
+                error: err.clone(),
+                retry_at_ms: to_millis(retry_at),
+            })
+            .await?;
             last_error = Some(err);
             wait_until = Some(retry_at);
         }

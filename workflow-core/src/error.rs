@@ -224,6 +224,50 @@ pub enum StoreError {
     RunNotFound(RunId),
 }
 
+/// No active hook owns the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no active hook owns token {token:?}")]
+pub struct HookNotFoundError {
+    /// The token.
+    pub token: String,
+}
+
+/// Why `resume_hook` or `get_hook_by_token` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HookError {
+    /// No active hook owns the token (not registered yet, or released).
+    #[error(transparent)]
+    NotFound(HookNotFoundError),
+    /// The token is empty or longer than 1 KiB.
+    #[error("invalid hook token: {0}")]
+    InvalidToken(String),
+    /// The payload could not be serialized.
+    #[error("the payload for hook {token:?} could not be serialized: {message}")]
+    Serialize {
+        /// The token.
+        token: String,
+        /// What serde reported.
+        message: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl HookError {
+    /// The not-found error, if this is one.
+    pub fn as_not_found(&self) -> Option<&HookNotFoundError> {
+        match self {
+            HookError::NotFound(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The error of `resume_hook` (SPEC name); the same type as [`HookError`].
+pub type ResumeHookError = HookError;
+
 /// Why `start` could not admit a run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -231,6 +275,9 @@ pub enum StartError {
     /// The run's token is owned by another run.
     #[error(transparent)]
     HookConflict(HookConflictError),
+    /// The token given to `.hook(..)` is empty or longer than 1 KiB.
+    #[error("invalid hook token: {0}")]
+    InvalidToken(String),
     /// The workflow is not registered in this binary.
     #[error("workflow `{0}` is not registered in this binary")]
     UnknownWorkflow(String),

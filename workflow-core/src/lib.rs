@@ -54,15 +54,17 @@ mod runtime;
 pub mod store;
 
 pub use context::{
-    now, random, sleep, sleep_until, step_metadata, try_step_metadata, try_workflow_metadata,
-    workflow_metadata, StepMetadata, WorkflowMetadata,
+    create_generated_hook, create_hook, now, random, sleep, sleep_until, step_metadata,
+    try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
+    WorkflowMetadata,
 };
 pub use error::{
-    BuildError, Error, ErrorKind, HookConflictError, RunError, StartError, StoreError,
+    BuildError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError, ResumeHookError,
+    RunError, StartError, StoreError,
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
-pub use runtime::{Run, Runtime, RuntimeBuilder, Start};
+pub use runtime::{HookInfo, HookRef, Run, Runtime, RuntimeBuilder, Start};
 pub use store::{RunRecord, RunStatus};
 pub use workflow_macros::{step, workflow};
 
@@ -73,8 +75,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything a workflow author needs: `use workflow_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        now, random, sleep, sleep_until, step, step_metadata, workflow, workflow_metadata, Error,
-        Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata, WorkflowMetadata,
+        create_generated_hook, create_hook, now, random, sleep, sleep_until, step, step_metadata,
+        workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError, HookError,
+        HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata,
+        WorkflowMetadata,
     };
     pub use std::time::Duration;
 }
@@ -88,6 +92,99 @@ pub mod __private {
     };
     pub use inventory;
 
+    use std::future::Future;
+    use std::marker::PhantomData;
+
+    use crate::Error;
+
     /// Compile-time check that `T` can be recorded; spanned at the user's type by the macros.
     pub fn assert_value<T: WorkflowValue>() {}
+
+    /// How a `#[step]` fn reaches [`call_step`]: `(&StepCall::<Args, T>::new()).call_step(..)`
+    /// resolves to [`RecordedStep`] when `Args` and `T` can be recorded, and otherwise to
+    /// [`UnrecordableStep`], which has no bounds. An unserializable type is thus reported once,
+    /// by the macro's spanned [`assert_value`], instead of a second time at the attribute by
+    /// `call_step`'s bounds. (Method resolution tries `StepCall` before `&StepCall`, and takes
+    /// an impl only if its bounds hold, since all types here are concrete.)
+    pub struct StepCall<A, T>(PhantomData<fn() -> (A, T)>);
+
+    impl<A, T> StepCall<A, T> {
+        /// The selector.
+        pub const fn new() -> Self {
+            StepCall(PhantomData)
+        }
+    }
+
+    impl<A, T> Default for StepCall<A, T> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// The real call: records the step.
+    pub trait RecordedStep<A, T> {
+        /// [`call_step`].
+        fn call_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static;
+    }
+
+    impl<A: WorkflowValue, T: WorkflowValue> RecordedStep<A, T> for StepCall<A, T> {
+        fn call_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            call_step(def, args, body)
+        }
+    }
+
+    /// The stand-in chosen only when an argument or the result cannot be recorded, which the
+    /// macro's `assert_value` has already reported: the crate does not compile, so this never
+    /// runs.
+    pub trait UnrecordableStep<A, T> {
+        /// Never called at run time.
+        fn call_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static;
+    }
+
+    impl<A, T> UnrecordableStep<A, T> for &StepCall<A, T> {
+        fn call_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            let _ = (args, body);
+            async move {
+                unreachable!(
+                    "step `{}` has an argument or result that cannot be recorded, so it \
+                     cannot have compiled",
+                    def.name
+                )
+            }
+        }
+    }
 }

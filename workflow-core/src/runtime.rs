@@ -13,14 +13,18 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
 
-use crate::driver::Driver;
+use crate::context::invalid_token;
+use crate::driver::{Driver, Signals};
 use crate::error::{BuildError, Error, RunError, StartError};
+use crate::error::{HookConflictError, HookError, HookNotFoundError};
 use crate::ids::RunId;
 use crate::registry::{
     BoxFuture, IntoWorkflow, StepRegistration, WorkflowDef, WorkflowRegistration,
 };
 use crate::store::memory::MemoryStore;
-use crate::store::{AcquireRequest, CancelOutcome, Lease, NewRun, RunRecord, RunStatus, Store};
+use crate::store::{
+    AcquireRequest, Admission, CancelOutcome, Lease, NewRun, RunRecord, RunStatus, StartHook, Store,
+};
 
 tokio::task_local! {
     static CURRENT_RUNTIME: Arc<Inner>;
@@ -72,6 +76,7 @@ impl Config {
 struct Active {
     lease: Lease,
     stop: Arc<Notify>,
+    inbox: Arc<Notify>,
 }
 
 pub(crate) struct Inner {
@@ -96,6 +101,13 @@ impl Inner {
         self.active().remove(id);
         // Capacity freed: look for more work.
         self.work.notify_one();
+    }
+
+    /// Tells the local driver of `run`, if any, that its inbox has news.
+    fn payload_arrived(&self, run: &RunId) {
+        if let Some(a) = self.active().get(run) {
+            a.inbox.notify_one();
+        }
     }
 
     pub(crate) fn run_ended(&self, _id: RunId) {
@@ -283,6 +295,8 @@ impl Runtime {
         Start {
             rt: self.clone(),
             args,
+            hook: None,
+            retention: None,
             _def: PhantomData,
         }
     }
@@ -294,6 +308,59 @@ impl Runtime {
             id: *id,
             rt: self.clone(),
             _t: PhantomData,
+        }
+    }
+
+    /// Sends `payload` to the run whose active hook owns `token`. The payload is durable once
+    /// this returns and reaches the workflow's `recv()` in the order the calls committed.
+    ///
+    /// [`HookError::NotFound`] when no active hook owns the token (the run has not registered
+    /// it yet, or released it): see the route pattern in the crate docs.
+    pub async fn resume_hook<P: serde::Serialize>(
+        &self,
+        token: impl Into<String>,
+        payload: P,
+    ) -> Result<HookRef, HookError> {
+        let token = token.into();
+        if let Some(why) = invalid_token(&token) {
+            return Err(HookError::InvalidToken(why));
+        }
+        let payload = serde_json::to_value(payload).map_err(|e| HookError::Serialize {
+            token: token.clone(),
+            message: e.to_string(),
+        })?;
+        match self
+            .inner
+            .store
+            .resume_hook(&token, payload, SystemTime::now())
+            .await?
+        {
+            Some((run_id, _)) => {
+                self.inner.payload_arrived(&run_id);
+                // An evicted run became acquirable.
+                self.inner.work.notify_one();
+                Ok(HookRef { token, run_id })
+            }
+            None => Err(HookError::NotFound(HookNotFoundError { token })),
+        }
+    }
+
+    /// The active hook owning `token`. Advisory: a later `start` is not atomic with this
+    /// look-up (use `start(..).hook(token)` for that).
+    pub async fn get_hook_by_token(&self, token: impl AsRef<str>) -> Result<HookInfo, HookError> {
+        let token = token.as_ref();
+        if let Some(why) = invalid_token(token) {
+            return Err(HookError::InvalidToken(why));
+        }
+        match self.inner.store.get_hook(token).await? {
+            Some(h) => Ok(HookInfo {
+                token: h.token,
+                run_id: h.run_id,
+                created_at: h.created_at,
+            }),
+            None => Err(HookError::NotFound(HookNotFoundError {
+                token: token.to_owned(),
+            })),
         }
     }
 
@@ -313,12 +380,53 @@ impl Runtime {
     }
 }
 
+/// Where `resume_hook` delivered a payload.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HookRef {
+    /// The token.
+    pub token: String,
+    /// The run owning it.
+    pub run_id: RunId,
+}
+
+/// An active hook, from `get_hook_by_token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookInfo {
+    /// The token.
+    pub token: String,
+    /// The run owning it.
+    pub run_id: RunId,
+    /// When that run claimed it.
+    pub created_at: SystemTime,
+}
+
 /// A pending start; await it. From [`Runtime::start`].
 #[must_use = "a start does nothing unless awaited"]
 pub struct Start<W: WorkflowDef> {
     rt: Runtime,
     args: W::Args,
+    hook: Option<String>,
+    retention: Option<Duration>,
     _def: PhantomData<fn() -> W>,
+}
+
+impl<W: WorkflowDef> Start<W> {
+    /// Claims hook `token` atomically with admitting the run: of any number of concurrent
+    /// starts with one token, across processes, exactly one becomes a run; the others fail with
+    /// [`StartError::HookConflict`] naming it and leave no trace. The hook accepts payloads
+    /// from admission on (they are buffered); inside the run, `create_hook(token)` binds to it.
+    pub fn hook(mut self, token: impl Into<String>) -> Self {
+        self.hook = Some(token.into());
+        self
+    }
+
+    /// Keeps the `.hook(..)` token unavailable until `start + d`, even after the run ended, so
+    /// that late duplicates are still refused (and can read this run's result). No effect
+    /// without `.hook(..)`.
+    pub fn min_retention(mut self, d: Duration) -> Self {
+        self.retention = Some(d);
+        self
+    }
 }
 
 impl<W: WorkflowDef> IntoFuture for Start<W> {
@@ -331,17 +439,34 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 workflow: W::NAME.to_owned(),
                 message: e.to_string(),
             })?;
+            if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
+                return Err(StartError::InvalidToken(why));
+            }
             let id = RunId::new();
-            self.rt
+            let created_at = SystemTime::now();
+            let hook = self.hook.map(|token| StartHook {
+                token,
+                retain_until: self.retention.map(|d| created_at + d),
+            });
+            let token = hook.as_ref().map(|h| h.token.clone());
+            let admission = self
+                .rt
                 .inner
                 .store
                 .create_run(NewRun {
                     id,
                     workflow: W::NAME.to_owned(),
                     input,
-                    created_at: SystemTime::now(),
+                    created_at,
+                    hook,
                 })
                 .await?;
+            if let Admission::Conflict(owner) = admission {
+                return Err(StartError::HookConflict(HookConflictError {
+                    token: token.unwrap_or_default(),
+                    conflicting_run_id: owner,
+                }));
+            }
             self.rt.inner.work.notify_one();
             Ok(Run {
                 id,
@@ -464,9 +589,20 @@ impl<T: DeserializeOwned> Run<T> {
 async fn worker_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let mut failures = 0u32;
+    // Payloads sent through other processes reach the runs driven here through this cursor.
+    let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
     loop {
         if *shutdown.borrow() {
             return;
+        }
+        match rt.store.payloads_since(payload_cursor, 1024).await {
+            Ok(news) => {
+                for (id, run) in news {
+                    payload_cursor = payload_cursor.max(id);
+                    rt.payload_arrived(&run);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading new hook payloads failed"),
         }
         let capacity = rt.config.max_active_runs.saturating_sub(rt.active().len());
         let mut full_batch = false;
@@ -510,15 +646,19 @@ fn spawn_run(rt: &Arc<Inner>, leased: crate::store::LeasedRun) {
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
         return;
     };
-    let stop = Arc::new(Notify::new());
+    let signals = Signals {
+        stop: Arc::new(Notify::new()),
+        inbox: Arc::new(Notify::new()),
+    };
     rt.active().insert(
         leased.run.id,
         Active {
             lease: leased.lease.clone(),
-            stop: stop.clone(),
+            stop: signals.stop.clone(),
+            inbox: signals.inbox.clone(),
         },
     );
-    tokio::spawn(Driver::run(rt.clone(), leased, reg, stop));
+    tokio::spawn(Driver::run(rt.clone(), leased, reg, signals));
 }
 
 async fn heartbeat_loop(rt: Arc<Inner>) {

@@ -651,6 +651,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
             workflow: name_of(arithmetic).to_owned(),
             input: json!({"order": "not a tuple of u64"}),
             created_at: SystemTime::now(),
+            hook: None,
         })
         .await
         .unwrap();

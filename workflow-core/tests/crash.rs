@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::prelude::*;
 use workflow_core::store::{from_millis, Event};
+use workflow_core::RunId;
 
 const CHILD_ENV: &str = "WF_CRASH_CHILD";
 const LEASE: Duration = Duration::from_millis(500);
@@ -110,8 +111,11 @@ fn child_main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let db = std::env::var("WF_DB").unwrap();
+        let mode = std::env::var("WF_MODE").unwrap();
         let rt = Runtime::builder()
             .sqlite(db)
+            // The storm only admits runs; nobody needs to execute them.
+            .worker(!mode.starts_with("storm"))
             .lease(LEASE)
             .poll_interval(Duration::from_millis(20))
             .retry_backoff(Duration::from_millis(10))
@@ -120,7 +124,6 @@ fn child_main() {
             .build()
             .await
             .unwrap();
-        let mode = std::env::var("WF_MODE").unwrap();
         let parts: Vec<&str> = mode.split(':').collect();
         let id = match parts.as_slice() {
             ["start", "twenty_squares"] => rt.start(twenty_squares, ()).await.unwrap().id(),
@@ -132,6 +135,27 @@ fn child_main() {
             ["start", "always_crashing"] => rt.start(always_crashing, ()).await.unwrap().id(),
             ["resume", id] => id.parse().unwrap(),
             ["work"] => std::future::pending().await,
+            ["storm", token, n] => {
+                let starts: Vec<_> = (0..n.parse::<u64>().unwrap())
+                    .map(|i| {
+                        let (rt, token) = (rt.clone(), token.to_string());
+                        tokio::spawn(async move { rt.start(three_tagged, (i,)).hook(token).await })
+                    })
+                    .collect();
+                let (mut won, mut owners) = (Vec::new(), Vec::new());
+                for s in starts {
+                    match s.await.unwrap() {
+                        Ok(run) => won.push(run.id().to_string()),
+                        Err(StartError::HookConflict(c)) => {
+                            owners.push(c.conflicting_run_id.to_string())
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                println!("STORM won={} lost={}", won.join(","), owners.join(","));
+                std::io::stdout().flush().unwrap();
+                return;
+            }
             other => panic!("unknown mode {other:?}"),
         };
         println!("RUN {id}");
@@ -446,4 +470,64 @@ fn processes_share_one_sqlite_file() {
         assert!(run.return_value().await.unwrap_err().is_cancelled());
         drop(workers);
     });
+}
+
+#[test]
+fn atomic_start_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
+    // Create the file first so that the four processes race on starts, not on the schema.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        Runtime::builder()
+            .sqlite(&db)
+            .worker(false)
+            .build()
+            .await
+            .unwrap()
+    });
+    let token = format!("storm-{}", RunId::new());
+    let started = Instant::now();
+    let workers: Vec<Worker> = (0..4)
+        .map(|_| Worker::spawn(&db, &log, &format!("storm:{token}:50")))
+        .collect();
+    let mut won = Vec::new();
+    let mut owners = Vec::new();
+    for w in &workers {
+        let line = w.line("STORM ", Duration::from_secs(60));
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (w_won, w_owners) = (field("won="), field("lost="));
+        won.extend(w_won.split(',').filter(|s| !s.is_empty()).map(String::from));
+        owners.extend(
+            w_owners
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from),
+        );
+    }
+    println!(
+        "4 processes x 50 starts: {} run(s), {} conflicts, {:?}",
+        won.len(),
+        owners.len(),
+        started.elapsed()
+    );
+    assert_eq!(won.len(), 1, "exactly one run: {won:?}");
+    assert_eq!(owners.len(), 199);
+    assert!(
+        owners.iter().all(|o| *o == won[0]),
+        "every loser names the winner"
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let runs: i64 = conn
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    let events: i64 = conn
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!((runs, events), (1, 0), "the losers left no trace");
 }

@@ -2,13 +2,15 @@
 //! the whole state makes every operation atomic; clones share the state, so several runtimes in
 //! one process can act as competing workers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use serde_json::Value;
+
 use super::{
-    AcquireRequest, CancelOutcome, Event, EventRecord, Lease, LeasedRun, NewEvent, NewRun,
-    RunOutcome, RunRecord, RunStatus, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookRecord,
+    Lease, LeasedRun, NewRun, Payload, RunOutcome, RunRecord, RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -24,6 +26,9 @@ struct State {
     runs: HashMap<RunId, Row>,
     /// The runs that have not ended: what `acquire` scans.
     open: HashSet<RunId>,
+    hooks: HashMap<String, HookRow>,
+    /// Every payload by id: (run, payload).
+    inbox: BTreeMap<u64, (RunId, Payload)>,
 }
 
 struct Row {
@@ -32,6 +37,20 @@ struct Row {
     wake_at: SystemTime,
     epoch: u64,
     lease_until: Option<SystemTime>,
+}
+
+struct HookRow {
+    run_id: RunId,
+    created_at: SystemTime,
+    active: bool,
+    retain_until: Option<SystemTime>,
+}
+
+impl HookRow {
+    /// Whether the token is unavailable to others at `at`.
+    fn taken(&self, at: SystemTime) -> bool {
+        self.active || self.retain_until.is_some_and(|t| t > at)
+    }
 }
 
 impl Row {
@@ -44,6 +63,39 @@ impl Row {
     fn push(&mut self, at: SystemTime, event: Event) {
         let seq = self.events.len() as u64 + 1;
         self.events.push(EventRecord { seq, at, event });
+    }
+}
+
+impl State {
+    fn held(&mut self, lease: &Lease) -> Result<&mut Row, StoreError> {
+        self.runs
+            .get_mut(&lease.run_id)
+            .filter(|r| r.holds(lease))
+            .ok_or(StoreError::LeaseLost(lease.run_id))
+    }
+
+    /// Gives up `token` if `run` owns it: kept while retained, removed otherwise.
+    fn release_token(&mut self, run: RunId, token: &str, now: SystemTime) {
+        if let Some(h) = self.hooks.get_mut(token) {
+            if h.run_id == run && h.active {
+                h.active = false;
+                if !h.taken(now) {
+                    self.hooks.remove(token);
+                }
+            }
+        }
+    }
+
+    fn release_all(&mut self, run: RunId, now: SystemTime) {
+        let tokens: Vec<String> = self
+            .hooks
+            .iter()
+            .filter(|(_, h)| h.run_id == run && h.active)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in tokens {
+            self.release_token(run, &t, now);
+        }
     }
 }
 
@@ -62,13 +114,31 @@ impl MemoryStore {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         let mut st = self.lock();
         if st.runs.contains_key(&run.id) {
             return Err(StoreError::Database(format!(
                 "run {} already exists",
                 run.id
             )));
+        }
+        if let Some(hook) = &run.hook {
+            if let Some(owner) = st
+                .hooks
+                .get(&hook.token)
+                .filter(|h| h.taken(run.created_at))
+            {
+                return Ok(Admission::Conflict(owner.run_id));
+            }
+            st.hooks.insert(
+                hook.token.clone(),
+                HookRow {
+                    run_id: run.id,
+                    created_at: run.created_at,
+                    active: true,
+                    retain_until: hook.retain_until,
+                },
+            );
         }
         st.open.insert(run.id);
         st.runs.insert(
@@ -83,6 +153,7 @@ impl Store for MemoryStore {
                     error: None,
                     created_at: run.created_at,
                     updated_at: run.created_at,
+                    hook_token: run.hook.map(|h| h.token),
                 },
                 events: Vec::new(),
                 wake_at: run.created_at,
@@ -90,7 +161,7 @@ impl Store for MemoryStore {
                 lease_until: None,
             },
         );
-        Ok(())
+        Ok(Admission::Admitted)
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -108,7 +179,7 @@ impl Store for MemoryStore {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         let mut st = self.lock();
-        let State { runs, open } = &mut *st;
+        let State { runs, open, .. } = &mut *st;
         let mut ready: Vec<(SystemTime, RunId)> = open
             .iter()
             .filter_map(|id| runs.get(id))
@@ -140,25 +211,16 @@ impl Store for MemoryStore {
         Ok(leased)
     }
 
-    async fn append(
-        &self,
-        lease: &Lease,
-        events: Vec<NewEvent>,
-        outcome: Option<RunOutcome>,
-    ) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
         let mut st = self.lock();
-        let row = st
-            .runs
-            .get_mut(&lease.run_id)
-            .filter(|r| r.holds(lease))
-            .ok_or(StoreError::LeaseLost(lease.run_id))?;
-        let mut last = None;
-        for e in events {
-            last = Some(e.at);
+        let row = st.held(lease)?;
+        let mut now = SystemTime::now();
+        for e in write.events {
+            now = e.at;
             row.push(e.at, e.event);
         }
-        if let Some(outcome) = outcome {
-            let now = last.unwrap_or_else(SystemTime::now);
+        let ended = write.outcome.is_some();
+        if let Some(outcome) = write.outcome {
             match outcome {
                 RunOutcome::Completed(v) => {
                     row.record.status = RunStatus::Completed;
@@ -171,21 +233,140 @@ impl Store for MemoryStore {
             }
             row.record.updated_at = now;
             row.lease_until = None;
+        }
+        for token in &write.release_tokens {
+            st.release_token(lease.run_id, token, now);
+        }
+        if ended {
             st.open.remove(&lease.run_id);
+            st.release_all(lease.run_id, now);
         }
         Ok(())
     }
 
-    async fn release(&self, lease: &Lease, wake_at: SystemTime) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        lease: &Lease,
+        wake_at: SystemTime,
+        payloads_seen: u64,
+    ) -> Result<(), StoreError> {
         let mut st = self.lock();
-        let row = st
-            .runs
-            .get_mut(&lease.run_id)
-            .filter(|r| r.holds(lease))
-            .ok_or(StoreError::LeaseLost(lease.run_id))?;
+        let waiting = st
+            .inbox
+            .range(payloads_seen.saturating_add(1)..)
+            .any(|(_, (run, _))| *run == lease.run_id);
+        let row = st.held(lease)?;
         row.lease_until = None;
-        row.wake_at = wake_at;
+        row.wake_at = if waiting { SystemTime::now() } else { wake_at };
         Ok(())
+    }
+
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let mut st = self.lock();
+        st.held(lease)?;
+        let outcome = match st.hooks.get(token).filter(|h| h.taken(at)) {
+            Some(owner) => ClaimOutcome::Conflict(owner.run_id),
+            None => {
+                st.hooks.insert(
+                    token.to_owned(),
+                    HookRow {
+                        run_id: lease.run_id,
+                        created_at: at,
+                        active: true,
+                        retain_until: None,
+                    },
+                );
+                ClaimOutcome::Claimed
+            }
+        };
+        let conflict = match outcome {
+            ClaimOutcome::Claimed => None,
+            ClaimOutcome::Conflict(owner) => Some(owner),
+        };
+        st.held(lease)?.push(
+            at,
+            Event::HookRegistered {
+                hook_key: hook_key.to_owned(),
+                token: token.to_owned(),
+                conflict,
+            },
+        );
+        Ok(outcome)
+    }
+
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError> {
+        let mut st = self.lock();
+        let Some(run) = st.hooks.get(token).filter(|h| h.active).map(|h| h.run_id) else {
+            return Ok(None);
+        };
+        let id = st.inbox.last_key_value().map_or(1, |(k, _)| k + 1);
+        st.inbox.insert(
+            id,
+            (
+                run,
+                Payload {
+                    id,
+                    token: token.to_owned(),
+                    payload,
+                },
+            ),
+        );
+        if let Some(r) = st.runs.get_mut(&run) {
+            r.wake_at = r.wake_at.min(at);
+        }
+        Ok(Some((run, id)))
+    }
+
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+        Ok(self
+            .lock()
+            .inbox
+            .range(after.saturating_add(1)..)
+            .filter(|(_, (r, _))| r == run)
+            .map(|(_, (_, p))| p.clone())
+            .collect())
+    }
+
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError> {
+        Ok(self
+            .lock()
+            .inbox
+            .range(after.saturating_add(1)..)
+            .take(limit)
+            .map(|(id, (run, _))| (*id, *run))
+            .collect())
+    }
+
+    async fn last_payload_id(&self) -> Result<u64, StoreError> {
+        Ok(self.lock().inbox.last_key_value().map_or(0, |(k, _)| *k))
+    }
+
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .hooks
+            .get(token)
+            .filter(|h| h.active)
+            .map(|h| HookRecord {
+                token: token.to_owned(),
+                run_id: h.run_id,
+                created_at: h.created_at,
+            }))
     }
 
     async fn heartbeat(
@@ -217,6 +398,7 @@ impl Store for MemoryStore {
         row.record.updated_at = now;
         row.lease_until = None;
         st.open.remove(id);
+        st.release_all(*id, now);
         Ok(CancelOutcome::Cancelled)
     }
 }

@@ -80,6 +80,27 @@ pub struct NewRun {
     pub input: Value,
     /// Admission time; also the first time a worker may pick it up.
     pub created_at: SystemTime,
+    /// A hook token to claim atomically with the admission (`start(..).hook(token)`).
+    pub hook: Option<StartHook>,
+}
+
+/// The token a run claims when it is admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartHook {
+    /// The token.
+    pub token: String,
+    /// The token stays claimed at least until then, even after the run ended
+    /// (`min_retention`).
+    pub retain_until: Option<SystemTime>,
+}
+
+/// What [`Store::create_run`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// The run exists (and owns its start token, if it asked for one).
+    Admitted,
+    /// The start token is owned (or retained) by this run; nothing was written.
+    Conflict(RunId),
 }
 
 /// A run as stored.
@@ -101,10 +122,13 @@ pub struct RunRecord {
     pub created_at: SystemTime,
     /// Time of the last change of state.
     pub updated_at: SystemTime,
+    /// The token claimed at admission, if any.
+    pub hook_token: Option<String>,
 }
 
 /// One entry of a run's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// The workflow called a step; this is also the start of its first attempt.
@@ -165,6 +189,31 @@ pub enum Event {
     },
     /// The run was cancelled.
     RunCancelled,
+    /// The workflow committed the registration of a hook; delivered to the workflow.
+    HookRegistered {
+        /// The hook's key within the run (`hk_<n>`).
+        hook_key: String,
+        /// The requested token.
+        token: String,
+        /// The run owning the token, when it was not free; `None` when this run claimed it.
+        conflict: Option<RunId>,
+    },
+    /// A payload sent with `resume_hook` was delivered to the workflow.
+    HookReceived {
+        /// The hook's token.
+        token: String,
+        /// The payload's id in the store's inbox (commit order).
+        payload_id: u64,
+        /// The payload as sent (kept raw for inspection, even if it does not fit the hook's type).
+        payload: Value,
+    },
+    /// The workflow released a hook (dropped or disposed it).
+    HookReleased {
+        /// The hook's key within the run.
+        hook_key: String,
+        /// Its token.
+        token: String,
+    },
 }
 
 /// An event to append, stamped by the writer. The stamp of a delivered event is the workflow's
@@ -186,6 +235,49 @@ pub struct EventRecord {
     pub at: SystemTime,
     /// What happened.
     pub event: Event,
+}
+
+/// A write of the worker driving a run: events in order, hook tokens to release, and possibly
+/// the run's end — all or nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Append {
+    /// Appended in order.
+    pub events: Vec<NewEvent>,
+    /// Tokens this run owns and gives up (kept unavailable until their retention ends).
+    pub release_tokens: Vec<String>,
+    /// Ends the run: status, output or error; releases every token the run owns and the lease.
+    pub outcome: Option<RunOutcome>,
+}
+
+/// What [`Store::claim_hook`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The run now owns the token.
+    Claimed,
+    /// Another hook owns the token (or retains it); this run names the owner.
+    Conflict(RunId),
+}
+
+/// A payload waiting in a run's inbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Payload {
+    /// Global, increasing in commit order.
+    pub id: u64,
+    /// The token it was sent to.
+    pub token: String,
+    /// As sent.
+    pub payload: Value,
+}
+
+/// An active hook, as [`Store::get_hook`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRecord {
+    /// The token.
+    pub token: String,
+    /// The owning run.
+    pub run_id: RunId,
+    /// When the owner claimed it.
+    pub created_at: SystemTime,
 }
 
 /// A worker's claim on a run. `epoch` is the fencing token: it grows with every acquisition,
@@ -248,8 +340,11 @@ pub enum CancelOutcome {
 /// across processes (and for PostgreSQL, machines), never by a check in Rust alone.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Admits a run in status `Pending`, acquirable from `created_at`.
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError>;
+    /// Admits a run in status `Pending`, acquirable from `created_at`. With `run.hook`, the
+    /// admission and the claim of the token are one act: if the token is owned by an active
+    /// hook, or retained by an ended run until later than `created_at`, nothing is written and
+    /// the owner is returned.
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError>;
 
     /// The run, or `None`.
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError>;
@@ -262,19 +357,60 @@ pub trait Store: Send + Sync + 'static {
     /// status `Running`, and a lease until `now + lease`. Earliest wake time first.
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError>;
 
-    /// Appends `events` in order and, with `outcome`, ends the run (status, output or error) —
-    /// all or nothing, and only while `lease` is current and the run is `Running`; otherwise
-    /// [`StoreError::LeaseLost`] and nothing is written. Ending a run also releases its lease.
-    async fn append(
-        &self,
-        lease: &Lease,
-        events: Vec<NewEvent>,
-        outcome: Option<RunOutcome>,
-    ) -> Result<(), StoreError>;
+    /// Writes `write` — all or nothing, and only while `lease` is current and the run is
+    /// `Running`; otherwise [`StoreError::LeaseLost`] and nothing is written. Released tokens
+    /// whose retention has not ended stay unavailable (and unresumable) until it ends; others
+    /// become free at once. Ending a run also releases all its tokens and its lease.
+    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError>;
 
     /// Gives the run back without ending it: no lease holds it until another worker acquires
-    /// it at or after `wake_at`. [`StoreError::LeaseLost`] if `lease` is not current.
-    async fn release(&self, lease: &Lease, wake_at: SystemTime) -> Result<(), StoreError>;
+    /// it at or after `wake_at` — or at once if its inbox holds a payload with an id above
+    /// `payloads_seen` (so a payload sent during the release is not missed).
+    /// [`StoreError::LeaseLost`] if `lease` is not current.
+    async fn release(
+        &self,
+        lease: &Lease,
+        wake_at: SystemTime,
+        payloads_seen: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Claims `token` for hook `hook_key` of the leased run and appends the
+    /// [`Event::HookRegistered`] that records the decision, in one act (fenced like
+    /// [`Store::append`]). The token is free when no active hook owns it and no ended run
+    /// retains it past `at`.
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Puts `payload` into the inbox of the run whose active hook owns `token`, and makes that
+    /// run acquirable now if no worker holds it. `None` when no active hook owns the token.
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError>;
+
+    /// The run's inbox payloads with ids above `after`, in id order.
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError>;
+
+    /// Payloads (id, run) with ids above `after`, in id order, at most `limit`: how a worker
+    /// learns that runs it drives received something.
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError>;
+
+    /// The highest payload id so far (0 if none).
+    async fn last_payload_id(&self) -> Result<u64, StoreError>;
+
+    /// The active hook owning `token`, if any.
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError>;
 
     /// Extends the given leases to `now + lease`; returns the runs among them that this worker
     /// no longer holds (taken over, cancelled or ended), which it must stop driving.
@@ -285,8 +421,9 @@ pub trait Store: Send + Sync + 'static {
         now: SystemTime,
     ) -> Result<Vec<RunId>, StoreError>;
 
-    /// Records a `RunCancelled` event and status `Cancelled` and drops any lease, unless the run
-    /// already ended. [`StoreError::RunNotFound`] for an unknown id.
+    /// Records a `RunCancelled` event and status `Cancelled`, releases the run's tokens and
+    /// drops any lease — one act — unless the run already ended. [`StoreError::RunNotFound`]
+    /// for an unknown id.
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError>;
 }
 
@@ -295,6 +432,12 @@ pub fn to_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// The wake time of a run that waits for nothing but payloads: it is woken by them.
+pub fn never() -> SystemTime {
+    // 9999-12-31T23:59:59Z fits every store's time column.
+    UNIX_EPOCH + Duration::from_secs(253_402_300_799)
 }
 
 /// The inverse of [`to_millis`].

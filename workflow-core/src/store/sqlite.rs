@@ -25,16 +25,15 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::{
-    from_millis, to_millis, AcquireRequest, CancelOutcome, Event, EventRecord, Lease, LeasedRun,
-    NewEvent, NewRun, RunOutcome, RunRecord, RunStatus, Store,
+    from_millis, to_millis, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event,
+    EventRecord, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunOutcome, RunRecord,
+    RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 
 /// The value of `workflow_meta.schema` that marks a file as ours.
 const SCHEMA_NAME: &str = "workflow-rs";
-/// The schema this build writes and reads.
-const SCHEMA_VERSION: i64 = 1;
 /// How long one SQLite call waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a write keeps retrying when the lock is still held after `BUSY_TIMEOUT`.
@@ -44,7 +43,17 @@ const MAX_BATCH: usize = 1024;
 /// Reader threads, each with its own connection.
 const READERS: usize = 4;
 
-const CREATE_SCHEMA: &str = "
+/// The file format's history: `MIGRATIONS[n]` turns a version `n` file into version `n + 1`
+/// (version 0 is an empty file). Opening applies the missing ones in the transaction that
+/// checks the file. Released versions are frozen: change the format by appending.
+const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
+/// The schema this build writes and reads.
+const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+/// The tables each version must have (from the version that created them on), checked
+/// before migrating so a damaged file is reported, not half-migrated.
+const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 2), ("hook_inbox", 2)];
+
+const SCHEMA_V1: &str = "
 CREATE TABLE workflow_meta (
     key   TEXT PRIMARY KEY NOT NULL,
     value NOT NULL
@@ -75,7 +84,34 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 ";
 
-const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at";
+const SCHEMA_V2: &str = "
+-- The token claimed at admission (`start(..).hook(token)`).
+ALTER TABLE runs ADD COLUMN hook_token TEXT;
+-- One row per claimed token: the primary key is what lets at most one claim win. A row is
+-- taken while `active`, or after its release while `retain_until` lies ahead; a free row left
+-- behind (released, retention over) is replaced by the next claim.
+CREATE TABLE hooks (
+    token        TEXT PRIMARY KEY NOT NULL,
+    run_id       TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    active       INTEGER NOT NULL,  -- 1 while the run owns it, 0 once released
+    retain_until INTEGER            -- NULL: free as soon as released
+);
+CREATE INDEX hooks_run ON hooks (run_id);
+-- Payloads sent with resume_hook. AUTOINCREMENT: ids are never reused, so they grow in
+-- commit order, which is the order workflows receive them in.
+CREATE TABLE hook_inbox (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id  TEXT NOT NULL,
+    token   TEXT NOT NULL,
+    payload TEXT NOT NULL,              -- JSON
+    at      INTEGER NOT NULL
+);
+CREATE INDEX hook_inbox_run ON hook_inbox (run_id, id);
+";
+
+const RUN_COLUMNS: &str =
+    "id, workflow, status, input, output, error, created_at, updated_at, hook_token";
 
 /// A [`Store`] in one SQLite file, safe to share between threads, runtimes and processes.
 ///
@@ -240,26 +276,44 @@ impl SqliteStore {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
-    async fn create_run(&self, run: NewRun) -> Result<(), StoreError> {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         let input = to_json(&run.input, "the run's input")?;
         let at = sql_time(run.created_at);
+        let hook = run.hook.map(|h| (h.token, h.retain_until.map(sql_time)));
         self.write(move |tx| {
-            let inserted = tx
-                .prepare_cached(
-                    "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
-                     VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4)
-                     ON CONFLICT (id) DO NOTHING",
-                )
+            let id = run.id.to_string();
+            let exists = tx
+                .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")
                 .map_err(db)?
-                .execute(params![run.id.to_string(), run.workflow, input, at])
+                .exists([&id])
                 .map_err(db)?;
-            if inserted == 0 {
+            if exists {
                 return Err(StoreError::Database(format!(
                     "run {} already exists",
                     run.id
                 )));
             }
-            Ok(())
+            // The claim goes first: when it loses, nothing at all has been written.
+            if let Some((token, retain_until)) = &hook {
+                if let Some(owner) = claim_token(tx, token, &id, at, *retain_until)? {
+                    return Ok(Admission::Conflict(owner));
+                }
+            }
+            tx.prepare_cached(
+                "INSERT INTO runs
+                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5)",
+            )
+            .map_err(db)?
+            .execute(params![
+                id,
+                run.workflow,
+                input,
+                at,
+                hook.as_ref().map(|h| &h.0)
+            ])
+            .map_err(db)?;
+            Ok(Admission::Admitted)
         })
         .await
     }
@@ -312,8 +366,8 @@ impl Store for SqliteStore {
                 .query_map(params![until, now, workflows, limit], |row| {
                     Ok((
                         RawRun::from_row(row)?,
-                        row.get::<_, Sql>(8)?,
-                        row.get::<_, Sql>(9)?,
+                        row.get::<_, Sql>(RawRun::COLUMNS)?,
+                        row.get::<_, Sql>(RawRun::COLUMNS + 1)?,
                     ))
                 })
                 .map_err(db)?
@@ -342,15 +396,16 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn append(
-        &self,
-        lease: &Lease,
-        events: Vec<NewEvent>,
-        outcome: Option<RunOutcome>,
-    ) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
         let lease = lease.clone();
+        let Append {
+            events,
+            release_tokens,
+            outcome,
+        } = write;
+        // The time of the write: its last event's, as the memory store has it.
+        let now = sql_time(events.last().map_or_else(SystemTime::now, |e| e.at));
         // Encode here, not on the writer thread, which every run's writes queue behind.
-        let last_at = events.last().map(|e| e.at);
         let events = events
             .iter()
             .map(EncodedEvent::new)
@@ -368,13 +423,15 @@ impl Store for SqliteStore {
                 Some(to_json(&e, "the run's error")?),
             )),
         };
-        let ended_at = sql_time(last_at.unwrap_or_else(SystemTime::now));
         self.write(move |tx| {
             let id = lease.run_id.to_string();
             if !holds(tx, &id, lease.epoch)? {
                 return Err(StoreError::LeaseLost(lease.run_id));
             }
             insert_events(tx, &id, &events)?;
+            for token in &release_tokens {
+                release_token(tx, &id, token, now)?;
+            }
             if let Some((status, output, error)) = outcome {
                 tx.prepare_cached(
                     "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
@@ -382,21 +439,34 @@ impl Store for SqliteStore {
                      WHERE id = ?1",
                 )
                 .map_err(db)?
-                .execute(params![id, status.as_str(), output, error, ended_at])
+                .execute(params![id, status.as_str(), output, error, now])
                 .map_err(db)?;
+                release_all(tx, &id, now)?;
             }
             Ok(())
         })
         .await
     }
 
-    async fn release(&self, lease: &Lease, wake_at: SystemTime) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        lease: &Lease,
+        wake_at: SystemTime,
+        payloads_seen: u64,
+    ) -> Result<(), StoreError> {
         let lease = lease.clone();
         let wake_at = sql_time(wake_at);
+        let seen = sql_id(payloads_seen);
+        let now = sql_time(SystemTime::now());
         self.write(move |tx| {
+            // A payload committed after the worker last looked wakes the run at once; the
+            // check and the release are one statement, so none slips in between.
             let changed = tx
                 .prepare_cached(
-                    "UPDATE runs SET lease_until = NULL, wake_at = ?3
+                    "UPDATE runs SET lease_until = NULL,
+                         wake_at = CASE
+                             WHEN EXISTS (SELECT 1 FROM hook_inbox WHERE run_id = ?1 AND id > ?4)
+                             THEN ?5 ELSE ?3 END
                      WHERE id = ?1 AND epoch = ?2 AND status = 'running'
                        AND lease_until IS NOT NULL",
                 )
@@ -404,13 +474,189 @@ impl Store for SqliteStore {
                 .execute(params![
                     lease.run_id.to_string(),
                     sql_epoch(lease.epoch),
-                    wake_at
+                    wake_at,
+                    seen,
+                    now
                 ])
                 .map_err(db)?;
             if changed == 0 {
                 return Err(StoreError::LeaseLost(lease.run_id));
             }
             Ok(())
+        })
+        .await
+    }
+
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let lease = lease.clone();
+        let hook_key = hook_key.to_owned();
+        let token = token.to_owned();
+        self.write(move |tx| {
+            let id = lease.run_id.to_string();
+            if !holds(tx, &id, lease.epoch)? {
+                return Err(StoreError::LeaseLost(lease.run_id));
+            }
+            let conflict = claim_token(tx, &token, &id, sql_time(at), None)?;
+            let event = EncodedEvent::new(&NewEvent {
+                at,
+                event: Event::HookRegistered {
+                    hook_key,
+                    token,
+                    conflict,
+                },
+            })?;
+            insert_events(tx, &id, std::slice::from_ref(&event))?;
+            Ok(match conflict {
+                None => ClaimOutcome::Claimed,
+                Some(owner) => ClaimOutcome::Conflict(owner),
+            })
+        })
+        .await
+    }
+
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError> {
+        let token = token.to_owned();
+        let payload = to_json(&payload, "the payload")?;
+        let at = sql_time(at);
+        self.write(move |tx| {
+            // Finding the owner and queueing the payload is one statement: no row, no payload.
+            let queued = tx
+                .prepare_cached(
+                    "INSERT INTO hook_inbox (run_id, token, payload, at)
+                     SELECT run_id, token, ?2, ?3 FROM hooks WHERE token = ?1 AND active = 1
+                     RETURNING id, run_id",
+                )
+                .map_err(db)?
+                .query_row(params![token, payload, at], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, Sql>(1)?))
+                })
+                .optional()
+                .map_err(db)?;
+            let Some((payload_id, owner)) = queued else {
+                return Ok(None);
+            };
+            let (owner_key, run) = hook_owner(owner, &token)?;
+            tx.prepare_cached("UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1")
+                .map_err(db)?
+                .execute(params![owner_key, at])
+                .map_err(db)?;
+            Ok(Some((run, payload_id_of(payload_id)?)))
+        })
+        .await
+    }
+
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+        let run = run.to_string();
+        let after = sql_id(after);
+        self.read(move |conn| {
+            let rows = conn
+                .prepare_cached(
+                    "SELECT id, token, payload FROM hook_inbox
+                     WHERE run_id = ?1 AND id > ?2 ORDER BY id",
+                )
+                .map_err(db)?
+                .query_map(params![run, after], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, Sql>(1)?,
+                        row.get::<_, Sql>(2)?,
+                    ))
+                })
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            rows.into_iter()
+                .map(|(id, token, payload)| {
+                    let what = format!("payload {id}");
+                    Ok(Payload {
+                        id: payload_id_of(id)?,
+                        token: text(token, &run, &what)?,
+                        payload: json(payload, &run, &what)?,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError> {
+        let after = sql_id(after);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let rows = conn
+                .prepare_cached(
+                    "SELECT id, run_id FROM hook_inbox WHERE id > ?1 ORDER BY id LIMIT ?2",
+                )
+                .map_err(db)?
+                .query_map(params![after, limit], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, Sql>(1)?))
+                })
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            rows.into_iter()
+                .map(|(id, run)| {
+                    let run = match run {
+                        Sql::Text(s) => s.parse::<RunId>().map_err(|e| e.to_string()),
+                        other => Err(format!("{} is not text", describe(Some(&other)))),
+                    }
+                    .map_err(|why| StoreError::Corrupt(format!("payload {id}: run_id: {why}")))?;
+                    Ok((payload_id_of(id)?, run))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn last_payload_id(&self) -> Result<u64, StoreError> {
+        self.read(|conn| {
+            let last: i64 = conn
+                .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM hook_inbox")
+                .map_err(db)?
+                .query_row([], |row| row.get(0))
+                .map_err(db)?;
+            payload_id_of(last)
+        })
+        .await
+    }
+
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
+        let token = token.to_owned();
+        self.read(move |conn| {
+            let row = conn
+                .prepare_cached(
+                    "SELECT run_id, created_at FROM hooks WHERE token = ?1 AND active = 1",
+                )
+                .map_err(db)?
+                .query_row([&token], |row| {
+                    Ok((row.get::<_, Sql>(0)?, row.get::<_, Sql>(1)?))
+                })
+                .optional()
+                .map_err(db)?;
+            let Some((run, created_at)) = row else {
+                return Ok(None);
+            };
+            let (key, run_id) = hook_owner(run, &token)?;
+            Ok(Some(HookRecord {
+                run_id,
+                created_at: time(created_at, &key, &format!("hook {token:?}: created_at"))?,
+                token,
+            }))
         })
         .await
     }
@@ -478,6 +724,7 @@ impl Store for SqliteStore {
             .map_err(db)?
             .execute(params![key, error, now])
             .map_err(db)?;
+            release_all(tx, &key, now)?;
             Ok(CancelOutcome::Cancelled)
         })
         .await
@@ -504,7 +751,7 @@ fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     // Per connection: a commit reported to the caller has reached the disk.
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(fail)?;
-    conn.set_prepared_statement_cache_capacity(32);
+    conn.set_prepared_statement_cache_capacity(64);
 
     // One IMMEDIATE transaction: processes opening the same new file at once take turns, and
     // the second one sees the first one's schema.
@@ -554,7 +801,8 @@ fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// Creates the schema in an empty database, accepts our own, and rejects anything else.
+/// Creates the schema in an empty database, accepts (and migrates) our own, and rejects
+/// anything else.
 fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     let shown = path.display();
     let fail = |e: rusqlite::Error| open_error(path, e);
@@ -571,13 +819,7 @@ fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
         .map_err(fail)?;
 
     if tables.is_empty() {
-        tx.execute_batch(CREATE_SCHEMA).map_err(fail)?;
-        tx.execute(
-            "INSERT INTO workflow_meta (key, value) VALUES ('schema', ?1), ('version', ?2)",
-            params![SCHEMA_NAME, SCHEMA_VERSION],
-        )
-        .map_err(fail)?;
-        return Ok(());
+        return migrate(tx, 0, path);
     }
 
     if !tables.iter().any(|t| t == "workflow_meta") {
@@ -621,28 +863,60 @@ fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
         Some(Sql::Text(s)) => s.trim().parse().ok(),
         _ => None,
     };
-    match version {
-        Some(SCHEMA_VERSION) => {}
+    let version = match version {
+        Some(v) if (1..=SCHEMA_VERSION).contains(&v) => v,
         Some(v) if v > SCHEMA_VERSION => {
             return Err(StoreError::Incompatible(format!(
                 "{shown} holds a workflow-rs store of schema version {v}, written by a newer \
-                 workflow-rs; this build reads schema version {SCHEMA_VERSION} only; \
+                 workflow-rs; this build reads schema versions up to {SCHEMA_VERSION}; \
                  upgrade workflow-rs to open it"
             )))
         }
         _ => {
             return Err(StoreError::Incompatible(format!(
                 "{shown} holds a workflow-rs store with an unknown schema version \
-                 (this build reads schema version {SCHEMA_VERSION})"
+                 (this build reads schema versions 1 to {SCHEMA_VERSION})"
             )))
         }
-    }
-    for needed in ["runs", "events"] {
-        if !tables.iter().any(|t| t == needed) {
+    };
+    for (needed, since) in TABLES {
+        if *since <= version && !tables.iter().any(|t| t == needed) {
             return Err(StoreError::Incompatible(format!(
                 "{shown} holds a damaged workflow-rs store: table `{needed}` is missing"
             )));
         }
+    }
+    migrate(tx, version, path)
+}
+
+/// Brings a file of schema version `from` to `SCHEMA_VERSION`, inside the caller's
+/// transaction: another process opening the file meanwhile waits, then sees it migrated.
+fn migrate(tx: &Transaction<'_>, from: i64, path: &Path) -> Result<(), StoreError> {
+    if from == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let first = usize::try_from(from).unwrap_or(usize::MAX);
+    for (step, ddl) in (from + 1..).zip(MIGRATIONS.iter().skip(first)) {
+        tx.execute_batch(ddl).map_err(|e| {
+            StoreError::Database(format!(
+                "{}: cannot migrate the workflow-rs store to schema version {step}: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    tx.execute(
+        "INSERT INTO workflow_meta (key, value) VALUES ('schema', ?1), ('version', ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![SCHEMA_NAME, SCHEMA_VERSION],
+    )
+    .map_err(|e| open_error(path, e))?;
+    if from > 0 {
+        tracing::info!(
+            path = %path.display(),
+            from,
+            to = SCHEMA_VERSION,
+            "migrated the workflow-rs store"
+        );
     }
     Ok(())
 }
@@ -815,9 +1089,13 @@ struct RawRun {
     error: Sql,
     created_at: Sql,
     updated_at: Sql,
+    hook_token: Sql,
 }
 
 impl RawRun {
+    /// How many `RUN_COLUMNS` there are.
+    const COLUMNS: usize = 9;
+
     /// Reads the `RUN_COLUMNS` at the start of `row`.
     fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(RawRun {
@@ -829,6 +1107,7 @@ impl RawRun {
             error: row.get(5)?,
             created_at: row.get(6)?,
             updated_at: row.get(7)?,
+            hook_token: row.get(8)?,
         })
     }
 
@@ -859,6 +1138,10 @@ impl RawRun {
             },
             created_at: time(self.created_at, run, "created_at")?,
             updated_at: time(self.updated_at, run, "updated_at")?,
+            hook_token: match self.hook_token {
+                Sql::Null => None,
+                v => Some(text(v, run, "hook_token")?),
+            },
         })
     }
 }
@@ -968,6 +1251,86 @@ fn insert_events(
     Ok(())
 }
 
+/// Claims `token` for `run` at time `at` if it is free: no row, or a row neither active nor
+/// retained past `at`. The decision is the upsert's own WHERE clause on the token's primary
+/// key, so of any number of claims, in any process, exactly one takes a free token. Returns
+/// the owner when the token is taken (and then writes nothing).
+fn claim_token(
+    tx: &Transaction<'_>,
+    token: &str,
+    run: &str,
+    at: i64,
+    retain_until: Option<i64>,
+) -> Result<Option<RunId>, StoreError> {
+    let claimed = tx
+        .prepare_cached(
+            "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
+             VALUES (?1, ?2, ?3, 1, ?4)
+             ON CONFLICT (token) DO UPDATE SET
+                 run_id = excluded.run_id, created_at = excluded.created_at, active = 1,
+                 retain_until = excluded.retain_until
+             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
+        )
+        .map_err(db)?
+        .execute(params![token, run, at, retain_until])
+        .map_err(db)?;
+    if claimed > 0 {
+        return Ok(None);
+    }
+    let owner: Sql = tx
+        .prepare_cached("SELECT run_id FROM hooks WHERE token = ?1")
+        .map_err(db)?
+        .query_row([token], |row| row.get(0))
+        .map_err(db)?;
+    Ok(Some(hook_owner(owner, token)?.1))
+}
+
+/// Gives up `token` if `run` owns it: the row stays (inactive) while retained past `now`, and
+/// goes otherwise, freeing the token at once.
+fn release_token(tx: &Transaction<'_>, run: &str, token: &str, now: i64) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "DELETE FROM hooks
+         WHERE token = ?1 AND run_id = ?2 AND active = 1 AND COALESCE(retain_until, 0) <= ?3",
+    )
+    .map_err(db)?
+    .execute(params![token, run, now])
+    .map_err(db)?;
+    tx.prepare_cached(
+        "UPDATE hooks SET active = 0 WHERE token = ?1 AND run_id = ?2 AND active = 1",
+    )
+    .map_err(db)?
+    .execute(params![token, run])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// [`release_token`] for every token `run` owns.
+fn release_all(tx: &Transaction<'_>, run: &str, now: i64) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "DELETE FROM hooks WHERE run_id = ?1 AND active = 1 AND COALESCE(retain_until, 0) <= ?2",
+    )
+    .map_err(db)?
+    .execute(params![run, now])
+    .map_err(db)?;
+    tx.prepare_cached("UPDATE hooks SET active = 0 WHERE run_id = ?1 AND active = 1")
+        .map_err(db)?
+        .execute([run])
+        .map_err(db)?;
+    Ok(())
+}
+
+/// The owner recorded in a `hooks` row: as stored (for SQL) and parsed.
+fn hook_owner(v: Sql, token: &str) -> Result<(String, RunId), StoreError> {
+    let bad = |why: String| StoreError::Corrupt(format!("hook {token:?}: run_id: {why}"));
+    match v {
+        Sql::Text(s) => {
+            let id = s.parse::<RunId>().map_err(|e| bad(e.to_string()))?;
+            Ok((s, id))
+        }
+        other => Err(bad(format!("{} is not text", describe(Some(&other))))),
+    }
+}
+
 /// An event ready for its row.
 struct EncodedEvent {
     at: i64,
@@ -1007,6 +1370,15 @@ fn lease_end(now: SystemTime, lease: Duration) -> i64 {
 fn sql_epoch(epoch: u64) -> i64 {
     // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
     i64::try_from(epoch).unwrap_or(-1)
+}
+
+fn sql_id(id: u64) -> i64 {
+    // Row ids never exceed i64::MAX, so "above" a larger id matches nothing either way.
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+fn payload_id_of(id: i64) -> Result<u64, StoreError> {
+    u64::try_from(id).map_err(|e| StoreError::Corrupt(format!("payload id {id}: {e}")))
 }
 
 fn to_json<T: serde::Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
@@ -1073,6 +1445,7 @@ mod tests {
 
     use serde_json::json;
 
+    use super::super::{never, StartHook};
     use super::*;
 
     const WAIT: Duration = Duration::from_secs(60);
@@ -1103,10 +1476,20 @@ mod tests {
             workflow: workflow.to_owned(),
             input: json!([1, "two"]),
             created_at: at,
+            hook: None,
         }))
         .await
         .unwrap();
         id
+    }
+
+    /// A write of events and maybe the run's end.
+    fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
+        Append {
+            events,
+            release_tokens: Vec::new(),
+            outcome,
+        }
     }
 
     fn names(ws: &[&str]) -> Vec<String> {
@@ -1164,7 +1547,7 @@ mod tests {
             meta,
             vec![
                 ("schema".to_owned(), Sql::Text("workflow-rs".to_owned())),
-                ("version".to_owned(), Sql::Integer(1)),
+                ("version".to_owned(), Sql::Integer(2)),
             ]
         );
         let mode: String = conn
@@ -1304,7 +1687,7 @@ mod tests {
         let path = dir.path().join("wf.db");
         let conn = raw(&path);
         conn.execute(
-            "UPDATE workflow_meta SET value = 2 WHERE key = 'version'",
+            "UPDATE workflow_meta SET value = 3 WHERE key = 'version'",
             [],
         )
         .unwrap();
@@ -1317,8 +1700,8 @@ mod tests {
         let StoreError::Incompatible(msg) = &err else {
             panic!("expected Incompatible, got {err:?}");
         };
-        assert!(msg.contains("schema version 2"), "{msg}");
-        assert!(msg.contains("schema version 1"), "{msg}");
+        assert!(msg.contains("schema version 3"), "{msg}");
+        assert!(msg.contains("schema versions up to 2"), "{msg}");
         assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
@@ -1344,6 +1727,7 @@ mod tests {
                 workflow: "orders".into(),
                 input: json!(null),
                 created_at: t(0),
+                hook: None,
             }))
             .await,
             Err(StoreError::Database(m)) if m.contains("already exists")
@@ -1378,8 +1762,7 @@ mod tests {
         };
         within(store.append(
             &leased.lease,
-            vec![scheduled.clone(), step_done(t(12), 1)],
-            None,
+            ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
         ))
         .await
         .unwrap();
@@ -1391,8 +1774,7 @@ mod tests {
         };
         within(store.append(
             &leased.lease,
-            vec![done.clone()],
-            Some(RunOutcome::Completed(json!("ok"))),
+            ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
         ))
         .await
         .unwrap();
@@ -1417,7 +1799,7 @@ mod tests {
 
         // Ended: no more writes, not acquirable, and `kind` is queryable.
         assert!(matches!(
-            within(store.append(&leased.lease, vec![step_done(t(14), 2)], None)).await,
+            within(store.append(&leased.lease, ap(vec![step_done(t(14), 2)], None))).await,
             Err(StoreError::LeaseLost(r)) if r == id
         ));
         assert!(
@@ -1451,13 +1833,15 @@ mod tests {
         let error = Error::fatal("card declined");
         within(store.append(
             &got[0].lease,
-            vec![NewEvent {
-                at: t(5),
-                event: Event::RunFailed {
-                    error: error.clone(),
-                },
-            }],
-            Some(RunOutcome::Failed(error.clone())),
+            ap(
+                vec![NewEvent {
+                    at: t(5),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error.clone())),
+            ),
         ))
         .await
         .unwrap();
@@ -1475,7 +1859,7 @@ mod tests {
         let lease = Duration::from_secs(10);
 
         let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
-        within(store.append(&first.lease, vec![step_done(t(1), 1)], None))
+        within(store.append(&first.lease, ap(vec![step_done(t(1), 1)], None)))
             .await
             .unwrap();
         // Still live: nobody else gets it.
@@ -1487,8 +1871,10 @@ mod tests {
 
         let stale = within(store.append(
             &first.lease,
-            vec![step_done(t(10_001), 2)],
-            Some(RunOutcome::Completed(json!(1))),
+            ap(
+                vec![step_done(t(10_001), 2)],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
         ))
         .await;
         assert!(
@@ -1496,7 +1882,7 @@ mod tests {
             "{stale:?}"
         );
         assert!(matches!(
-            within(store.release(&first.lease, t(0))).await,
+            within(store.release(&first.lease, t(0), 0)).await,
             Err(StoreError::LeaseLost(_))
         ));
         assert_eq!(within(store.events(&id)).await.unwrap().len(), 1);
@@ -1505,7 +1891,7 @@ mod tests {
             RunStatus::Running
         );
 
-        within(store.append(&second.lease, vec![step_done(t(10_002), 2)], None))
+        within(store.append(&second.lease, ap(vec![step_done(t(10_002), 2)], None)))
             .await
             .unwrap();
         let seqs: Vec<u64> = within(store.events(&id))
@@ -1562,7 +1948,9 @@ mod tests {
         let wf = names(&["timers"]);
         let lease = Duration::from_secs(60);
         let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
-        within(store.release(&first.lease, t(5_000))).await.unwrap();
+        within(store.release(&first.lease, t(5_000), 0))
+            .await
+            .unwrap();
 
         assert!(acquire(&store, &wf, t(4_999), lease, 1).await.is_empty());
         // Released means no lease holds it: heartbeat and writes under the old lease fail.
@@ -1573,7 +1961,7 @@ mod tests {
             [id]
         );
         assert!(matches!(
-            within(store.append(&first.lease, vec![], None)).await,
+            within(store.append(&first.lease, ap(vec![], None))).await,
             Err(StoreError::LeaseLost(_))
         ));
         let again = acquire(&store, &wf, t(5_000), lease, 1).await.remove(0);
@@ -1614,11 +2002,14 @@ mod tests {
             .unwrap()
             .is_empty());
         within(store.cancel(&cancelled, t(9_500))).await.unwrap();
-        within(store.append(&mine[3], vec![], Some(RunOutcome::Completed(json!(null)))))
-            .await
-            .unwrap();
+        within(store.append(
+            &mine[3],
+            ap(vec![], Some(RunOutcome::Completed(json!(null)))),
+        ))
+        .await
+        .unwrap();
         // `taken` is only held until... also extended; expire it by releasing and re-acquiring.
-        within(store.release(&mine[1], t(0))).await.unwrap();
+        within(store.release(&mine[1], t(0), 0)).await.unwrap();
         let over = acquire(&store, &wf, t(15_000), lease, 10).await;
         assert_eq!(over.iter().map(|r| r.run.id).collect::<Vec<_>>(), [taken]);
 
@@ -1641,7 +2032,7 @@ mod tests {
         let leased = acquire(&store, &wf, t(0), Duration::from_secs(60), 1)
             .await
             .remove(0);
-        within(store.append(&leased.lease, vec![step_done(t(1), 1)], None))
+        within(store.append(&leased.lease, ap(vec![step_done(t(1), 1)], None)))
             .await
             .unwrap();
 
@@ -1666,7 +2057,7 @@ mod tests {
         );
         // The worker's lease is gone, and the run is never handed out again.
         assert!(matches!(
-            within(store.append(&leased.lease, vec![step_done(t(3), 2)], None)).await,
+            within(store.append(&leased.lease, ap(vec![step_done(t(3), 2)], None))).await,
             Err(StoreError::LeaseLost(_))
         ));
         assert!(
@@ -1706,9 +2097,12 @@ mod tests {
         )
         .await
         .remove(0);
-        within(store.append(&leased.lease, vec![], Some(RunOutcome::Completed(json!(7)))))
-            .await
-            .unwrap();
+        within(store.append(
+            &leased.lease,
+            ap(vec![], Some(RunOutcome::Completed(json!(7)))),
+        ))
+        .await
+        .unwrap();
         assert_eq!(
             within(store.cancel(&id, t(9))).await.unwrap(),
             CancelOutcome::AlreadyEnded(RunStatus::Completed)
@@ -1743,8 +2137,7 @@ mod tests {
                     store
                         .append(
                             &lease,
-                            vec![step_done(t(2_000), 1), step_done(t(2_001), 2)],
-                            None,
+                            ap(vec![step_done(t(2_000), 1), step_done(t(2_001), 2)], None),
                         )
                         .await
                 })
@@ -1782,9 +2175,11 @@ mod tests {
                 if i % 2 == 1 {
                     lease.epoch += 7;
                 }
-                tokio::spawn(
-                    async move { store.append(&lease, vec![step_done(t(200), 1)], None).await },
-                )
+                tokio::spawn(async move {
+                    store
+                        .append(&lease, ap(vec![step_done(t(200), 1)], None))
+                        .await
+                })
             })
             .collect();
         for (i, task) in tasks.into_iter().enumerate() {
@@ -1910,5 +2305,840 @@ mod tests {
             }
         })
         .await;
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Hooks and idempotent starts
+
+    fn start_hook(token: &str, retain_until: Option<SystemTime>) -> Option<StartHook> {
+        Some(StartHook {
+            token: token.to_owned(),
+            retain_until,
+        })
+    }
+
+    /// Starts a run of `hooked` claiming `token`.
+    async fn start(
+        store: &SqliteStore,
+        token: &str,
+        retain_until: Option<SystemTime>,
+        at: SystemTime,
+    ) -> (RunId, Admission) {
+        let id = RunId::new();
+        let admission = within(store.create_run(NewRun {
+            id,
+            workflow: "hooked".to_owned(),
+            input: json!([]),
+            created_at: at,
+            hook: start_hook(token, retain_until),
+        }))
+        .await
+        .unwrap();
+        (id, admission)
+    }
+
+    fn count(path: &Path, table: &str) -> i64 {
+        raw(path)
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    async fn lease_one(store: &SqliteStore, id: RunId, now: SystemTime) -> Lease {
+        let got = acquire(
+            store,
+            &names(&["hooked", "orders"]),
+            now,
+            Duration::from_secs(600),
+            100,
+        )
+        .await;
+        got.into_iter()
+            .find(|r| r.run.id == id)
+            .unwrap_or_else(|| panic!("run {id} was not acquirable at {now:?}"))
+            .lease
+    }
+
+    async fn owner(store: &SqliteStore, token: &str) -> Option<RunId> {
+        within(store.get_hook(token))
+            .await
+            .unwrap()
+            .map(|h| h.run_id)
+    }
+
+    #[tokio::test]
+    async fn a_start_whose_token_is_taken_writes_nothing() {
+        let (_dir, store) = fresh().await;
+        let (first, admitted) = start(&store, "order:1", None, t(0)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        let run = within(store.get_run(&first)).await.unwrap().unwrap();
+        assert_eq!(run.hook_token.as_deref(), Some("order:1"));
+        assert_eq!(run.status, RunStatus::Pending);
+        assert_eq!(
+            within(store.get_hook("order:1")).await.unwrap(),
+            Some(HookRecord {
+                token: "order:1".to_owned(),
+                run_id: first,
+                created_at: t(0),
+            })
+        );
+        let before: Vec<i64> = ["runs", "events", "hooks", "hook_inbox"]
+            .iter()
+            .map(|table| count(store.path(), table))
+            .collect();
+
+        let (second, conflict) = start(&store, "order:1", None, t(5)).await;
+        assert_eq!(conflict, Admission::Conflict(first));
+        assert!(within(store.get_run(&second)).await.unwrap().is_none());
+        let after: Vec<i64> = ["runs", "events", "hooks", "hook_inbox"]
+            .iter()
+            .map(|table| count(store.path(), table))
+            .collect();
+        assert_eq!(after, before);
+        assert_eq!(before, [1, 0, 1, 0]);
+        assert_eq!(owner(&store, "order:1").await, Some(first));
+
+        // An existing id is an error before any claim, as in the memory store.
+        let again = within(store.create_run(NewRun {
+            id: first,
+            workflow: "hooked".into(),
+            input: json!([]),
+            created_at: t(6),
+            hook: start_hook("order:2", None),
+        }))
+        .await;
+        assert!(
+            matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
+            "{again:?}"
+        );
+        assert_eq!(owner(&store, "order:2").await, None);
+        // A run without a token has none.
+        let plain = create(&store, "orders", t(7)).await;
+        let run = within(store.get_run(&plain)).await.unwrap().unwrap();
+        assert_eq!(run.hook_token, None);
+    }
+
+    /// Starts `n` runs claiming `token` at once, spread over `stores`; checks that exactly one
+    /// was admitted and every other start names it; returns the winner.
+    async fn storm(stores: &[SqliteStore], token: &str, n: usize) -> RunId {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let store = stores[i % stores.len()].clone();
+                let token = token.to_owned();
+                tokio::spawn(async move {
+                    let id = RunId::new();
+                    let admission = store
+                        .create_run(NewRun {
+                            id,
+                            workflow: "hooked".to_owned(),
+                            input: json!([i]),
+                            created_at: t(0),
+                            hook: start_hook(&token, None),
+                        })
+                        .await
+                        .unwrap();
+                    (id, admission)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(within(task).await.unwrap());
+        }
+        let winners: Vec<RunId> = results
+            .iter()
+            .filter(|(_, a)| *a == Admission::Admitted)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(winners.len(), 1, "{results:?}");
+        let winner = winners[0];
+        for (id, admission) in &results {
+            if *id != winner {
+                assert_eq!(*admission, Admission::Conflict(winner));
+                assert!(within(stores[0].get_run(id)).await.unwrap().is_none());
+            }
+        }
+        assert_eq!(owner(&stores[0], token).await, Some(winner));
+        winner
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_starts_with_one_token_admit_exactly_one() {
+        let (dir, a) = fresh().await;
+        let b = within(SqliteStore::open(dir.path().join("wf.db")))
+            .await
+            .unwrap();
+        let commits = |s: &SqliteStore| s.inner.stats.commits.load(Ordering::Relaxed);
+
+        // From tasks on one store.
+        let before = commits(&a);
+        storm(std::slice::from_ref(&a), "solo", 200).await;
+        let used = commits(&a) - before;
+        assert!(
+            used < 200,
+            "200 starts took {used} commits: no group commit"
+        );
+
+        // From two stores (two writer connections) on one file.
+        let before = commits(&a) + commits(&b);
+        storm(&[a.clone(), b.clone()], "shared", 200).await;
+        let used = commits(&a) + commits(&b) - before;
+        assert!(
+            used < 200,
+            "200 starts took {used} commits: no group commit"
+        );
+
+        let path = a.path();
+        assert_eq!(count(path, "runs"), 2);
+        assert_eq!(count(path, "hooks"), 2);
+        assert_eq!(count(path, "events"), 0);
+    }
+
+    #[tokio::test]
+    async fn claims_releases_and_retention() {
+        let (_dir, store) = fresh().await;
+        let (keeper, _) = start(&store, "keep", Some(t(1_000)), t(0)).await;
+        let claimer = create(&store, "orders", t(1)).await;
+        let keeper_lease = lease_one(&store, keeper, t(0)).await;
+        let lease = lease_one(&store, claimer, t(1)).await;
+
+        // Taken by an active start hook.
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_1", "keep", t(10)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        // The owner claiming its own token again is a conflict naming itself.
+        assert_eq!(
+            within(store.claim_hook(&keeper_lease, "hk_1", "keep", t(11)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        assert_eq!(
+            within(store.events(&claimer)).await.unwrap(),
+            [EventRecord {
+                seq: 1,
+                at: t(10),
+                event: Event::HookRegistered {
+                    hook_key: "hk_1".into(),
+                    token: "keep".into(),
+                    conflict: Some(keeper),
+                },
+            }]
+        );
+
+        // Ended with retention: released (no owner, unresumable) but not free until t(1_000).
+        within(store.append(
+            &keeper_lease,
+            ap(
+                vec![NewEvent {
+                    at: t(20),
+                    event: Event::RunCompleted { output: json!(1) },
+                }],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, None);
+        assert_eq!(
+            within(store.resume_hook("keep", json!("late"), t(21)))
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(count(store.path(), "hook_inbox"), 0);
+        assert_eq!(
+            start(&store, "keep", None, t(500)).await.1,
+            Admission::Conflict(keeper)
+        );
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_2", "keep", t(999)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        // Retention over: the next claim replaces the row.
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_3", "keep", t(1_000)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            within(store.get_hook("keep")).await.unwrap(),
+            Some(HookRecord {
+                token: "keep".into(),
+                run_id: claimer,
+                created_at: t(1_000),
+            })
+        );
+        let seqs: Vec<(u64, Option<RunId>)> = within(store.events(&claimer))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| match e.event {
+                Event::HookRegistered { conflict, .. } => (e.seq, conflict),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            seqs,
+            [(1, Some(keeper)), (2, Some(keeper)), (3, None)],
+            "one HookRegistered per claim, at the next seq"
+        );
+
+        // A stale lease claims nothing and records nothing.
+        let stale = Lease {
+            run_id: claimer,
+            epoch: lease.epoch + 1,
+        };
+        assert!(matches!(
+            within(store.claim_hook(&stale, "hk_4", "fresh", t(1_000))).await,
+            Err(StoreError::LeaseLost(r)) if r == claimer
+        ));
+        assert_eq!(owner(&store, "fresh").await, None);
+        assert_eq!(within(store.events(&claimer)).await.unwrap().len(), 3);
+
+        // Released without retention: free at once, its row gone.
+        let released = NewEvent {
+            at: t(1_001),
+            event: Event::HookReleased {
+                hook_key: "hk_3".into(),
+                token: "keep".into(),
+            },
+        };
+        within(store.append(
+            &lease,
+            Append {
+                events: vec![released.clone()],
+                release_tokens: vec!["keep".into()],
+                outcome: None,
+            },
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, None);
+        assert_eq!(count(store.path(), "hooks"), 0);
+        let (next, admitted) = start(&store, "keep", None, t(1_002)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        // Releasing a token one does not own changes nothing.
+        within(store.append(
+            &lease,
+            Append {
+                events: vec![],
+                release_tokens: vec!["keep".into()],
+                outcome: None,
+            },
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, Some(next));
+        // A fenced-off release releases nothing either.
+        assert!(matches!(
+            within(store.append(
+                &stale,
+                Append {
+                    events: vec![],
+                    release_tokens: vec!["keep".into()],
+                    outcome: None,
+                },
+            ))
+            .await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        let last = within(store.events(&claimer)).await.unwrap();
+        assert_eq!(last.last().unwrap().event, released.event);
+    }
+
+    #[tokio::test]
+    async fn run_end_and_cancel_release_tokens() {
+        let (_dir, store) = fresh().await;
+        let (failing, _) = start(&store, "a", None, t(0)).await;
+        let lease = lease_one(&store, failing, t(0)).await;
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_1", "b", t(1)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(owner(&store, "b").await, Some(failing));
+        let error = Error::fatal("boom");
+        within(store.append(
+            &lease,
+            ap(
+                vec![NewEvent {
+                    at: t(2),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error)),
+            ),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "a").await, None);
+        assert_eq!(owner(&store, "b").await, None);
+        assert_eq!(count(store.path(), "hooks"), 0);
+        assert_eq!(start(&store, "a", None, t(3)).await.1, Admission::Admitted);
+
+        // Cancelled while pending.
+        let (cancelled, _) = start(&store, "c", None, t(0)).await;
+        assert_eq!(
+            within(store.cancel(&cancelled, t(4))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        assert_eq!(owner(&store, "c").await, None);
+        assert_eq!(start(&store, "c", None, t(5)).await.1, Admission::Admitted);
+
+        // Cancelled with retention: unavailable until it ends.
+        let (retained, _) = start(&store, "d", Some(t(5_000)), t(0)).await;
+        within(store.cancel(&retained, t(10))).await.unwrap();
+        assert_eq!(owner(&store, "d").await, None);
+        assert_eq!(
+            start(&store, "d", None, t(4_999)).await.1,
+            Admission::Conflict(retained)
+        );
+        let (late, admitted) = start(&store, "d", None, t(5_000)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        assert_eq!(owner(&store, "d").await, Some(late));
+        // Cancelling an ended run releases nothing more.
+        assert_eq!(
+            within(store.cancel(&retained, t(6_000))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+        );
+        assert_eq!(owner(&store, "d").await, Some(late));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn payloads_reach_the_owner_in_commit_order() {
+        let (dir, a) = fresh().await;
+        let b = within(SqliteStore::open(dir.path().join("wf.db")))
+            .await
+            .unwrap();
+        assert_eq!(
+            within(a.resume_hook("nobody", json!(1), t(0)))
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(within(a.last_payload_id()).await.unwrap(), 0);
+        assert!(within(a.payloads_since(0, 10)).await.unwrap().is_empty());
+        assert_eq!(count(a.path(), "hook_inbox"), 0);
+
+        // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
+        let (run, _) = start(&a, "inbox", None, t(50_000)).await;
+        let (other, _) = start(&a, "other", None, t(50_000)).await;
+        assert!(
+            acquire(&a, &names(&["hooked"]), t(100), Duration::from_secs(60), 10)
+                .await
+                .is_empty()
+        );
+        let first = within(a.resume_hook("inbox", json!({"n": 0}), t(100)))
+            .await
+            .unwrap();
+        assert_eq!(first, Some((run, 1)));
+        let got = acquire(&a, &names(&["hooked"]), t(100), Duration::from_secs(60), 10).await;
+        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [run]);
+
+        // One after the other, from either store: each id above the last.
+        let mut last = 1;
+        let mut expect = vec![(1, run)];
+        for i in 1..20u64 {
+            let store = if i % 2 == 0 { &a } else { &b };
+            let token = if i % 3 == 0 { "other" } else { "inbox" };
+            let (owner, id) = within(store.resume_hook(token, json!({"n": i}), t(200 + i)))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(id > last, "payload id {id} after {last}");
+            last = id;
+            expect.push((id, owner));
+        }
+        // At once: distinct ids, all delivered.
+        let tasks: Vec<_> = (0..40)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move {
+                    store
+                        .resume_hook("inbox", json!({"burst": i}), t(300))
+                        .await
+                        .unwrap()
+                        .unwrap()
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (owner, id) = within(task).await.unwrap();
+            expect.push((id, owner));
+        }
+        expect.sort();
+        let since = within(a.payloads_since(0, 1_000)).await.unwrap();
+        assert_eq!(since, expect);
+        assert_eq!(
+            since.iter().map(|p| p.0).collect::<HashSet<_>>().len(),
+            60,
+            "ids are unique"
+        );
+        assert_eq!(within(a.last_payload_id()).await.unwrap(), since[59].0);
+        assert_eq!(within(a.payloads_since(5, 3)).await.unwrap(), since[5..8]);
+        assert!(within(a.payloads_since(since[59].0, 10))
+            .await
+            .unwrap()
+            .is_empty());
+
+        let mine = within(a.payloads(&run, 0)).await.unwrap();
+        let theirs = within(b.payloads(&other, 0)).await.unwrap();
+        assert_eq!(mine.len() + theirs.len(), 60);
+        assert_eq!(
+            mine.iter().map(|p| (p.id, run)).collect::<Vec<_>>(),
+            expect
+                .iter()
+                .copied()
+                .filter(|(_, r)| *r == run)
+                .collect::<Vec<_>>()
+        );
+        assert!(theirs.iter().all(|p| p.token == "other"));
+        assert_eq!(
+            mine[0],
+            Payload {
+                id: 1,
+                token: "inbox".into(),
+                payload: json!({"n": 0}),
+            }
+        );
+        assert_eq!(
+            within(a.payloads(&run, 1)).await.unwrap(),
+            mine[1..],
+            "`after` is exclusive"
+        );
+        assert!(within(a.payloads(&RunId::new(), 0))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn release_wakes_a_run_with_unseen_payloads() {
+        let (_dir, store) = fresh().await;
+        let (run, _) = start(&store, "w", None, t(0)).await;
+        let wf = names(&["hooked"]);
+        let lease = Duration::from_secs(600);
+        let wake_at = |store: &SqliteStore| -> i64 {
+            raw(store.path())
+                .query_row(
+                    "SELECT wake_at FROM runs WHERE id = ?1",
+                    [run.to_string()],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+
+        let held = lease_one(&store, run, t(0)).await;
+        let (_, p1) = within(store.resume_hook("w", json!(1), t(1)))
+            .await
+            .unwrap()
+            .unwrap();
+        // Everything seen: it sleeps until woken.
+        within(store.release(&held, never(), p1)).await.unwrap();
+        assert_eq!(wake_at(&store), sql_time(never()));
+        let far = SystemTime::now() + Duration::from_secs(86_400);
+        assert!(acquire(&store, &wf, far, lease, 10).await.is_empty());
+
+        // A payload wakes it (at the payload's time).
+        let (_, p2) = within(store.resume_hook("w", json!(2), t(10)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(wake_at(&store), sql_time(t(10)));
+        let held = lease_one(&store, run, t(10)).await;
+
+        // Released having seen only p1: p2 is waiting, so it is due now, not never.
+        let before = sql_time(SystemTime::now());
+        within(store.release(&held, never(), p1)).await.unwrap();
+        let woken = wake_at(&store);
+        assert!(
+            woken >= before && woken <= sql_time(SystemTime::now()),
+            "{woken}"
+        );
+        let held = lease_one(&store, run, SystemTime::now() + Duration::from_secs(1)).await;
+        assert!(matches!(
+            within(store.release(
+                &Lease {
+                    epoch: 0,
+                    ..held.clone()
+                },
+                never(),
+                0
+            ))
+            .await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        within(store.release(&held, t(99), p2)).await.unwrap();
+        assert_eq!(wake_at(&store), sql_time(t(99)));
+    }
+
+    /// The version 1 file format, as released (do not edit).
+    const V1_DDL: &str = "
+        CREATE TABLE workflow_meta (key TEXT PRIMARY KEY NOT NULL, value NOT NULL);
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,
+            input TEXT NOT NULL, output TEXT, error TEXT, created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL, wake_at INTEGER NOT NULL,
+            epoch INTEGER NOT NULL DEFAULT 0, lease_until INTEGER
+        );
+        CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+        CREATE TABLE events (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL,
+            data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID;
+        INSERT INTO workflow_meta (key, value) VALUES ('schema', 'workflow-rs'), ('version', 1);
+    ";
+
+    #[tokio::test]
+    async fn migrates_a_version_1_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let old = RunId::new();
+        let conn = raw(&path);
+        conn.execute_batch(V1_DDL).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.execute(
+            "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
+             VALUES (?1, 'hooked', 'pending', '[7]', ?2, ?2, ?2)",
+            params![old.to_string(), sql_time(t(0))],
+        )
+        .unwrap();
+        let event = EncodedEvent::new(&step_done(t(1), 1)).unwrap();
+        conn.execute(
+            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, ?2, ?3, ?4)",
+            params![old.to_string(), event.at, event.kind, event.data],
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = within(SqliteStore::open(&path)).await.unwrap();
+        let run = within(store.get_run(&old)).await.unwrap().unwrap();
+        assert_eq!(
+            (run.status, run.input, run.hook_token),
+            (RunStatus::Pending, json!([7]), None)
+        );
+        assert_eq!(
+            within(store.events(&old)).await.unwrap(),
+            [EventRecord {
+                seq: 1,
+                at: t(1),
+                event: step_done(t(1), 1).event,
+            }]
+        );
+        // The old run works with the new operations.
+        let lease = lease_one(&store, old, t(2)).await;
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_1", "migrated", t(3)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            within(store.resume_hook("migrated", json!("hi"), t(4)))
+                .await
+                .unwrap(),
+            Some((old, 1))
+        );
+        let (new, admitted) = start(&store, "fresh", None, t(5)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        drop(store);
+
+        let version: i64 = raw(&path)
+            .query_row(
+                "SELECT value FROM workflow_meta WHERE key = 'version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(count(&path, "workflow_meta"), 2);
+        // Reopening a migrated file migrates nothing.
+        let store = within(SqliteStore::open(&path)).await.unwrap();
+        assert_eq!(owner(&store, "fresh").await, Some(new));
+        assert_eq!(owner(&store, "migrated").await, Some(old));
+    }
+
+    #[tokio::test]
+    async fn a_new_file_gets_every_migration() {
+        let (dir, store) = fresh().await;
+        drop(store);
+        let conn = raw(&dir.path().join("wf.db"));
+        let objects: Vec<String> = conn
+            .prepare(
+                "SELECT name FROM sqlite_schema
+                 WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            objects,
+            [
+                "events",
+                "hook_inbox",
+                "hook_inbox_run",
+                "hooks",
+                "hooks_run",
+                "runs",
+                "runs_ready",
+                "workflow_meta"
+            ]
+        );
+        let has_token: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'hook_token'")
+            .unwrap()
+            .exists([])
+            .unwrap();
+        assert!(has_token);
+    }
+
+    #[tokio::test]
+    async fn rejects_a_version_2_file_missing_a_hook_table_without_touching_it() {
+        let (dir, store) = fresh().await;
+        drop(store);
+        let path = dir.path().join("wf.db");
+        let conn = raw(&path);
+        conn.execute_batch("DROP TABLE hook_inbox").unwrap();
+        conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
+            .unwrap();
+        drop(conn);
+        let before = std::fs::read(&path).unwrap();
+        let err = within(SqliteStore::open(&path)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m) if m.contains("table `hook_inbox` is missing")),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    /// One script of hook operations; its transcript must be the same on every store.
+    async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
+        let mut log = Vec::new();
+        macro_rules! note {
+            ($e:expr) => {
+                log.push(format!("{:?}", $e))
+            };
+        }
+        let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
+            id: ids[i],
+            workflow: "hooked".into(),
+            input: json!([i]),
+            created_at: t(at),
+            hook: token.map(|token| StartHook {
+                token: token.into(),
+                retain_until: retain.map(t),
+            }),
+        };
+        note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
+        note!(store.create_run(new_run(1, Some("x"), None, 1)).await);
+        note!(store.create_run(new_run(2, None, None, 2)).await);
+        note!(store.create_run(new_run(3, Some("y"), None, 3)).await);
+        note!(store.create_run(new_run(3, Some("q"), None, 3)).await);
+        let leased = store
+            .acquire(AcquireRequest {
+                worker_id: "w",
+                workflows: &names(&["hooked"]),
+                lease: Duration::from_secs(60),
+                limit: 10,
+                now: t(10),
+            })
+            .await
+            .unwrap();
+        note!(leased
+            .iter()
+            .map(|r| (&r.run, &r.lease, &r.events))
+            .collect::<Vec<_>>());
+        let lease = |i: usize| {
+            leased
+                .iter()
+                .find(|r| r.run.id == ids[i])
+                .unwrap()
+                .lease
+                .clone()
+        };
+        note!(store.claim_hook(&lease(2), "hk_1", "x", t(11)).await);
+        note!(store.claim_hook(&lease(2), "hk_2", "z", t(12)).await);
+        note!(store.claim_hook(&lease(2), "hk_3", "z", t(13)).await);
+        note!(store.resume_hook("z", json!("p1"), t(20)).await);
+        note!(store.resume_hook("y", json!("p2"), t(21)).await);
+        note!(store.resume_hook("nope", json!("p3"), t(22)).await);
+        note!(store.resume_hook("x", json!("p4"), t(23)).await);
+        note!(store.payloads(&ids[2], 0).await);
+        note!(store.payloads_since(0, 10).await);
+        note!(store.last_payload_id().await);
+        note!(store.get_hook("z").await);
+        note!(
+            store
+                .append(
+                    &lease(2),
+                    Append {
+                        events: vec![NewEvent {
+                            at: t(30),
+                            event: Event::HookReleased {
+                                hook_key: "hk_2".into(),
+                                token: "z".into(),
+                            },
+                        }],
+                        release_tokens: vec!["z".into(), "x".into()],
+                        outcome: None,
+                    }
+                )
+                .await
+        );
+        note!(store.get_hook("z").await);
+        note!(store.get_hook("x").await);
+        note!(store.resume_hook("z", json!("p5"), t(31)).await);
+        note!(
+            store
+                .append(
+                    &lease(0),
+                    ap(
+                        vec![NewEvent {
+                            at: t(40),
+                            event: Event::RunCompleted { output: json!(0) },
+                        }],
+                        Some(RunOutcome::Completed(json!(0)))
+                    )
+                )
+                .await
+        );
+        note!(store.get_hook("x").await);
+        note!(store.create_run(new_run(4, Some("x"), None, 100)).await);
+        note!(store.claim_hook(&lease(2), "hk_4", "x", t(299)).await);
+        note!(store.claim_hook(&lease(2), "hk_5", "x", t(300)).await);
+        note!(store.cancel(&ids[3], t(50)).await);
+        note!(store.get_hook("y").await);
+        note!(store.create_run(new_run(5, Some("y"), None, 51)).await);
+        note!(store.release(&lease(2), t(400), 0).await.is_ok());
+        note!(store.claim_hook(&lease(2), "hk_6", "w", t(401)).await);
+        for id in ids {
+            note!(store.get_run(id).await);
+            note!(store.events(id).await);
+            note!(store.payloads(id, 0).await);
+        }
+        log
+    }
+
+    #[tokio::test]
+    async fn hooks_behave_like_the_memory_store() {
+        let (_dir, store) = fresh().await;
+        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+        let memory = super::super::memory::MemoryStore::new();
+        let expected = within(hook_script(&memory, &ids)).await;
+        let got = within(hook_script(&store, &ids)).await;
+        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+            assert_eq!(have, want, "step {n} differs from the memory store");
+        }
+        assert_eq!(got.len(), expected.len());
     }
 }

@@ -1,0 +1,111 @@
+//! The HTTP example under real HTTP requests over loopback.
+
+#[allow(dead_code)]
+#[path = "../orders_http.rs"]
+mod orders_http;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use workflow_core::Runtime;
+
+/// One HTTP/1.1 request on a fresh connection; returns (status, JSON body).
+async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).await.unwrap();
+    let text = String::from_utf8(resp).unwrap();
+    let status: u16 = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(json).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicate_posts_meet_one_run() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::builder()
+            .sqlite(dir.path().join("http.db"))
+            .build()
+            .await
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, orders_http::app(rt)).await });
+
+        let order = format!("o-{}", workflow_core::RunId::new());
+        let posts: Vec<_> = (0..100)
+            .map(|i| {
+                let order = order.clone();
+                tokio::spawn(async move {
+                    request(
+                        addr,
+                        "POST",
+                        "/api/orders",
+                        Some(json!({"orderId": order, "note": format!("note {i}")})),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for p in posts {
+            let (status, body) = p.await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            answers.push(body);
+        }
+        let run_id = &answers[0]["runId"];
+        assert!(
+            answers.iter().all(|a| &a["runId"] == run_id),
+            "one run for all"
+        );
+        assert_eq!(
+            answers.iter().filter(|a| a["started"] == true).count(),
+            1,
+            "exactly one started it"
+        );
+
+        // The owner records all 100 notes, each once.
+        let path = format!("/api/orders/{order}");
+        let notes = loop {
+            let (_, body) = request(addr, "GET", &path, None).await;
+            let notes: Vec<String> = serde_json::from_value(body["notes"].clone()).unwrap();
+            if notes.len() >= 100 {
+                break notes;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let mut sorted = notes.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 100, "each note once: {notes:?}");
+
+        // A malformed request is answered with an error, not a crash.
+        let (status, _) = request(addr, "POST", "/api/orders", Some(json!({"orderId": ""}))).await;
+        assert!(status >= 400);
+        let (status, body) = request(
+            addr,
+            "POST",
+            "/api/orders",
+            Some(json!({"orderId": order, "note": "close"})),
+        )
+        .await;
+        assert_eq!((status, &body["started"]), (200, &json!(false)));
+    })
+    .await
+    .expect("test timed out");
+}
