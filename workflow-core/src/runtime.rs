@@ -23,8 +23,12 @@ use crate::registry::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AcquireRequest, Admission, CancelOutcome, Lease, NewRun, RunRecord, RunStatus, StartHook, Store,
+    AcquireRequest, Admission, CancelOutcome, Lease, NewRun, Notice, RunRecord, RunStatus,
+    StartHook, Store,
 };
+
+/// With a store that pushes changes, the safety-net poll runs this many times less often.
+const PUSHED_POLL_FACTOR: u32 = 10;
 
 tokio::task_local! {
     static CURRENT_RUNTIME: Arc<Inner>;
@@ -120,6 +124,8 @@ enum StoreChoice {
     Memory,
     #[cfg(feature = "sqlite")]
     Sqlite(PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
     Custom(Arc<dyn Store>),
 }
 
@@ -128,6 +134,8 @@ enum StoreChoice {
 pub struct RuntimeBuilder {
     store: StoreChoice,
     config: Config,
+    #[cfg(feature = "postgres")]
+    schema: String,
 }
 
 impl RuntimeBuilder {
@@ -141,6 +149,22 @@ impl RuntimeBuilder {
     #[cfg(feature = "sqlite")]
     pub fn sqlite(mut self, path: impl Into<PathBuf>) -> Self {
         self.store = StoreChoice::Sqlite(path.into());
+        self
+    }
+
+    /// Use the PostgreSQL database at `url` (`postgres://user@host:port/db`): many worker
+    /// processes on many machines share its work. Tables live in the schema set with
+    /// [`RuntimeBuilder::schema`] (default `workflow`), created or migrated on connect.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.store = StoreChoice::Postgres(url.into());
+        self
+    }
+
+    /// The PostgreSQL schema holding the tables (default `workflow`).
+    #[cfg(feature = "postgres")]
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = name.into();
         self
     }
 
@@ -219,6 +243,10 @@ impl RuntimeBuilder {
             StoreChoice::Sqlite(path) => {
                 Arc::new(crate::store::sqlite::SqliteStore::open(path).await?)
             }
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres(url) => {
+                Arc::new(crate::store::postgres::PostgresStore::connect(&url, &self.schema).await?)
+            }
             StoreChoice::Custom(s) => s,
         };
         let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
@@ -277,6 +305,8 @@ impl Runtime {
                 worker: true,
                 evict_after: Duration::from_secs(30),
             },
+            #[cfg(feature = "postgres")]
+            schema: "workflow".to_owned(),
         }
     }
 
@@ -591,6 +621,9 @@ async fn worker_loop(rt: Arc<Inner>) {
     let mut failures = 0u32;
     // Payloads sent through other processes reach the runs driven here through this cursor.
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
+    // Stores that push changes wake the worker at once; the poll stays as a safety net.
+    let mut notices = rt.store.notices();
+    let pushed = notices.is_some();
     loop {
         if *shutdown.borrow() {
             return;
@@ -631,11 +664,33 @@ async fn worker_loop(rt: Arc<Inner>) {
         if full_batch {
             continue;
         }
-        let wait = rt.config.poll_interval.saturating_mul(failures.min(10) + 1);
+        let mut wait = rt.config.poll_interval.saturating_mul(failures.min(10) + 1);
+        if pushed {
+            wait = wait.saturating_mul(PUSHED_POLL_FACTOR);
+        }
+        let notice = async {
+            match notices.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = rt.work.notified() => {}
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
+            n = notice => match n {
+                Ok(Notice::RunsReady) => {}
+                Ok(Notice::Payload(run)) => rt.payload_arrived(&run),
+                Ok(Notice::RunEnded(run)) => {
+                    // Cancelled or ended elsewhere: stop driving it here at once.
+                    if let Some(a) = rt.active().get(&run) {
+                        a.stop.notify_one();
+                    }
+                    rt.run_ended(run);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => notices = None,
+            },
         }
     }
 }

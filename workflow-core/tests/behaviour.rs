@@ -594,16 +594,13 @@ async fn sleeps_between_steps(ms: u64) -> Result<u64> {
 
 async fn long_sleeps_are_evicted_and_resumed(b: Backend) {
     let db = TestDb::new(b);
-    let rt = Runtime::builder()
+    let rt = db
+        .builder()
         .poll_interval(Duration::from_millis(20))
-        .evict_after(Duration::from_millis(100));
-    let rt = match b {
-        Backend::Memory => rt.in_memory(),
-        Backend::Sqlite => rt.sqlite(db.sqlite_path()),
-    }
-    .build()
-    .await
-    .unwrap();
+        .evict_after(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
     let started = Instant::now();
     let run = rt.start(sleeps_between_steps, (800,)).await.unwrap();
     wait_for_event(&rt, run.id(), |e| matches!(e, Event::TimerScheduled { .. })).await;

@@ -2,17 +2,18 @@
 //! (`child_main`, ignored unless run as a child), the tests SIGKILL it at different points and
 //! check the recorded history and what the step bodies did.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
+
+use common::{read_log, Worker};
 
 use workflow_core::prelude::*;
 use workflow_core::store::{from_millis, Event};
 use workflow_core::RunId;
 
-const CHILD_ENV: &str = "WF_CRASH_CHILD";
 const LEASE: Duration = Duration::from_millis(500);
 
 // ---------------------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ async fn three_tagged(n: u64) -> Result<Vec<u32>> {
 #[test]
 #[ignore = "entry point of the worker processes the crash tests spawn"]
 fn child_main() {
-    if std::env::var(CHILD_ENV).is_err() {
+    if !Worker::is_child() {
         return;
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -172,101 +173,13 @@ fn child_main() {
 // ---------------------------------------------------------------------------------------------
 // The parent side
 
-struct Worker {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(db: &Path, log: &Path, mode: &str) -> Worker {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "child_main",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, "1")
-            .env("WF_DB", db)
-            .env("WF_LOG", log)
-            .env("WF_MODE", mode)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn worker");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker { child, lines }
-    }
-
-    /// The first output line starting with `prefix`, waiting at most `timeout`.
-    fn line(&self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                // libtest prints `test child_main ... ` before the first line of output.
-                Ok(l) if l.contains(prefix) => {
-                    let at = l.find(prefix).unwrap_or(0) + prefix.len();
-                    return l[at..].trim().to_owned();
-                }
-                Ok(_) => {}
-                Err(e) => panic!("no `{prefix}` line from the worker within {timeout:?}: {e}"),
-            }
-        }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().unwrap();
-    }
-
-    /// Waits for the process to exit by itself (e.g. by aborting).
-    fn wait_exit(mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker did not exit within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// (step id, attempt, label, pid) per logged execution.
-fn read_log(log: &Path) -> Vec<(String, u32, String, u32)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let p: Vec<&str> = l.split(' ').collect();
-            (
-                p[0].to_owned(),
-                p[1].parse().unwrap(),
-                p[2].to_owned(),
-                p[3].parse().unwrap(),
-            )
-        })
-        .collect()
+/// A worker process on the SQLite file `db`, logging step executions to `log`.
+fn spawn(db: &Path, log: &Path, mode: &str) -> Worker {
+    Worker::spawn(&[
+        ("WF_DB", db.to_str().unwrap()),
+        ("WF_LOG", log.to_str().unwrap()),
+        ("WF_MODE", mode),
+    ])
 }
 
 fn wait_for_log_lines(log: &Path, n: usize) {
@@ -306,7 +219,7 @@ fn completed_steps(db: &Path, id: &str) -> Vec<String> {
 fn killed_worker_resumes_twenty_steps() {
     let dir = tempfile::tempdir().unwrap();
     let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
-    let w = Worker::spawn(&db, &log, "start:twenty_squares");
+    let w = spawn(&db, &log, "start:twenty_squares");
     let id = w.line("RUN ", Duration::from_secs(30));
     let mut worker = Some(w);
     // (log lines at the kill, steps recorded complete at the kill)
@@ -315,7 +228,7 @@ fn killed_worker_resumes_twenty_steps() {
         wait_for_log_lines(&log, at);
         worker.take().unwrap().kill();
         kills.push((read_log(&log).len(), completed_steps(&db, &id)));
-        worker = Some(Worker::spawn(&db, &log, &format!("resume:{id}")));
+        worker = Some(spawn(&db, &log, &format!("resume:{id}")));
     }
     let done = worker
         .as_ref()
@@ -354,7 +267,7 @@ fn killed_worker_resumes_twenty_steps() {
 fn durable_sleep_spans_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
-    let w = Worker::spawn(&db, &log, "start:sleep_between:2000");
+    let w = spawn(&db, &log, "start:sleep_between:2000");
     let id = w.line("RUN ", Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_secs(30);
     let fire_at = loop {
@@ -369,7 +282,7 @@ fn durable_sleep_spans_a_kill() {
         std::thread::sleep(Duration::from_millis(10));
     };
     w.kill();
-    let w = Worker::spawn(&db, &log, &format!("resume:{id}"));
+    let w = spawn(&db, &log, &format!("resume:{id}"));
     let done = w.line("DONE ", Duration::from_secs(60));
     assert!(
         SystemTime::now() >= fire_at,
@@ -399,7 +312,7 @@ fn durable_sleep_spans_a_kill() {
 fn a_step_that_kills_its_worker_every_time_stops_after_max_attempts() {
     let dir = tempfile::tempdir().unwrap();
     let (db, log) = (dir.path().join("wf.db"), dir.path().join("steps.log"));
-    let w = Worker::spawn(&db, &log, "start:always_crashing");
+    let w = spawn(&db, &log, "start:always_crashing");
     let id = w.line("RUN ", Duration::from_secs(30));
     let mut w = w;
     let mut restart = 0;
@@ -416,7 +329,7 @@ fn a_step_that_kills_its_worker_every_time_stops_after_max_attempts() {
                 let status = w.wait_exit(Duration::from_secs(5));
                 assert!(!status.success(), "restart {restart}: the worker died");
                 restart += 1;
-                w = Worker::spawn(&db, &log, &format!("resume:{id}"));
+                w = spawn(&db, &log, &format!("resume:{id}"));
             }
         }
     }
@@ -437,10 +350,7 @@ fn processes_share_one_sqlite_file() {
             .build()
             .await
             .unwrap();
-        let workers = [
-            Worker::spawn(&db, &log, "work"),
-            Worker::spawn(&db, &log, "work"),
-        ];
+        let workers = [spawn(&db, &log, "work"), spawn(&db, &log, "work")];
         let mut runs = Vec::new();
         for n in 0..30 {
             runs.push(client.start(three_tagged, (n * 10,)).await.unwrap());
@@ -489,7 +399,7 @@ fn atomic_start_across_processes() {
     let token = format!("storm-{}", RunId::new());
     let started = Instant::now();
     let workers: Vec<Worker> = (0..4)
-        .map(|_| Worker::spawn(&db, &log, &format!("storm:{token}:50")))
+        .map(|_| spawn(&db, &log, &format!("storm:{token}:50")))
         .collect();
     let mut won = Vec::new();
     let mut owners = Vec::new();

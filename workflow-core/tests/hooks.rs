@@ -493,16 +493,13 @@ async fn waits_long_for_a_note(token: String) -> Result<String> {
 
 async fn a_payload_wakes_an_evicted_run(b: Backend) {
     let db = TestDb::new(b);
-    let rt = workflow_core::Runtime::builder()
+    let rt = db
+        .builder()
         .poll_interval(Duration::from_millis(20))
-        .evict_after(Duration::from_millis(50));
-    let rt = match b {
-        Backend::Memory => rt.in_memory(),
-        Backend::Sqlite => rt.sqlite(db.sqlite_path()),
-    }
-    .build()
-    .await
-    .unwrap();
+        .evict_after(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
     let token = format!("evicted:{}", RunId::new());
     let run = rt
         .start(waits_long_for_a_note, (token.clone(),))

@@ -14,6 +14,8 @@ use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -334,6 +336,18 @@ pub enum CancelOutcome {
     AlreadyEnded(RunStatus),
 }
 
+/// A change pushed by a store that can tell other processes about it (PostgreSQL's
+/// `LISTEN/NOTIFY`). Stores without push leave workers to poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Runs became acquirable (admitted, released with a wake time, woken by a payload).
+    RunsReady,
+    /// Run `0` received a payload.
+    Payload(RunId),
+    /// Run `0` ended (completed, failed or cancelled).
+    RunEnded(RunId),
+}
+
 /// A storage backend. See the module docs.
 ///
 /// Every method is one atomic operation. Implementations must make the guarantees below hold
@@ -425,6 +439,13 @@ pub trait Store: Send + Sync + 'static {
     /// drops any lease — one act — unless the run already ended. [`StoreError::RunNotFound`]
     /// for an unknown id.
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError>;
+
+    /// Changes made by any process, for stores that push them; `None` (the default) when the
+    /// runtime must poll. Receivers may lag and miss notices: they are hints, the store's data
+    /// stays the truth, and the runtime still polls slowly as a safety net.
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        None
+    }
 }
 
 /// Milliseconds since the Unix epoch (0 for earlier times), the stores' time format.

@@ -1,8 +1,12 @@
-//! Shared by the behaviour tests: one store per test, for every backend.
+//! Shared by the behaviour tests: one store per test, for every backend, and worker processes.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use workflow_core::store::memory::MemoryStore;
 use workflow_core::Runtime;
@@ -12,6 +16,26 @@ use workflow_core::Runtime;
 pub enum Backend {
     Memory,
     Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL URL for tests, or `None` to skip them (never under `CI=true`).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("WORKFLOW_TEST_DATABASE_URL must be set under CI=true")
+        }
+        _ => None,
+    }
+}
+
+/// A fresh schema name for one test.
+pub fn fresh_schema() -> String {
+    format!(
+        "wf_test_{}",
+        workflow_core::RunId::new().to_string().to_lowercase()
+    )
 }
 
 /// One test's database: build several runtimes on it to act as successive or competing workers.
@@ -19,6 +43,7 @@ pub struct TestDb {
     pub backend: Backend,
     memory: MemoryStore,
     pub dir: tempfile::TempDir,
+    pub schema: String,
 }
 
 impl TestDb {
@@ -27,6 +52,7 @@ impl TestDb {
             backend,
             memory: MemoryStore::new(),
             dir: tempfile::tempdir().expect("tempdir"),
+            schema: fresh_schema(),
         }
     }
 
@@ -34,17 +60,30 @@ impl TestDb {
         self.dir.path().join("wf.db")
     }
 
-    /// A runtime tuned for tests: fast polling, short backoff, `lease` as given.
-    pub async fn runtime_with_lease(&self, lease: Duration) -> Runtime {
-        let b = Runtime::builder()
-            .poll_interval(Duration::from_millis(20))
-            .retry_backoff(Duration::from_millis(10))
-            .lease(lease);
-        let b = match self.backend {
+    /// A builder on this test's store.
+    pub fn builder(&self) -> workflow_core::RuntimeBuilder {
+        let b = Runtime::builder();
+        match self.backend {
             Backend::Memory => b.store(self.memory.clone()),
             Backend::Sqlite => b.sqlite(self.sqlite_path()),
-        };
-        b.build().await.expect("runtime builds")
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => b
+                .postgres(postgres_url().expect("checked by the test macro"))
+                .schema(&self.schema),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => unreachable!("postgres tests need the `postgres` feature"),
+        }
+    }
+
+    /// A runtime tuned for tests: fast polling, short backoff, `lease` as given.
+    pub async fn runtime_with_lease(&self, lease: Duration) -> Runtime {
+        self.builder()
+            .poll_interval(Duration::from_millis(20))
+            .retry_backoff(Duration::from_millis(10))
+            .lease(lease)
+            .build()
+            .await
+            .expect("runtime builds")
     }
 
     pub async fn runtime(&self) -> Runtime {
@@ -52,32 +91,198 @@ impl TestDb {
     }
 }
 
+#[cfg(feature = "postgres")]
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        let (Some(url), schema) = (postgres_url(), self.schema.clone()) else {
+            return;
+        };
+        // Drop runs inside the test's runtime: clean up from a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(s) =
+                    workflow_core::store::postgres::PostgresStore::connect(&url, &schema).await
+                {
+                    let _ = s.drop_schema().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 /// Bounds a test body so a bug fails instead of hanging CI.
 pub async fn bounded<F: Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(60), f)
+    tokio::time::timeout(Duration::from_secs(90), f)
         .await
-        .expect("test timed out after 60 s")
+        .expect("test timed out after 90 s")
+}
+
+/// Whether tests on `backend` run here (PostgreSQL needs the feature and a URL).
+pub fn available(backend: Backend) -> bool {
+    match backend {
+        Backend::Postgres => {
+            if !cfg!(feature = "postgres") {
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    panic!(
+                        "under CI=true the PostgreSQL tests must run: build with --all-features"
+                    );
+                }
+                eprintln!("skipped: built without the `postgres` feature");
+                return false;
+            }
+            let ok = postgres_url().is_some();
+            if !ok {
+                eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+            }
+            ok
+        }
+        _ => true,
+    }
 }
 
 /// Generates one `#[tokio::test]` per backend for each listed `async fn name(Backend)`.
 #[macro_export]
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
-        mod memory {
+        $crate::on_every_store!(@backend memory, Memory, $($name),*);
+        $crate::on_every_store!(@backend sqlite, Sqlite, $($name),*);
+        $crate::on_every_store!(@backend postgres, Postgres, $($name),*);
+    };
+    (@backend $module:ident, $variant:ident, $($name:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    $crate::common::bounded(super::$name($crate::common::Backend::Memory)).await
-                }
-            )*
-        }
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    $crate::common::bounded(super::$name($crate::common::Backend::Sqlite)).await
+                    let backend = $crate::common::Backend::$variant;
+                    if $crate::common::available(backend) {
+                        $crate::common::bounded(super::$name(backend)).await
+                    }
                 }
             )*
         }
     };
+}
+
+/// A worker process: this test binary re-executed on its ignored `child_main` test with the
+/// given environment.
+pub struct Worker {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    pub fn spawn(env: &[(&str, &str)]) -> Worker {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "child_main",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("WF_CHILD", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn worker");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Worker { child, lines }
+    }
+
+    /// Whether this process was started as a worker by [`Worker::spawn`].
+    pub fn is_child() -> bool {
+        std::env::var("WF_CHILD").is_ok()
+    }
+
+    /// The rest of the first output line containing `prefix`, waiting at most `timeout`.
+    pub fn line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                // libtest prints `test child_main ... ` before the first line of output.
+                Ok(l) if l.contains(prefix) => {
+                    let at = l.find(prefix).unwrap_or(0) + prefix.len();
+                    return l[at..].trim().to_owned();
+                }
+                Ok(_) => {}
+                Err(e) => panic!("no `{prefix}` line from the worker within {timeout:?}: {e}"),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for the process to exit by itself (e.g. by aborting).
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Lines of a step log file: (step id, attempt, label, pid).
+pub fn read_log(log: &Path) -> Vec<(String, u32, String, u32)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let p: Vec<&str> = l.split(' ').collect();
+            (
+                p[0].to_owned(),
+                p[1].parse().unwrap(),
+                p[2].to_owned(),
+                p[3].parse().unwrap(),
+            )
+        })
+        .collect()
 }
