@@ -100,6 +100,69 @@ pub mod __private {
     /// Compile-time check that `T` can be recorded; spanned at the user's type by the macros.
     pub fn assert_value<T: WorkflowValue>() {}
 
+    /// Converts between a `#[workflow]`/`#[step]` fn's declared return type `R` and
+    /// `Result<R::Ok, Error>`: `(&ReturnOf::<R>::new()).result_of(r)` resolves to
+    /// [`RecordedReturn`] when `R: WorkflowReturn`, and otherwise to [`UnrecordedReturn`], so a
+    /// wrong return type (`Result<T, String>`, `anyhow::Result<T>`) is reported once, at the
+    /// return type, by the macro's `<R as WorkflowReturn>::Ok`.
+    pub struct ReturnOf<R>(PhantomData<fn() -> R>);
+
+    impl<R> ReturnOf<R> {
+        /// The selector.
+        pub const fn new() -> Self {
+            ReturnOf(PhantomData)
+        }
+    }
+
+    impl<R> Default for ReturnOf<R> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// The real conversions.
+    pub trait RecordedReturn<R: WorkflowReturn> {
+        /// The identity on `Result<T, Error>`.
+        fn result_of(&self, value: R) -> Result<R::Ok, Error>;
+        /// The identity on `Result<T, Error>`.
+        fn declared(&self, result: Result<R::Ok, Error>) -> R;
+    }
+
+    impl<R: WorkflowReturn> RecordedReturn<R> for ReturnOf<R> {
+        fn result_of(&self, value: R) -> Result<R::Ok, Error> {
+            value.into_result()
+        }
+
+        fn declared(&self, result: Result<R::Ok, Error>) -> R {
+            R::from_result(result)
+        }
+    }
+
+    /// The stand-ins for a return type that is not `workflow_core::Result<T>`, which the macro
+    /// has already reported: the crate does not compile, so these never run.
+    pub trait UnrecordedReturn<R> {
+        /// Never called at run time.
+        fn result_of<T>(&self, value: R) -> Result<T, Error>;
+        /// Never called at run time.
+        fn declared<T>(&self, result: Result<T, Error>) -> R;
+    }
+
+    impl<R> UnrecordedReturn<R> for &ReturnOf<R> {
+        fn result_of<T>(&self, value: R) -> Result<T, Error> {
+            let _ = value;
+            unreachable!(
+                "the return type is not `workflow_core::Result<T>`, so this cannot have compiled"
+            )
+        }
+
+        fn declared<T>(&self, result: Result<T, Error>) -> R {
+            let _ = result;
+            unreachable!(
+                "the return type is not `workflow_core::Result<T>`, so this cannot have compiled"
+            )
+        }
+    }
+
     /// How a `#[step]` fn reaches [`call_step`]: `(&StepCall::<Args, T>::new()).call_step(..)`
     /// resolves to [`RecordedStep`] when `Args` and `T` can be recorded, and otherwise to
     /// [`UnrecordableStep`], which has no bounds. An unserializable type is thus reported once,
