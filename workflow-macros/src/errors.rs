@@ -1,5 +1,5 @@
 //! The error accumulator: every check records its problem here instead of returning early, so
-//! one compile shows the user every mistake in the attribute and the signature at once.
+//! one compile shows the user every mistake in the attribute, the signature and the body at once.
 
 use std::fmt::Display;
 
@@ -26,12 +26,21 @@ impl Errors {
         self.errors.push(error);
     }
 
-    /// `Ok(value)` when nothing was recorded, otherwise every recorded error as one.
-    pub(crate) fn finish<T>(self, value: T) -> syn::Result<T> {
-        let combined = self.errors.into_iter().reduce(|mut all, next| {
+    /// Records `more`'s errors after this one's.
+    pub(crate) fn extend(&mut self, more: Errors) {
+        self.errors.extend(more.errors);
+    }
+
+    /// Every recorded error as one, if any.
+    pub(crate) fn into_error(self) -> Option<syn::Error> {
+        self.errors.into_iter().reduce(|mut all, next| {
             all.combine(next);
             all
-        });
-        combined.map_or(Ok(value), Err)
+        })
+    }
+
+    /// `Ok(value)` when nothing was recorded, otherwise every recorded error as one.
+    pub(crate) fn finish<T>(self, value: T) -> syn::Result<T> {
+        self.into_error().map_or(Ok(value), Err)
     }
 }

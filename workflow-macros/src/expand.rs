@@ -5,7 +5,13 @@
 //! `__wf_arg_<name>`) with `Span::mixed_site()`, so they never capture or shadow user names. The
 //! user's own tokens (signature, argument patterns, body) keep their spans, so warnings about them
 //! (unused argument, needless `mut`) point at the user's code, once. Every check that can fail to
-//! type-check carries the span of the user's type it checks.
+//! type-check carries the span of the user's type it checks, and the generated calls that would
+//! repeat a failed check go through selectors (`StepCall`, `ReturnOf`) that fall back to
+//! bound-free stand-ins, so the user sees the check's error and not a cascade at the attribute.
+//!
+//! The body of a `#[workflow]` is first scanned for nondeterminism (`analyze`), then stripped of
+//! its opt-out attributes (`allow`); body errors leave the generated code complete, so the rest
+//! of the crate (`rt.start(wf, ..)` calls) still type-checks and reports nothing more.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
@@ -15,71 +21,118 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Ident};
 
 use crate::args::{StepArgs, WorkflowArgs, DEFAULT_MAX_RETRIES};
+use crate::errors::Errors;
 use crate::parse::{self, Function, Kind};
+use crate::{allow, analyze};
 
 /// Expands `#[workflow(args)] item`; errors come back as `compile_error!`s.
 pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
-    match parse_all::<WorkflowArgs>(Kind::Workflow, args, item.clone()) {
-        Ok((args, function)) => expand_workflow(&args, &function),
-        Err(error) => fallback(error, item),
-    }
+    emit(expand::<WorkflowArgs>(
+        Kind::Workflow,
+        args,
+        item,
+        expand_workflow,
+    ))
 }
 
 /// Expands `#[step(args)] item`; errors come back as `compile_error!`s.
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
-    match parse_all::<StepArgs>(Kind::Step, args, item.clone()) {
-        Ok((args, function)) => expand_step(&args, &function),
-        Err(error) => fallback(error, item),
-    }
+    emit(expand::<StepArgs>(Kind::Step, args, item, expand_step))
 }
 
-/// Parses the options and the function, reporting the errors of both at once.
-fn parse_all<A: Parse>(
+// Input:
+//     #[workflow(OPTIONS)] async fn f(..) -> R { BODY }
+// Output (the generated code and every error found, separately, for the snapshot tests):
+//     OK, OK:        expand_workflow / expand_step, with the opt-out attributes removed from BODY;
+//                    body errors (the determinism scan) come along, the code is still complete
+//     otherwise:     async fn f(..) -> R { BODY }   // as written, opt-outs removed
+fn expand<A: Parse>(
     kind: Kind,
     args: TokenStream,
     item: TokenStream,
-) -> syn::Result<(A, Function)> {
-    match (syn::parse2::<A>(args), parse::function(kind, item)) {
-        (Ok(args), Ok(function)) => Ok((args, function)),
-        (Err(error), Ok(_)) | (Ok(_), Err(error)) => Err(error),
-        (Err(mut error), Err(more)) => {
-            error.combine(more);
-            Err(error)
-        }
+    generate: fn(&A, &Function) -> TokenStream,
+) -> (TokenStream, Option<syn::Error>) {
+    let item = match parse::item(kind, item.clone()) {
+        Ok(item) => item,
+        Err(error) => return (item, Some(error)),
+    };
+    let mut errors = Errors::default();
+    let args = syn::parse2::<A>(args)
+        .map_err(|error| errors.push(error))
+        .ok();
+
+    // The scan reads the opt-outs, so it runs on the body as written; everything after it
+    // sees the body without them.
+    let mut body_errors = Errors::default();
+    if let Kind::Workflow = kind {
+        analyze::workflow(&item, &mut body_errors);
     }
+    let mut stripped = item;
+    let mut opt_out_errors = Errors::default();
+    allow::strip(kind, &mut stripped.block, &mut opt_out_errors);
+
+    let function = parse::function(kind, stripped.clone())
+        .map_err(|error| errors.push(error))
+        .ok();
+    errors.extend(opt_out_errors);
+    errors.extend(body_errors);
+    let tokens = match (args, function) {
+        (Some(args), Some(function)) => generate(&args, &function),
+        _ => stripped.into_token_stream(),
+    };
+    (tokens, errors.into_error())
 }
 
 // Input:
-//     <errors>, #[step] async fn f(..) -> R { BODY }
+//     <errors>, <generated code or the function as written>
 // Output:
 //     ::core::compile_error! { "..." }   // one per error, each at its span
-//     async fn f(..) -> R { BODY }       // unchanged, so the IDE still sees the function
-fn fallback(error: syn::Error, item: TokenStream) -> TokenStream {
-    let mut tokens = error.to_compile_error();
-    tokens.extend(item);
-    tokens
+//     <generated code or the function>   // so the IDE still sees the function
+fn emit((tokens, errors): (TokenStream, Option<syn::Error>)) -> TokenStream {
+    let mut emitted = errors
+        .map(|errors| errors.to_compile_error())
+        .unwrap_or_default();
+    emitted.extend(tokens);
+    emitted
 }
 
 // Input:
-//     #[step(max_retries = 5)]
+//     #[step(name = "billing.charge", max_retries = 5)]
 //     pub async fn charge_user(user_id: String, mut amount: u64) -> Result<Receipt> { BODY }
 // Output:
 //     #[doc(hidden)] #[allow(non_upper_case_globals)]
 //     static __WF_STEP_charge_user: StepDef = StepDef {
-//         name: concat!(module_path!(), "::", "charge_user"),  // or the `name = ".."` literal
-//         max_retries: 5,                                      // default 3
+//         name: "billing.charge",          // default: concat!(module_path!(), "::", "charge_user")
+//         max_retries: 5,                  // default 3
 //     };
 //     inventory::submit! { StepRegistration { def: &__WF_STEP_charge_user } }
+//     #[doc(hidden)] #[macro_export]       // only with `name = ".."`: a second step of that
+//     macro_rules! __step_named_billing_charge__<hash> { () => {} }   // name in the crate clashes
 //     pub async fn charge_user(user_id: String, amount: u64) -> Result<Receipt> {
 //         async fn __wf_body(user_id: String, mut amount: u64) -> Result<Receipt> BODY
 //         let _ = assert_value::<String>;                   // one per argument, at its type
 //         let _ = assert_value::<u64>;
 //         let _ = assert_value::<<Result<Receipt> as WorkflowReturn>::Ok>;   // at the return type
-//         call_step(&__WF_STEP_charge_user, (user_id, amount),
-//                   |(__wf_arg_user_id, __wf_arg_amount)| __wf_body(__wf_arg_user_id, __wf_arg_amount))
-//             .await
+//         use {RecordedStep as _, UnrecordableStep as _, RecordedReturn as _, UnrecordedReturn as _};
+//         (&ReturnOf::<Result<Receipt>>::new()).declared(
+//             (&StepCall::<(String, u64), <Result<Receipt> as WorkflowReturn>::Ok>::new())
+//                 .call_step(&__WF_STEP_charge_user, (user_id, amount),
+//                     |(__wf_arg_user_id, __wf_arg_amount)| async move {
+//                         (&ReturnOf::<Result<Receipt>>::new())
+//                             .result_of(__wf_body(__wf_arg_user_id, __wf_arg_amount).await)
+//                     })
+//                 .await,
+//         )
 //     }
 // (all runtime paths are `::workflow_core::__private::..`)
+//
+// `StepCall` picks `call_step` when the argument tuple and the result can be recorded, and
+// otherwise a stand-in with no bounds (method resolution prefers `RecordedStep`, implemented on
+// `StepCall` itself, to `UnrecordableStep`, implemented on `&StepCall`, whenever its bounds
+// hold: all types are concrete here). An unserializable type is then reported once, by its
+// `assert_value` at its span, and not again at the attribute by `call_step`'s bounds.
+// `ReturnOf` does the same for a return type that is not `workflow_core::Result<T>`: it converts
+// (as the identity) between the declared type and the `Result<T, Error>` the runtime records.
 fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
     let item = &function.item;
     let ident = &item.sig.ident;
@@ -98,18 +151,32 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
     let body = body_ident();
     let forwarded = forwarded_args(function);
     let locals = local_args(function);
+    let arg_types = args_type(function);
+    let output = ok_type(function);
+    let ret = &function.output;
+    let unique_name = unique_name(Kind::Step, args.name.as_ref(), &cfgs);
 
     let mut outer_block = TokenStream::new();
     item.block.brace_token.surround(&mut outer_block, |tokens| {
         tokens.extend(quote! {
             #body_fn
             #checks
-            ::workflow_core::__private::call_step(
-                &#def,
-                (#(#forwarded,)*),
-                |(#(#locals,)*)| #body(#(#locals),*),
+            use ::workflow_core::__private::{
+                RecordedReturn as _, RecordedStep as _, UnrecordableStep as _,
+                UnrecordedReturn as _,
+            };
+            (&::workflow_core::__private::ReturnOf::<#ret>::new()).declared(
+                (&::workflow_core::__private::StepCall::<#arg_types, #output>::new())
+                    .call_step(
+                        &#def,
+                        (#(#forwarded,)*),
+                        |(#(#locals,)*)| async move {
+                            (&::workflow_core::__private::ReturnOf::<#ret>::new())
+                                .result_of(#body(#(#locals),*).await)
+                        },
+                    )
+                    .await,
             )
-            .await
         });
     });
 
@@ -127,6 +194,8 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
             ::workflow_core::__private::StepRegistration { def: &#def }
         }
 
+        #unique_name
+
         #(#attrs)*
         #vis #sig #outer_block
     }
@@ -140,54 +209,57 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
 //     pub struct __WorkflowDef_process_order;                  // the fn's visibility
 //     impl WorkflowDef for __WorkflowDef_process_order {
 //         const NAME: &'static str = concat!(module_path!(), "::", "process_order");  // or `name`
-//         type Args = (String, u32);
-//         type Output = <Result<OrderResult> as WorkflowReturn>::Ok;
+//         type Args = (String, u32);           // spanning the parameter list: the argument check
+//         type Output = <Result<OrderResult> as WorkflowReturn>::Ok;   // spanning the return type
 //         fn call(__wf_args: Self::Args) -> BoxFuture<'static, Result<Self::Output, Error>> {
+//             #[deny(clippy::disallowed_methods)]                // the second line of defence
 //             async fn __wf_body(order_id: String, mut qty: u32) -> Result<OrderResult> BODY
 //             let (__wf_arg_order_id, __wf_arg_qty) = __wf_args;
 //             Box::pin(async move {
-//                 WorkflowReturn::into_result(__wf_body(__wf_arg_order_id, __wf_arg_qty).await)
+//                 (&ReturnOf::<Result<OrderResult>>::new())     // see `expand_step`
+//                     .result_of(__wf_body(__wf_arg_order_id, __wf_arg_qty).await)
 //             })
 //         }
 //     }
 //     inventory::submit! { WorkflowRegistration::of::<__WorkflowDef_process_order>() }
+//     const _: () = { let _ = process_order; };     // registered, so used: no `dead_code`
 //     pub fn process_order(order_id: String, qty: u32) -> WorkflowCall<__WorkflowDef_process_order> {
-//         let _ = assert_value::<String>;                   // one per argument, at its type
-//         let _ = assert_value::<u32>;
-//         let _ = assert_value::<<Result<OrderResult> as WorkflowReturn>::Ok>;
 //         WorkflowCall::new((order_id, qty))
 //     }
-// (all runtime paths are `::workflow_core::__private::..`; `Error` is `::workflow_core::Error`)
+// (all runtime paths are `::workflow_core::__private::..`; `Error` is `::workflow_core::Error`;
+// with `name = ".."` the same `macro_rules!` marker as for steps rejects a second workflow of
+// that name in the crate)
 //
 // The signature becomes a plain `fn` returning `WorkflowCall<Def>` so that `rt.start(process_order,
 // args)` finds the definition through the type system. The body moves into `WorkflowDef::call`,
-// outside the user's fn, so the user's lint attributes are copied onto `__wf_body` there.
+// outside the user's fn, so the user's lint attributes are copied onto `__wf_body` there, after
+// the generated `deny`, so that an `allow` of the user's wins.
 fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
     let item = &function.item;
     let ident = &item.sig.ident;
     let def = format_ident!("__WorkflowDef_{}", ident);
     let name = stable_name(args.name.as_ref(), ident);
     let cfgs = cfg_attrs(&item.attrs);
-    let lints: Vec<&Attribute> = item
-        .attrs
-        .iter()
-        .filter(|attr| {
+    let deny_disallowed: Attribute = syn::parse_quote!(#[deny(clippy::disallowed_methods)]);
+    let lints: Vec<&Attribute> = std::iter::once(&deny_disallowed)
+        .chain(item.attrs.iter().filter(|attr| {
             // Not `expect`: the copy left on the outer fn would then go unfulfilled.
             ["allow", "warn", "deny", "forbid"]
                 .iter()
                 .any(|lint| attr.path().is_ident(lint))
-        })
+        }))
         .collect();
     let attrs = &item.attrs;
     let vis = &item.vis;
     let body_fn = body_fn(function, &lints);
-    let checks = value_checks(function);
     let body = body_ident();
     let args_var = Ident::new("__wf_args", Span::mixed_site());
     let forwarded = forwarded_args(function);
     let locals = local_args(function);
     let arg_types = args_type(function);
     let output = ok_type(function);
+    let ret = &function.output;
+    let unique_name = unique_name(Kind::Workflow, args.name.as_ref(), &cfgs);
 
     let mut sig = function.forwarding_signature();
     sig.asyncness = None;
@@ -203,7 +275,6 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
     let mut outer_block = TokenStream::new();
     item.block.brace_token.surround(&mut outer_block, |tokens| {
         tokens.extend(quote! {
-            #checks
             ::workflow_core::__private::WorkflowCall::new((#(#forwarded,)*))
         });
     });
@@ -227,11 +298,11 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
                 ::core::result::Result<Self::Output, ::workflow_core::Error>,
             > {
                 #body_fn
+                use ::workflow_core::__private::{RecordedReturn as _, UnrecordedReturn as _};
                 let (#(#locals,)*) = #args_var;
                 ::std::boxed::Box::pin(async move {
-                    ::workflow_core::__private::WorkflowReturn::into_result(
-                        #body(#(#locals),*).await,
-                    )
+                    (&::workflow_core::__private::ReturnOf::<#ret>::new())
+                        .result_of(#body(#(#locals),*).await)
                 })
             }
         }
@@ -241,9 +312,65 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
             ::workflow_core::__private::WorkflowRegistration::of::<#def>()
         }
 
+        // A worker binary may only register the workflow and never call the fn itself.
+        #(#cfgs)*
+        #[allow(deprecated)]
+        const _: () = {
+            let _ = #ident;
+        };
+
+        #unique_name
+
         #(#attrs)*
         #vis #sig #outer_block
     }
+}
+
+// Input:
+//     #[step(name = "billing.charge")]            (or `#[workflow(name = "..")]`)
+// Output:
+//     #[doc(hidden)] #[macro_export]
+//     macro_rules! __step_named_billing_charge__1f0e3dad { () => {} }
+//
+// `#[macro_export]` puts the macro at the crate root whatever module it is written in, so a
+// second step with the same explicit name anywhere in the crate fails to compile with E0428
+// ("the name `__step_named_billing_charge__..` is defined multiple times"), pointing at both
+// `name = ".."` literals. The hash of the exact name keeps `a.b` and `a_b` apart; the `#[cfg]`s
+// keep alternatives (`#[cfg(unix)]` / `#[cfg(not(unix))]`) from clashing. Names are only
+// checked within a crate; across crates the runtime rejects duplicates when it is built.
+fn unique_name(kind: Kind, name: Option<&syn::LitStr>, cfgs: &[&Attribute]) -> TokenStream {
+    let Some(name) = name else {
+        return TokenStream::new();
+    };
+    let value = name.value();
+    let readable: String = value
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let kind = match kind {
+        Kind::Workflow => "workflow",
+        Kind::Step => "step",
+    };
+    let marker = Ident::new(
+        &format!("__{kind}_named_{readable}__{:08x}", fnv1a(&value)),
+        name.span(),
+    );
+    quote_spanned! {name.span()=>
+        #(#cfgs)*
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! #marker {
+            () => {};
+        }
+    }
+}
+
+/// 32-bit FNV-1a: a stable hash (unlike `DefaultHasher`, whose output may change between Rust
+/// versions) to tell names apart in an identifier.
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn body_ident() -> Ident {
@@ -265,7 +392,8 @@ fn body_fn(function: &Function, attrs: &[&Attribute]) -> TokenStream {
 }
 
 /// `let _ = assert_value::<T>;` per argument type and for the result's `Ok` type, each spanned
-/// at the user's type so an unserializable one is reported there.
+/// at the user's type so an unserializable one is reported there (steps only: a workflow's
+/// types are checked by its `WorkflowDef` impl, see [`args_type`]).
 fn value_checks(function: &Function) -> TokenStream {
     let mut checks = TokenStream::new();
     for arg in &function.args {
@@ -282,12 +410,29 @@ fn value_checks(function: &Function) -> TokenStream {
     checks
 }
 
-/// `<R as WorkflowReturn>::Ok`, spanned at the return type `R`.
+/// `<R as WorkflowReturn>::Ok`, spanning the whole return type `R`: the compiler reports a type
+/// from its first token's start to its last token's end.
 fn ok_type(function: &Function) -> TokenStream {
     let ty = &function.output;
-    quote_spanned! {ty.span()=>
-        <#ty as ::workflow_core::__private::WorkflowReturn>::Ok
+    let (first, last) = outer_spans(ty);
+    let open = quote_spanned!(first=> <);
+    let ok = Ident::new("Ok", last);
+    quote_spanned! {first=>
+        #open #ty as ::workflow_core::__private::WorkflowReturn>::#ok
     }
+}
+
+/// The spans of the first and last tokens of `tokens`.
+fn outer_spans(tokens: impl ToTokens) -> (Span, Span) {
+    let mut trees = tokens.into_token_stream().into_iter();
+    let first = trees
+        .next()
+        .map_or_else(Span::call_site, |tree| tree.span());
+    let last = trees.last().map_or(first, |tree| match tree {
+        proc_macro2::TokenTree::Group(group) => group.span_close(),
+        other => other.span(),
+    });
+    (first, last)
 }
 
 /// The user's argument names as the outer function uses them to build the argument tuple.
@@ -319,10 +464,17 @@ fn local_args(function: &Function) -> Vec<Ident> {
         .collect()
 }
 
-/// The argument types as a tuple type: `()`, `(A,)`, `(A, B)`.
+/// The argument types as a tuple type: `()`, `(A,)`, `(A, B)`, its parentheses spanning the
+/// parameter list. A workflow's `type Args = ..` thus reports unserializable arguments on the
+/// user's signature: its `Serialize + DeserializeOwned` bounds are the one check of a
+/// workflow's argument types (the impl must exist for `rt.start(wf, args)` calls to type-check,
+/// so its bounds are always checked, and a separate assertion would only repeat their errors).
 fn args_type(function: &Function) -> TokenStream {
     let types = function.args.iter().map(|arg| &arg.ty);
-    quote!((#(#types,)*))
+    let mut tuple =
+        proc_macro2::Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#(#types,)*));
+    tuple.set_span(function.item.sig.paren_token.span.join());
+    tuple.into_token_stream()
 }
 
 /// The `name = ".."` literal, or `concat!(module_path!(), "::", "<fn name>")`.

@@ -6,10 +6,13 @@
 //! function (`parse`), validates both collecting every error (`errors`), and generates code. On
 //! error the user's function is emitted unchanged next to the errors, so the IDE keeps working.
 
+mod allow;
+mod analyze;
 mod args;
 mod errors;
 mod expand;
 mod parse;
+mod rules;
 
 use proc_macro::TokenStream;
 

@@ -63,12 +63,13 @@ impl Function {
     }
 }
 
-/// Parses `item` as the function under `kind`, or every reason it cannot be one.
-pub(crate) fn function(kind: Kind, item: TokenStream) -> syn::Result<Function> {
-    let item = match syn::parse2::<ItemFn>(item.clone()) {
-        Ok(item) => item,
-        Err(error) => return Err(not_a_function(kind, item).unwrap_or(error)),
-    };
+/// Parses `item` as a function, with a clear error when the attribute is on another item.
+pub(crate) fn item(kind: Kind, item: TokenStream) -> syn::Result<ItemFn> {
+    syn::parse2::<ItemFn>(item.clone()).map_err(|error| not_a_function(kind, item).unwrap_or(error))
+}
+
+/// Validates `item` as the function under `kind`, or returns every reason it cannot be one.
+pub(crate) fn function(kind: Kind, item: ItemFn) -> syn::Result<Function> {
     let mut errors = Errors::default();
     let sig = &item.sig;
 
@@ -267,7 +268,7 @@ fn owned_alternative(elem: &Type) -> String {
 }
 
 /// Token streams print as `& 'a Vec < u8 >`; messages read better as `&'a Vec<u8>`.
-fn tidy(tokens: &str) -> String {
+pub(crate) fn tidy(tokens: &str) -> String {
     let mut text = tokens.to_owned();
     for (from, to) in [
         (" < ", "<"),
@@ -282,6 +283,10 @@ fn tidy(tokens: &str) -> String {
         (" ;", ";"),
         ("( ", "("),
         (" )", ")"),
+        (" ::<", "::<"),
+        (" . ", "."),
+        (" ()", "()"),
+        (" (..)", "(..)"),
     ] {
         text = text.replace(from, to);
     }

@@ -5,7 +5,7 @@
 
 use proc_macro2::{TokenStream, TokenTree};
 
-use super::{parse_all, step, workflow};
+use super::{expand as generate, expand_step, expand_workflow, step, workflow};
 use crate::args::{StepArgs, WorkflowArgs};
 use crate::parse::Kind;
 
@@ -14,9 +14,11 @@ use crate::parse::Kind;
 fn expand(source: &str) -> String {
     let tokens: TokenStream = source.parse().expect("the test source must tokenize");
     let (kind, args, item) = split_attribute(tokens);
-    let errors = match kind {
-        Kind::Workflow => parse_all::<WorkflowArgs>(kind, args.clone(), item.clone()).err(),
-        Kind::Step => parse_all::<StepArgs>(kind, args.clone(), item.clone()).err(),
+    let (_, errors) = match kind {
+        Kind::Workflow => {
+            generate::<WorkflowArgs>(kind, args.clone(), item.clone(), expand_workflow)
+        }
+        Kind::Step => generate::<StepArgs>(kind, args.clone(), item.clone(), expand_step),
     };
     let output = match kind {
         Kind::Workflow => workflow(args, item),
@@ -162,6 +164,50 @@ async fn process_order(order_id: String) -> Result<OrderResult> {
     todo!()
 }
 "#,
+    workflow_with_concurrent_steps: r#"
+#[workflow]
+async fn fan_out(order_ids: Vec<String>) -> Result<Vec<Receipt>> {
+    let (stock, quote) = futures::try_join!(reserve(order_ids.clone()), price(order_ids.clone()))?;
+    let reply = tokio::select! {
+        biased;
+        reply = ask_customer(quote) => reply?,
+        _ = sleep(Duration::from_secs(3600)) => Reply::Timeout,
+    };
+    futures::future::try_join_all(order_ids.into_iter().map(|id| charge(id, stock))).await
+}
+"#,
+    workflow_with_hook: r#"
+#[workflow]
+async fn process_order(order_id: String) -> Result<OrderResult> {
+    let mut request = create_hook::<OrderRequest>(format!("order:{order_id}"));
+    if let Some(conflict) = request.get_conflict().await {
+        return Ok(OrderResult::Duplicate { run_id: conflict.run_id });
+    }
+    let OrderRequest { confirmed } = request.recv().await?;
+    Ok(OrderResult::Processed { confirmed })
+}
+"#,
+    workflow_with_opt_outs: r#"
+#[workflow]
+async fn process_order(order_id: String) -> Result<()> {
+    #[workflow::allow(nondeterministic, reason = "log timing only")]
+    let started = Instant::now();
+    #[workflow::allow(nondeterministic)]
+    tracing::info!(at = ?SystemTime::now(), "replaying {order_id}");
+    #[workflow::allow(nondeterministic)]
+    metrics::record(started.elapsed());
+    let label = format!("{order_id}-{}", #[workflow::allow(nondeterministic)] std::process::id());
+    log(label, #[workflow::allow(nondeterministic)] std::time::Instant::now()).await
+}
+"#,
+    step_reading_the_clock: r#"
+#[step]
+async fn stamp(order_id: String) -> Result<String> {
+    let at = std::time::SystemTime::now();
+    let nonce: u64 = rand::random();
+    Ok(format!("{order_id} {at:?} {nonce}"))
+}
+"#,
 }
 
 // What must be rejected, with the error at the offending token and the function re-emitted.
@@ -292,10 +338,120 @@ struct Charge {
     amount: u64,
 }
 "#,
+    error_wall_clock: r#"
+#[workflow]
+async fn stamp(order_id: String) -> Result<String> {
+    let at = std::time::SystemTime::now();
+    let started = Instant::now();
+    let utc = chrono::Utc::now();
+    Ok(format!("{order_id} {at:?} {started:?} {utc}"))
+}
+"#,
+    error_aliases: r#"
+#[workflow]
+async fn stamp(order_id: String) -> Result<String> {
+    use std::time::SystemTime as Clock;
+    use std::{fs, thread::{self, sleep as nap}};
+    use tokio::spawn;
+    let at = Clock::now();
+    let also = <Clock>::now();
+    nap(Duration::from_secs(1));
+    thread::spawn(|| ());
+    spawn(async {});
+    let config = fs::read_to_string("config.toml")?;
+    Ok(format!("{order_id} {at:?} {also:?} {config}"))
+}
+"#,
+    error_inside_closures_async_blocks_and_macros: r#"
+#[workflow]
+async fn stamp(order_id: String) -> Result<String> {
+    let later = || std::time::Instant::now();
+    let task = async move { rand::random::<u64>() };
+    println!("{order_id} at {:?}", std::time::SystemTime::now());
+    let (a, b) = futures::join!(task, async { tokio::time::sleep(Duration::from_secs(1)).await });
+    tracing::info!(region = ?std::env::var("REGION"), "started");
+    fn helper() -> SystemTime {
+        SystemTime::now()
+    }
+    Ok(format!("{a} {b:?} {:?}", later()))
+}
+"#,
+    error_unbiased_select: r#"
+#[workflow]
+async fn first_reply(order_id: String) -> Result<String> {
+    let a = tokio::select! {
+        reply = ask_customer(order_id.clone()) => reply?,
+        _ = sleep(Duration::from_secs(3600)) => String::new(),
+    };
+    let b = futures::select! {
+        reply = ask_customer(order_id).fuse() => reply?,
+        complete => String::new(),
+    };
+    Ok(a + &b)
+}
+"#,
+    error_hash_map_iteration: r#"
+#[workflow]
+async fn charge_all(orders: Vec<(String, u64)>, limits: HashMap<String, u64>) -> Result<u64> {
+    let mut by_customer = HashMap::new();
+    for (customer, cents) in orders {
+        *by_customer.entry(customer).or_insert(0) += cents;
+    }
+    let mut total = 0;
+    for (customer, cents) in &by_customer {
+        total += charge(customer.clone(), *cents).await?;
+    }
+    let names: Vec<_> = limits.keys().cloned().collect();
+    let sum: u64 = by_customer.values().sum();
+    Ok(total + sum + names.len() as u64)
+}
+"#,
+    error_opt_out_misuse: r#"
+#[workflow]
+async fn stamp(order_id: String) -> Result<String> {
+    #[workflow::allow]
+    let a = SystemTime::now();
+    #[workflow::allow(random)]
+    let b = SystemTime::now();
+    #[workflow::alow(nondeterministic)]
+    let c = SystemTime::now();
+    #[workflow::allow(nondeterministic)]
+    fn helper() {}
+    Ok(format!("{order_id} {a:?} {b:?} {c:?}"))
+}
+"#,
+    error_opt_out_in_step: r#"
+#[step]
+async fn stamp(order_id: String) -> Result<String> {
+    #[workflow::allow(nondeterministic)]
+    let at = SystemTime::now();
+    Ok(format!("{order_id} {at:?}"))
+}
+"#,
+    error_body_and_signature_at_once: r#"
+#[workflow]
+async fn stamp(order_id: &str) -> Result<String> {
+    let at = SystemTime::now();
+    #[workflow::allow(nondeterministic)]
+    let started = Instant::now();
+    Ok(format!("{order_id} {at:?} {started:?}"))
+}
+"#,
     error_several_at_once: r#"
 #[workflow(nam = "orders", name = "")]
 fn process_order<T>(self, order: &Order, (a, b): (u32, u32), items: impl Iterator<Item = T>) {
     todo!()
 }
 "#,
+}
+
+/// Every rule's example in one workflow: one error each, in order, each message in full.
+#[test]
+fn error_every_rule() {
+    let mut source = String::from("\n#[workflow]\nasync fn every_rule() -> Result<()> {\n");
+    for rule in crate::rules::RULES {
+        source += &format!("    {}\n", rule.example);
+    }
+    source += "    Ok(())\n}\n";
+    insta::assert_snapshot!(expand(&source));
 }
