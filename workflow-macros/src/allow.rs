@@ -69,11 +69,20 @@ impl Parse for OptOut {
     }
 }
 
-/// Removes every `#[workflow::..]` attribute from `block`, reporting the malformed ones, and,
-/// in a `#[step]` (which is not scanned), every one.
-pub(crate) fn strip(kind: Kind, block: &mut syn::Block, errors: &mut Errors) {
+/// Removes every `#[workflow::..]` attribute from `function`, reporting the malformed ones,
+/// those on the function itself, and, in a `#[step]` (which is not scanned), every one.
+pub(crate) fn strip(kind: Kind, function: &mut syn::ItemFn, errors: &mut Errors) {
     let mut stripper = Stripper { kind, errors };
-    stripper.visit_block_mut(block);
+    if let Some(span) = stripper.take(&mut function.attrs) {
+        if let Kind::Workflow = kind {
+            stripper.errors.push(syn::Error::new(
+                span,
+                "`#[workflow::allow(nondeterministic)]` goes on a statement or an expression \
+                 inside the body, the smallest one that needs it: a whole workflow cannot opt out",
+            ));
+        }
+    }
+    stripper.visit_block_mut(&mut function.block);
 }
 
 struct Stripper<'e> {

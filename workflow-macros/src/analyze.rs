@@ -114,7 +114,7 @@ impl Aliases {
         let mut path = segments;
         for _ in 0..4 {
             match self.names.get(&path[0]) {
-                Some(full) if full.len() > 1 || full[0] != path[0] => {
+                Some(full) if full.len() > 1 || full.first().is_some_and(|f| *f != path[0]) => {
                     let mut expanded = full.clone();
                     expanded.extend_from_slice(&path[1..]);
                     path = expanded;
@@ -838,6 +838,15 @@ mod tests {
         ]) {
             assert!(hit.starts_with(expected), "{hit}");
         }
+    }
+
+    #[test]
+    fn odd_use_items_do_not_panic() {
+        let found = hits(
+            "",
+            "use self as x; use x::y as x; use {self}; let a = x::now();",
+        );
+        assert_eq!(found, Vec::<String>::new());
     }
 
     #[test]

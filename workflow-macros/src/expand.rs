@@ -69,7 +69,7 @@ fn expand<A: Parse>(
     }
     let mut stripped = item;
     let mut opt_out_errors = Errors::default();
-    allow::strip(kind, &mut stripped.block, &mut opt_out_errors);
+    allow::strip(kind, &mut stripped, &mut opt_out_errors);
 
     let function = parse::function(kind, stripped.clone())
         .map_err(|error| errors.push(error))

@@ -522,6 +522,25 @@ mod tests {
     }
 
     #[test]
+    fn every_rule_is_documented() {
+        let docs = std::fs::read_to_string(root().join("docs/diagnostics.md"))
+            .expect("docs/diagnostics.md is readable");
+        for rule in RULES {
+            for entry in [
+                format!("#### `{}`", rule.name),
+                format!("| [`{0}`](#{0}) |", rule.name),
+            ] {
+                assert!(docs.contains(&entry), "docs/diagnostics.md lacks `{entry}`");
+            }
+            assert!(
+                docs.contains(rule.instead.split(':').next().unwrap_or(rule.instead)),
+                "docs/diagnostics.md does not show the help of {}",
+                rule.name
+            );
+        }
+    }
+
+    #[test]
     fn every_rule_has_a_ui_case() {
         for rule in RULES {
             let case = root().join(format!(

@@ -420,6 +420,13 @@ async fn stamp(order_id: String) -> Result<String> {
     Ok(format!("{order_id} {a:?} {b:?} {c:?}"))
 }
 "#,
+    error_opt_out_on_the_function: r#"
+#[workflow]
+#[workflow::allow(nondeterministic)]
+async fn stamp(order_id: String) -> Result<String> {
+    Ok(format!("{order_id} {:?}", SystemTime::now()))
+}
+"#,
     error_opt_out_in_step: r#"
 #[step]
 async fn stamp(order_id: String) -> Result<String> {
