@@ -329,7 +329,7 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
 // Input:
 //     #[step(name = "billing.charge")]            (or `#[workflow(name = "..")]`)
 // Output:
-//     #[doc(hidden)] #[macro_export]
+//     #[doc(hidden)] #[macro_export] #[allow(non_local_definitions)]
 //     macro_rules! __step_named_billing_charge__1f0e3dad { () => {} }
 //
 // `#[macro_export]` puts the macro at the crate root whatever module it is written in, so a
@@ -355,10 +355,13 @@ fn unique_name(kind: Kind, name: Option<&syn::LitStr>, cfgs: &[&Attribute]) -> T
         &format!("__{kind}_named_{readable}__{:08x}", fnv1a(&value)),
         name.span(),
     );
+    // `non_local_definitions` warns about an exported macro defined inside a function (a step
+    // in a test's body): the marker is exported only to be defined twice, never to be used.
     quote_spanned! {name.span()=>
         #(#cfgs)*
         #[doc(hidden)]
         #[macro_export]
+        #[allow(non_local_definitions)]
         macro_rules! #marker {
             () => {};
         }
