@@ -163,7 +163,8 @@ struct Scan<'a> {
     /// How many opt-outs enclose the expression being visited.
     opted_out: usize,
     /// Iterations (by address) whose result is consumed order-independently:
-    /// `map.values().sum()`, `map.keys().collect::<BTreeSet<_>>()`.
+    /// `map.values().sum()`, `map.keys().collect::<BTreeSet<_>>()`; recorded just before the
+    /// consumer's receiver is visited, removed when the iteration is.
     order_insensitive: HashSet<usize>,
     errors: &'a mut Errors,
 }
@@ -511,8 +512,9 @@ impl<'ast> Visit<'ast> for Scan<'_> {
             Expr::MethodCall(call) => {
                 let method = call.method.to_string();
                 let address = call as *const syn::ExprMethodCall as usize;
-                if ITERATION.contains(&method.as_str())
-                    && !self.order_insensitive.contains(&address)
+                // `remove`: an exemption is used once, right after it is made, so the address
+                // of a freed node (macro input is parsed into temporaries) can never match later.
+                if ITERATION.contains(&method.as_str()) && !self.order_insensitive.remove(&address)
                 {
                     if let Some(name) = self.tracked_name(&call.receiver) {
                         if let Some(kind) = self.hash_maps.get(&name).copied() {
