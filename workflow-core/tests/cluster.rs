@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{fresh_schema, postgres_url, read_log, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::postgres::PostgresStore;
-use workflow_core::store::{Event, Store};
+use workflow_core::store::Event;
 
 const LEASE: Duration = Duration::from_millis(1000);
 
