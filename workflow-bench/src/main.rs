@@ -1,0 +1,245 @@
+//! The benchmark harness of workflow-rs (issue 6).
+//!
+//! ```text
+//! cargo run --release -p workflow-bench -- all
+//! cargo run --release -p workflow-bench -- sequential --trials 5
+//! cargo run --release -p workflow-bench -- w1 --store sqlite
+//! cargo run --release -p workflow-bench --features postgres -- all --postgres postgres://postgres@127.0.0.1:5432/test
+//! ```
+//!
+//! Every invocation measures the machine's baseline (a durable single-row SQLite commit and a
+//! small write + fsync) first, then the chosen scenarios, each trial on a fresh database, and
+//! prints one table: median (min .. max) over the trials, the ratio to the baseline commit, and
+//! the issue's target where it has one. See BENCHMARKS.md.
+
+mod flows;
+mod report;
+mod scenarios;
+mod stores;
+
+use clap::{Parser, ValueEnum};
+
+use report::Report;
+use scenarios::{Ctx, Sizes};
+use stores::StoreKind;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxResult<T> = std::result::Result<T, BoxError>;
+
+/// A scenario of the issue, or a group of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Everything below, in order.
+    All,
+    /// One durable SQLite commit and one small write + fsync (always measured first).
+    Baseline,
+    /// One workflow of 1000 sequential no-op steps.
+    Sequential,
+    /// 1000 concurrent workflows × 10 steps.
+    Throughput,
+    /// Replay of 1,000 / 10,000 / 100,000-step histories after a restart.
+    Recovery,
+    /// 1000 concurrent starts claiming one hook token.
+    #[value(alias = "storm")]
+    StartStorm,
+    /// resume_hook → the workflow observes the payload, live and evicted.
+    #[value(alias = "hooks")]
+    HookLatency,
+    /// Resident memory per run suspended on a hook (100,000 runs).
+    Memory,
+    /// W0 to W3.
+    #[value(alias = "w")]
+    Common,
+    /// Twenty 1-step workflows one at a time: p50 start→result.
+    W0,
+    /// One 100-step workflow, 5 times: per-step time.
+    W1,
+    /// 1000 starts over 100 idempotency tokens, 100 in flight.
+    W2,
+    /// 1000 1-step workflows, 100 in flight: workflows/s.
+    W3,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "workflow-bench",
+    about = "Benchmarks of workflow-rs: figures are medians (min .. max) over trials, each on a fresh database"
+)]
+struct Cli {
+    /// What to run.
+    #[arg(value_enum, default_value = "all")]
+    scenario: Scenario,
+    /// Trials per figure.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    trials: u32,
+    /// Run only on these stores (repeatable); default: each scenario's own set.
+    #[arg(long = "store", value_enum)]
+    stores: Vec<StoreKind>,
+    /// PostgreSQL URL for the PostgreSQL figures (a fresh schema per trial, dropped after).
+    #[arg(long, env = "WORKFLOW_BENCH_DATABASE_URL")]
+    postgres: Option<String>,
+    /// Tiny sizes: checks that every scenario works, measures nothing meaningful.
+    #[arg(long)]
+    quick: bool,
+}
+
+/// Runs `scenario` (after the baseline) and returns the report.
+async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
+    use Scenario::*;
+    let mut rep = Report::default();
+    eprintln!("measuring the baseline");
+    scenarios::baseline(ctx, &mut rep).await?;
+    let wanted: &[Scenario] = match scenario {
+        All => &[
+            Sequential,
+            Throughput,
+            Recovery,
+            StartStorm,
+            HookLatency,
+            Memory,
+            W0,
+            W1,
+            W2,
+            W3,
+        ],
+        Common => &[W0, W1, W2, W3],
+        Baseline => &[],
+        one => std::slice::from_ref(match one {
+            Sequential => &Sequential,
+            Throughput => &Throughput,
+            Recovery => &Recovery,
+            StartStorm => &StartStorm,
+            HookLatency => &HookLatency,
+            Memory => &Memory,
+            W0 => &W0,
+            W1 => &W1,
+            W2 => &W2,
+            _ => &W3,
+        }),
+    };
+    for s in wanted {
+        eprintln!("running {s:?}");
+        match s {
+            Sequential => scenarios::sequential_steps(ctx, &mut rep).await?,
+            Throughput => scenarios::throughput(ctx, &mut rep).await?,
+            Recovery => scenarios::recovery(ctx, &mut rep).await?,
+            StartStorm => scenarios::start_storm(ctx, &mut rep).await?,
+            HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
+            Memory => scenarios::memory(ctx, &mut rep).await?,
+            W0 => scenarios::w0(ctx, &mut rep).await?,
+            W1 => scenarios::w1(ctx, &mut rep).await?,
+            W2 => scenarios::w2(ctx, &mut rep).await?,
+            W3 => scenarios::w3(ctx, &mut rep).await?,
+            All | Common | Baseline => {}
+        }
+    }
+    Ok(rep)
+}
+
+fn title(cli: &Cli) -> String {
+    format!(
+        "workflow-bench {} — {} trial(s) per figure{}; figure: median (min .. max) over trials; \
+         × commit: the median ÷ the baseline SQLite commit (rates: time per item ÷ commit)",
+        cli.scenario
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default(),
+        cli.trials,
+        if cli.quick {
+            ", QUICK sizes (not measurements)"
+        } else {
+            ""
+        },
+    )
+}
+
+#[tokio::main]
+async fn main() -> BoxResult<()> {
+    let cli = Cli::parse();
+    let ctx = Ctx {
+        trials: cli.trials as usize,
+        pg_url: cli.postgres.clone().filter(|u| !u.is_empty()),
+        stores: (!cli.stores.is_empty()).then(|| cli.stores.clone()),
+        sizes: if cli.quick {
+            Sizes::tiny()
+        } else {
+            Sizes::full()
+        },
+    };
+    let rep = run(cli.scenario, &ctx).await?;
+    println!();
+    print!("{}", rep.render(&title(&cli)));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every scenario once, at tiny sizes, on memory and SQLite (and PostgreSQL when
+    /// WORKFLOW_BENCH_DATABASE_URL is set and the feature is on). Proves they work; asserts
+    /// no timing. One test, because the scenarios share process-wide probes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_scenario_runs_at_a_tiny_size() {
+        let mut stores = vec![StoreKind::Memory, StoreKind::Sqlite];
+        let pg_url = std::env::var("WORKFLOW_BENCH_DATABASE_URL")
+            .ok()
+            .filter(|u| !u.is_empty());
+        if cfg!(feature = "postgres") && pg_url.is_some() {
+            stores.push(StoreKind::Postgres);
+        }
+        let ctx = Ctx {
+            trials: 1,
+            pg_url,
+            stores: Some(stores),
+            sizes: Sizes::tiny(),
+        };
+        let rep = run(Scenario::All, &ctx).await.expect("every scenario runs");
+        let table = rep.render("test");
+        for s in [
+            "baseline",
+            "sequential",
+            "throughput",
+            "recovery",
+            "start storm",
+            "hook latency",
+            "memory",
+            "W0",
+            "W1",
+            "W2",
+            "W3",
+        ] {
+            assert!(
+                rep.rows.iter().any(|r| r.scenario == s),
+                "no row for {s}:\n{table}"
+            );
+        }
+        // Correctness figures hold at any size.
+        for r in &rep.rows {
+            if r.metric == "runs created" {
+                assert_eq!(r.samples, vec![1.0], "{table}");
+            }
+            if r.metric == "step bodies executed" {
+                assert_eq!(r.samples, vec![ctx.sizes.w2_tokens as f64], "{table}");
+            }
+        }
+        assert!(rep.wlines.iter().any(|l| l.starts_with("W0 sqlite ")));
+        assert!(rep
+            .wlines
+            .iter()
+            .all(|l| l.split(' ').count() == 4 && l.starts_with('W')));
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        let cli =
+            Cli::try_parse_from(["workflow-bench", "w1", "--store", "sqlite", "--trials", "2"])
+                .unwrap();
+        assert_eq!(cli.scenario, Scenario::W1);
+        assert_eq!(cli.stores, vec![StoreKind::Sqlite]);
+        assert_eq!(cli.trials, 2);
+        let cli = Cli::try_parse_from(["workflow-bench"]).unwrap();
+        assert_eq!(cli.scenario, Scenario::All);
+        assert!(Cli::try_parse_from(["workflow-bench", "storm"]).is_ok());
+    }
+}

@@ -1,0 +1,125 @@
+//! A fresh database per trial: a temporary directory for SQLite, a new schema (dropped
+//! afterwards) for PostgreSQL, a new store for memory.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use workflow_core::store::memory::MemoryStore;
+use workflow_core::{Runtime, RuntimeBuilder};
+
+use crate::BoxResult;
+
+/// A store the scenarios can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum StoreKind {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Sqlite => "sqlite",
+            StoreKind::Postgres => "postgres",
+        }
+    }
+}
+
+/// One trial's database. Build as many runtimes on it as the scenario needs (a restart is a
+/// second runtime on the same `Fresh`), then [`Fresh::cleanup`].
+pub struct Fresh {
+    pub kind: StoreKind,
+    dir: Option<tempfile::TempDir>,
+    memory: Option<MemoryStore>,
+    #[cfg(feature = "postgres")]
+    pg: Option<(String, workflow_core::store::postgres::PostgresStore)>,
+}
+
+static SCHEMAS: AtomicU64 = AtomicU64::new(0);
+
+impl Fresh {
+    /// A new, empty database of `kind`. For PostgreSQL, `pg_url` must be set (the caller
+    /// checks).
+    pub async fn new(kind: StoreKind, pg_url: Option<&str>) -> BoxResult<Fresh> {
+        let mut fresh = Fresh {
+            kind,
+            dir: None,
+            memory: None,
+            #[cfg(feature = "postgres")]
+            pg: None,
+        };
+        match kind {
+            StoreKind::Memory => fresh.memory = Some(MemoryStore::new()),
+            StoreKind::Sqlite => {
+                fresh.dir = Some(tempfile::Builder::new().prefix("wf-bench-").tempdir()?)
+            }
+            StoreKind::Postgres => {
+                #[cfg(feature = "postgres")]
+                {
+                    let url = pg_url.ok_or("no PostgreSQL URL")?;
+                    let schema = format!(
+                        "wf_bench_{}_{}",
+                        std::process::id(),
+                        SCHEMAS.fetch_add(1, Ordering::SeqCst)
+                    );
+                    let store =
+                        workflow_core::store::postgres::PostgresStore::connect(url, &schema)
+                            .await?;
+                    fresh.pg = Some((url.to_owned(), store));
+                }
+                #[cfg(not(feature = "postgres"))]
+                {
+                    let _ = (pg_url, &SCHEMAS, Ordering::SeqCst);
+                    return Err("built without the `postgres` feature".into());
+                }
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// The SQLite file (for SQLite only).
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| d.path().join("bench.db"))
+    }
+
+    /// A builder for a runtime on this database; each `build()` opens the store anew (for
+    /// memory: shares the one in-process store, as a restarted process would share a file).
+    pub fn builder(&self) -> RuntimeBuilder {
+        let b = Runtime::builder();
+        match self.kind {
+            StoreKind::Memory => b.store(self.memory.clone().unwrap_or_default()),
+            StoreKind::Sqlite => match self.sqlite_path() {
+                Some(p) => b.sqlite(p),
+                None => b,
+            },
+            StoreKind::Postgres => {
+                #[cfg(feature = "postgres")]
+                if let Some((url, store)) = &self.pg {
+                    return b.postgres(url.clone()).schema(store.schema());
+                }
+                b
+            }
+        }
+    }
+
+    /// The PostgreSQL store of this trial's schema (for store-level measurements).
+    pub fn pg_store(&self) -> Option<std::sync::Arc<dyn workflow_core::store::Store>> {
+        #[cfg(feature = "postgres")]
+        if let Some((_, store)) = &self.pg {
+            return Some(std::sync::Arc::new(store.clone()));
+        }
+        None
+    }
+
+    /// Removes the database (drops the PostgreSQL schema). Shut down its runtimes first.
+    pub async fn cleanup(self) -> BoxResult<()> {
+        #[cfg(feature = "postgres")]
+        if let Some((_, store)) = self.pg {
+            store.drop_schema().await?;
+        }
+        drop(self.dir);
+        Ok(())
+    }
+}
