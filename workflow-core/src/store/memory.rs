@@ -9,8 +9,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookRecord,
-    Lease, LeasedRun, NewRun, Payload, RunOutcome, RunRecord, RunStatus, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunOutcome, RunRecord, RunStatus,
+    Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -400,5 +401,154 @@ impl Store for MemoryStore {
         st.open.remove(id);
         st.release_all(*id, now);
         Ok(CancelOutcome::Cancelled)
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let st = self.lock();
+        let mut runs: Vec<&RunRecord> = st
+            .runs
+            .values()
+            .map(|r| &r.record)
+            .filter(|r| filter.status.is_none_or(|s| r.status == s))
+            .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
+            .collect();
+        runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
+        Ok(runs.into_iter().take(filter.limit).cloned().collect())
+    }
+
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        let st = self.lock();
+        let mut hooks: Vec<HookRecord> = st
+            .hooks
+            .iter()
+            .filter(|(t, h)| {
+                h.active
+                    && filter.token.as_ref().is_none_or(|want| want == *t)
+                    && filter.run_id.is_none_or(|run| run == h.run_id)
+            })
+            .map(|(t, h)| HookRecord {
+                token: t.clone(),
+                run_id: h.run_id,
+                created_at: h.created_at,
+            })
+            .collect();
+        hooks.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| a.token.cmp(&b.token))
+        });
+        hooks.truncate(filter.limit);
+        Ok(hooks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use serde_json::json;
+
+    use super::super::StartHook;
+    use super::*;
+
+    fn t(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + ms)
+    }
+
+    async fn admit(store: &MemoryStore, workflow: &str, at: u64, token: Option<&str>) -> RunId {
+        let id = RunId::new();
+        let admission = store
+            .create_run(NewRun {
+                id,
+                workflow: workflow.into(),
+                input: json!([]),
+                created_at: t(at),
+                hook: token.map(|token| StartHook {
+                    token: token.into(),
+                    retain_until: None,
+                }),
+            })
+            .await
+            .unwrap();
+        assert_eq!(admission, Admission::Admitted);
+        id
+    }
+
+    #[tokio::test]
+    async fn lists_runs_newest_first_with_filters() {
+        let store = MemoryStore::new();
+        let a = admit(&store, "orders", 1, None).await;
+        let b = admit(&store, "billing", 2, None).await;
+        let c = admit(&store, "orders", 3, None).await;
+        store.cancel(&a, t(4)).await.unwrap();
+
+        let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
+        let all = store.list_runs(&RunFilter::new()).await.unwrap();
+        assert_eq!(ids(all), [c, b, a]);
+        let orders = store
+            .list_runs(&RunFilter::new().workflow("orders"))
+            .await
+            .unwrap();
+        assert_eq!(ids(orders), [c, a]);
+        let cancelled = store
+            .list_runs(&RunFilter::new().status(RunStatus::Cancelled))
+            .await
+            .unwrap();
+        assert_eq!(ids(cancelled), [a]);
+        let pending_orders = store
+            .list_runs(
+                &RunFilter::new()
+                    .workflow("orders")
+                    .status(RunStatus::Pending),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ids(pending_orders), [c]);
+        let newest = store.list_runs(&RunFilter::new().limit(2)).await.unwrap();
+        assert_eq!(ids(newest), [c, b]);
+        let none = store
+            .list_runs(&RunFilter::new().workflow("nope"))
+            .await
+            .unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[tokio::test]
+    async fn lists_only_active_hooks() {
+        let store = MemoryStore::new();
+        let a = admit(&store, "hooked", 1, Some("order:1")).await;
+        let b = admit(&store, "hooked", 2, Some("order:2")).await;
+        let c = admit(&store, "hooked", 3, Some("order:3")).await;
+        store.cancel(&b, t(4)).await.unwrap();
+
+        let tokens = |hooks: Vec<HookRecord>| {
+            hooks
+                .into_iter()
+                .map(|h| (h.token, h.run_id))
+                .collect::<Vec<_>>()
+        };
+        let all = store.list_hooks(&HookFilter::new()).await.unwrap();
+        assert_eq!(
+            tokens(all),
+            [("order:3".to_owned(), c), ("order:1".to_owned(), a)]
+        );
+        let one = store
+            .list_hooks(&HookFilter::new().token("order:1"))
+            .await
+            .unwrap();
+        assert_eq!(one[0].created_at, t(1));
+        assert_eq!(tokens(one), [("order:1".to_owned(), a)]);
+        let released = store
+            .list_hooks(&HookFilter::new().token("order:2"))
+            .await
+            .unwrap();
+        assert!(released.is_empty());
+        let of_c = store
+            .list_hooks(&HookFilter::new().run_id(c))
+            .await
+            .unwrap();
+        assert_eq!(tokens(of_c), [("order:3".to_owned(), c)]);
+        let newest = store.list_hooks(&HookFilter::new().limit(1)).await.unwrap();
+        assert_eq!(tokens(newest), [("order:3".to_owned(), c)]);
     }
 }

@@ -282,6 +282,113 @@ pub struct HookRecord {
     pub created_at: SystemTime,
 }
 
+/// Which runs [`Store::list_runs`] returns: the newest first (by admission time, then id), at
+/// most `limit`.
+///
+/// ```
+/// use workflow_core::store::RunFilter;
+/// use workflow_core::RunStatus;
+///
+/// let failed_orders = RunFilter::new()
+///     .status(RunStatus::Failed)
+///     .workflow("process_order")
+///     .limit(20);
+/// assert_eq!(failed_orders.limit, 20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunFilter {
+    /// Only runs in this state.
+    pub status: Option<RunStatus>,
+    /// Only runs of this workflow (its registered name).
+    pub workflow: Option<String>,
+    /// At most this many runs (default 100).
+    pub limit: usize,
+}
+
+impl Default for RunFilter {
+    fn default() -> Self {
+        RunFilter {
+            status: None,
+            workflow: None,
+            limit: 100,
+        }
+    }
+}
+
+impl RunFilter {
+    /// Every run, at most 100.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only runs in state `status`.
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only runs of workflow `name`.
+    pub fn workflow(mut self, name: impl Into<String>) -> Self {
+        self.workflow = Some(name.into());
+        self
+    }
+
+    /// At most `n` runs.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = n;
+        self
+    }
+}
+
+/// Which active hooks [`Store::list_hooks`] returns: the newest first (by claim time, then
+/// token), at most `limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HookFilter {
+    /// Only the hook owning this exact token.
+    pub token: Option<String>,
+    /// Only hooks owned by this run.
+    pub run_id: Option<RunId>,
+    /// At most this many hooks (default 100).
+    pub limit: usize,
+}
+
+impl Default for HookFilter {
+    fn default() -> Self {
+        HookFilter {
+            token: None,
+            run_id: None,
+            limit: 100,
+        }
+    }
+}
+
+impl HookFilter {
+    /// Every active hook, at most 100.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only the hook owning `token`.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Only hooks owned by run `id`.
+    pub fn run_id(mut self, id: RunId) -> Self {
+        self.run_id = Some(id);
+        self
+    }
+
+    /// At most `n` hooks.
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = n;
+        self
+    }
+}
+
 /// A worker's claim on a run. `epoch` is the fencing token: it grows with every acquisition,
 /// and a write carrying an older epoch is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -439,6 +546,24 @@ pub trait Store: Send + Sync + 'static {
     /// drops any lease — one act — unless the run already ended. [`StoreError::RunNotFound`]
     /// for an unknown id.
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError>;
+
+    /// Runs matching `filter`, the newest first: what inspection tools list. Not used by the
+    /// runtime; stores that cannot list keep this default, which refuses.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let _ = filter;
+        Err(StoreError::Database(
+            "list_runs is not supported by this store".into(),
+        ))
+    }
+
+    /// Active hooks matching `filter`, the newest first: what inspection tools list. Not used
+    /// by the runtime; stores that cannot list keep this default, which refuses.
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        let _ = filter;
+        Err(StoreError::Database(
+            "list_hooks is not supported by this store".into(),
+        ))
+    }
 
     /// Changes made by any process, for stores that push them; `None` (the default) when the
     /// runtime must poll. Receivers may lag and miss notices: they are hints, the store's data

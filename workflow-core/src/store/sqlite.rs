@@ -26,8 +26,8 @@ use tokio::sync::oneshot;
 
 use super::{
     from_millis, to_millis, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event,
-    EventRecord, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunOutcome, RunRecord,
-    RunStatus, Store,
+    EventRecord, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter,
+    RunOutcome, RunRecord, RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -728,6 +728,104 @@ impl Store for SqliteStore {
             Ok(CancelOutcome::Cancelled)
         })
         .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        // Only the conditions in use are written, so each variant gets its own cached plan.
+        let mut conditions = Vec::new();
+        let mut args: Vec<Sql> = Vec::new();
+        if let Some(status) = filter.status {
+            args.push(Sql::Text(status.as_str().to_owned()));
+            conditions.push(format!("status = ?{}", args.len()));
+        }
+        if let Some(workflow) = &filter.workflow {
+            args.push(Sql::Text(workflow.clone()));
+            conditions.push(format!("workflow = ?{}", args.len()));
+        }
+        args.push(Sql::Integer(
+            i64::try_from(filter.limit).unwrap_or(i64::MAX),
+        ));
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs {} ORDER BY created_at DESC, id DESC LIMIT ?{}",
+            where_clause(&conditions),
+            args.len()
+        );
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args), RawRun::from_row)
+                .map_err(db)?;
+            let mut runs = Vec::new();
+            for raw in rows {
+                runs.push(raw.map_err(db)?.decode()?);
+            }
+            Ok(runs)
+        })
+        .await
+    }
+
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        let mut conditions = vec!["active = 1".to_owned()];
+        let mut args: Vec<Sql> = Vec::new();
+        if let Some(token) = &filter.token {
+            args.push(Sql::Text(token.clone()));
+            conditions.push(format!("token = ?{}", args.len()));
+        }
+        if let Some(run) = filter.run_id {
+            args.push(Sql::Text(run.to_string()));
+            conditions.push(format!("run_id = ?{}", args.len()));
+        }
+        args.push(Sql::Integer(
+            i64::try_from(filter.limit).unwrap_or(i64::MAX),
+        ));
+        let sql = format!(
+            "SELECT token, run_id, created_at FROM hooks {} \
+             ORDER BY created_at DESC, token LIMIT ?{}",
+            where_clause(&conditions),
+            args.len()
+        );
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args), |row| {
+                    Ok((
+                        row.get::<_, Sql>(0)?,
+                        row.get::<_, Sql>(1)?,
+                        row.get::<_, Sql>(2)?,
+                    ))
+                })
+                .map_err(db)?;
+            let mut hooks = Vec::new();
+            for row in rows {
+                let (token, run, created_at) = row.map_err(db)?;
+                let token = match token {
+                    Sql::Text(t) => t,
+                    other => {
+                        return Err(StoreError::Corrupt(format!(
+                            "hooks: token: {} is not text",
+                            describe(Some(&other))
+                        )))
+                    }
+                };
+                let (key, run_id) = hook_owner(run, &token)?;
+                hooks.push(HookRecord {
+                    run_id,
+                    created_at: time(created_at, &key, &format!("hook {token:?}: created_at"))?,
+                    token,
+                });
+            }
+            Ok(hooks)
+        })
+        .await
+    }
+}
+
+/// `WHERE a AND b ..`, or nothing without conditions.
+fn where_clause(conditions: &[String]) -> String {
+    if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
     }
 }
 
@@ -3140,5 +3238,172 @@ mod tests {
             assert_eq!(have, want, "step {n} differs from the memory store");
         }
         assert_eq!(got.len(), expected.len());
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Listing (inspection tools)
+
+    /// Admits runs of two workflows, ends some of them, registers and releases hooks, and lists.
+    async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
+        let mut log = Vec::new();
+        macro_rules! note {
+            ($e:expr) => {
+                log.push(format!("{:?}", $e))
+            };
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let workflow = if i % 2 == 0 { "orders" } else { "hooked" };
+            let hook = (i % 2 == 1).then(|| StartHook {
+                token: format!("tok-{i}"),
+                retain_until: None,
+            });
+            // Two runs share an admission time: the id breaks the tie.
+            let at = t(10 * (i as u64 / 2 * 2));
+            note!(
+                store
+                    .create_run(NewRun {
+                        id: *id,
+                        workflow: workflow.into(),
+                        input: json!([i]),
+                        created_at: at,
+                        hook,
+                    })
+                    .await
+            );
+        }
+        note!(store.cancel(&ids[1], t(100)).await);
+        let leased = store
+            .acquire(AcquireRequest {
+                worker_id: "w",
+                workflows: &names(&["orders"]),
+                lease: Duration::from_secs(60),
+                limit: 10,
+                now: t(200),
+            })
+            .await
+            .unwrap();
+        let lease = leased
+            .iter()
+            .find(|r| r.run.id == ids[0])
+            .unwrap()
+            .lease
+            .clone();
+        note!(store.claim_hook(&lease, "hk_1", "extra", t(210)).await);
+        note!(
+            store
+                .append(
+                    &lease,
+                    ap(
+                        vec![NewEvent {
+                            at: t(220),
+                            event: Event::RunFailed {
+                                error: Error::fatal("no"),
+                            },
+                        }],
+                        Some(RunOutcome::Failed(Error::fatal("no")))
+                    )
+                )
+                .await
+        );
+        let filters = [
+            RunFilter::new(),
+            RunFilter::new().limit(2),
+            RunFilter::new().limit(0),
+            RunFilter::new().workflow("orders"),
+            RunFilter::new()
+                .workflow("hooked")
+                .status(RunStatus::Pending),
+            RunFilter::new().status(RunStatus::Running),
+            RunFilter::new().status(RunStatus::Failed),
+            RunFilter::new().status(RunStatus::Cancelled),
+            RunFilter::new().workflow("nope"),
+        ];
+        for f in &filters {
+            note!(store.list_runs(f).await);
+        }
+        let hook_filters = [
+            HookFilter::new(),
+            HookFilter::new().limit(1),
+            HookFilter::new().token("tok-3"),
+            HookFilter::new().token("tok-1"),
+            HookFilter::new().token("extra"),
+            HookFilter::new().run_id(ids[5]),
+            HookFilter::new().run_id(ids[5]).token("tok-3"),
+        ];
+        for f in &hook_filters {
+            note!(store.list_hooks(f).await);
+        }
+        log
+    }
+
+    #[tokio::test]
+    async fn listing_behaves_like_the_memory_store() {
+        let (_dir, store) = fresh().await;
+        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+        let memory = super::super::memory::MemoryStore::new();
+        let expected = within(listing_script(&memory, &ids)).await;
+        let got = within(listing_script(&store, &ids)).await;
+        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+            assert_eq!(have, want, "step {n} differs from the memory store");
+        }
+        assert_eq!(got.len(), expected.len());
+
+        // And what they agree on is right.
+        let listed = |f: RunFilter| {
+            let store = store.clone();
+            async move {
+                within(store.list_runs(&f))
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        // Newest first; equal admission times (0 and 1, 2 and 3, 4 and 5) by id, descending.
+        let mut newest_first = ids.clone();
+        newest_first.sort_by_key(|id| {
+            let i = ids.iter().position(|x| x == id).unwrap();
+            std::cmp::Reverse((i / 2, *id))
+        });
+        assert_eq!(listed(RunFilter::new()).await, newest_first);
+        assert_eq!(listed(RunFilter::new().limit(2)).await, newest_first[..2]);
+        assert_eq!(
+            listed(RunFilter::new().status(RunStatus::Failed)).await,
+            [ids[0]]
+        );
+        assert_eq!(
+            listed(RunFilter::new().status(RunStatus::Cancelled)).await,
+            [ids[1]]
+        );
+        // Runs 2 and 4 were leased; 3 and 5 are `hooked` runs never acquired.
+        let mut running = listed(RunFilter::new().status(RunStatus::Running)).await;
+        running.sort();
+        let mut want = vec![ids[2], ids[4]];
+        want.sort();
+        assert_eq!(running, want);
+
+        let hooks = within(store.list_hooks(&HookFilter::new())).await.unwrap();
+        let tokens: Vec<&str> = hooks.iter().map(|h| h.token.as_str()).collect();
+        // tok-1 went with the cancellation, `extra` with run 0's end.
+        assert_eq!(tokens, ["tok-5", "tok-3"]);
+        assert_eq!(hooks[0].run_id, ids[5]);
+        assert_eq!(hooks[0].created_at, t(40));
+    }
+
+    #[tokio::test]
+    async fn listing_reports_a_corrupt_row() {
+        let (dir, store) = fresh().await;
+        create(&store, "orders", t(1)).await;
+        raw(&dir.path().join("wf.db"))
+            .execute("UPDATE runs SET status = 'lost'", [])
+            .unwrap();
+        let err = within(store.list_runs(&RunFilter::new()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains("unknown status `lost`")),
+            "{err:?}"
+        );
     }
 }
