@@ -701,7 +701,8 @@ impl Driver {
                 attempts,
                 done: self.done_tx.clone(),
             };
-            let h = tokio::spawn(task.run());
+            // In the run's span, so step spans are its children (one trace per run).
+            let h = tokio::spawn(task.run().in_current_span());
             self.steps_running.insert(step_id, h.abort_handle());
         }
     }
@@ -786,8 +787,7 @@ impl StepTask {
     }
 
     async fn run(self) {
-        let span = tracing::info_span!("step", run_id = %self.run_id, step = self.def.name, step_id = %self.step_id);
-        let result = self.attempts_loop().instrument(span).await;
+        let result = self.attempts_loop().await;
         if let Ok(r) = result {
             let _ = self.done.send((self.step_id.clone(), r));
         }
@@ -832,12 +832,21 @@ impl StepTask {
                 attempt,
                 started_at: SystemTime::now(),
             };
+            // One span per attempt, so exporters see each try with its own duration.
+            let span = tracing::info_span!(
+                "step",
+                run_id = %self.run_id,
+                step = self.def.name,
+                step_id = %self.step_id,
+                attempt,
+            );
             let fut = (self.exec)(self.input.clone());
             let outcome = AssertUnwindSafe(crate::runtime::with_runtime(
                 self.rt.clone(),
                 step_scope(meta, fut),
             ))
             .catch_unwind()
+            .instrument(span.clone())
             .await;
             let err = match outcome {
                 Ok(Ok(v)) => return Ok(Ok(v)),
@@ -848,7 +857,7 @@ impl StepTask {
                     panic_message(&panic)
                 )),
             };
-            tracing::warn!(attempt, error = %err, "step attempt failed");
+            span.in_scope(|| tracing::warn!(error = %err, "step attempt failed"));
             if !err.is_retryable() || attempt >= max_attempts {
                 return Ok(Err(err));
             }

@@ -1,0 +1,66 @@
+//! Every run is a `tracing` span (`workflow_run`, with `run_id` and `workflow`) and every step
+//! attempt is a child span (`step`, with `run_id`, `step`, `step_id` and `attempt`), so logs
+//! and traces say which run, step and try they come from. This example prints the spans as
+//! they close, with their fields and timings:
+//!
+//! ```text
+//! cargo run --example tracing_spans
+//! ```
+//!
+//! ```text
+//! INFO workflow_run{run_id=01J.. workflow=tracing_spans::convert_invoice}:step{run_id=01J..
+//!   step=tracing_spans::fetch_rate step_id=stp_.._0 attempt=1}: fetching the rate
+//! WARN ..:step{.. attempt=1}: step attempt failed error=rate service busy
+//! INFO ..:step{.. attempt=1}: close time.busy=.. time.idle=..
+//! INFO ..:step{.. attempt=2}: close ..
+//! ```
+//!
+//! To export to OpenTelemetry instead, put the `tracing-opentelemetry` layer (with the
+//! exporter of your choice) where the `fmt` layer is: each run becomes one trace, each step
+//! attempt a span in it.
+
+use std::time::Duration;
+
+use tracing_subscriber::fmt::format::FmtSpan;
+use workflow_core::prelude::*;
+
+#[step(max_retries = 2)]
+async fn fetch_rate(currency: String) -> Result<f64> {
+    tracing::info!(%currency, "fetching the rate");
+    if step_metadata().attempt == 1 {
+        return Err(Error::retryable("rate service busy").retry_after(Duration::from_millis(50)));
+    }
+    Ok(1.08)
+}
+
+#[step]
+async fn convert(amount_cents: u64, rate: f64) -> Result<u64> {
+    Ok((amount_cents as f64 * rate).round() as u64)
+}
+
+#[workflow]
+pub async fn convert_invoice(amount_cents: u64, currency: String) -> Result<u64> {
+    let rate = fetch_rate(currency).await?;
+    sleep(Duration::from_millis(100)).await;
+    convert(amount_cents, rate).await
+}
+
+/// Runs one invoice conversion on `rt` and returns its result.
+pub async fn run(rt: &Runtime) -> std::result::Result<u64, Box<dyn std::error::Error>> {
+    let run = rt
+        .start(convert_invoice, (10_000u64, "EUR".to_string()))
+        .await?;
+    Ok(run.return_value().await?)
+}
+
+#[tokio::main]
+async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_span_events(FmtSpan::CLOSE)
+        .with_target(false)
+        .init();
+    let rt = Runtime::builder().in_memory().build().await?;
+    let cents = run(&rt).await?;
+    println!("converted: {cents} cents");
+    Ok(())
+}
