@@ -1,0 +1,410 @@
+//! The command line: arguments (clap), and each command's output as a table for people or JSON
+//! for scripts (`--json`).
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use workflow_core::store::{HookFilter, RunFilter};
+
+use crate::connect::{self, Target};
+use crate::error::CliError;
+use crate::ops;
+use crate::text::{self, Table};
+use crate::view::{AttemptOutcome, RunDetail};
+
+const AFTER_HELP: &str = "\
+The database is --db (or WORKFLOW_DB), else --database-url (or WORKFLOW_DATABASE_URL), else
+workflows.db in the current directory. --db wins when both are set.
+
+Exit status: 0 done; 1 not found (no such run, no open hook for the token); 2 invalid
+arguments (including a malformed run id or JSON payload); 3 the database cannot be opened.";
+
+/// Inspect durable workflow runs, cancel them, resume their hooks, or serve a dashboard.
+#[derive(Debug, Parser)]
+#[command(name = "workflow", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The SQLite file your workflows use.
+    #[arg(long, global = true, env = "WORKFLOW_DB", value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// A PostgreSQL URL (postgres://user@host:port/db); needs the `postgres` feature.
+    #[arg(long, global = true, env = "WORKFLOW_DATABASE_URL", value_name = "URL")]
+    pub database_url: Option<String>,
+    /// The PostgreSQL schema holding the tables.
+    #[arg(
+        long,
+        global = true,
+        env = "WORKFLOW_SCHEMA",
+        default_value = "workflow",
+        value_name = "NAME"
+    )]
+    pub schema: String,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List runs, newest first.
+    Runs {
+        /// Only runs in this state.
+        #[arg(long, value_parser = ["pending", "running", "completed", "failed", "cancelled"])]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long, value_name = "NAME")]
+        workflow: Option<String>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Show a run: status, input, result, steps with attempts and durations, hooks and sleeps.
+    Run {
+        /// The run's id.
+        id: String,
+    },
+    /// Show a run's event history.
+    Events {
+        /// The run's id.
+        run_id: String,
+    },
+    /// List open hooks (the tokens `resume` can reach).
+    Hooks {
+        /// Only the hook owning this token.
+        #[arg(long)]
+        token: Option<String>,
+        /// Only hooks of this run.
+        #[arg(long, value_name = "RUN_ID")]
+        run: Option<String>,
+        /// At most this many hooks.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run's id.
+        run_id: String,
+    },
+    /// Send a JSON payload to the run whose open hook owns TOKEN.
+    Resume {
+        /// The hook's token.
+        token: String,
+        /// The payload as JSON, e.g. '{"approved": true}'; `-` reads it from standard input.
+        payload: String,
+    },
+    /// Serve the dashboard: runs, a timeline per run, cancel and resume buttons.
+    Web {
+        /// The port to listen on (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// The address to listen on. The dashboard has no login: keep it on loopback.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: IpAddr,
+    },
+}
+
+impl Cli {
+    /// Where the store is, by the precedence in `AFTER_HELP`.
+    pub fn target(&self) -> Target {
+        match (&self.db, &self.database_url) {
+            (Some(path), _) => Target::Sqlite(path.clone()),
+            (None, Some(url)) => Target::Postgres {
+                url: url.clone(),
+                schema: self.schema.clone(),
+            },
+            (None, None) => Target::Sqlite(PathBuf::from("workflows.db")),
+        }
+    }
+}
+
+/// Runs the command; returns what to print on standard output.
+pub async fn run(cli: Cli) -> Result<String, CliError> {
+    let target = cli.target();
+    // Arguments are checked before the database is opened, so a typo costs no connection.
+    match &cli.command {
+        Command::Runs { status, .. } => {
+            status.as_deref().map(ops::parse_status).transpose()?;
+        }
+        Command::Run { id } | Command::Events { run_id: id } | Command::Cancel { run_id: id } => {
+            ops::parse_run_id(id)?;
+        }
+        Command::Hooks { run: Some(id), .. } => {
+            ops::parse_run_id(id)?;
+        }
+        _ => {}
+    }
+    let payload = match &cli.command {
+        Command::Resume { payload, .. } => Some(ops::parse_payload(&read_payload(payload)?)?),
+        _ => None,
+    };
+    let rt = connect::open(&target).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::Runs {
+            status,
+            workflow,
+            limit,
+        } => {
+            let mut filter = RunFilter::new().limit(limit);
+            if let Some(s) = status {
+                filter = filter.status(ops::parse_status(&s)?);
+            }
+            if let Some(w) = workflow {
+                filter = filter.workflow(w);
+            }
+            let runs = ops::list_runs(&rt, &filter).await?;
+            if json {
+                return to_json(&runs);
+            }
+            let mut t = Table::new(["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION"]);
+            for r in &runs {
+                t.row(vec![
+                    r.id.to_string(),
+                    r.workflow.clone(),
+                    r.status.to_string(),
+                    r.created_at.to_string(),
+                    r.duration_ms.map(text::duration_ms).unwrap_or_default(),
+                ]);
+            }
+            Ok(if t.is_empty() {
+                "no runs\n".to_owned()
+            } else {
+                t.to_string()
+            })
+        }
+        Command::Run { id } => {
+            let detail = ops::run_detail(&rt, ops::parse_run_id(&id)?).await?;
+            if json {
+                return to_json(&detail);
+            }
+            Ok(run_text(&detail))
+        }
+        Command::Events { run_id } => {
+            let events = ops::events(&rt, ops::parse_run_id(&run_id)?).await?;
+            if json {
+                return to_json(&events);
+            }
+            let start = events.first().map(|e| e.at);
+            let mut t = Table::new(["SEQ", "AT", "+", "EVENT", "DETAILS"]);
+            for e in &events {
+                t.row(vec![
+                    e.seq.to_string(),
+                    e.at.to_string(),
+                    start
+                        .map(|s| text::duration_ms(s.until(e.at)))
+                        .unwrap_or_default(),
+                    e.kind(),
+                    e.details(),
+                ]);
+            }
+            Ok(if t.is_empty() {
+                "no events yet\n".to_owned()
+            } else {
+                t.to_string()
+            })
+        }
+        Command::Hooks { token, run, limit } => {
+            let mut filter = HookFilter::new().limit(limit);
+            if let Some(t) = token {
+                filter = filter.token(t);
+            }
+            if let Some(r) = run {
+                filter = filter.run_id(ops::parse_run_id(&r)?);
+            }
+            let hooks = ops::list_hooks(&rt, &filter).await?;
+            if json {
+                return to_json(&hooks);
+            }
+            let mut t = Table::new(["TOKEN", "RUN", "OPEN SINCE"]);
+            for h in &hooks {
+                t.row(vec![
+                    h.token.clone(),
+                    h.run_id.to_string(),
+                    h.created_at.to_string(),
+                ]);
+            }
+            Ok(if t.is_empty() {
+                "no open hooks\n".to_owned()
+            } else {
+                t.to_string()
+            })
+        }
+        Command::Cancel { run_id } => {
+            let done = ops::cancel(&rt, ops::parse_run_id(&run_id)?).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(if done.cancelled {
+                format!("cancelled run {}\n", done.run_id)
+            } else {
+                format!(
+                    "run {} had already ended ({}); nothing changed\n",
+                    done.run_id, done.status
+                )
+            })
+        }
+        Command::Resume { token, .. } => {
+            let payload = payload.unwrap_or_default();
+            let done = ops::resume(&rt, &token, payload).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(format!(
+                "delivered to run {} (hook {:?})\n",
+                done.run_id, done.token
+            ))
+        }
+        Command::Web { port, bind } => {
+            crate::web::serve(rt, target, (bind, port).into()).await?;
+            Ok(String::new())
+        }
+    }
+}
+
+fn read_payload(arg: &str) -> Result<String, CliError> {
+    if arg != "-" {
+        return Ok(arg.to_owned());
+    }
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).map_err(|e| {
+        CliError::Usage(format!("cannot read the payload from standard input: {e}"))
+    })?;
+    Ok(s)
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<String, CliError> {
+    let mut s = serde_json::to_string_pretty(v)
+        .map_err(|e| CliError::Other(format!("cannot encode the output as JSON: {e}")))?;
+    s.push('\n');
+    Ok(s)
+}
+
+/// `workflow run <id>` for people.
+fn run_text(d: &RunDetail) -> String {
+    let r = &d.run;
+    let mut out = String::new();
+    let mut field = |name: &str, value: &str| {
+        let _ = writeln!(out, "{name:<10} {value}");
+    };
+    field("run", &r.id.to_string());
+    field("workflow", &r.workflow);
+    field("status", r.status.as_str());
+    field("created", &r.created_at.to_string());
+    if r.status.is_terminal() {
+        field("ended", &r.updated_at.to_string());
+        field(
+            "duration",
+            &text::duration_ms(r.duration_ms.unwrap_or_default()),
+        );
+    } else {
+        field("age", &text::duration_ms(r.created_at.until(d.as_of)));
+    }
+    if let Some(token) = &r.hook_token {
+        field("token", token);
+    }
+    field("input", &r.input.to_string());
+    if let Some(output) = &r.output {
+        field("output", &output.to_string());
+    }
+    if let Some(error) = &r.error {
+        field("error", &format!("{:?}: {error}", error.kind()));
+    }
+    if !d.waiting_on.is_empty() {
+        let _ = writeln!(out, "waiting on");
+        for w in &d.waiting_on {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+
+    let _ = writeln!(out, "\nsteps");
+    if d.steps.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAILS"]);
+        for s in &d.steps {
+            let details = match (&s.output, &s.error) {
+                (Some(v), _) => format!("ok={}", text::json_line(v, 60)),
+                (_, Some(e)) => format!("error: {}", text::cut(&e.to_string(), 80)),
+                _ => s.step_id.clone(),
+            };
+            t.row(vec![
+                format!("  {}", s.label()),
+                s.status.as_str().to_owned(),
+                s.attempts.len().to_string(),
+                s.duration_ms.map(text::duration_ms).unwrap_or_default(),
+                details,
+            ]);
+            // A lone attempt that went well adds nothing to the step's own row.
+            let plain = s.attempts.len() == 1 && s.attempts[0].outcome == AttemptOutcome::Ok;
+            for a in s.attempts.iter().filter(|_| !plain) {
+                let outcome = match a.outcome {
+                    AttemptOutcome::Ok => "ok",
+                    AttemptOutcome::Failed => "failed",
+                    AttemptOutcome::Running => "running",
+                    AttemptOutcome::Interrupted => "interrupted",
+                };
+                let mut details = format!("started {}", a.started_at);
+                if let Some(e) = &a.error {
+                    let _ = write!(details, "; {}", text::cut(&e.to_string(), 60));
+                }
+                if let Some(at) = a.retry_at {
+                    let _ = write!(details, "; retry at {at}");
+                }
+                t.row(vec![
+                    format!("    attempt {}", a.attempt),
+                    outcome.to_owned(),
+                    String::new(),
+                    a.duration_ms.map(text::duration_ms).unwrap_or_else(|| {
+                        format!("{}+", text::duration_ms(a.started_at.until(d.as_of)))
+                    }),
+                    details,
+                ]);
+            }
+        }
+        out.push_str(&t.to_string());
+    }
+
+    let _ = writeln!(out, "\nsleeps");
+    if d.timers.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  TIMER", "STATUS", "SCHEDULED", "UNTIL", "FIRED"]);
+        for tm in &d.timers {
+            t.row(vec![
+                format!("  {}", tm.timer_id),
+                tm.status.as_str().to_owned(),
+                tm.scheduled_at.to_string(),
+                tm.fire_at.to_string(),
+                tm.fired_at.map(|t| t.to_string()).unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+
+    let _ = writeln!(out, "\nhooks");
+    if d.hooks.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  TOKEN", "STATE", "SINCE", "PAYLOADS"]);
+        for h in &d.hooks {
+            let state = match (h.conflict, h.active) {
+                (Some(owner), _) => format!("conflict (owned by run {owner})"),
+                (None, true) => "open".to_owned(),
+                (None, false) => "released".to_owned(),
+            };
+            t.row(vec![
+                format!("  {}", h.token),
+                state,
+                h.registered_at.to_string(),
+                h.payloads.len().to_string(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+    out
+}

@@ -1,0 +1,42 @@
+//! The command's errors: each says what went wrong and what to do, and maps to an exit status
+//! scripts can tell apart.
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The arguments are wrong (a malformed run id or JSON payload): exit status 2, like clap's
+    /// own usage errors.
+    #[error("{0}")]
+    Usage(String),
+    /// No such run, no active hook for the token: exit status 1.
+    #[error("{0}")]
+    NotFound(String),
+    /// The database could not be opened, reached or read: exit status 3.
+    #[error("{0}")]
+    Database(String),
+    /// Anything else (the dashboard could not listen, output could not be written): exit 1.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CliError {
+    /// The process exit status for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) => 2,
+            CliError::NotFound(_) | CliError::Other(_) => 1,
+            CliError::Database(_) => 3,
+        }
+    }
+}
+
+impl From<workflow_core::StoreError> for CliError {
+    fn from(e: workflow_core::StoreError) -> Self {
+        match e {
+            workflow_core::StoreError::RunNotFound(id) => {
+                CliError::NotFound(format!("run {id} not found"))
+            }
+            other => CliError::Database(other.to_string()),
+        }
+    }
+}

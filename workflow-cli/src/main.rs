@@ -1,0 +1,56 @@
+//! `workflow`: inspect durable workflow runs in a SQLite or PostgreSQL store, cancel them,
+//! resume their hooks, or serve a local dashboard with a timeline per run.
+//!
+//! ```text
+//! workflow --db orders.db runs --status failed
+//! workflow --db orders.db run 01J9ZQ3K8V2X7B5N4M6P0R1S2T
+//! workflow --db orders.db resume order:42 '{"approved": true}'
+//! workflow --db orders.db web --port 8080
+//! ```
+
+mod cli;
+mod connect;
+mod error;
+mod ops;
+mod text;
+mod view;
+mod web;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(out) => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                // `workflow runs | head` closes the pipe early; that is not a failure.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+        }
+    }
+}

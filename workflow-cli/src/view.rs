@@ -1,0 +1,892 @@
+//! What a run looks like to a person: its steps with their attempts, its sleeps and its hooks,
+//! derived from the recorded history. The command line's tables and `--json`, and the
+//! dashboard's pages, are all drawn from these views, so they never disagree.
+
+use std::time::SystemTime;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use workflow_core::store::{to_millis, Event, EventRecord, HookRecord, RunRecord};
+use workflow_core::{Error, RunId, RunStatus};
+
+use crate::text;
+
+/// A point in time; serialized as RFC 3339 in UTC with milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Time(pub SystemTime);
+
+impl Time {
+    /// Milliseconds since the Unix epoch.
+    pub fn ms(self) -> u64 {
+        to_millis(self.0)
+    }
+
+    /// Milliseconds from `self` to `later` (0 if `later` is earlier).
+    pub fn until(self, later: Time) -> u64 {
+        later.ms().saturating_sub(self.ms())
+    }
+}
+
+impl Serialize for Time {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&text::rfc3339(self.0))
+    }
+}
+
+impl std::fmt::Display for Time {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&text::rfc3339(self.0))
+    }
+}
+
+/// One run, as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub id: RunId,
+    pub workflow: String,
+    pub status: RunStatus,
+    pub created_at: Time,
+    pub updated_at: Time,
+    /// From admission to the end, for ended runs.
+    pub duration_ms: Option<u64>,
+    pub hook_token: Option<String>,
+    pub input: Value,
+    pub output: Option<Value>,
+    pub error: Option<Error>,
+}
+
+impl RunSummary {
+    pub fn new(r: RunRecord) -> Self {
+        let created_at = Time(r.created_at);
+        let updated_at = Time(r.updated_at);
+        RunSummary {
+            id: r.id,
+            workflow: r.workflow,
+            status: r.status,
+            duration_ms: r.status.is_terminal().then(|| created_at.until(updated_at)),
+            created_at,
+            updated_at,
+            hook_token: r.hook_token,
+            input: r.input,
+            output: r.output,
+            error: r.error,
+        }
+    }
+}
+
+/// How one attempt of a step went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// Returned the step's value.
+    Ok,
+    /// Returned an error (retried if more attempts remained).
+    Failed,
+    /// Still running.
+    Running,
+    /// Its worker stopped, or the run ended, before it finished.
+    Interrupted,
+}
+
+/// One attempt of a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptView {
+    pub attempt: u32,
+    pub started_at: Time,
+    pub ended_at: Option<Time>,
+    pub duration_ms: Option<u64>,
+    pub outcome: AttemptOutcome,
+    pub error: Option<Error>,
+    /// When the next attempt may start, after a failure that is retried.
+    pub retry_at: Option<Time>,
+}
+
+/// Where a step stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Completed,
+    Failed,
+    Running,
+    /// An attempt failed; the next one starts at the last attempt's `retry_at`.
+    Retrying,
+    /// The run ended before the step did.
+    Abandoned,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Running => "running",
+            Self::Retrying => "retrying",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// One step invocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepView {
+    pub step_id: String,
+    pub name: String,
+    pub input: Value,
+    pub status: StepStatus,
+    pub scheduled_at: Time,
+    pub ended_at: Option<Time>,
+    /// From scheduling to the final result, retries included.
+    pub duration_ms: Option<u64>,
+    pub attempts: Vec<AttemptView>,
+    pub output: Option<Value>,
+    pub error: Option<Error>,
+}
+
+impl StepView {
+    /// `name #n`: the step's name without its module path, and which call of that step this
+    /// is (the step id's last part, from 0).
+    pub fn label(&self) -> String {
+        let name = short_name(&self.name);
+        match self.step_id.rsplit('_').next() {
+            Some(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                format!("{name} #{n}")
+            }
+            _ => name.to_owned(),
+        }
+    }
+}
+
+/// Where a durable sleep stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimerStatus {
+    /// It ended and the workflow went on.
+    Fired,
+    /// Its time has not come.
+    Waiting,
+    /// Its time has passed; a worker will deliver it.
+    Due,
+    /// The run ended first.
+    Abandoned,
+}
+
+impl TimerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fired => "fired",
+            Self::Waiting => "waiting",
+            Self::Due => "due",
+            Self::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// One durable sleep.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimerView {
+    pub timer_id: String,
+    pub scheduled_at: Time,
+    pub fire_at: Time,
+    pub fired_at: Option<Time>,
+    pub status: TimerStatus,
+}
+
+/// A payload a hook delivered to the workflow.
+#[derive(Debug, Clone, Serialize)]
+pub struct PayloadView {
+    pub at: Time,
+    pub payload_id: u64,
+    pub payload: Value,
+}
+
+/// One hook of the run: a registration (or the token claimed at start) until its release.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookView {
+    pub token: String,
+    /// `hk_<n>` for hooks the workflow created; `None` for the token claimed at start.
+    pub hook_key: Option<String>,
+    pub registered_at: Time,
+    pub released_at: Option<Time>,
+    /// The run owning the token when this registration found it taken.
+    pub conflict: Option<RunId>,
+    /// The store says this run owns the token now: `resume` reaches it.
+    pub active: bool,
+    pub payloads: Vec<PayloadView>,
+}
+
+/// One run with everything its history says.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: RunSummary,
+    /// For a live run, what it is waiting for, in words.
+    pub waiting_on: Vec<String>,
+    pub steps: Vec<StepView>,
+    pub timers: Vec<TimerView>,
+    pub hooks: Vec<HookView>,
+    /// The time the views were computed at (open bars end there).
+    pub as_of: Time,
+}
+
+impl RunDetail {
+    /// Builds the view of `run` from its history and the active hooks the store reports for it.
+    pub fn new(
+        run: RunRecord,
+        events: &[EventRecord],
+        active_hooks: &[HookRecord],
+        now: SystemTime,
+    ) -> Self {
+        let run = RunSummary::new(run);
+        let ended = run.status.is_terminal().then_some(run.updated_at);
+        let now = Time(now);
+        let mut steps: Vec<StepView> = Vec::new();
+        let mut timers: Vec<TimerView> = Vec::new();
+        let mut hooks: Vec<HookView> = Vec::new();
+        for e in events {
+            let at = Time(e.at);
+            match &e.event {
+                Event::StepScheduled {
+                    step_id,
+                    name,
+                    input,
+                } => steps.push(StepView {
+                    step_id: step_id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                    status: StepStatus::Running,
+                    scheduled_at: at,
+                    ended_at: None,
+                    duration_ms: None,
+                    attempts: vec![open_attempt(1, at)],
+                    output: None,
+                    error: None,
+                }),
+                Event::StepAttemptStarted { step_id, attempt } => {
+                    if let Some(s) = find_step(&mut steps, step_id) {
+                        // An attempt still open here was cut short by its worker's stop.
+                        if let Some(prev) = s.attempts.last_mut() {
+                            if prev.outcome == AttemptOutcome::Running {
+                                close(prev, at, AttemptOutcome::Interrupted);
+                            }
+                        }
+                        s.attempts.push(open_attempt(*attempt, at));
+                        s.status = StepStatus::Running;
+                    }
+                }
+                Event::StepAttemptFailed {
+                    step_id,
+                    attempt,
+                    error,
+                    retry_at_ms,
+                } => {
+                    if let Some(s) = find_step(&mut steps, step_id) {
+                        if let Some(a) = s.attempts.iter_mut().rfind(|a| a.attempt == *attempt) {
+                            close(a, at, AttemptOutcome::Failed);
+                            a.error = Some(error.clone());
+                            a.retry_at =
+                                Some(Time(workflow_core::store::from_millis(*retry_at_ms)));
+                        }
+                        s.status = StepStatus::Retrying;
+                    }
+                }
+                Event::StepCompleted { step_id, result } => {
+                    if let Some(s) = find_step(&mut steps, step_id) {
+                        let outcome = if result.is_ok() {
+                            AttemptOutcome::Ok
+                        } else {
+                            AttemptOutcome::Failed
+                        };
+                        if let Some(a) = s.attempts.last_mut() {
+                            if a.outcome == AttemptOutcome::Running {
+                                close(a, at, outcome);
+                                a.error = result.as_ref().err().cloned();
+                            }
+                        }
+                        s.status = if result.is_ok() {
+                            StepStatus::Completed
+                        } else {
+                            StepStatus::Failed
+                        };
+                        s.ended_at = Some(at);
+                        s.duration_ms = Some(s.scheduled_at.until(at));
+                        match result {
+                            Ok(v) => s.output = Some(v.clone()),
+                            Err(err) => s.error = Some(err.clone()),
+                        }
+                    }
+                }
+                Event::TimerScheduled {
+                    timer_id,
+                    fire_at_ms,
+                } => timers.push(TimerView {
+                    timer_id: timer_id.clone(),
+                    scheduled_at: at,
+                    fire_at: Time(workflow_core::store::from_millis(*fire_at_ms)),
+                    fired_at: None,
+                    status: TimerStatus::Waiting,
+                }),
+                Event::TimerFired { timer_id } => {
+                    if let Some(t) = timers.iter_mut().rfind(|t| &t.timer_id == timer_id) {
+                        t.fired_at = Some(at);
+                        t.status = TimerStatus::Fired;
+                    }
+                }
+                Event::HookRegistered {
+                    hook_key,
+                    token,
+                    conflict,
+                } => hooks.push(HookView {
+                    token: token.clone(),
+                    hook_key: Some(hook_key.clone()),
+                    registered_at: at,
+                    released_at: conflict.map(|_| at),
+                    conflict: *conflict,
+                    active: false,
+                    payloads: Vec::new(),
+                }),
+                Event::HookReceived {
+                    token,
+                    payload_id,
+                    payload,
+                } => {
+                    let payload = PayloadView {
+                        at,
+                        payload_id: *payload_id,
+                        payload: payload.clone(),
+                    };
+                    let hook = hooks
+                        .iter_mut()
+                        .rfind(|h| &h.token == token && h.conflict.is_none());
+                    match hook {
+                        Some(h) => h.payloads.push(payload),
+                        // The token claimed at start: bound without a registration event.
+                        None => hooks.push(HookView {
+                            token: token.clone(),
+                            hook_key: None,
+                            registered_at: run.created_at,
+                            released_at: None,
+                            conflict: None,
+                            active: false,
+                            payloads: vec![payload],
+                        }),
+                    }
+                }
+                Event::HookReleased { hook_key, token } => {
+                    let hook = hooks.iter_mut().rfind(|h| {
+                        &h.token == token
+                            && h.released_at.is_none()
+                            && h.hook_key.as_ref().is_none_or(|k| k == hook_key)
+                    });
+                    if let Some(h) = hook {
+                        h.released_at = Some(at);
+                    }
+                }
+                // The run's end is in its record; events added later are not drawn.
+                _ => {}
+            }
+        }
+        // The token claimed at start, before any payload reached the workflow.
+        if let Some(token) = &run.hook_token {
+            if !hooks.iter().any(|h| &h.token == token) {
+                hooks.insert(
+                    0,
+                    HookView {
+                        token: token.clone(),
+                        hook_key: None,
+                        registered_at: run.created_at,
+                        released_at: None,
+                        conflict: None,
+                        active: false,
+                        payloads: Vec::new(),
+                    },
+                );
+            }
+        }
+        for active in active_hooks {
+            if let Some(h) = hooks
+                .iter_mut()
+                .rfind(|h| h.token == active.token && h.conflict.is_none())
+            {
+                h.active = h.released_at.is_none() && !run.status.is_terminal();
+            }
+        }
+        if let Some(end) = ended {
+            for s in &mut steps {
+                if matches!(s.status, StepStatus::Running | StepStatus::Retrying) {
+                    s.status = StepStatus::Abandoned;
+                }
+                if let Some(a) = s.attempts.last_mut() {
+                    if a.outcome == AttemptOutcome::Running {
+                        close(a, end.max(a.started_at), AttemptOutcome::Interrupted);
+                    }
+                }
+            }
+            for t in &mut timers {
+                if t.status == TimerStatus::Waiting {
+                    t.status = TimerStatus::Abandoned;
+                }
+            }
+            for h in &mut hooks {
+                if h.released_at.is_none() {
+                    h.released_at = Some(end.max(h.registered_at));
+                }
+            }
+        } else {
+            for t in &mut timers {
+                if t.status == TimerStatus::Waiting && t.fire_at <= now {
+                    t.status = TimerStatus::Due;
+                }
+            }
+        }
+        let waiting_on = waiting_on(&run, &steps, &timers, &hooks, now);
+        RunDetail {
+            run,
+            waiting_on,
+            steps,
+            timers,
+            hooks,
+            as_of: now,
+        }
+    }
+
+    /// When the run ended, or `as_of` for a live run.
+    pub fn end(&self) -> Time {
+        if self.run.status.is_terminal() {
+            self.run.updated_at
+        } else {
+            self.as_of
+        }
+    }
+}
+
+/// `charge_card` for `shop::orders::charge_card`: registered names carry the module path.
+pub fn short_name(name: &str) -> &str {
+    name.rsplit("::").next().unwrap_or(name)
+}
+
+fn find_step<'a>(steps: &'a mut [StepView], step_id: &str) -> Option<&'a mut StepView> {
+    steps.iter_mut().rfind(|s| s.step_id == step_id)
+}
+
+fn open_attempt(attempt: u32, at: Time) -> AttemptView {
+    AttemptView {
+        attempt,
+        started_at: at,
+        ended_at: None,
+        duration_ms: None,
+        outcome: AttemptOutcome::Running,
+        error: None,
+        retry_at: None,
+    }
+}
+
+fn close(a: &mut AttemptView, at: Time, outcome: AttemptOutcome) {
+    a.ended_at = Some(at);
+    a.duration_ms = Some(a.started_at.until(at));
+    a.outcome = outcome;
+}
+
+/// What a live run waits for, in the words a person on call wants to read.
+fn waiting_on(
+    run: &RunSummary,
+    steps: &[StepView],
+    timers: &[TimerView],
+    hooks: &[HookView],
+    now: Time,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    match run.status {
+        RunStatus::Pending => {
+            out.push("a worker to pick it up (no worker has run it yet)".to_owned());
+            return out;
+        }
+        RunStatus::Running => {}
+        _ => return out,
+    }
+    for s in steps {
+        let Some(a) = s.attempts.last() else { continue };
+        match s.status {
+            StepStatus::Running => out.push(format!(
+                "step {} (attempt {}), running for {}",
+                s.label(),
+                a.attempt,
+                text::duration_ms(a.started_at.until(now))
+            )),
+            StepStatus::Retrying => {
+                let at = a.retry_at.unwrap_or(now);
+                out.push(format!(
+                    "step {}: attempt {} failed; attempt {} {}",
+                    s.label(),
+                    a.attempt,
+                    a.attempt + 1,
+                    if at > now {
+                        format!("starts in {}", text::duration_ms(now.until(at)))
+                    } else {
+                        "is due".to_owned()
+                    }
+                ))
+            }
+            _ => {}
+        }
+    }
+    for t in timers {
+        match t.status {
+            TimerStatus::Waiting => out.push(format!(
+                "sleep {} until {} (in {})",
+                t.timer_id,
+                t.fire_at,
+                text::duration_ms(now.until(t.fire_at))
+            )),
+            TimerStatus::Due => out.push(format!(
+                "sleep {} ended at {}; a worker will resume the run",
+                t.timer_id, t.fire_at
+            )),
+            _ => {}
+        }
+    }
+    for h in hooks.iter().filter(|h| h.active) {
+        out.push(format!(
+            "hook {:?}, open for {} with {} payload(s) received",
+            h.token,
+            text::duration_ms(h.registered_at.until(now)),
+            h.payloads.len()
+        ));
+    }
+    out
+}
+
+/// One history entry, as shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    pub seq: u64,
+    pub at: Time,
+    pub event: Event,
+}
+
+impl EventView {
+    pub fn new(e: EventRecord) -> Self {
+        EventView {
+            seq: e.seq,
+            at: Time(e.at),
+            event: e.event,
+        }
+    }
+
+    /// The serde tag of the event (`step_scheduled`, ...).
+    pub fn kind(&self) -> String {
+        serde_json::to_value(&self.event)
+            .ok()
+            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    /// The event's particulars in one line.
+    pub fn details(&self) -> String {
+        match &self.event {
+            Event::StepScheduled {
+                step_id,
+                name,
+                input,
+            } => format!("{name} {step_id} input={}", text::json_line(input, 80)),
+            Event::StepAttemptStarted { step_id, attempt } => {
+                format!("{step_id} attempt {attempt}")
+            }
+            Event::StepAttemptFailed {
+                step_id,
+                attempt,
+                error,
+                retry_at_ms,
+            } => format!(
+                "{step_id} attempt {attempt}: {error}; retry at {}",
+                text::rfc3339(workflow_core::store::from_millis(*retry_at_ms))
+            ),
+            Event::StepCompleted { step_id, result } => match result {
+                Ok(v) => format!("{step_id} ok={}", text::json_line(v, 80)),
+                Err(e) => format!("{step_id} error: {e}"),
+            },
+            Event::TimerScheduled {
+                timer_id,
+                fire_at_ms,
+            } => format!(
+                "{timer_id} until {}",
+                text::rfc3339(workflow_core::store::from_millis(*fire_at_ms))
+            ),
+            Event::TimerFired { timer_id } => timer_id.clone(),
+            Event::RunCompleted { output } => format!("output={}", text::json_line(output, 80)),
+            Event::RunFailed { error } => format!("{:?}: {error}", error.kind()),
+            Event::RunCancelled => String::new(),
+            Event::HookRegistered {
+                hook_key,
+                token,
+                conflict,
+            } => match conflict {
+                Some(owner) => format!("{hook_key} {token:?} conflict: owned by run {owner}"),
+                None => format!("{hook_key} {token:?}"),
+            },
+            Event::HookReceived {
+                token,
+                payload_id,
+                payload,
+            } => format!(
+                "{token:?} payload #{payload_id} {}",
+                text::json_line(payload, 80)
+            ),
+            Event::HookReleased { hook_key, token } => format!("{hook_key} {token:?}"),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// An active hook, as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct HookSummary {
+    pub token: String,
+    pub run_id: RunId,
+    pub created_at: Time,
+}
+
+impl From<HookRecord> for HookSummary {
+    fn from(h: HookRecord) -> Self {
+        HookSummary {
+            token: h.token,
+            run_id: h.run_id,
+            created_at: Time(h.created_at),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use workflow_core::store::from_millis;
+
+    use super::*;
+
+    fn t(ms: u64) -> SystemTime {
+        from_millis(1_700_000_000_000 + ms)
+    }
+
+    fn ev(seq: u64, at: u64, event: Event) -> EventRecord {
+        EventRecord {
+            seq,
+            at: t(at),
+            event,
+        }
+    }
+
+    fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
+        RunRecord {
+            id: RunId::new(),
+            workflow: "wf".into(),
+            status,
+            input: json!([]),
+            output: None,
+            error: None,
+            created_at: t(0),
+            updated_at: t(updated),
+            hook_token: hook_token.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn attempts_retries_and_interruptions() {
+        let events = vec![
+            ev(
+                1,
+                10,
+                Event::StepScheduled {
+                    step_id: "stp_x_1".into(),
+                    name: "charge".into(),
+                    input: json!([1]),
+                },
+            ),
+            ev(
+                2,
+                30,
+                Event::StepAttemptFailed {
+                    step_id: "stp_x_1".into(),
+                    attempt: 1,
+                    error: Error::retryable("timeout"),
+                    retry_at_ms: to_millis(t(130)),
+                },
+            ),
+            ev(
+                3,
+                130,
+                Event::StepAttemptStarted {
+                    step_id: "stp_x_1".into(),
+                    attempt: 2,
+                },
+            ),
+            // The worker died during attempt 2.
+            ev(
+                4,
+                500,
+                Event::StepAttemptStarted {
+                    step_id: "stp_x_1".into(),
+                    attempt: 3,
+                },
+            ),
+            ev(
+                5,
+                520,
+                Event::StepCompleted {
+                    step_id: "stp_x_1".into(),
+                    result: Ok(json!("r")),
+                },
+            ),
+            ev(
+                6,
+                530,
+                Event::TimerScheduled {
+                    timer_id: "tm_1".into(),
+                    fire_at_ms: to_millis(t(100_000)),
+                },
+            ),
+        ];
+        let d = RunDetail::new(run(RunStatus::Running, 530, None), &events, &[], t(1000));
+        let s = &d.steps[0];
+        assert_eq!(s.label(), "charge #1");
+        assert_eq!(short_name("shop::orders::charge"), "charge");
+        assert_eq!(s.status, StepStatus::Completed);
+        assert_eq!(s.duration_ms, Some(510));
+        let got: Vec<_> = s
+            .attempts
+            .iter()
+            .map(|a| (a.attempt, a.outcome, a.duration_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, AttemptOutcome::Failed, Some(20)),
+                (2, AttemptOutcome::Interrupted, Some(370)),
+                (3, AttemptOutcome::Ok, Some(20)),
+            ]
+        );
+        assert_eq!(s.attempts[0].retry_at, Some(Time(t(130))));
+        assert_eq!(d.timers[0].status, TimerStatus::Waiting);
+        assert_eq!(d.waiting_on.len(), 1, "{:?}", d.waiting_on);
+        assert!(d.waiting_on[0].starts_with("sleep tm_1 until"));
+    }
+
+    #[test]
+    fn an_ended_run_closes_what_was_open() {
+        let events = vec![
+            ev(
+                1,
+                10,
+                Event::StepScheduled {
+                    step_id: "stp_x_1".into(),
+                    name: "slow".into(),
+                    input: json!([]),
+                },
+            ),
+            ev(
+                2,
+                20,
+                Event::TimerScheduled {
+                    timer_id: "tm_1".into(),
+                    fire_at_ms: to_millis(t(100_000)),
+                },
+            ),
+            ev(3, 50, Event::RunCancelled),
+        ];
+        let d = RunDetail::new(
+            run(RunStatus::Cancelled, 50, Some("tok")),
+            &events,
+            &[],
+            t(1000),
+        );
+        assert_eq!(d.steps[0].status, StepStatus::Abandoned);
+        assert_eq!(d.steps[0].attempts[0].outcome, AttemptOutcome::Interrupted);
+        assert_eq!(d.steps[0].attempts[0].ended_at, Some(Time(t(50))));
+        assert_eq!(d.timers[0].status, TimerStatus::Abandoned);
+        assert_eq!(d.hooks[0].token, "tok");
+        assert_eq!(d.hooks[0].released_at, Some(Time(t(50))));
+        assert!(!d.hooks[0].active);
+        assert!(d.waiting_on.is_empty());
+        assert_eq!(d.end(), Time(t(50)));
+    }
+
+    #[test]
+    fn hooks_payloads_and_conflicts() {
+        let owner = RunId::new();
+        let events = vec![
+            ev(
+                1,
+                10,
+                Event::HookRegistered {
+                    hook_key: "hk_1".into(),
+                    token: "a".into(),
+                    conflict: None,
+                },
+            ),
+            ev(
+                2,
+                11,
+                Event::HookRegistered {
+                    hook_key: "hk_2".into(),
+                    token: "b".into(),
+                    conflict: Some(owner),
+                },
+            ),
+            ev(
+                3,
+                40,
+                Event::HookReceived {
+                    token: "a".into(),
+                    payload_id: 7,
+                    payload: json!({"ok": true}),
+                },
+            ),
+            ev(
+                4,
+                60,
+                Event::HookReceived {
+                    token: "start".into(),
+                    payload_id: 8,
+                    payload: json!(1),
+                },
+            ),
+        ];
+        let active = [
+            HookRecord {
+                token: "a".into(),
+                run_id: RunId::new(),
+                created_at: t(10),
+            },
+            HookRecord {
+                token: "start".into(),
+                run_id: RunId::new(),
+                created_at: t(0),
+            },
+        ];
+        let d = RunDetail::new(
+            run(RunStatus::Running, 60, Some("start")),
+            &events,
+            &active,
+            t(100),
+        );
+        let got: Vec<_> = d
+            .hooks
+            .iter()
+            .map(|h| (h.token.as_str(), h.active, h.payloads.len(), h.conflict))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", true, 1, None),
+                ("b", false, 0, Some(owner)),
+                ("start", true, 1, None),
+            ]
+        );
+        assert_eq!(d.hooks[2].registered_at, Time(t(0)));
+        assert_eq!(d.waiting_on.len(), 2, "{:?}", d.waiting_on);
+    }
+
+    #[test]
+    fn json_times_are_rfc3339() {
+        let v = serde_json::to_value(Time(from_millis(1_700_000_000_123))).unwrap();
+        assert_eq!(v, json!("2023-11-14T22:13:20.123Z"));
+    }
+}

@@ -1,0 +1,409 @@
+//! `workflow web`: the dashboard. Pages are rendered here on the server from the same views as
+//! the command line; the only script refreshes them in place and confirms a cancel. Assets are
+//! compiled into the binary, so it works offline and without a front-end build.
+//!
+//! Actions are plain HTML forms (POST, then a redirect back), refused when another site posts
+//! them: the dashboard has no login, and a page on any site can make a browser post to
+//! `127.0.0.1`.
+
+mod pages;
+mod timeline;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use workflow_core::store::{HookFilter, RunFilter};
+use workflow_core::Runtime;
+
+use crate::connect::Target;
+use crate::error::CliError;
+use crate::ops;
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/app.js");
+const ICON: &str = include_str!("assets/icon.svg");
+
+struct App {
+    rt: Runtime,
+    /// Shown in the header, so it is clear which database the pages describe.
+    database: String,
+}
+
+type Shared = State<Arc<App>>;
+
+/// The dashboard's routes over `rt`.
+pub fn router(rt: Runtime, target: &Target) -> Router {
+    let app = Arc::new(App {
+        rt,
+        database: target.describe(),
+    });
+    Router::new()
+        .route("/", get(runs_page))
+        .route("/runs/{id}", get(run_page))
+        .route("/runs/{id}/cancel", post(cancel))
+        .route("/hooks", get(hooks_page))
+        .route("/hooks/resume", post(resume))
+        .route("/api/runs", get(api_runs))
+        .route("/api/runs/{id}", get(api_run))
+        .route("/api/runs/{id}/events", get(api_events))
+        .route("/api/hooks", get(api_hooks))
+        .route("/assets/style.css", get(|| asset("text/css", STYLE)))
+        .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
+        .route("/favicon.ico", get(|| asset("image/svg+xml", ICON)))
+        .with_state(app)
+}
+
+/// Listens on `addr` until interrupted (Ctrl-C or SIGTERM).
+pub async fn serve(rt: Runtime, target: Target, addr: SocketAddr) -> Result<(), CliError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::Other(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| CliError::Other(format!("cannot listen on {addr}: {e}")))?;
+    if !local.ip().is_loopback() {
+        eprintln!(
+            "warning: the dashboard has no login and can cancel runs; anyone who reaches \
+             {local} can use it"
+        );
+    }
+    // Tests and scripts read this line to learn the port chosen for `--port 0`.
+    println!(
+        "workflow dashboard on http://{local}/ (database {})",
+        target.describe()
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    axum::serve(listener, router(rt, &target))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| CliError::Other(format!("the dashboard stopped: {e}")))
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// An error as a page (or as JSON under `/api`), with a status that fits it.
+struct WebError {
+    error: CliError,
+    json: bool,
+}
+
+impl WebError {
+    fn page(error: CliError) -> Self {
+        WebError { error, json: false }
+    }
+
+    fn api(error: CliError) -> Self {
+        WebError { error, json: true }
+    }
+}
+
+impl IntoResponse for WebError {
+    fn into_response(self) -> Response {
+        let status = match &self.error {
+            CliError::Usage(_) => StatusCode::BAD_REQUEST,
+            CliError::NotFound(_) => StatusCode::NOT_FOUND,
+            CliError::Database(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CliError::Other(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let message = self.error.to_string();
+        if self.json {
+            (status, Json(serde_json::json!({ "error": message }))).into_response()
+        } else {
+            (status, Html(pages::error(status, &message))).into_response()
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RunsQuery {
+    status: Option<String>,
+    workflow: Option<String>,
+    limit: Option<usize>,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+impl RunsQuery {
+    fn filter(&self) -> Result<RunFilter, CliError> {
+        let mut f = RunFilter::new().limit(self.limit.unwrap_or(100).min(10_000));
+        if let Some(s) = self.status.as_deref().filter(|s| !s.is_empty()) {
+            f = f.status(ops::parse_status(s)?);
+        }
+        if let Some(w) = self
+            .workflow
+            .as_deref()
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+        {
+            f = f.workflow(w);
+        }
+        Ok(f)
+    }
+}
+
+/// The one-off message a redirect after an action carries.
+#[derive(Debug, Default, Deserialize)]
+struct Flash {
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+impl Flash {
+    fn banner(&self) -> pages::Banner<'_> {
+        match (&self.error, &self.notice) {
+            (Some(e), _) => pages::Banner::Error(e),
+            (None, Some(n)) => pages::Banner::Notice(n),
+            (None, None) => pages::Banner::None,
+        }
+    }
+}
+
+async fn runs_page(
+    State(app): Shared,
+    Query(q): Query<RunsQuery>,
+) -> Result<Html<String>, WebError> {
+    let filter = q.filter().map_err(WebError::page)?;
+    let runs = ops::list_runs(&app.rt, &filter)
+        .await
+        .map_err(WebError::page)?;
+    let flash = Flash {
+        notice: q.notice.clone(),
+        error: q.error.clone(),
+    };
+    Ok(Html(pages::runs(
+        &app.database,
+        &filter,
+        &runs,
+        flash.banner(),
+    )))
+}
+
+async fn run_page(
+    State(app): Shared,
+    Path(id): Path<String>,
+    Query(flash): Query<Flash>,
+) -> Result<Html<String>, WebError> {
+    let id = ops::parse_run_id(&id).map_err(WebError::page)?;
+    let (detail, events) = ops::run_with_events(&app.rt, id)
+        .await
+        .map_err(WebError::page)?;
+    Ok(Html(pages::run(
+        &app.database,
+        &detail,
+        &events,
+        flash.banner(),
+    )))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct HooksQuery {
+    token: Option<String>,
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+async fn hooks_page(
+    State(app): Shared,
+    Query(q): Query<HooksQuery>,
+) -> Result<Html<String>, WebError> {
+    let mut filter = HookFilter::new().limit(500);
+    if let Some(t) = q.token.as_deref().filter(|t| !t.is_empty()) {
+        filter = filter.token(t);
+    }
+    let hooks = ops::list_hooks(&app.rt, &filter)
+        .await
+        .map_err(WebError::page)?;
+    let flash = Flash {
+        notice: q.notice.clone(),
+        error: q.error.clone(),
+    };
+    Ok(Html(pages::hooks(
+        &app.database,
+        q.token.as_deref().unwrap_or_default(),
+        &hooks,
+        flash.banner(),
+    )))
+}
+
+async fn cancel(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Redirect, WebError> {
+    same_origin(&headers).map_err(WebError::page)?;
+    let id = ops::parse_run_id(&id).map_err(WebError::page)?;
+    let back = format!("/runs/{id}");
+    Ok(match ops::cancel(&app.rt, id).await {
+        Ok(done) if done.cancelled => flash_redirect(&back, "notice", "Run cancelled."),
+        Ok(done) => flash_redirect(
+            &back,
+            "notice",
+            &format!(
+                "The run had already ended ({}); nothing changed.",
+                done.status
+            ),
+        ),
+        Err(e) => flash_redirect(&back, "error", &e.to_string()),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ResumeForm {
+    token: String,
+    payload: String,
+    /// The page to return to (a local path).
+    back: Option<String>,
+}
+
+async fn resume(
+    State(app): Shared,
+    headers: HeaderMap,
+    Form(form): Form<ResumeForm>,
+) -> Result<Redirect, WebError> {
+    same_origin(&headers).map_err(WebError::page)?;
+    // Only local paths: a form must not turn the dashboard into a redirector.
+    let back = form
+        .back
+        .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
+        .unwrap_or_else(|| "/hooks".to_owned());
+    // An empty box is a slip, not a payload: a workflow expecting `T` would fail on `null`.
+    let result = match ops::parse_payload(&form.payload) {
+        Ok(payload) => ops::resume(&app.rt, &form.token, payload).await,
+        Err(e) => Err(e),
+    };
+    Ok(match result {
+        Ok(done) => flash_redirect(
+            &back,
+            "notice",
+            &format!(
+                "Payload delivered to hook {:?} of run {}.",
+                done.token, done.run_id
+            ),
+        ),
+        Err(e) => flash_redirect(&back, "error", &e.to_string()),
+    })
+}
+
+async fn api_runs(State(app): Shared, Query(q): Query<RunsQuery>) -> Result<Response, WebError> {
+    let filter = q.filter().map_err(WebError::api)?;
+    let runs = ops::list_runs(&app.rt, &filter)
+        .await
+        .map_err(WebError::api)?;
+    Ok(Json(runs).into_response())
+}
+
+async fn api_run(State(app): Shared, Path(id): Path<String>) -> Result<Response, WebError> {
+    let id = ops::parse_run_id(&id).map_err(WebError::api)?;
+    let detail = ops::run_detail(&app.rt, id).await.map_err(WebError::api)?;
+    Ok(Json(detail).into_response())
+}
+
+async fn api_events(State(app): Shared, Path(id): Path<String>) -> Result<Response, WebError> {
+    let id = ops::parse_run_id(&id).map_err(WebError::api)?;
+    let events = ops::events(&app.rt, id).await.map_err(WebError::api)?;
+    Ok(Json(events).into_response())
+}
+
+async fn api_hooks(State(app): Shared, Query(q): Query<HooksQuery>) -> Result<Response, WebError> {
+    let mut filter = HookFilter::new().limit(500);
+    if let Some(t) = q.token.as_deref().filter(|t| !t.is_empty()) {
+        filter = filter.token(t);
+    }
+    let hooks = ops::list_hooks(&app.rt, &filter)
+        .await
+        .map_err(WebError::api)?;
+    Ok(Json(hooks).into_response())
+}
+
+/// Refuses a form posted by another site: browsers send `Origin` with every POST, and
+/// `Sec-Fetch-Site` where they support it.
+fn same_origin(headers: &HeaderMap) -> Result<(), CliError> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if get("sec-fetch-site").is_some_and(|s| s == "cross-site" || s == "same-site") {
+        return Err(CliError::Usage(
+            "refused: the request came from another site".to_owned(),
+        ));
+    }
+    if let (Some(origin), Some(host)) = (get("origin"), get("host")) {
+        let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
+        if origin_host != host {
+            return Err(CliError::Usage(format!(
+                "refused: the request came from {origin}, not from this dashboard"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn flash_redirect(path: &str, kind: &str, message: &str) -> Redirect {
+    Redirect::to(&format!("{path}?{kind}={}", pages::url_encode(message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn refuses_posts_from_other_sites() {
+        assert!(same_origin(&headers(&[])).is_ok());
+        assert!(same_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+            ("sec-fetch-site", "same-origin"),
+        ]))
+        .is_ok());
+        assert!(same_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://evil.example"),
+        ]))
+        .is_err());
+        assert!(same_origin(&headers(&[("sec-fetch-site", "cross-site")])).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! A run's timeline as HTML: one lane per step, sleep and hook, ordered by start, on a shared
+//! time axis from the run's admission to its end (or now). Each step attempt is one bar, failed
+//! and interrupted attempts are marked, the waits between retries are drawn apart, and payloads
+//! are ticks on their hook's bar. Positions are percentages, so the page needs no script.
+
+use std::fmt::Write as _;
+
+use super::pages::{attempt_class, esc};
+use crate::text;
+use crate::view::{AttemptOutcome, HookView, RunDetail, StepStatus, Time, TimerStatus};
+
+/// Lanes start where their first bar starts; the axis shows `+offset` from the run's start.
+struct Axis {
+    start: u64,
+    span: u64,
+}
+
+impl Axis {
+    fn pct(&self, t: Time) -> f64 {
+        let off = t.ms().saturating_sub(self.start).min(self.span);
+        off as f64 * 100.0 / self.span as f64
+    }
+
+    /// `left` and `width` of a bar from `a` to `b`.
+    fn place(&self, a: Time, b: Time) -> String {
+        let left = self.pct(a);
+        let width = (self.pct(b) - left).max(0.0);
+        format!("left:{left:.3}%;width:{width:.3}%")
+    }
+
+    /// Tick offsets (ms) at a round step giving at most 8 intervals.
+    fn ticks(&self) -> Vec<u64> {
+        let mut step = 1u64;
+        'search: for scale in [1u64, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000] {
+            for m in [1u64, 2, 5] {
+                step = m * scale;
+                if self.span / step <= 8 {
+                    break 'search;
+                }
+            }
+        }
+        // Minutes, hours and days read better than 100 000 ms.
+        for nice in [
+            60_000u64, 300_000, 600_000, 1_800_000, 3_600_000, 21_600_000, 86_400_000,
+        ] {
+            if step > 10_000 && step <= nice {
+                step = nice;
+                break;
+            }
+        }
+        let step = step.max(self.span.div_ceil(8)).max(1);
+        (0..=self.span / step).map(|i| i * step).collect()
+    }
+}
+
+struct Lane {
+    start: Time,
+    order: usize,
+    html: String,
+}
+
+pub fn render(d: &RunDetail) -> String {
+    let start = d.run.created_at;
+    let end = d.end();
+    let axis = Axis {
+        start: start.ms(),
+        span: start.until(end).max(1),
+    };
+    let live = !d.run.status.is_terminal();
+    let mut lanes: Vec<Lane> = Vec::new();
+
+    for s in &d.steps {
+        let mut bars = String::new();
+        for (i, a) in s.attempts.iter().enumerate() {
+            let to = a.ended_at.unwrap_or(end);
+            let class = attempt_class(a.outcome);
+            let mut title = format!(
+                "{} attempt {}: {}, {}",
+                s.label(),
+                a.attempt,
+                class,
+                text::duration_ms(a.started_at.until(to))
+            );
+            if let Some(e) = &a.error {
+                let _ = write!(title, " — {}", text::cut(&e.to_string(), 200));
+            }
+            let _ = write!(
+                bars,
+                r#"<div class="bar attempt {class}" style="{place}" data-step-id="{id}" data-attempt="{n}" title="{title}"></div>"#,
+                place = axis.place(a.started_at, to),
+                id = esc(&s.step_id),
+                n = a.attempt,
+                title = esc(&title),
+            );
+            // The backoff between a failed attempt and the next one (or, while retrying, now).
+            if a.outcome == AttemptOutcome::Failed {
+                let next = s.attempts.get(i + 1).map(|n| n.started_at);
+                let wait_end = match next {
+                    Some(n) => Some(n),
+                    None if s.status == StepStatus::Retrying => Some(end),
+                    None => None,
+                };
+                if let (Some(from), Some(to)) = (a.ended_at, wait_end) {
+                    let title = format!("waiting to retry, {}", text::duration_ms(from.until(to)));
+                    let _ = write!(
+                        bars,
+                        r#"<div class="bar retry-wait" style="{}" title="{}"></div>"#,
+                        axis.place(from, to),
+                        esc(&title)
+                    );
+                }
+            }
+        }
+        lanes.push(Lane {
+            start: s.scheduled_at,
+            order: lanes.len(),
+            html: lane(
+                "step",
+                &s.label(),
+                &format!("{} · {} attempt(s)", s.status.as_str(), s.attempts.len()),
+                &bars,
+            ),
+        });
+    }
+
+    for t in &d.timers {
+        let to = t.fired_at.unwrap_or(end).max(t.scheduled_at);
+        let open = matches!(t.status, TimerStatus::Waiting | TimerStatus::Due);
+        let title = format!(
+            "sleep {} until {} ({})",
+            t.timer_id,
+            t.fire_at,
+            t.status.as_str()
+        );
+        let bar = format!(
+            r#"<div class="bar sleep {status}{open}" style="{place}" data-timer-id="{id}" title="{title}"></div>"#,
+            status = t.status.as_str(),
+            open = if open { " open" } else { "" },
+            place = axis.place(t.scheduled_at, to),
+            id = esc(&t.timer_id),
+            title = esc(&title),
+        );
+        lanes.push(Lane {
+            start: t.scheduled_at,
+            order: lanes.len(),
+            html: lane(
+                "sleep",
+                &format!("sleep {}", t.timer_id),
+                &format!(
+                    "{} · {}",
+                    t.status.as_str(),
+                    text::duration_ms(t.scheduled_at.until(t.fire_at))
+                ),
+                &bar,
+            ),
+        });
+    }
+
+    for h in &d.hooks {
+        lanes.push(Lane {
+            start: h.registered_at,
+            order: lanes.len(),
+            html: hook_lane(&axis, h, end),
+        });
+    }
+
+    lanes.sort_by_key(|l| (l.start, l.order));
+    let mut out = String::from(r#"<div class="timeline" role="figure" aria-label="Run timeline">"#);
+    out.push_str(r#"<div class="lane axis"><div class="label"></div><div class="track">"#);
+    for off in axis.ticks() {
+        let pct = off as f64 * 100.0 / axis.span as f64;
+        let _ = write!(
+            out,
+            r#"<span class="tick" style="left:{pct:.3}%">{}</span>"#,
+            if off == 0 {
+                "0".to_owned()
+            } else {
+                format!("+{}", text::duration_ms(off))
+            }
+        );
+    }
+    out.push_str("</div></div>");
+    if lanes.is_empty() {
+        out.push_str(r#"<p class="empty">Nothing has happened in this run yet.</p>"#);
+    }
+    for l in &lanes {
+        out.push_str(&l.html);
+    }
+    let _ = write!(
+        out,
+        r#"<div class="lane foot"><div class="label"></div><div class="track"><span class="end-label">{} {}</span></div></div>"#,
+        if live { "now" } else { "ended" },
+        end
+    );
+    out.push_str("</div>");
+    out.push_str(r#"<p class="legend small">"#);
+    for (key, label) in [
+        ("attempt ok", "attempt ok"),
+        ("attempt failed", "failed"),
+        ("attempt interrupted", "interrupted"),
+        ("attempt running", "running"),
+        ("retry-wait", "retry wait"),
+        ("sleep", "sleep"),
+        ("hook", "hook open"),
+        ("payload", "payload"),
+    ] {
+        let _ = write!(
+            out,
+            r#"<span><span class="key {key}"></span>{label}</span>"#
+        );
+    }
+    out.push_str("</p>");
+    out
+}
+
+fn lane(kind: &str, label: &str, sub: &str, bars: &str) -> String {
+    format!(
+        r#"<div class="lane {kind}"><div class="label"><span class="name">{}</span><span class="sub">{}</span></div><div class="track">{bars}</div></div>"#,
+        esc(label),
+        esc(sub)
+    )
+}
+
+fn hook_lane(axis: &Axis, h: &HookView, end: Time) -> String {
+    let mut bars = String::new();
+    let sub = if let Some(owner) = h.conflict {
+        let _ = write!(
+            bars,
+            r#"<div class="mark conflict" style="left:{:.3}%" title="{}"></div>"#,
+            axis.pct(h.registered_at),
+            esc(&format!("token owned by run {owner}"))
+        );
+        "conflict".to_owned()
+    } else {
+        let to = h.released_at.unwrap_or(end).max(h.registered_at);
+        let title = format!(
+            "hook {:?}: {} for {}, {} payload(s)",
+            h.token,
+            if h.active { "open" } else { "was open" },
+            text::duration_ms(h.registered_at.until(to)),
+            h.payloads.len()
+        );
+        let _ = write!(
+            bars,
+            r#"<div class="bar hook{open}" style="{place}" data-token="{token}" title="{title}"></div>"#,
+            open = if h.active { " open" } else { "" },
+            place = axis.place(h.registered_at, to),
+            token = esc(&h.token),
+            title = esc(&title),
+        );
+        for p in &h.payloads {
+            let title = format!(
+                "payload #{} at {}: {}",
+                p.payload_id,
+                p.at,
+                text::json_line(&p.payload, 120)
+            );
+            let _ = write!(
+                bars,
+                r#"<div class="mark payload" style="left:{:.3}%" title="{}"></div>"#,
+                axis.pct(p.at),
+                esc(&title)
+            );
+        }
+        format!(
+            "{} · {} payload(s)",
+            if h.active { "open" } else { "released" },
+            h.payloads.len()
+        )
+    };
+    lane("hook", &format!("hook {}", h.token), &sub, &bars)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_few() {
+        let ticks = |span| Axis { start: 0, span }.ticks();
+        assert_eq!(ticks(1), [0, 1]);
+        assert_eq!(ticks(1_000), [0, 200, 400, 600, 800, 1_000]);
+        assert_eq!(
+            ticks(7_300),
+            [0, 1_000, 2_000, 3_000, 4_000, 5_000, 6_000, 7_000]
+        );
+        let hour = ticks(3_600_000);
+        assert!(hour.len() <= 9 && hour[1] % 60_000 == 0, "{hour:?}");
+        let week = ticks(7 * 86_400_000);
+        assert!(week.len() <= 9 && week[1] % 3_600_000 == 0, "{week:?}");
+    }
+}

@@ -1,0 +1,363 @@
+//! The real `workflow` binary against a SQLite file filled by real workflows: tables for people,
+//! `--json` for scripts, cancel and resume, and clear errors.
+
+mod common;
+
+use serde_json::{json, Value};
+use workflow_core::RunStatus;
+
+use common::{cli, fixture, until_status};
+
+/// The rows of a table whose first column is `first`.
+fn row<'a>(table: &'a str, first: &str) -> &'a str {
+    table
+        .lines()
+        .find(|l| l.trim_start().starts_with(first))
+        .unwrap_or_else(|| panic!("no row starting with {first:?} in:\n{table}"))
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_lists_every_state_as_a_table_and_as_json() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+
+    let table = cli(db, &["runs"]).await.ok();
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.starts_with("RUN") && header.contains("WORKFLOW") && header.contains("STATUS"),
+        "{table}"
+    );
+    for (id, workflow, status) in [
+        (f.completed, "welcome", "completed"),
+        (f.failed, "billing", "failed"),
+        (f.cancelled, "nap", "cancelled"),
+        (f.waiting, "approval", "running"),
+        (f.sleeping, "nap", "running"),
+    ] {
+        let line = row(&table, &id.to_string());
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // Registered names carry the module path.
+        assert_eq!(cols[1], format!("cli::common::{workflow}"), "{line}");
+        assert_eq!(cols[2], status, "{line}");
+    }
+    assert_eq!(table.lines().count(), 6, "a header and five runs:\n{table}");
+
+    let all = cli(db, &["runs", "--json"]).await.json();
+    // Newest first.
+    let want: Vec<String> = [f.sleeping, f.waiting, f.cancelled, f.failed, f.completed]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(ids(&all), want);
+    let completed = &all[4];
+    assert_eq!(completed["workflow"], "cli::common::welcome");
+    assert_eq!(completed["status"], "completed");
+    assert_eq!(completed["input"], json!(["ada"]));
+    assert_eq!(completed["output"], "hello, ada");
+    assert!(completed["duration_ms"].is_u64());
+    assert!(completed["created_at"].as_str().unwrap().ends_with('Z'));
+    let failed = &all[3];
+    assert_eq!(failed["error"]["kind"], "retryable");
+    assert_eq!(failed["error"]["message"], "card declined for 4200");
+    assert_eq!(
+        all[0]["duration_ms"],
+        Value::Null,
+        "a live run has no duration"
+    );
+
+    let failed_only = cli(db, &["runs", "--status", "failed", "--json"])
+        .await
+        .json();
+    assert_eq!(ids(&failed_only), [f.failed.to_string()]);
+    let naps = cli(db, &["--json", "runs", "--workflow", "cli::common::nap"])
+        .await
+        .json();
+    assert_eq!(
+        ids(&naps),
+        [f.sleeping.to_string(), f.cancelled.to_string()]
+    );
+    let newest = cli(db, &["runs", "--limit", "2", "--json"]).await.json();
+    assert_eq!(ids(&newest), want[..2]);
+    let none = cli(db, &["runs", "--workflow", "nope"]).await.ok();
+    assert_eq!(none, "no runs\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_shows_steps_attempts_hooks_and_sleeps() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+
+    // Completed after a retry: one step, two attempts.
+    let text = cli(db, &["run", &f.completed.to_string()]).await.ok();
+    assert!(row(&text, "status").ends_with("completed"), "{text}");
+    assert!(row(&text, "output").ends_with("\"hello, ada\""), "{text}");
+    let step = row(&text, "greet #0");
+    let cols: Vec<&str> = step.split_whitespace().collect();
+    assert_eq!(cols[2..4], ["completed", "2"], "{step}");
+    assert!(
+        row(&text, "attempt 1").contains("failed") && text.contains("greeting service timed out"),
+        "{text}"
+    );
+    assert!(row(&text, "attempt 2").contains("ok"), "{text}");
+
+    let v = cli(db, &["run", &f.completed.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(v["id"], f.completed.to_string());
+    assert_eq!(v["status"], "completed");
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0]["name"], "cli::common::greet");
+    assert_eq!(steps[0]["status"], "completed");
+    assert_eq!(steps[0]["output"], "hello, ada");
+    let attempts = steps[0]["attempts"].as_array().unwrap();
+    let outcomes: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["failed", "ok"]);
+    assert_eq!(
+        attempts[0]["error"]["message"],
+        "greeting service timed out"
+    );
+    assert!(attempts[0]["retry_at"].is_string());
+    assert!(attempts.iter().all(|a| a["duration_ms"].is_u64()));
+    assert_eq!(v["waiting_on"], json!([]));
+
+    // Failed: both attempts failed, and the run's error is the last one.
+    let v = cli(db, &["run", &f.failed.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["steps"][0]["status"], "failed");
+    assert_eq!(v["steps"][0]["attempts"].as_array().unwrap().len(), 2);
+    let text = cli(db, &["run", &f.failed.to_string()]).await.ok();
+    assert!(
+        row(&text, "error").contains("card declined for 4200"),
+        "{text}"
+    );
+
+    // Waiting on a hook: the hook is open and the run says so.
+    let v = cli(db, &["run", &f.waiting.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(v["status"], "running");
+    assert_eq!(v["hooks"][0]["token"], f.token);
+    assert_eq!(v["hooks"][0]["active"], true);
+    assert_eq!(v["hooks"][0]["hook_key"], "hk_0");
+    let waiting = v["waiting_on"].as_array().unwrap();
+    assert!(
+        waiting.len() == 1 && waiting[0].as_str().unwrap().contains(&f.token),
+        "{waiting:?}"
+    );
+    let text = cli(db, &["run", &f.waiting.to_string()]).await.ok();
+    assert!(row(&text, &f.token).contains("open"), "{text}");
+
+    // Sleeping: the timer waits an hour.
+    let v = cli(db, &["run", &f.sleeping.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(v["timers"][0]["status"], "waiting");
+    assert_eq!(v["steps"][0]["status"], "completed");
+    assert!(v["waiting_on"][0].as_str().unwrap().starts_with("sleep "));
+    let text = cli(db, &["run", &f.sleeping.to_string()]).await.ok();
+    assert!(row(&text, "tmr_0").contains("waiting"), "{text}");
+
+    // Cancelled during its sleep: the timer is abandoned.
+    let v = cli(db, &["run", &f.cancelled.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(v["status"], "cancelled");
+    assert_eq!(v["error"]["kind"], "cancelled");
+    assert_eq!(v["timers"][0]["status"], "abandoned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_lists_the_history() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+    let v = cli(db, &["events", &f.completed.to_string(), "--json"])
+        .await
+        .json();
+    let kinds: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "step_scheduled",
+            "step_attempt_failed",
+            "step_attempt_started",
+            "step_completed",
+            "run_completed"
+        ]
+    );
+    assert_eq!(v[0]["seq"], 1);
+    assert_eq!(v[2]["event"]["attempt"], 2);
+
+    let text = cli(db, &["events", &f.completed.to_string()]).await.ok();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("SEQ"), "{text}");
+    assert_eq!(lines.len(), 6, "{text}");
+    assert!(
+        lines[2].contains("step_attempt_failed") && lines[2].contains("greeting service timed out"),
+        "{text}"
+    );
+    assert!(row(&text, "5").contains("run_completed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_lists_the_open_ones() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+    let text = cli(db, &["hooks"]).await.ok();
+    assert!(text.starts_with("TOKEN"), "{text}");
+    assert!(row(&text, &f.token).contains(&f.waiting.to_string()));
+    assert_eq!(text.lines().count(), 2, "{text}");
+
+    let v = cli(db, &["hooks", "--token", &f.token, "--json"])
+        .await
+        .json();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["token"], f.token);
+    assert_eq!(v[0]["run_id"], f.waiting.to_string());
+    let by_run = cli(db, &["hooks", "--run", &f.waiting.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(by_run, v);
+    let none = cli(db, &["hooks", "--token", "approval:nope", "--json"])
+        .await
+        .json();
+    assert_eq!(none, json!([]));
+    assert_eq!(
+        cli(db, &["hooks", "--token", "approval:nope"]).await.ok(),
+        "no open hooks\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_resume_move_runs_on() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+
+    let out = cli(db, &["cancel", &f.sleeping.to_string()]).await.ok();
+    assert_eq!(out, format!("cancelled run {}\n", f.sleeping));
+    until_status(&f.rt, f.sleeping, RunStatus::Cancelled).await;
+    let again = cli(db, &["cancel", &f.sleeping.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(
+        again,
+        json!({"run_id": f.sleeping.to_string(), "cancelled": false, "status": "cancelled"})
+    );
+    let done = cli(db, &["cancel", &f.completed.to_string()]).await.ok();
+    assert!(done.contains("already ended (completed)"), "{done}");
+
+    let out = cli(db, &["resume", &f.token, r#"{"approved": true}"#, "--json"])
+        .await
+        .json();
+    assert_eq!(
+        out,
+        json!({"token": f.token, "run_id": f.waiting.to_string()})
+    );
+    until_status(&f.rt, f.waiting, RunStatus::Completed).await;
+    let v = cli(db, &["run", &f.waiting.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(
+        v["output"],
+        "order approved=true".replace("order", &format!("order {}", &f.token["approval:".len()..]))
+    );
+    assert_eq!(
+        v["hooks"][0]["payloads"][0]["payload"],
+        json!({"approved": true})
+    );
+    assert_eq!(v["hooks"][0]["active"], false);
+
+    // The hook was disposed: the token reaches nobody now.
+    cli(db, &["resume", &f.token, "{}"])
+        .await
+        .fails(1, "no active hook owns token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_clear() {
+    let f = fixture().await;
+    let db = Some(f.db.as_path());
+    let absent = workflow_core::RunId::new().to_string();
+
+    cli(db, &["run", &absent])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["events", &absent])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["cancel", &absent])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["run", "not-a-run-id"])
+        .await
+        .fails(2, "invalid run id: `not-a-run-id` is not a run id");
+    cli(db, &["resume", &f.token, "{approved: true}"])
+        .await
+        .fails(2, "malformed JSON payload: key must be a string");
+    cli(db, &["resume", &f.token, "yes"])
+        .await
+        .fails(2, "malformed JSON payload");
+    cli(db, &["resume", "approval:nobody", "true"])
+        .await
+        .fails(1, "no active hook owns token \"approval:nobody\"");
+
+    // Databases that cannot be used.
+    let missing = f.dir.path().join("missing.db");
+    cli(Some(&missing), &["runs"])
+        .await
+        .fails(3, "the file does not exist");
+    assert!(!missing.exists(), "a missing database must not be created");
+    let not_a_db = f.dir.path().join("notes.txt");
+    std::fs::write(
+        &not_a_db,
+        "these are not the runs you are looking for\n".repeat(100),
+    )
+    .unwrap();
+    cli(Some(&not_a_db), &["runs"])
+        .await
+        .fails(3, "cannot open the database at");
+    #[cfg(not(feature = "postgres"))]
+    cli(
+        None,
+        &["--database-url", "postgres://127.0.0.1:1/none", "runs"],
+    )
+    .await
+    .fails(2, "built without PostgreSQL support");
+    #[cfg(feature = "postgres")]
+    cli(
+        None,
+        &[
+            "--database-url",
+            "postgres://nobody:secret@127.0.0.1:1/none",
+            "runs",
+        ],
+    )
+    .await
+    .fails(
+        3,
+        "cannot open the database at postgres://nobody@127.0.0.1:1/none",
+    );
+
+    // clap's own usage errors keep their status.
+    let out = cli(db, &["runs", "--status", "sleeping"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("invalid value 'sleeping'"), "{out:?}");
+}
