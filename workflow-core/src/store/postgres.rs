@@ -1,1 +1,3310 @@
-//! PostgreSQL store (being written).
+//! [`PostgresStore`]: the store for deployments where many worker processes on many machines
+//! share one PostgreSQL database. It owns the tables in one schema (created and migrated on
+//! connect), the translation of every [`Store`] decision into one transaction whose outcome the
+//! database decides (row locks, unique keys, `FOR UPDATE SKIP LOCKED`), and the `LISTEN`
+//! connection that turns other processes' commits into [`Notice`]s.
+//!
+//! Every statement names its tables through the quoted schema, so several stores (say, one per
+//! test, or one per tenant) share a database without seeing each other. Writers send
+//! `pg_notify` on a channel named after the schema inside their transaction, so a notice goes
+//! out exactly when the change it announces becomes visible.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Executor, PgConnection, Postgres, Row, Transaction};
+use tokio::sync::{broadcast, oneshot};
+
+use super::{
+    from_millis, to_millis, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event,
+    EventRecord, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
+    RunFilter, RunOutcome, RunRecord, RunStatus, Store,
+};
+use crate::error::{Error, StoreError};
+use crate::ids::{stable_hash, RunId};
+
+/// Connections per store. Each operation holds one for a few round trips; the listener has
+/// its own.
+const POOL_SIZE: u32 = 10;
+/// How long the first connection (and the listener's reconnects) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an operation waits for a free pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Notices buffered per receiver before it lags (lagging loses hints, never data).
+const NOTICE_CAPACITY: usize = 1024;
+/// The listener's reconnect delay: doubled after each failure, up to the maximum.
+const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// One step of the schema's history. Released migrations are frozen: change the schema by
+/// appending to [`MIGRATIONS`]. `{schema}` stands for the quoted schema name.
+struct Migration {
+    version: i32,
+    name: &'static str,
+    ddl: &'static str,
+}
+
+/// Applied in order on connect, each recorded in `workflow_migrations`.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "runs, events, hooks and the hook inbox",
+    ddl: MIGRATION_1,
+}];
+
+/// The schema version this build reads and writes.
+const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+const MIGRATION_1: &str = r#"
+CREATE TABLE {schema}.runs (
+    -- "C": ULIDs sort by creation time byte-wise, whatever the database's collation.
+    id          TEXT COLLATE "C" PRIMARY KEY,
+    workflow    TEXT NOT NULL,
+    status      TEXT NOT NULL
+                CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+    -- JSON is kept as the exact text serde wrote (JSONB would reorder keys, rewrite numbers
+    -- and reject \u0000); cast to jsonb to inspect it.
+    input       TEXT NOT NULL,
+    output      TEXT,
+    error       TEXT,                -- JSON of Error
+    created_at  BIGINT NOT NULL,     -- ms since the Unix epoch, like every time here
+    updated_at  BIGINT NOT NULL,
+    wake_at     BIGINT NOT NULL,     -- acquirable from then on (if no live lease)
+    epoch       BIGINT NOT NULL DEFAULT 0,  -- the fencing token, +1 per acquisition
+    lease_until BIGINT,              -- NULL: nobody holds it
+    hook_token  TEXT                 -- claimed at admission (`start(..).hook(token)`)
+);
+-- Only live runs are ever acquired; ended runs, the bulk over time, stay out of the index.
+CREATE INDEX runs_ready ON {schema}.runs (wake_at, id) WHERE status IN ('pending', 'running');
+-- list_runs: newest first.
+CREATE INDEX runs_created ON {schema}.runs (created_at, id);
+
+CREATE TABLE {schema}.events (
+    run_id TEXT NOT NULL,
+    seq    BIGINT NOT NULL,
+    at     BIGINT NOT NULL,
+    kind   TEXT NOT NULL,            -- the serde tag, e.g. step_completed, for SQL inspection
+    data   TEXT NOT NULL,            -- JSON of Event
+    PRIMARY KEY (run_id, seq)
+);
+
+-- One row per claimed token: the primary key is what lets at most one claim win. A row is
+-- taken while `active`, or after its release while `retain_until` lies ahead; a free row left
+-- behind (released, retention over) is replaced by the next claim.
+CREATE TABLE {schema}.hooks (
+    token        TEXT PRIMARY KEY,
+    run_id       TEXT NOT NULL,
+    created_at   BIGINT NOT NULL,
+    active       BOOLEAN NOT NULL,
+    retain_until BIGINT               -- NULL: free as soon as released
+);
+CREATE INDEX hooks_run ON {schema}.hooks (run_id);
+
+-- Payloads sent with resume_hook. Ids are drawn under a transaction-level advisory lock, so
+-- they grow in commit order (see `PostgresStore::resume_hook`).
+CREATE TABLE {schema}.hook_inbox (
+    id      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id  TEXT NOT NULL,
+    token   TEXT NOT NULL,
+    payload TEXT NOT NULL,            -- JSON
+    at      BIGINT NOT NULL
+);
+CREATE INDEX hook_inbox_run ON {schema}.hook_inbox (run_id, id);
+"#;
+
+/// Sends each element of `$2` as a notification on channel `$1`; delivered at commit.
+const NOTIFY: &str = "SELECT pg_notify($1, n) FROM UNNEST($2::text[]) AS n";
+/// Serializes inbox inserts (see `PostgresStore::resume_hook`); released at commit.
+const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// Notice payloads on the wire: short, so a burst stays far below the queue's limits.
+const NOTE_READY: &str = "r";
+const NOTE_PAYLOAD: &str = "p:";
+const NOTE_ENDED: &str = "e:";
+
+/// A [`Store`] in a PostgreSQL schema, shared by any number of processes on any number of
+/// machines.
+///
+/// Clones are cheap and share one connection pool. Dropping the last clone ends the
+/// background task behind [`Store::notices`].
+///
+/// ```no_run
+/// use workflow_core::store::postgres::PostgresStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://app@db.internal/app", "workflow").await?;
+/// assert_eq!(store.schema(), "workflow");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    /// As given (also the notification channel's name).
+    schema: String,
+    /// `user@host:port/database`, for messages (never the password).
+    target: String,
+    /// For the listener's own connection.
+    options: PgConnectOptions,
+    sql: Statements,
+    /// The advisory lock key serializing this schema's inbox inserts.
+    inbox_lock: i64,
+    /// Where the listener task runs; captured on connect, so `notices()` works from any thread.
+    runtime: tokio::runtime::Handle,
+    /// Started by the first `notices()` call.
+    notices: OnceLock<Notices>,
+}
+
+/// The listener task's side of the store. Dropping it (with the last store clone) drops
+/// `_stop`, which ends the task.
+struct Notices {
+    sender: broadcast::Sender<Notice>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.inner.target)
+            .field("schema", &self.inner.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user[:password]@host[:port]/database`)
+    /// and uses the tables in `schema`, creating the schema and its tables, or migrating them,
+    /// first. Processes connecting at the same time take turns migrating.
+    ///
+    /// `schema` is 1 to 63 ASCII letters, digits and underscores, not starting with a digit or
+    /// `pg_`; it is quoted, so it is case-sensitive. Fails with [`StoreError::Database`] when
+    /// the database cannot be reached (the message names user, host and database, never the
+    /// password), and with [`StoreError::Incompatible`] when the schema holds other tables or
+    /// a store written by a newer version of this crate.
+    pub async fn connect(url: &str, schema: &str) -> Result<PostgresStore, StoreError> {
+        check_schema_name(schema)?;
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Database(format!("invalid PostgreSQL URL: {e}")))?
+            // Tells the store's connections apart in `pg_stat_activity`.
+            .application_name(&application_name(schema));
+        let target = describe_target(&options);
+        let unreachable = |why: String| {
+            StoreError::Database(format!("cannot connect to PostgreSQL at {target}: {why}"))
+        };
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")))?
+            .map_err(|e| unreachable(e.to_string()))?;
+        migrate(&mut conn, schema, &target).await?;
+        // The pool opens its own connections on demand; this one was only for migrating.
+        let _ = conn.close().await;
+
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A ping before every use would double the round trips; connections are already
+            // checked when returned to the pool, and a dead one fails one call, not the store.
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone());
+        let quoted = quote_ident(schema);
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                schema: schema.to_owned(),
+                target,
+                options,
+                sql: Statements::new(&quoted),
+                inbox_lock: lock_key("inbox", schema),
+                runtime: tokio::runtime::Handle::current(),
+                notices: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The schema holding this store's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Drops the schema with everything in it and closes the pool (for tests). Other clones
+    /// of this store fail from then on.
+    pub async fn drop_schema(self) -> Result<(), StoreError> {
+        let sql = format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            quote_ident(&self.inner.schema)
+        );
+        sqlx::query(&sql)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(db)?;
+        self.inner.pool.close().await;
+        Ok(())
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    fn sql(&self) -> &Statements {
+        &self.inner.sql
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.inner.pool.begin().await.map_err(db)
+    }
+
+    /// Queues notifications on this schema's channel; they go out when `tx` commits.
+    async fn notify(&self, tx: &mut PgConnection, notes: Vec<String>) -> Result<(), StoreError> {
+        sqlx::query(NOTIFY)
+            .bind(&self.inner.schema)
+            .bind(notes)
+            .execute(tx)
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
+        let s = self.sql();
+        let id = run.id.to_string();
+        let input = to_json(&run.input, "the run's input")?;
+        let at = sql_time(run.created_at);
+        let exists = || StoreError::Database(format!("run {} already exists", run.id));
+
+        let Some(hook) = run.hook else {
+            // One statement: inserted (and announced) or already there.
+            let inserted = sqlx::query(&s.create)
+                .bind(&id)
+                .bind(&run.workflow)
+                .bind(&input)
+                .bind(at)
+                .bind(None::<String>)
+                .bind(&self.inner.schema)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(db)?;
+            return match inserted {
+                Some(_) => Ok(Admission::Admitted),
+                None => Err(exists()),
+            };
+        };
+
+        let mut tx = self.begin().await?;
+        let admitted = async {
+            // An existing id is an error before any claim, as in the other stores.
+            if sqlx::query(&s.run_exists)
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?
+                .is_some()
+            {
+                return Err(exists());
+            }
+            // The claim goes first: when it loses, nothing at all is written.
+            let retain_until = hook.retain_until.map(sql_time);
+            if let Some(owner) = claim_token(&mut tx, s, &hook.token, &id, at, retain_until).await?
+            {
+                return Ok(Admission::Conflict(owner));
+            }
+            let inserted = sqlx::query(&s.create)
+                .bind(&id)
+                .bind(&run.workflow)
+                .bind(&input)
+                .bind(at)
+                .bind(&hook.token)
+                .bind(&self.inner.schema)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            // None: the same id admitted meanwhile by another connection.
+            inserted.map(|_| Admission::Admitted).ok_or_else(exists)
+        }
+        .await;
+        // A conflict wrote nothing: ending the transaction at once frees the token's row
+        // lock for the next contender.
+        settle(tx, admitted).await
+    }
+
+    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(&self.sql().get_run)
+            .bind(id.to_string())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
+        row.as_ref().map(decode_run).transpose()
+    }
+
+    async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        let key = id.to_string();
+        let rows = sqlx::query(&self.sql().events)
+            .bind(&key)
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        rows.iter().map(|row| decode_event(row, &key)).collect()
+    }
+
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
+        if req.limit == 0 || req.workflows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = self.sql();
+        let now = sql_time(req.now);
+        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        let mut tx = self.begin().await?;
+        let leased = async {
+            // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
+            // process, pass over each other's picks instead of waiting or sharing them.
+            let rows = sqlx::query(&s.acquire)
+                .bind(lease_end(req.now, req.lease))
+                .bind(now)
+                .bind(req.workflows.to_vec())
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?;
+            let mut picked = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let label = row
+                    .try_get::<String, _>("id")
+                    .unwrap_or_else(|e| format!("<unreadable id: {e}>"));
+                let decoded = decode_run(row).and_then(|run| {
+                    let epoch: i64 = column(row, "epoch", &label)?;
+                    let wake_at: i64 = column(row, "wake_at", &label)?;
+                    let epoch = u64::try_from(epoch).map_err(|e| corrupt(&label, "epoch", e))?;
+                    Ok((wake_at, label.clone(), run, epoch))
+                });
+                match decoded {
+                    Ok(p) => picked.push(p),
+                    // Failing the whole call would stall every run behind one bad row. The run
+                    // keeps its new lease, so it is retried (and reported again) only after
+                    // the lease expires.
+                    Err(e) => skip_run(&label, &e),
+                }
+            }
+            if picked.is_empty() {
+                return Ok((picked, Vec::new()));
+            }
+            // All histories in one query, not one round trip per run.
+            let ids: Vec<String> = picked.iter().map(|p| p.1.clone()).collect();
+            let events = sqlx::query(&s.events_of)
+                .bind(&ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?;
+            Ok((picked, events))
+        }
+        .await;
+        let (mut picked, event_rows) = settle(tx, leased).await?;
+        // RETURNING gives no order; hand runs out earliest wake time first.
+        picked.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+
+        let mut histories: HashMap<String, Result<Vec<EventRecord>, StoreError>> = HashMap::new();
+        for row in &event_rows {
+            let run: String = column(row, "run_id", "?")?;
+            let entry = histories
+                .entry(run.clone())
+                .or_insert_with(|| Ok(Vec::new()));
+            if let Ok(events) = entry {
+                match decode_event(row, &run) {
+                    Ok(e) => events.push(e),
+                    Err(e) => *entry = Err(e),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(picked.len());
+        for (_, key, run, epoch) in picked {
+            match histories.remove(&key).unwrap_or_else(|| Ok(Vec::new())) {
+                Ok(events) => out.push(LeasedRun {
+                    lease: Lease {
+                        run_id: run.id,
+                        epoch,
+                    },
+                    run,
+                    events,
+                }),
+                Err(e) => skip_run(&key, &e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+        let s = self.sql();
+        let Append {
+            events,
+            release_tokens,
+            outcome,
+        } = write;
+        // The time of the write: its last event's, as the memory store has it.
+        let now = sql_time(events.last().map_or_else(SystemTime::now, |e| e.at));
+        let events = EncodedEvents::new(&events)?;
+        let outcome = match outcome {
+            None => None,
+            Some(RunOutcome::Completed(v)) => Some((
+                RunStatus::Completed,
+                Some(to_json(&v, "the run's output")?),
+                None,
+            )),
+            Some(RunOutcome::Failed(e)) => Some((
+                RunStatus::Failed,
+                None,
+                Some(to_json(&e, "the run's error")?),
+            )),
+        };
+        let run = lease.run_id.to_string();
+
+        let mut tx = self.begin().await?;
+        let written = async {
+            hold(&mut tx, s, lease).await?;
+            insert_events(&mut tx, s, &run, events).await?;
+            if !release_tokens.is_empty() {
+                give_up(&mut tx, s, &run, now, release_tokens).await?;
+            }
+            if let Some((status, output, error)) = outcome {
+                sqlx::query(&s.finish)
+                    .bind(&run)
+                    .bind(status.as_str())
+                    .bind(output)
+                    .bind(error)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                release_all(&mut tx, s, &run, now).await?;
+                self.notify(&mut tx, vec![format!("{NOTE_ENDED}{run}")])
+                    .await?;
+            }
+            Ok(())
+        }
+        .await;
+        settle(tx, written).await
+    }
+
+    async fn release(
+        &self,
+        lease: &Lease,
+        wake_at: SystemTime,
+        payloads_seen: u64,
+    ) -> Result<(), StoreError> {
+        let s = self.sql();
+        let now = sql_time(SystemTime::now());
+        let mut tx = self.begin().await?;
+        let released = async {
+            // Locked first, checked for unseen payloads in the next statement: its fresh
+            // snapshot sees every payload committed before the lock was granted, and a payload
+            // committed later finds the released row and lowers its wake time itself.
+            hold(&mut tx, s, lease).await?;
+            let woken: i64 = sqlx::query_scalar(&s.release)
+                .bind(lease.run_id.to_string())
+                .bind(sql_time(wake_at))
+                .bind(sql_id(payloads_seen))
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            // A run due later is not acquirable now; telling every worker would only make
+            // them look in vain.
+            if woken <= now {
+                self.notify(&mut tx, vec![NOTE_READY.to_owned()]).await?;
+            }
+            Ok(())
+        }
+        .await;
+        settle(tx, released).await
+    }
+
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let s = self.sql();
+        let run = lease.run_id.to_string();
+        let mut tx = self.begin().await?;
+        let claimed = async {
+            hold(&mut tx, s, lease).await?;
+            let conflict = claim_token(&mut tx, s, token, &run, sql_time(at), None).await?;
+            let event = EncodedEvents::new(&[NewEvent {
+                at,
+                event: Event::HookRegistered {
+                    hook_key: hook_key.to_owned(),
+                    token: token.to_owned(),
+                    conflict,
+                },
+            }])?;
+            insert_events(&mut tx, s, &run, event).await?;
+            Ok(match conflict {
+                None => ClaimOutcome::Claimed,
+                Some(owner) => ClaimOutcome::Conflict(owner),
+            })
+        }
+        .await;
+        settle(tx, claimed).await
+    }
+
+    /// Payload ids must grow in commit order: `payloads_since` readers advance a cursor past
+    /// every id they have seen, so an id drawn earlier but committed later would be skipped
+    /// for good. Identity values are drawn at insert time, not at commit, so each insert takes
+    /// a transaction-level advisory lock (one key per schema) before drawing its id and holds
+    /// it until its commit; PostgreSQL makes a commit visible before it releases the
+    /// transaction's locks, so when the next insert draws an id, every smaller id is already
+    /// visible. Locking the token's hook row instead would only order payloads per token,
+    /// not across tokens, which is what the global cursor needs. The cost is one resume
+    /// committing at a time per schema.
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError> {
+        let s = self.sql();
+        let payload = to_json(&payload, "the payload")?;
+        let at = sql_time(at);
+        let mut tx = self.begin().await?;
+        let queued = async {
+            sqlx::query(XACT_LOCK)
+                .bind(self.inner.inbox_lock)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            // Finding the owner and queueing the payload is one statement: no owner, no
+            // payload.
+            let queued: Option<(i64, String)> = sqlx::query_as(&s.resume)
+                .bind(token)
+                .bind(&payload)
+                .bind(at)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            let Some((payload_id, owner)) = queued else {
+                return Ok(None);
+            };
+            let run = parse_owner(&owner, token)?;
+            let idle: Option<bool> = sqlx::query_scalar(&s.wake)
+                .bind(&owner)
+                .bind(at)
+                .bind(sql_time(SystemTime::now()))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            let mut notes = vec![format!("{NOTE_PAYLOAD}{owner}")];
+            // Nobody drives the run (evicted, or its worker died): any worker may take it now.
+            if idle == Some(true) {
+                notes.push(NOTE_READY.to_owned());
+            }
+            self.notify(&mut tx, notes).await?;
+            Ok(Some((run, payload_id_of(payload_id)?)))
+        }
+        .await;
+        settle(tx, queued).await
+    }
+
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+        let key = run.to_string();
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(&self.sql().payloads)
+            .bind(&key)
+            .bind(sql_id(after))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(id, token, payload)| {
+                Ok(Payload {
+                    id: payload_id_of(id)?,
+                    token,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|e| corrupt(&key, &format!("payload {id}"), e))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(&self.sql().payloads_since)
+            .bind(sql_id(after))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(id, run)| {
+                let run = run
+                    .parse::<RunId>()
+                    .map_err(|e| StoreError::Corrupt(format!("payload {id}: run_id: {e}")))?;
+                Ok((payload_id_of(id)?, run))
+            })
+            .collect()
+    }
+
+    async fn last_payload_id(&self) -> Result<u64, StoreError> {
+        let last: i64 = sqlx::query_scalar(&self.sql().last_payload_id)
+            .fetch_one(self.pool())
+            .await
+            .map_err(db)?;
+        payload_id_of(last)
+    }
+
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
+        let row: Option<(String, i64)> = sqlx::query_as(&self.sql().get_hook)
+            .bind(token)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
+        let Some((owner, created_at)) = row else {
+            return Ok(None);
+        };
+        Ok(Some(HookRecord {
+            run_id: parse_owner(&owner, token)?,
+            created_at: time(created_at, &owner, &format!("hook {token:?}: created_at"))?,
+            token: token.to_owned(),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
+        let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
+        // One statement renews every lease still held; the rest are lost.
+        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.sql().heartbeat)
+            .bind(&ids)
+            .bind(&epochs)
+            .bind(lease_end(now, lease))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        let renewed: HashSet<(String, i64)> = renewed.into_iter().collect();
+        Ok(leases
+            .iter()
+            .zip(ids)
+            .zip(epochs)
+            .filter(|((_, id), epoch)| !renewed.contains(&(id.clone(), *epoch)))
+            .map(|((l, _), _)| l.run_id)
+            .collect())
+    }
+
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        let s = self.sql();
+        let key = id.to_string();
+        let event = EncodedEvents::new(&[NewEvent {
+            at: now,
+            event: Event::RunCancelled,
+        }])?;
+        let error = to_json(&Error::cancelled(id), "the cancellation error")?;
+        let now = sql_time(now);
+        let mut tx = self.begin().await?;
+        let cancelled = async {
+            // The row lock orders this against the worker's own writes: whichever commits
+            // second sees the other.
+            let status: Option<String> = sqlx::query_scalar(&s.lock_run)
+                .bind(&key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            let status = decode_status(&status.ok_or(StoreError::RunNotFound(*id))?, &key)?;
+            if status.is_terminal() {
+                return Ok(CancelOutcome::AlreadyEnded(status));
+            }
+            insert_events(&mut tx, s, &key, event).await?;
+            sqlx::query(&s.cancel)
+                .bind(&key)
+                .bind(error)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            release_all(&mut tx, s, &key, now).await?;
+            self.notify(&mut tx, vec![format!("{NOTE_ENDED}{key}")])
+                .await?;
+            Ok(CancelOutcome::Cancelled)
+        }
+        .await;
+        settle(tx, cancelled).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(&self.sql().list_runs)
+            .bind(filter.status.map(RunStatus::as_str))
+            .bind(filter.workflow.as_deref())
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        rows.iter().map(decode_run).collect()
+    }
+
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(&self.sql().list_hooks)
+            .bind(filter.token.as_deref())
+            .bind(filter.run_id.map(|id| id.to_string()))
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(token, owner, created_at)| {
+                Ok(HookRecord {
+                    run_id: parse_owner(&owner, &token)?,
+                    created_at: time(created_at, &owner, &format!("hook {token:?}: created_at"))?,
+                    token,
+                })
+            })
+            .collect()
+    }
+
+    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
+        let notices = self.inner.notices.get_or_init(|| {
+            let (sender, _) = broadcast::channel(NOTICE_CAPACITY);
+            let (stop, stopped) = oneshot::channel();
+            // The task holds no reference to the store, only what it needs: it ends when the
+            // last clone drops `stop`.
+            self.inner.runtime.spawn(listen(
+                self.inner.options.clone(),
+                self.inner.schema.clone(),
+                sender.clone(),
+                stopped,
+            ));
+            Notices {
+                sender,
+                _stop: stop,
+            }
+        });
+        Some(notices.sender.subscribe())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statements
+
+/// Every statement with the schema spelled in, built once per store: sqlx prepares each one
+/// once per connection and reuses it (its cache is keyed by the SQL text).
+struct Statements {
+    create: String,
+    run_exists: String,
+    claim: String,
+    hook_owner: String,
+    get_run: String,
+    events: String,
+    events_of: String,
+    acquire: String,
+    hold: String,
+    lock_run: String,
+    insert_events: String,
+    finish: String,
+    cancel: String,
+    release_tokens: [String; 2],
+    release_all: [String; 2],
+    release: String,
+    resume: String,
+    wake: String,
+    payloads: String,
+    payloads_since: String,
+    last_payload_id: String,
+    get_hook: String,
+    heartbeat: String,
+    list_runs: String,
+    list_hooks: String,
+}
+
+const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
+                           hook_token";
+
+impl Statements {
+    fn new(s: &str) -> Statements {
+        Statements {
+            // Inserted and announced, or nothing (the id exists): one row or none.
+            create: format!(
+                "WITH inserted AS (
+                     INSERT INTO {s}.runs
+                         (id, workflow, status, input, created_at, updated_at, wake_at, hook_token)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5)
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING id)
+                 SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
+            ),
+            run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
+            // The decision is the upsert's own WHERE on the token's primary key: of any number
+            // of claims, in any process, exactly one takes a free token. A taken token's row
+            // is locked all the same, so the owner read next is the owner.
+            claim: format!(
+                "INSERT INTO {s}.hooks AS h (token, run_id, created_at, active, retain_until)
+                 VALUES ($1, $2, $3, TRUE, $4)
+                 ON CONFLICT (token) DO UPDATE SET
+                     run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at, active = TRUE,
+                     retain_until = EXCLUDED.retain_until
+                 WHERE NOT h.active AND COALESCE(h.retain_until, 0) <= EXCLUDED.created_at"
+            ),
+            hook_owner: format!("SELECT run_id FROM {s}.hooks WHERE token = $1"),
+            get_run: format!("SELECT {RUN_COLUMNS} FROM {s}.runs WHERE id = $1"),
+            events: format!("SELECT seq, at, data FROM {s}.events WHERE run_id = $1 ORDER BY seq"),
+            events_of: format!(
+                "SELECT run_id, seq, at, data FROM {s}.events
+                 WHERE run_id = ANY($1) ORDER BY run_id, seq"
+            ),
+            // MATERIALIZED: the locked pick is computed exactly once.
+            acquire: format!(
+                "WITH picked AS MATERIALIZED (
+                     SELECT id FROM {s}.runs
+                     WHERE status IN ('pending', 'running')
+                       AND wake_at <= $2
+                       AND (lease_until IS NULL OR lease_until <= $2)
+                       AND workflow = ANY($3)
+                     ORDER BY wake_at, id
+                     LIMIT $4
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE {s}.runs AS r
+                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1
+                 FROM picked WHERE r.id = picked.id
+                 RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
+                           r.created_at, r.updated_at, r.hook_token, r.epoch, r.wake_at"
+            ),
+            // The fence: the row is locked until commit, so no takeover, cancel or other
+            // write to the run interleaves with the caller's.
+            hold: format!(
+                "SELECT 1 FROM {s}.runs
+                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL
+                 FOR UPDATE"
+            ),
+            lock_run: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
+            // Numbered after the run's last event; run under the run's row lock, in a statement
+            // of its own, so its snapshot sees every earlier append.
+            insert_events: format!(
+                "INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                 SELECT $1, last.seq + e.n, e.at, e.kind, e.data
+                 FROM (SELECT COALESCE(MAX(seq), 0) AS seq FROM {s}.events WHERE run_id = $1)
+                          AS last,
+                      UNNEST($2::bigint[], $3::text[], $4::text[])
+                          WITH ORDINALITY AS e(at, kind, data, n)"
+            ),
+            finish: format!(
+                "UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
+                     lease_until = NULL
+                 WHERE id = $1"
+            ),
+            cancel: format!(
+                "UPDATE {s}.runs SET status = 'cancelled', error = $2, updated_at = $3,
+                     lease_until = NULL
+                 WHERE id = $1"
+            ),
+            // Giving up a token: the row goes (freeing the token) unless retained past now,
+            // in which case it stays, inactive, until a claim after its retention replaces it.
+            release_tokens: [
+                format!(
+                    "DELETE FROM {s}.hooks
+                     WHERE run_id = $1 AND active AND COALESCE(retain_until, 0) <= $2
+                       AND token = ANY($3)"
+                ),
+                format!(
+                    "UPDATE {s}.hooks SET active = FALSE
+                     WHERE run_id = $1 AND active AND token = ANY($2)"
+                ),
+            ],
+            release_all: [
+                format!(
+                    "DELETE FROM {s}.hooks
+                     WHERE run_id = $1 AND active AND COALESCE(retain_until, 0) <= $2"
+                ),
+                format!("UPDATE {s}.hooks SET active = FALSE WHERE run_id = $1 AND active"),
+            ],
+            release: format!(
+                "UPDATE {s}.runs SET lease_until = NULL,
+                     wake_at = CASE
+                         WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
+                         THEN $4 ELSE $2 END
+                 WHERE id = $1
+                 RETURNING wake_at"
+            ),
+            resume: format!(
+                "INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
+                 SELECT run_id, token, $2, $3 FROM {s}.hooks WHERE token = $1 AND active
+                 RETURNING id, run_id"
+            ),
+            // Acquirable from the payload's time at the latest; true if nobody drives it.
+            wake: format!(
+                "UPDATE {s}.runs SET wake_at = LEAST(wake_at, $2) WHERE id = $1
+                 RETURNING status IN ('pending', 'running')
+                     AND (lease_until IS NULL OR lease_until <= $3)"
+            ),
+            payloads: format!(
+                "SELECT id, token, payload FROM {s}.hook_inbox
+                 WHERE run_id = $1 AND id > $2 ORDER BY id"
+            ),
+            payloads_since: format!(
+                "SELECT id, run_id FROM {s}.hook_inbox WHERE id > $1 ORDER BY id LIMIT $2"
+            ),
+            last_payload_id: format!("SELECT COALESCE(MAX(id), 0) FROM {s}.hook_inbox"),
+            get_hook: format!(
+                "SELECT run_id, created_at FROM {s}.hooks WHERE token = $1 AND active"
+            ),
+            heartbeat: format!(
+                "UPDATE {s}.runs AS r SET lease_until = $3
+                 FROM UNNEST($1::text[], $2::bigint[]) AS l(id, epoch)
+                 WHERE r.id = l.id AND r.epoch = l.epoch AND r.status = 'running'
+                   AND r.lease_until IS NOT NULL
+                 RETURNING r.id, r.epoch"
+            ),
+            // A NULL filter matches everything; inspection, not a hot path.
+            list_runs: format!(
+                "SELECT {RUN_COLUMNS} FROM {s}.runs
+                 WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
+                 ORDER BY created_at DESC, id DESC
+                 LIMIT $3"
+            ),
+            // Ties broken byte-wise, like the other stores.
+            list_hooks: format!(
+                "SELECT token, run_id, created_at FROM {s}.hooks
+                 WHERE active AND ($1::text IS NULL OR token = $1)
+                   AND ($2::text IS NULL OR run_id = $2)
+                 ORDER BY created_at DESC, token COLLATE \"C\"
+                 LIMIT $3"
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps shared by several operations (all inside the caller's transaction)
+
+/// Ends `tx` the way `result` says: commit on success, roll back on error. Every transaction
+/// ends here, at once, so an error never leaves a connection holding locks until its next use.
+/// (An `Ok` that wrote nothing, such as a conflict, commits nothing.)
+async fn settle<T>(
+    tx: Transaction<'static, Postgres>,
+    result: Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    match result {
+        Ok(v) => {
+            tx.commit().await.map_err(db)?;
+            Ok(v)
+        }
+        Err(e) => {
+            if let Err(why) = tx.rollback().await {
+                // The connection is closed or broken; the server rolls back on its own.
+                tracing::debug!(error = %why, "rolling back after an error failed");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Locks the run's row if `lease` still holds it; [`StoreError::LeaseLost`] otherwise.
+async fn hold(tx: &mut PgConnection, s: &Statements, lease: &Lease) -> Result<(), StoreError> {
+    let held = sqlx::query(&s.hold)
+        .bind(lease.run_id.to_string())
+        .bind(sql_epoch(lease.epoch))
+        .fetch_optional(tx)
+        .await
+        .map_err(db)?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(StoreError::LeaseLost(lease.run_id)),
+    }
+}
+
+/// Appends after the run's last event. The caller holds the run's row lock.
+async fn insert_events(
+    tx: &mut PgConnection,
+    s: &Statements,
+    run: &str,
+    events: EncodedEvents,
+) -> Result<(), StoreError> {
+    if events.at.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(&s.insert_events)
+        .bind(run)
+        .bind(events.at)
+        .bind(events.kind)
+        .bind(events.data)
+        .execute(tx)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Claims `token` for `run` at `at` if it is free; returns the owner (writing nothing) if not.
+async fn claim_token(
+    tx: &mut PgConnection,
+    s: &Statements,
+    token: &str,
+    run: &str,
+    at: i64,
+    retain_until: Option<i64>,
+) -> Result<Option<RunId>, StoreError> {
+    let claimed = sqlx::query(&s.claim)
+        .bind(token)
+        .bind(run)
+        .bind(at)
+        .bind(retain_until)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+    if claimed > 0 {
+        return Ok(None);
+    }
+    let owner: String = sqlx::query_scalar(&s.hook_owner)
+        .bind(token)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?;
+    parse_owner(&owner, token).map(Some)
+}
+
+/// Gives up `tokens` if `run` owns them.
+async fn give_up(
+    tx: &mut PgConnection,
+    s: &Statements,
+    run: &str,
+    now: i64,
+    tokens: Vec<String>,
+) -> Result<(), StoreError> {
+    sqlx::query(&s.release_tokens[0])
+        .bind(run)
+        .bind(now)
+        .bind(&tokens)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    sqlx::query(&s.release_tokens[1])
+        .bind(run)
+        .bind(&tokens)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Gives up every token `run` owns.
+async fn release_all(
+    tx: &mut PgConnection,
+    s: &Statements,
+    run: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(&s.release_all[0])
+        .bind(run)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    sqlx::query(&s.release_all[1])
+        .bind(run)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connecting and migrating
+
+/// Accepts what is safe to spell inside double quotes and to use as a channel name.
+fn check_schema_name(schema: &str) -> Result<(), StoreError> {
+    let mut chars = schema.chars();
+    let valid = schema.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !schema.to_ascii_lowercase().starts_with("pg_");
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::Database(format!(
+            "invalid PostgreSQL schema name {schema:?}: use 1 to 63 ASCII letters, digits and \
+             underscores, starting with a letter or underscore and not with `pg_`"
+        )))
+    }
+}
+
+/// What the store's connections call themselves (`workflow-rs <schema>`).
+fn application_name(schema: &str) -> String {
+    format!("workflow-rs {schema}")
+}
+
+/// The identifier in double quotes; callers have checked it contains none.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Where `options` point, for messages: user, host, port and database; no password.
+fn describe_target(options: &PgConnectOptions) -> String {
+    let database = options.get_database().unwrap_or(options.get_username());
+    match options.get_socket() {
+        Some(socket) => format!(
+            "{}@{} (socket)/{database}",
+            options.get_username(),
+            socket.display()
+        ),
+        None => format!(
+            "{}@{}:{}/{database}",
+            options.get_username(),
+            options.get_host(),
+            options.get_port()
+        ),
+    }
+}
+
+/// A stable advisory lock key for `what` in `schema` (the same in every process and build).
+fn lock_key(what: &str, schema: &str) -> i64 {
+    let key = format!("workflow-rs:{what}:{schema}");
+    stable_hash(key.as_bytes()) as i64
+}
+
+/// Creates or migrates the schema in one transaction that holds an advisory lock keyed by the
+/// schema: processes connecting at once take turns, and each later one finds the work done.
+async fn migrate(conn: &mut PgConnection, schema: &str, target: &str) -> Result<(), StoreError> {
+    let quoted = quote_ident(schema);
+    let fail = |e: sqlx::Error| {
+        StoreError::Database(format!("cannot prepare schema `{schema}` at {target}: {e}"))
+    };
+    let mut tx = conn.begin().await.map_err(fail)?;
+    sqlx::query(XACT_LOCK)
+        .bind(lock_key("migrate", schema))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    // Read after the lock: this statement's snapshot includes a concurrent migration's commit.
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_catalog.pg_class c
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+         ORDER BY 1",
+    )
+    .bind(schema)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(fail)?;
+
+    let version = if tables.iter().any(|t| t == "workflow_migrations") {
+        let sql = format!("SELECT MAX(version) FROM {quoted}.workflow_migrations");
+        let v: Option<i32> = sqlx::query_scalar(&sql)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(fail)?;
+        v.unwrap_or(0)
+    } else if tables.is_empty() {
+        0
+    } else {
+        let list = tables
+            .iter()
+            .map(|t| format!("`{t}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(StoreError::Incompatible(format!(
+            "schema `{schema}` at {target} is not a workflow-rs store (it has tables {list}); \
+             give the store a schema of its own"
+        )));
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Incompatible(format!(
+            "schema `{schema}` at {target} holds a workflow-rs store of schema version \
+             {version}, written by a newer workflow-rs; this build knows schema versions up to \
+             {SCHEMA_VERSION}; upgrade workflow-rs to use it"
+        )));
+    }
+    if version == SCHEMA_VERSION {
+        // Nothing to do, and nothing that would need the right to create a schema.
+        return tx.commit().await.map_err(fail);
+    }
+
+    let bootstrap = format!(
+        "CREATE SCHEMA IF NOT EXISTS {quoted};
+         CREATE TABLE IF NOT EXISTS {quoted}.workflow_migrations (
+             version    INTEGER PRIMARY KEY,
+             name       TEXT NOT NULL,
+             applied_at BIGINT NOT NULL
+         );"
+    );
+    // Several statements: a query without arguments goes over the simple protocol, which
+    // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in general,
+    // sqlx issue #3150.)
+    (&mut *tx).execute(bootstrap.as_str()).await.map_err(fail)?;
+    let record = format!(
+        "INSERT INTO {quoted}.workflow_migrations (version, name, applied_at) VALUES ($1, $2, $3)"
+    );
+    for m in MIGRATIONS.iter().filter(|m| m.version > version) {
+        let ddl = m.ddl.replace("{schema}", &quoted);
+        (&mut *tx).execute(ddl.as_str()).await.map_err(|e| {
+            StoreError::Database(format!(
+                "cannot migrate schema `{schema}` at {target} to version {}: {e}",
+                m.version
+            ))
+        })?;
+        sqlx::query(&record)
+            .bind(m.version)
+            .bind(m.name)
+            .bind(sql_time(SystemTime::now()))
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)?;
+    tracing::info!(
+        schema,
+        target,
+        from = version,
+        to = SCHEMA_VERSION,
+        "prepared the workflow-rs schema"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Notices
+
+/// Relays this schema's notifications to `sender` until `stop` fires (or its sender is
+/// dropped). A lost connection is re-established with backoff; since anything sent meanwhile
+/// is lost, every (re)subscription is followed by a `RunsReady`, which makes receivers look.
+async fn listen(
+    options: PgConnectOptions,
+    channel: String,
+    sender: broadcast::Sender<Notice>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    // Its own pool of one: the listener holds its connection for good, which must not take a
+    // slot from the store's operations.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy_with(options);
+    let mut backoff = LISTEN_BACKOFF_MIN;
+    'connect: loop {
+        let subscribed = tokio::select! {
+            _ = &mut stop => break 'connect,
+            l = subscribe(&pool, &channel) => l,
+        };
+        match subscribed {
+            Ok(mut listener) => {
+                backoff = LISTEN_BACKOFF_MIN;
+                let _ = sender.send(Notice::RunsReady);
+                loop {
+                    let next = tokio::select! {
+                        _ = &mut stop => break 'connect,
+                        n = listener.try_recv() => n,
+                    };
+                    match next {
+                        Ok(Some(n)) => match parse_notice(n.payload()) {
+                            // No receiver right now is fine: notices are hints.
+                            Some(notice) => {
+                                let _ = sender.send(notice);
+                            }
+                            None => tracing::debug!(
+                                channel,
+                                payload = n.payload(),
+                                "ignoring an unknown notification"
+                            ),
+                        },
+                        Ok(None) => {
+                            // Reconnected already (and listening again), but whatever was sent
+                            // in between is lost.
+                            tracing::warn!(
+                                channel,
+                                "the notification connection was lost and re-established"
+                            );
+                            let _ = sender.send(Notice::RunsReady);
+                        }
+                        Err(e) => {
+                            tracing::warn!(
+                                channel,
+                                error = %e,
+                                retry_in = ?backoff,
+                                "the notification connection failed; reconnecting"
+                            );
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(
+                channel,
+                error = %e,
+                retry_in = ?backoff,
+                "cannot listen for workflow notifications; retrying"
+            ),
+        }
+        tokio::select! {
+            _ = &mut stop => break 'connect,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
+    }
+    // Bounded: the listener's connection comes back to the pool through a spawned task.
+    let _ = tokio::time::timeout(Duration::from_secs(1), pool.close()).await;
+}
+
+async fn subscribe(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+fn parse_notice(payload: &str) -> Option<Notice> {
+    if payload == NOTE_READY {
+        return Some(Notice::RunsReady);
+    }
+    if let Some(run) = payload.strip_prefix(NOTE_PAYLOAD) {
+        return run.parse().ok().map(Notice::Payload);
+    }
+    if let Some(run) = payload.strip_prefix(NOTE_ENDED) {
+        return run.parse().ok().map(Notice::RunEnded);
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows and values
+
+/// Events ready for `insert_events`, as the three arrays it unnests.
+struct EncodedEvents {
+    at: Vec<i64>,
+    kind: Vec<String>,
+    data: Vec<String>,
+}
+
+impl EncodedEvents {
+    fn new(events: &[NewEvent]) -> Result<Self, StoreError> {
+        let mut out = EncodedEvents {
+            at: Vec::with_capacity(events.len()),
+            kind: Vec::with_capacity(events.len()),
+            data: Vec::with_capacity(events.len()),
+        };
+        for e in events {
+            let value = serde_json::to_value(&e.event)
+                .map_err(|err| StoreError::Database(format!("cannot encode an event: {err}")))?;
+            out.kind.push(
+                value
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+            out.at.push(sql_time(e.at));
+            out.data.push(value.to_string());
+        }
+        Ok(out)
+    }
+}
+
+fn decode_run(row: &PgRow) -> Result<RunRecord, StoreError> {
+    let key: String = column(row, "id", "?")?;
+    let run = key.as_str();
+    let output: Option<String> = column(row, "output", run)?;
+    let error: Option<String> = column(row, "error", run)?;
+    Ok(RunRecord {
+        id: key.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?,
+        workflow: column(row, "workflow", run)?,
+        status: decode_status(&column::<String>(row, "status", run)?, run)?,
+        input: json(&column::<String>(row, "input", run)?, run, "input")?,
+        output: output.map(|v| json(&v, run, "output")).transpose()?,
+        error: error.map(|v| json(&v, run, "error")).transpose()?,
+        created_at: time(column(row, "created_at", run)?, run, "created_at")?,
+        updated_at: time(column(row, "updated_at", run)?, run, "updated_at")?,
+        hook_token: column(row, "hook_token", run)?,
+    })
+}
+
+fn decode_event(row: &PgRow, run: &str) -> Result<EventRecord, StoreError> {
+    let seq: i64 = column(row, "seq", run)?;
+    let what = format!("event {seq}");
+    Ok(EventRecord {
+        seq: u64::try_from(seq).map_err(|e| corrupt(run, &what, e))?,
+        at: time(column(row, "at", run)?, run, &what)?,
+        event: json(&column::<String>(row, "data", run)?, run, &what)?,
+    })
+}
+
+fn column<'r, T>(row: &'r PgRow, name: &str, run: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+{
+    row.try_get(name).map_err(|e| corrupt(run, name, e))
+}
+
+fn skip_run(run: &str, e: &StoreError) {
+    tracing::error!(
+        run_id = %run,
+        error = %e,
+        "skipping a run whose stored record cannot be decoded"
+    );
+}
+
+fn parse_owner(owner: &str, token: &str) -> Result<RunId, StoreError> {
+    owner
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("hook {token:?}: run_id: {e}")))
+}
+
+fn sql_time(t: SystemTime) -> i64 {
+    i64::try_from(to_millis(t)).unwrap_or(i64::MAX)
+}
+
+fn lease_end(now: SystemTime, lease: Duration) -> i64 {
+    let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    sql_time(now).saturating_add(lease)
+}
+
+fn sql_epoch(epoch: u64) -> i64 {
+    // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
+    i64::try_from(epoch).unwrap_or(-1)
+}
+
+fn sql_id(id: u64) -> i64 {
+    // Ids never exceed i64::MAX, so "above" a larger id matches nothing either way.
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+fn payload_id_of(id: i64) -> Result<u64, StoreError> {
+    u64::try_from(id).map_err(|e| StoreError::Corrupt(format!("payload id {id}: {e}")))
+}
+
+fn to_json<T: serde::Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Database(format!("cannot encode {what}: {e}")))
+}
+
+fn corrupt(run: &str, what: &str, why: impl fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("run {run}: {what}: {why}"))
+}
+
+fn json<T: serde::de::DeserializeOwned>(s: &str, run: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| corrupt(run, what, e))
+}
+
+fn time(ms: i64, run: &str, what: &str) -> Result<SystemTime, StoreError> {
+    Ok(from_millis(
+        u64::try_from(ms).map_err(|e| corrupt(run, what, e))?,
+    ))
+}
+
+fn decode_status(s: &str, run: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| corrupt(run, "status", format!("unknown status `{s}`")))
+}
+
+fn db(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+            StoreError::Corrupt(e.to_string())
+        }
+        e => StoreError::Database(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use serde_json::json;
+
+    use super::super::{never, HookFilter, RunFilter, StartHook};
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(60);
+    /// How long a notice may take to arrive.
+    const NOTICE_WAIT: Duration = Duration::from_secs(10);
+
+    async fn within<F: Future>(f: F) -> F::Output {
+        tokio::time::timeout(WAIT, f)
+            .await
+            .expect("the store did not answer in time")
+    }
+
+    /// A fixed, millisecond-exact instant `ms` after a base time.
+    fn t(ms: u64) -> SystemTime {
+        from_millis(1_700_000_000_000 + ms)
+    }
+
+    /// The test database, or `None` (the test is skipped) when none is configured; under
+    /// `CI=true` a missing database fails the test instead.
+    fn test_url() -> Option<String> {
+        match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
+            Ok(url) if !url.trim().is_empty() => Some(url),
+            _ => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "WORKFLOW_TEST_DATABASE_URL is not set, but CI=true requires the PostgreSQL \
+                     store tests to run"
+                );
+                eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+                None
+            }
+        }
+    }
+
+    /// A schema of the test's own, dropped when this goes out of scope (also when the test
+    /// panics), after the stores using it.
+    struct TestSchema {
+        url: String,
+        name: String,
+    }
+
+    impl TestSchema {
+        fn new() -> Option<TestSchema> {
+            Some(TestSchema {
+                url: test_url()?,
+                name: format!("wf_t_{:016x}", rand::random::<u64>()),
+            })
+        }
+
+        async fn connect(&self) -> PostgresStore {
+            within(PostgresStore::connect(&self.url, &self.name))
+                .await
+                .unwrap()
+        }
+
+        /// A plain connection for inspecting and damaging tables.
+        async fn raw(&self) -> PgConnection {
+            within(PgConnection::connect(&self.url)).await.unwrap()
+        }
+
+        fn table(&self, table: &str) -> String {
+            format!("{}.{table}", quote_ident(&self.name))
+        }
+
+        async fn count(&self, table: &str) -> i64 {
+            let mut conn = self.raw().await;
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table(table)))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+        }
+
+        async fn exec(&self, sql: &str) {
+            let mut conn = self.raw().await;
+            conn.execute(sql).await.unwrap();
+        }
+    }
+
+    impl Drop for TestSchema {
+        fn drop(&mut self) {
+            let (url, name) = (self.url.clone(), self.name.clone());
+            // Drop cannot await, and may run on a runtime thread: use a thread of its own.
+            let dropped = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async {
+                    let mut conn = PgConnection::connect(&url)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    // This thread blocks the test's runtime, so connections its stores left
+                    // inside a transaction (sqlx rolls back on the next use) would hold their
+                    // locks against the DROP forever: end them first.
+                    sqlx::query(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                         WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                    )
+                    .bind(application_name(&name))
+                    .execute(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    conn.execute("SET lock_timeout = '10s'")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    conn.execute(
+                        format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_ident(&name)).as_str(),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    conn.close().await.map_err(|e| e.to_string())
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Ok(()))) {
+                eprintln!("could not drop test schema {}: {dropped:?}", self.name);
+            }
+        }
+    }
+
+    /// A fresh schema and a store on it, or return (skipping the test).
+    macro_rules! fresh {
+        () => {{
+            let Some(schema) = TestSchema::new() else {
+                return;
+            };
+            let store = schema.connect().await;
+            (schema, store)
+        }};
+    }
+
+    async fn create(store: &PostgresStore, workflow: &str, at: SystemTime) -> RunId {
+        let id = RunId::new();
+        within(store.create_run(NewRun {
+            id,
+            workflow: workflow.to_owned(),
+            input: json!([1, "two"]),
+            created_at: at,
+            hook: None,
+        }))
+        .await
+        .unwrap();
+        id
+    }
+
+    /// A write of events and maybe the run's end.
+    fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
+        Append {
+            events,
+            release_tokens: Vec::new(),
+            outcome,
+        }
+    }
+
+    fn names(ws: &[&str]) -> Vec<String> {
+        ws.iter().map(|w| (*w).to_owned()).collect()
+    }
+
+    async fn acquire(
+        store: &PostgresStore,
+        workflows: &[String],
+        now: SystemTime,
+        lease: Duration,
+        limit: usize,
+    ) -> Vec<LeasedRun> {
+        within(store.acquire(AcquireRequest {
+            worker_id: "w",
+            workflows,
+            lease,
+            limit,
+            now,
+        }))
+        .await
+        .unwrap()
+    }
+
+    fn step_done(at: SystemTime, n: u32) -> NewEvent {
+        NewEvent {
+            at,
+            event: Event::StepCompleted {
+                step_id: format!("s{n}"),
+                result: Ok(json!(n)),
+            },
+        }
+    }
+
+    fn start_hook(token: &str, retain_until: Option<SystemTime>) -> Option<StartHook> {
+        Some(StartHook {
+            token: token.to_owned(),
+            retain_until,
+        })
+    }
+
+    /// Starts a run of `hooked` claiming `token`.
+    async fn start(
+        store: &PostgresStore,
+        token: &str,
+        retain_until: Option<SystemTime>,
+        at: SystemTime,
+    ) -> (RunId, Admission) {
+        let id = RunId::new();
+        let admission = within(store.create_run(NewRun {
+            id,
+            workflow: "hooked".to_owned(),
+            input: json!([]),
+            created_at: at,
+            hook: start_hook(token, retain_until),
+        }))
+        .await
+        .unwrap();
+        (id, admission)
+    }
+
+    async fn lease_one(store: &PostgresStore, id: RunId, now: SystemTime) -> Lease {
+        let got = acquire(
+            store,
+            &names(&["hooked", "orders"]),
+            now,
+            Duration::from_secs(600),
+            100,
+        )
+        .await;
+        got.into_iter()
+            .find(|r| r.run.id == id)
+            .unwrap_or_else(|| panic!("run {id} was not acquirable at {now:?}"))
+            .lease
+    }
+
+    async fn owner(store: &PostgresStore, token: &str) -> Option<RunId> {
+        within(store.get_hook(token))
+            .await
+            .unwrap()
+            .map(|h| h.run_id)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Connecting and migrating
+
+    #[tokio::test]
+    async fn rejects_invalid_schema_names_before_connecting() {
+        let long = "a".repeat(64);
+        for bad in [
+            "", "1abc", "bad-name", "a\"b", "a b", "pg_temp", "PG_x", "ünï", &long,
+        ] {
+            let err = PostgresStore::connect("postgres://nobody@127.0.0.1:1/none", bad)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&err, StoreError::Database(m) if m.contains("invalid PostgreSQL schema name")),
+                "{bad:?}: {err:?}"
+            );
+        }
+        assert!(check_schema_name(&"a".repeat(63)).is_ok());
+        assert!(check_schema_name("_Workflow_2").is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_database_is_an_error_naming_it_without_the_password() {
+        let err = within(PostgresStore::connect(
+            "postgres://alice:s3cret@127.0.0.1:1/orders",
+            "workflow",
+        ))
+        .await
+        .unwrap_err();
+        let StoreError::Database(msg) = &err else {
+            panic!("expected Database, got {err:?}");
+        };
+        assert!(
+            msg.contains("cannot connect to PostgreSQL at alice@127.0.0.1:1/orders"),
+            "{msg}"
+        );
+        assert!(!msg.contains("s3cret"), "{msg}");
+
+        let err = within(PostgresStore::connect("not a url", "workflow"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Database(m) if m.contains("invalid PostgreSQL URL")),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_connects_of_a_new_schema_migrate_once() {
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        let connects: Vec<_> = (0..4)
+            .map(|_| {
+                let (url, name) = (schema.url.clone(), schema.name.clone());
+                tokio::spawn(async move { PostgresStore::connect(&url, &name).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for c in connects {
+            stores.push(within(c).await.unwrap().unwrap());
+        }
+        let id = create(&stores[0], "orders", t(0)).await;
+        for store in &stores {
+            assert!(within(store.get_run(&id)).await.unwrap().is_some());
+        }
+
+        let versions = || async {
+            let mut conn = schema.raw().await;
+            sqlx::query_as::<_, (i32, String)>(&format!(
+                "SELECT version, name FROM {} ORDER BY version",
+                schema.table("workflow_migrations")
+            ))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+        };
+        let expected: Vec<(i32, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (m.version, m.name.to_owned()))
+            .collect();
+        assert_eq!(versions().await, expected);
+        assert_eq!(expected.len(), SCHEMA_VERSION as usize);
+
+        // Connecting again migrates nothing and keeps the data.
+        let again = schema.connect().await;
+        assert_eq!(versions().await, expected);
+        assert!(within(again.get_run(&id)).await.unwrap().is_some());
+
+        let mut conn = schema.raw().await;
+        let objects: Vec<String> = sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'i') ORDER BY 1",
+        )
+        .bind(&schema.name)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(
+            objects,
+            [
+                "events",
+                "events_pkey",
+                "hook_inbox",
+                "hook_inbox_pkey",
+                "hook_inbox_run",
+                "hooks",
+                "hooks_pkey",
+                "hooks_run",
+                "runs",
+                "runs_created",
+                "runs_pkey",
+                "runs_ready",
+                "workflow_migrations",
+                "workflow_migrations_pkey"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_a_schema_of_a_newer_version() {
+        let (schema, store) = fresh!();
+        drop(store);
+        schema
+            .exec(&format!(
+                "INSERT INTO {} (version, name, applied_at) VALUES (2, 'from the future', 0)",
+                schema.table("workflow_migrations")
+            ))
+            .await;
+        let err = within(PostgresStore::connect(&schema.url, &schema.name))
+            .await
+            .unwrap_err();
+        let StoreError::Incompatible(msg) = &err else {
+            panic!("expected Incompatible, got {err:?}");
+        };
+        assert!(msg.contains(&format!("schema `{}`", schema.name)), "{msg}");
+        assert!(msg.contains("schema version 2"), "{msg}");
+        assert!(msg.contains("versions up to 1"), "{msg}");
+        assert_eq!(schema.count("workflow_migrations").await, 2);
+    }
+
+    #[tokio::test]
+    async fn refuses_a_schema_holding_other_tables() {
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        schema
+            .exec(&format!(
+                "CREATE SCHEMA {0}; CREATE TABLE {0}.users (id INT); CREATE TABLE {0}.orders (id INT);",
+                quote_ident(&schema.name)
+            ))
+            .await;
+        let err = within(PostgresStore::connect(&schema.url, &schema.name))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Incompatible(m)
+                if m.contains("is not a workflow-rs store (it has tables `orders`, `users`)")),
+            "{err:?}"
+        );
+        assert_eq!(schema.count("users").await, 0);
+
+        // An empty schema made by someone else is fine.
+        let Some(empty) = TestSchema::new() else {
+            return;
+        };
+        empty
+            .exec(&format!("CREATE SCHEMA {}", quote_ident(&empty.name)))
+            .await;
+        let store = empty.connect().await;
+        create(&store, "orders", t(0)).await;
+    }
+
+    #[tokio::test]
+    async fn drop_schema_removes_everything() {
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        let store = schema.connect().await;
+        assert_eq!(store.schema(), schema.name);
+        create(&store, "orders", t(0)).await;
+        within(store.drop_schema()).await.unwrap();
+        let mut conn = schema.raw().await;
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+            .bind(&schema.name)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(left, 0);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Runs and leases
+
+    #[tokio::test]
+    async fn create_acquire_append_complete_round_trip() {
+        let (schema, store) = fresh!();
+        let id = create(&store, "orders", t(0)).await;
+        assert!(matches!(
+            within(store.create_run(NewRun {
+                id,
+                workflow: "orders".into(),
+                input: json!(null),
+                created_at: t(0),
+                hook: None,
+            }))
+            .await,
+            Err(StoreError::Database(m)) if m.contains("already exists")
+        ));
+        assert!(within(store.events(&id)).await.unwrap().is_empty());
+        assert!(within(store.get_run(&RunId::new()))
+            .await
+            .unwrap()
+            .is_none());
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(
+            (run.status, &run.input, run.created_at, run.updated_at),
+            (RunStatus::Pending, &json!([1, "two"]), t(0), t(0))
+        );
+
+        let wf = names(&["orders"]);
+        let got = acquire(&store, &wf, t(10), Duration::from_secs(30), 10).await;
+        assert_eq!(got.len(), 1);
+        let leased = &got[0];
+        assert_eq!(
+            leased.lease,
+            Lease {
+                run_id: id,
+                epoch: 1
+            }
+        );
+        assert_eq!(leased.run.status, RunStatus::Running);
+        assert!(leased.events.is_empty());
+
+        // Exact JSON round trip, including what JSONB would have rewritten.
+        let input = json!({"z": 1, "a": "\u{0}", "n": 1.5e300, "big": u64::MAX});
+        let scheduled = NewEvent {
+            at: t(11),
+            event: Event::StepScheduled {
+                step_id: "s1".into(),
+                name: "charge".into(),
+                input: input.clone(),
+            },
+        };
+        within(store.append(
+            &leased.lease,
+            ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
+        ))
+        .await
+        .unwrap();
+        let done = NewEvent {
+            at: t(13),
+            event: Event::RunCompleted {
+                output: json!("ok"),
+            },
+        };
+        within(store.append(
+            &leased.lease,
+            ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
+        ))
+        .await
+        .unwrap();
+
+        let events = within(store.events(&id)).await.unwrap();
+        let expect: Vec<EventRecord> = [scheduled, step_done(t(12), 1), done]
+            .into_iter()
+            .zip(1..)
+            .map(|(e, seq)| EventRecord {
+                seq,
+                at: e.at,
+                event: e.event,
+            })
+            .collect();
+        assert_eq!(events, expect);
+
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        assert_eq!(run.output, Some(json!("ok")));
+        assert_eq!(run.error, None);
+        assert_eq!(run.updated_at, t(13));
+
+        // Ended: no more writes, not acquirable, and `kind` is queryable.
+        assert!(matches!(
+            within(store.append(&leased.lease, ap(vec![step_done(t(14), 2)], None))).await,
+            Err(StoreError::LeaseLost(r)) if r == id
+        ));
+        assert!(
+            acquire(&store, &wf, t(100_000), Duration::from_secs(30), 10)
+                .await
+                .is_empty()
+        );
+        let mut conn = schema.raw().await;
+        let kinds: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT kind FROM {} WHERE run_id = $1 ORDER BY seq",
+            schema.table("events")
+        ))
+        .bind(id.to_string())
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(kinds, ["step_scheduled", "step_completed", "run_completed"]);
+    }
+
+    #[tokio::test]
+    async fn failure_outcome_records_the_error() {
+        let (_schema, store) = fresh!();
+        let id = create(&store, "orders", t(0)).await;
+        let got = acquire(
+            &store,
+            &names(&["orders"]),
+            t(0),
+            Duration::from_secs(30),
+            1,
+        )
+        .await;
+        let error = Error::fatal("card declined");
+        within(store.append(
+            &got[0].lease,
+            ap(
+                vec![NewEvent {
+                    at: t(5),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error.clone())),
+            ),
+        ))
+        .await
+        .unwrap();
+        let run = within(store.get_run(&id)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        assert_eq!(run.error, Some(error));
+        assert_eq!(run.output, None);
+    }
+
+    #[tokio::test]
+    async fn a_stale_epoch_cannot_write_after_a_takeover() {
+        let (_schema, store) = fresh!();
+        let id = create(&store, "orders", t(0)).await;
+        let wf = names(&["orders"]);
+        let lease = Duration::from_secs(10);
+
+        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
+        within(store.append(&first.lease, ap(vec![step_done(t(1), 1)], None)))
+            .await
+            .unwrap();
+        // Still live: nobody else gets it.
+        assert!(acquire(&store, &wf, t(9_999), lease, 1).await.is_empty());
+        // Expired: the next worker takes over with a new epoch and the history so far.
+        let second = acquire(&store, &wf, t(10_000), lease, 1).await.remove(0);
+        assert_eq!(second.lease.epoch, first.lease.epoch + 1);
+        assert_eq!(second.events.len(), 1);
+
+        let stale = within(store.append(
+            &first.lease,
+            ap(
+                vec![step_done(t(10_001), 2)],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
+        ))
+        .await;
+        assert!(
+            matches!(stale, Err(StoreError::LeaseLost(r)) if r == id),
+            "{stale:?}"
+        );
+        assert!(matches!(
+            within(store.release(&first.lease, t(0), 0)).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert!(matches!(
+            within(store.claim_hook(&first.lease, "hk_1", "tok", t(2))).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert_eq!(owner(&store, "tok").await, None);
+        assert_eq!(within(store.events(&id)).await.unwrap().len(), 1);
+        assert_eq!(
+            within(store.get_run(&id)).await.unwrap().unwrap().status,
+            RunStatus::Running
+        );
+
+        within(store.append(&second.lease, ap(vec![step_done(t(10_002), 2)], None)))
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = within(store.events(&id))
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn acquire_respects_workflows_wake_time_leases_and_order() {
+        let (_schema, store) = fresh!();
+        let late = create(&store, "orders", t(500)).await;
+        let early = create(&store, "orders", t(100)).await;
+        let other = create(&store, "emails", t(0)).await;
+        let future = create(&store, "orders", t(10_000)).await;
+        let lease = Duration::from_secs(60);
+
+        assert!(acquire(&store, &names(&["nothing"]), t(1_000), lease, 10)
+            .await
+            .is_empty());
+        assert!(acquire(&store, &[], t(1_000), lease, 10).await.is_empty());
+        assert!(acquire(&store, &names(&["orders"]), t(1_000), lease, 0)
+            .await
+            .is_empty());
+
+        let got = acquire(&store, &names(&["orders"]), t(1_000), lease, 1).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(ids, [early]);
+        let got = acquire(&store, &names(&["orders", "emails"]), t(1_000), lease, 10).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(
+            ids,
+            [other, late],
+            "earliest wake time first; live leases and future runs skipped"
+        );
+
+        assert!(
+            acquire(&store, &names(&["orders", "emails"]), t(9_999), lease, 10)
+                .await
+                .is_empty()
+        );
+        let got = acquire(&store, &names(&["orders"]), t(10_000), lease, 10).await;
+        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+        assert_eq!(ids, [future]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_acquirers_never_share_a_run() {
+        let (schema, a) = fresh!();
+        let b = schema.connect().await;
+        let creates: Vec<_> = (0..200)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move { create(&store, "shared", t(i)).await })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for c in creates {
+            all.insert(within(c).await.unwrap());
+        }
+
+        let workers: Vec<_> = [a.clone(), b.clone(), a.clone(), b.clone()]
+            .into_iter()
+            .map(|store| {
+                tokio::spawn(async move {
+                    let wf = names(&["shared"]);
+                    let mut mine = Vec::new();
+                    loop {
+                        let got = acquire(&store, &wf, t(1_000), Duration::from_secs(600), 3).await;
+                        if got.is_empty() {
+                            return mine;
+                        }
+                        mine.extend(got.into_iter().map(|r| (r.run.id, r.lease.epoch)));
+                    }
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        let mut per_worker = Vec::new();
+        for w in workers {
+            let mine = within(w).await.unwrap();
+            per_worker.push(mine.len());
+            for (id, epoch) in mine {
+                assert_eq!(epoch, 1, "run {id} was leased twice");
+                assert!(seen.insert(id), "run {id} was handed out twice");
+            }
+        }
+        assert_eq!(seen, all, "shares per worker: {per_worker:?}");
+    }
+
+    #[tokio::test]
+    async fn release_with_a_future_wake_time() {
+        let (_schema, store) = fresh!();
+        let id = create(&store, "timers", t(0)).await;
+        let wf = names(&["timers"]);
+        let lease = Duration::from_secs(60);
+        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
+        within(store.release(&first.lease, t(5_000), 0))
+            .await
+            .unwrap();
+
+        assert!(acquire(&store, &wf, t(4_999), lease, 1).await.is_empty());
+        // Released means no lease holds it: heartbeat and writes under the old lease fail.
+        assert_eq!(
+            within(store.heartbeat(std::slice::from_ref(&first.lease), lease, t(1)))
+                .await
+                .unwrap(),
+            [id]
+        );
+        assert!(matches!(
+            within(store.append(&first.lease, ap(vec![], None))).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        let again = acquire(&store, &wf, t(5_000), lease, 1).await.remove(0);
+        assert_eq!(
+            again.lease,
+            Lease {
+                run_id: id,
+                epoch: 2
+            }
+        );
+        assert_eq!(again.run.status, RunStatus::Running);
+    }
+
+    #[tokio::test]
+    async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
+        let (_schema, store) = fresh!();
+        let wf = names(&["orders"]);
+        let lease = Duration::from_secs(10);
+        let kept = create(&store, "orders", t(0)).await;
+        let taken = create(&store, "orders", t(1)).await;
+        let cancelled = create(&store, "orders", t(2)).await;
+        let ended = create(&store, "orders", t(3)).await;
+        let mine = acquire(&store, &wf, t(0), lease, 10).await;
+        assert_eq!(mine.len(), 1);
+        let mine: Vec<Lease> = [mine, acquire(&store, &wf, t(3), lease, 10).await]
+            .concat()
+            .into_iter()
+            .map(|r| r.lease)
+            .collect();
+        assert_eq!(
+            mine.iter().map(|l| l.run_id).collect::<Vec<_>>(),
+            [kept, taken, cancelled, ended]
+        );
+
+        // Extended until t(19_000): a takeover at t(15_000) must fail for `kept`.
+        assert!(within(store.heartbeat(&mine, lease, t(9_000)))
+            .await
+            .unwrap()
+            .is_empty());
+        within(store.cancel(&cancelled, t(9_500))).await.unwrap();
+        within(store.append(
+            &mine[3],
+            ap(vec![], Some(RunOutcome::Completed(json!(null)))),
+        ))
+        .await
+        .unwrap();
+        within(store.release(&mine[1], t(0), 0)).await.unwrap();
+        let over = acquire(&store, &wf, t(15_000), lease, 10).await;
+        assert_eq!(over.iter().map(|r| r.run.id).collect::<Vec<_>>(), [taken]);
+
+        let lost = within(store.heartbeat(&mine, lease, t(16_000)))
+            .await
+            .unwrap();
+        assert_eq!(lost, [taken, cancelled, ended]);
+        // The new holder's lease is live; a lease with a made-up epoch is not.
+        let fake = Lease {
+            run_id: kept,
+            epoch: 99,
+        };
+        assert_eq!(
+            within(store.heartbeat(&[over[0].lease.clone(), fake], lease, t(16_000)))
+                .await
+                .unwrap(),
+            [kept]
+        );
+        assert!(within(store.heartbeat(&[], lease, t(16_000)))
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn cancel_running_ended_and_unknown_runs() {
+        let (_schema, store) = fresh!();
+        let wf = names(&["orders"]);
+        let running = create(&store, "orders", t(0)).await;
+        let pending = create(&store, "orders", t(50_000)).await;
+        let leased = acquire(&store, &wf, t(0), Duration::from_secs(60), 1)
+            .await
+            .remove(0);
+        within(store.append(&leased.lease, ap(vec![step_done(t(1), 1)], None)))
+            .await
+            .unwrap();
+
+        assert_eq!(
+            within(store.cancel(&running, t(2))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        let run = within(store.get_run(&running)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Cancelled);
+        assert_eq!(run.updated_at, t(2));
+        assert_eq!(run.error, Some(Error::cancelled(&running)));
+        let events = within(store.events(&running)).await.unwrap();
+        assert_eq!(
+            events.last().unwrap(),
+            &EventRecord {
+                seq: 2,
+                at: t(2),
+                event: Event::RunCancelled
+            }
+        );
+        // The worker's lease is gone, and the run is never handed out again.
+        assert!(matches!(
+            within(store.append(&leased.lease, ap(vec![step_done(t(3), 2)], None))).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert!(
+            acquire(&store, &wf, t(100_000), Duration::from_secs(60), 10)
+                .await
+                .iter()
+                .all(|r| r.run.id != running)
+        );
+        assert_eq!(
+            within(store.cancel(&running, t(3))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+        );
+        assert_eq!(within(store.events(&running)).await.unwrap().len(), 2);
+
+        assert_eq!(
+            within(store.cancel(&pending, t(4))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        let unknown = RunId::new();
+        assert!(matches!(
+            within(store.cancel(&unknown, t(5))).await,
+            Err(StoreError::RunNotFound(r)) if r == unknown
+        ));
+
+        // A completed run stays completed.
+        let done = create(&store, "orders", t(0)).await;
+        let lease = lease_one(&store, done, t(200_000)).await;
+        within(store.append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(7))))))
+            .await
+            .unwrap();
+        assert_eq!(
+            within(store.cancel(&done, t(9))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Completed)
+        );
+        let run = within(store.get_run(&done)).await.unwrap().unwrap();
+        assert_eq!((run.status, run.error), (RunStatus::Completed, None));
+    }
+
+    #[tokio::test]
+    async fn undecodable_rows_are_reported_as_corrupt() {
+        let (schema, store) = fresh!();
+        let id = create(&store, "orders", t(0)).await;
+        let good = create(&store, "orders", t(1)).await;
+        schema
+            .exec(&format!(
+                "UPDATE {} SET input = 'not json' WHERE id = '{id}';
+                 INSERT INTO {} (run_id, seq, at, kind, data) VALUES ('{id}', 1, 0, 'x', '{{}}');",
+                schema.table("runs"),
+                schema.table("events"),
+            ))
+            .await;
+
+        let err = within(store.get_run(&id)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("input")),
+            "{err:?}"
+        );
+        let err = within(store.events(&id)).await.unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("event 1")),
+            "{err:?}"
+        );
+        // One bad run does not stall the others.
+        let got = acquire(
+            &store,
+            &names(&["orders"]),
+            t(10),
+            Duration::from_secs(60),
+            10,
+        )
+        .await;
+        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [good]);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Hooks and idempotent starts
+
+    #[tokio::test]
+    async fn a_start_whose_token_is_taken_writes_nothing() {
+        let (schema, store) = fresh!();
+        let (first, admitted) = start(&store, "order:1", None, t(0)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        let run = within(store.get_run(&first)).await.unwrap().unwrap();
+        assert_eq!(run.hook_token.as_deref(), Some("order:1"));
+        assert_eq!(
+            within(store.get_hook("order:1")).await.unwrap(),
+            Some(HookRecord {
+                token: "order:1".to_owned(),
+                run_id: first,
+                created_at: t(0),
+            })
+        );
+        let (second, conflict) = start(&store, "order:1", None, t(5)).await;
+        assert_eq!(conflict, Admission::Conflict(first));
+        assert!(within(store.get_run(&second)).await.unwrap().is_none());
+        let mut counts = Vec::new();
+        for table in ["runs", "events", "hooks", "hook_inbox"] {
+            counts.push(schema.count(table).await);
+        }
+        assert_eq!(counts, [1, 0, 1, 0]);
+
+        // An existing id is an error before any claim.
+        let again = within(store.create_run(NewRun {
+            id: first,
+            workflow: "hooked".into(),
+            input: json!([]),
+            created_at: t(6),
+            hook: start_hook("order:2", None),
+        }))
+        .await;
+        assert!(
+            matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
+            "{again:?}"
+        );
+        assert_eq!(owner(&store, "order:2").await, None);
+        let plain = create(&store, "orders", t(7)).await;
+        let run = within(store.get_run(&plain)).await.unwrap().unwrap();
+        assert_eq!(run.hook_token, None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_starts_with_one_token_admit_exactly_one() {
+        let (schema, a) = fresh!();
+        let b = schema.connect().await;
+        let tasks: Vec<_> = (0..200)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move {
+                    let id = RunId::new();
+                    let admission = store
+                        .create_run(NewRun {
+                            id,
+                            workflow: "hooked".to_owned(),
+                            input: json!([i]),
+                            created_at: t(0),
+                            hook: start_hook("solo", None),
+                        })
+                        .await
+                        .unwrap();
+                    (id, admission)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(within(task).await.unwrap());
+        }
+        let winners: Vec<RunId> = results
+            .iter()
+            .filter(|(_, a)| *a == Admission::Admitted)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(winners.len(), 1, "{results:?}");
+        let winner = winners[0];
+        for (id, admission) in &results {
+            if *id != winner {
+                assert_eq!(*admission, Admission::Conflict(winner));
+            }
+        }
+        assert_eq!(owner(&a, "solo").await, Some(winner));
+        assert_eq!(schema.count("runs").await, 1);
+        assert_eq!(schema.count("hooks").await, 1);
+    }
+
+    #[tokio::test]
+    async fn claims_releases_and_retention() {
+        let (schema, store) = fresh!();
+        let (keeper, _) = start(&store, "keep", Some(t(1_000)), t(0)).await;
+        let claimer = create(&store, "orders", t(1)).await;
+        let keeper_lease = lease_one(&store, keeper, t(0)).await;
+        let lease = lease_one(&store, claimer, t(1)).await;
+
+        // Taken by an active start hook; the owner claiming it again names itself.
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_1", "keep", t(10)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        assert_eq!(
+            within(store.claim_hook(&keeper_lease, "hk_1", "keep", t(11)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        assert_eq!(
+            within(store.events(&claimer)).await.unwrap(),
+            [EventRecord {
+                seq: 1,
+                at: t(10),
+                event: Event::HookRegistered {
+                    hook_key: "hk_1".into(),
+                    token: "keep".into(),
+                    conflict: Some(keeper),
+                },
+            }]
+        );
+
+        // Ended with retention: released (no owner, unresumable) but not free until t(1_000).
+        within(store.append(
+            &keeper_lease,
+            ap(
+                vec![NewEvent {
+                    at: t(20),
+                    event: Event::RunCompleted { output: json!(1) },
+                }],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, None);
+        assert_eq!(
+            within(store.resume_hook("keep", json!("late"), t(21)))
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(schema.count("hook_inbox").await, 0);
+        assert_eq!(
+            start(&store, "keep", None, t(500)).await.1,
+            Admission::Conflict(keeper)
+        );
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_2", "keep", t(999)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Conflict(keeper)
+        );
+        // Retention over: the next claim replaces the row.
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_3", "keep", t(1_000)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(
+            within(store.get_hook("keep")).await.unwrap(),
+            Some(HookRecord {
+                token: "keep".into(),
+                run_id: claimer,
+                created_at: t(1_000),
+            })
+        );
+        let seqs: Vec<(u64, Option<RunId>)> = within(store.events(&claimer))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| match e.event {
+                Event::HookRegistered { conflict, .. } => (e.seq, conflict),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs, [(1, Some(keeper)), (2, Some(keeper)), (3, None)]);
+
+        // A stale lease claims nothing and records nothing.
+        let stale = Lease {
+            run_id: claimer,
+            epoch: lease.epoch + 1,
+        };
+        assert!(matches!(
+            within(store.claim_hook(&stale, "hk_4", "fresh", t(1_000))).await,
+            Err(StoreError::LeaseLost(r)) if r == claimer
+        ));
+        assert_eq!(owner(&store, "fresh").await, None);
+        assert_eq!(within(store.events(&claimer)).await.unwrap().len(), 3);
+
+        // Released without retention: free at once, its row gone.
+        let released = NewEvent {
+            at: t(1_001),
+            event: Event::HookReleased {
+                hook_key: "hk_3".into(),
+                token: "keep".into(),
+            },
+        };
+        within(store.append(
+            &lease,
+            Append {
+                events: vec![released.clone()],
+                release_tokens: vec!["keep".into()],
+                outcome: None,
+            },
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, None);
+        assert_eq!(schema.count("hooks").await, 0);
+        let (next, admitted) = start(&store, "keep", None, t(1_002)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        // Releasing a token one does not own changes nothing.
+        within(store.append(
+            &lease,
+            Append {
+                events: vec![],
+                release_tokens: vec!["keep".into()],
+                outcome: None,
+            },
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "keep").await, Some(next));
+        // A fenced-off release releases nothing either.
+        assert!(matches!(
+            within(store.append(
+                &stale,
+                Append {
+                    events: vec![],
+                    release_tokens: vec!["keep".into()],
+                    outcome: None,
+                },
+            ))
+            .await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        let last = within(store.events(&claimer)).await.unwrap();
+        assert_eq!(last.last().unwrap().event, released.event);
+    }
+
+    #[tokio::test]
+    async fn run_end_and_cancel_release_tokens() {
+        let (schema, store) = fresh!();
+        let (failing, _) = start(&store, "a", None, t(0)).await;
+        let lease = lease_one(&store, failing, t(0)).await;
+        assert_eq!(
+            within(store.claim_hook(&lease, "hk_1", "b", t(1)))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        assert_eq!(owner(&store, "b").await, Some(failing));
+        let error = Error::fatal("boom");
+        within(store.append(
+            &lease,
+            ap(
+                vec![NewEvent {
+                    at: t(2),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error)),
+            ),
+        ))
+        .await
+        .unwrap();
+        assert_eq!(owner(&store, "a").await, None);
+        assert_eq!(owner(&store, "b").await, None);
+        assert_eq!(schema.count("hooks").await, 0);
+        assert_eq!(start(&store, "a", None, t(3)).await.1, Admission::Admitted);
+
+        // Cancelled while pending.
+        let (cancelled, _) = start(&store, "c", None, t(0)).await;
+        assert_eq!(
+            within(store.cancel(&cancelled, t(4))).await.unwrap(),
+            CancelOutcome::Cancelled
+        );
+        assert_eq!(owner(&store, "c").await, None);
+        assert_eq!(start(&store, "c", None, t(5)).await.1, Admission::Admitted);
+
+        // Cancelled with retention: unavailable until it ends.
+        let (retained, _) = start(&store, "d", Some(t(5_000)), t(0)).await;
+        within(store.cancel(&retained, t(10))).await.unwrap();
+        assert_eq!(owner(&store, "d").await, None);
+        assert_eq!(
+            start(&store, "d", None, t(4_999)).await.1,
+            Admission::Conflict(retained)
+        );
+        let (late, admitted) = start(&store, "d", None, t(5_000)).await;
+        assert_eq!(admitted, Admission::Admitted);
+        assert_eq!(owner(&store, "d").await, Some(late));
+        assert_eq!(
+            within(store.cancel(&retained, t(6_000))).await.unwrap(),
+            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+        );
+        assert_eq!(owner(&store, "d").await, Some(late));
+    }
+
+    #[tokio::test]
+    async fn a_resume_before_the_hook_exists_delivers_nothing() {
+        let (schema, store) = fresh!();
+        assert_eq!(
+            within(store.resume_hook("later", json!(1), t(0)))
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(within(store.last_payload_id()).await.unwrap(), 0);
+        assert!(within(store.payloads_since(0, 10))
+            .await
+            .unwrap()
+            .is_empty());
+        // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
+        let (run, _) = start(&store, "later", None, t(50_000)).await;
+        assert!(acquire(
+            &store,
+            &names(&["hooked"]),
+            t(100),
+            Duration::from_secs(60),
+            10
+        )
+        .await
+        .is_empty());
+        assert_eq!(
+            within(store.resume_hook("later", json!({"n": 1}), t(100)))
+                .await
+                .unwrap(),
+            Some((run, 1))
+        );
+        let got = acquire(
+            &store,
+            &names(&["hooked"]),
+            t(100),
+            Duration::from_secs(60),
+            10,
+        )
+        .await;
+        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [run]);
+        assert_eq!(
+            within(store.payloads(&run, 0)).await.unwrap(),
+            [Payload {
+                id: 1,
+                token: "later".into(),
+                payload: json!({"n": 1}),
+            }]
+        );
+        assert!(within(store.payloads(&run, 1)).await.unwrap().is_empty());
+        assert_eq!(schema.count("hook_inbox").await, 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn payload_ids_follow_commit_order_under_concurrent_resumes() {
+        let (schema, a) = fresh!();
+        let b = schema.connect().await;
+        let reader = schema.connect().await;
+        const TOKENS: usize = 8;
+        const EACH: usize = 25;
+        let mut runs = Vec::new();
+        for i in 0..TOKENS {
+            runs.push(start(&a, &format!("tk{i}"), None, t(0)).await.0);
+        }
+
+        let (done_tx, done) = tokio::sync::watch::channel(false);
+        // A cursor reader like the runtime's: an id committed below the cursor is lost to it.
+        let cursor = tokio::spawn(async move {
+            let mut cursor = 0u64;
+            let mut seen = Vec::new();
+            loop {
+                let finished = *done.borrow();
+                let news = reader.payloads_since(cursor, 1_000).await.unwrap();
+                for (id, run) in news {
+                    assert!(id > cursor, "id {id} at cursor {cursor}");
+                    cursor = id;
+                    seen.push((id, run));
+                }
+                if finished {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+        let writers: Vec<_> = (0..TOKENS)
+            .map(|i| {
+                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move {
+                    let mut ids = Vec::new();
+                    for n in 0..EACH {
+                        let (_, id) = store
+                            .resume_hook(&format!("tk{i}"), json!({"n": n}), t(1))
+                            .await
+                            .unwrap()
+                            .unwrap();
+                        ids.push(id);
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for (i, w) in writers.into_iter().enumerate() {
+            let ids = within(w).await.unwrap();
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]),
+                "one sender's ids grow: {ids:?}"
+            );
+            // Each run's inbox holds its payloads in the order they were sent.
+            let inbox = within(a.payloads(&runs[i], 0)).await.unwrap();
+            assert_eq!(inbox.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
+            assert_eq!(
+                inbox.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
+                (0..EACH).map(|n| json!({"n": n})).collect::<Vec<_>>()
+            );
+            all.extend(ids.into_iter().map(|id| (id, runs[i])));
+        }
+        done_tx.send(true).unwrap();
+        let seen = within(cursor).await.unwrap();
+        all.sort();
+        assert_eq!(seen.len(), TOKENS * EACH, "the cursor skipped payloads");
+        assert_eq!(seen, all);
+        assert_eq!(
+            within(a.last_payload_id()).await.unwrap(),
+            all.last().unwrap().0
+        );
+        assert_eq!(
+            within(a.payloads_since(all[4].0, 3)).await.unwrap(),
+            all[5..8]
+        );
+    }
+
+    #[tokio::test]
+    async fn release_wakes_a_run_with_unseen_payloads() {
+        let (schema, store) = fresh!();
+        let (run, _) = start(&store, "w", None, t(0)).await;
+        let wf = names(&["hooked"]);
+        let lease = Duration::from_secs(600);
+        let wake_at = || async {
+            let mut conn = schema.raw().await;
+            sqlx::query_scalar::<_, i64>(&format!(
+                "SELECT wake_at FROM {} WHERE id = $1",
+                schema.table("runs")
+            ))
+            .bind(run.to_string())
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+        };
+
+        let held = lease_one(&store, run, t(0)).await;
+        let (_, p1) = within(store.resume_hook("w", json!(1), t(1)))
+            .await
+            .unwrap()
+            .unwrap();
+        // Everything seen: it sleeps until woken.
+        within(store.release(&held, never(), p1)).await.unwrap();
+        assert_eq!(wake_at().await, sql_time(never()));
+        let far = SystemTime::now() + Duration::from_secs(86_400);
+        assert!(acquire(&store, &wf, far, lease, 10).await.is_empty());
+
+        // A payload wakes it (at the payload's time).
+        let (_, p2) = within(store.resume_hook("w", json!(2), t(10)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(wake_at().await, sql_time(t(10)));
+        let held = lease_one(&store, run, t(10)).await;
+
+        // Released having seen only p1: p2 is waiting, so it is due now, not never.
+        let before = sql_time(SystemTime::now());
+        within(store.release(&held, never(), p1)).await.unwrap();
+        let woken = wake_at().await;
+        assert!(
+            woken >= before && woken <= sql_time(SystemTime::now()),
+            "{woken}"
+        );
+        let held = lease_one(&store, run, SystemTime::now() + Duration::from_secs(1)).await;
+        assert!(matches!(
+            within(store.release(
+                &Lease {
+                    epoch: 0,
+                    ..held.clone()
+                },
+                never(),
+                0
+            ))
+            .await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        within(store.release(&held, t(99), p2)).await.unwrap();
+        assert_eq!(wake_at().await, sql_time(t(99)));
+    }
+
+    /// One script of hook operations; its transcript must be the same on every store.
+    async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
+        let mut log = Vec::new();
+        macro_rules! note {
+            ($e:expr) => {
+                log.push(format!("{:?}", $e))
+            };
+        }
+        let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
+            id: ids[i],
+            workflow: "hooked".into(),
+            input: json!([i]),
+            created_at: t(at),
+            hook: token.map(|token| StartHook {
+                token: token.into(),
+                retain_until: retain.map(t),
+            }),
+        };
+        note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
+        note!(store.create_run(new_run(1, Some("x"), None, 1)).await);
+        note!(store.create_run(new_run(2, None, None, 2)).await);
+        note!(store.create_run(new_run(3, Some("y"), None, 3)).await);
+        note!(store.create_run(new_run(3, Some("q"), None, 3)).await);
+        let leased = store
+            .acquire(AcquireRequest {
+                worker_id: "w",
+                workflows: &names(&["hooked"]),
+                lease: Duration::from_secs(60),
+                limit: 10,
+                now: t(10),
+            })
+            .await
+            .unwrap();
+        note!(leased
+            .iter()
+            .map(|r| (&r.run, &r.lease, &r.events))
+            .collect::<Vec<_>>());
+        let lease = |i: usize| {
+            leased
+                .iter()
+                .find(|r| r.run.id == ids[i])
+                .unwrap()
+                .lease
+                .clone()
+        };
+        note!(store.claim_hook(&lease(2), "hk_1", "x", t(11)).await);
+        note!(store.claim_hook(&lease(2), "hk_2", "z", t(12)).await);
+        note!(store.claim_hook(&lease(2), "hk_3", "z", t(13)).await);
+        note!(store.resume_hook("z", json!("p1"), t(20)).await);
+        note!(store.resume_hook("y", json!("p2"), t(21)).await);
+        note!(store.resume_hook("nope", json!("p3"), t(22)).await);
+        note!(store.resume_hook("x", json!("p4"), t(23)).await);
+        note!(store.payloads(&ids[2], 0).await);
+        note!(store.payloads_since(0, 10).await);
+        note!(store.last_payload_id().await);
+        note!(store.get_hook("z").await);
+        note!(
+            store
+                .append(
+                    &lease(2),
+                    Append {
+                        events: vec![NewEvent {
+                            at: t(30),
+                            event: Event::HookReleased {
+                                hook_key: "hk_2".into(),
+                                token: "z".into(),
+                            },
+                        }],
+                        release_tokens: vec!["z".into(), "x".into()],
+                        outcome: None,
+                    }
+                )
+                .await
+        );
+        note!(store.get_hook("z").await);
+        note!(store.get_hook("x").await);
+        note!(store.resume_hook("z", json!("p5"), t(31)).await);
+        note!(
+            store
+                .append(
+                    &lease(0),
+                    ap(
+                        vec![NewEvent {
+                            at: t(40),
+                            event: Event::RunCompleted { output: json!(0) },
+                        }],
+                        Some(RunOutcome::Completed(json!(0)))
+                    )
+                )
+                .await
+        );
+        note!(store.get_hook("x").await);
+        note!(store.create_run(new_run(4, Some("x"), None, 100)).await);
+        note!(store.claim_hook(&lease(2), "hk_4", "x", t(299)).await);
+        note!(store.claim_hook(&lease(2), "hk_5", "x", t(300)).await);
+        note!(store.cancel(&ids[3], t(50)).await);
+        note!(store.get_hook("y").await);
+        note!(store.create_run(new_run(5, Some("y"), None, 51)).await);
+        note!(store.release(&lease(2), t(400), 0).await.is_ok());
+        note!(store.claim_hook(&lease(2), "hk_6", "w", t(401)).await);
+        for id in ids {
+            note!(store.get_run(id).await);
+            note!(store.events(id).await);
+            note!(store.payloads(id, 0).await);
+        }
+        log
+    }
+
+    #[tokio::test]
+    async fn hooks_behave_like_the_memory_store() {
+        let (_schema, store) = fresh!();
+        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+        let memory = super::super::memory::MemoryStore::new();
+        let expected = within(hook_script(&memory, &ids)).await;
+        let got = within(hook_script(&store, &ids)).await;
+        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+            assert_eq!(have, want, "step {n} differs from the memory store");
+        }
+        assert_eq!(got.len(), expected.len());
+    }
+
+    async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
+        let mut log = Vec::new();
+        macro_rules! note {
+            ($e:expr) => {
+                log.push(format!("{:?}", $e))
+            };
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let workflow = if i % 2 == 0 { "orders" } else { "hooked" };
+            let hook = (i % 2 == 1).then(|| StartHook {
+                token: format!("tok-{i}"),
+                retain_until: None,
+            });
+            // Two runs share an admission time: the id breaks the tie.
+            let at = t(10 * (i as u64 / 2 * 2));
+            note!(
+                store
+                    .create_run(NewRun {
+                        id: *id,
+                        workflow: workflow.into(),
+                        input: json!([i]),
+                        created_at: at,
+                        hook,
+                    })
+                    .await
+            );
+        }
+        note!(store.cancel(&ids[1], t(100)).await);
+        let leased = store
+            .acquire(AcquireRequest {
+                worker_id: "w",
+                workflows: &names(&["orders"]),
+                lease: Duration::from_secs(60),
+                limit: 10,
+                now: t(200),
+            })
+            .await
+            .unwrap();
+        let lease = leased
+            .iter()
+            .find(|r| r.run.id == ids[0])
+            .unwrap()
+            .lease
+            .clone();
+        note!(store.claim_hook(&lease, "hk_1", "extra", t(210)).await);
+        note!(
+            store
+                .append(
+                    &lease,
+                    ap(
+                        vec![NewEvent {
+                            at: t(220),
+                            event: Event::RunFailed {
+                                error: Error::fatal("no"),
+                            },
+                        }],
+                        Some(RunOutcome::Failed(Error::fatal("no")))
+                    )
+                )
+                .await
+        );
+        let filters = [
+            RunFilter::new(),
+            RunFilter::new().limit(2),
+            RunFilter::new().limit(0),
+            RunFilter::new().workflow("orders"),
+            RunFilter::new()
+                .workflow("hooked")
+                .status(RunStatus::Pending),
+            RunFilter::new().status(RunStatus::Running),
+            RunFilter::new().status(RunStatus::Failed),
+            RunFilter::new().status(RunStatus::Cancelled),
+            RunFilter::new().workflow("nope"),
+        ];
+        for f in &filters {
+            note!(store.list_runs(f).await);
+        }
+        let hook_filters = [
+            HookFilter::new(),
+            HookFilter::new().limit(1),
+            HookFilter::new().token("tok-3"),
+            HookFilter::new().token("tok-1"),
+            HookFilter::new().token("extra"),
+            HookFilter::new().run_id(ids[5]),
+            HookFilter::new().run_id(ids[5]).token("tok-3"),
+        ];
+        for f in &hook_filters {
+            note!(store.list_hooks(f).await);
+        }
+        log
+    }
+
+    #[tokio::test]
+    async fn listing_behaves_like_the_memory_store() {
+        let (schema, store) = fresh!();
+        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+        let memory = super::super::memory::MemoryStore::new();
+        let expected = within(listing_script(&memory, &ids)).await;
+        let got = within(listing_script(&store, &ids)).await;
+        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+            assert_eq!(have, want, "step {n} differs from the memory store");
+        }
+        assert_eq!(got.len(), expected.len());
+
+        // And what they agree on is right.
+        let listed = |f: RunFilter| {
+            let store = store.clone();
+            async move {
+                within(store.list_runs(&f))
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        // Newest first; equal admission times (0 and 1, 2 and 3, 4 and 5) by id, descending.
+        let mut newest_first = ids.clone();
+        newest_first.sort_by_key(|id| {
+            let i = ids.iter().position(|x| x == id).unwrap();
+            std::cmp::Reverse((i / 2, *id))
+        });
+        assert_eq!(listed(RunFilter::new()).await, newest_first);
+        assert_eq!(listed(RunFilter::new().limit(2)).await, newest_first[..2]);
+        assert_eq!(
+            listed(RunFilter::new().status(RunStatus::Failed)).await,
+            [ids[0]]
+        );
+        let hooks = within(store.list_hooks(&HookFilter::new())).await.unwrap();
+        let tokens: Vec<&str> = hooks.iter().map(|h| h.token.as_str()).collect();
+        // tok-1 went with the cancellation, `extra` with run 0's end.
+        assert_eq!(tokens, ["tok-5", "tok-3"]);
+        assert_eq!(hooks[0].run_id, ids[5]);
+        assert_eq!(hooks[0].created_at, t(40));
+
+        // A row that cannot be decoded is reported, not skipped.
+        schema
+            .exec(&format!(
+                "UPDATE {} SET input = 'not json' WHERE id = '{}'",
+                schema.table("runs"),
+                ids[2]
+            ))
+            .await;
+        let err = within(store.list_runs(&RunFilter::new()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&ids[2].to_string())),
+            "{err:?}"
+        );
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Notices
+
+    /// The next notice matching `want`, skipping others; fails after `NOTICE_WAIT`.
+    async fn expect_notice(
+        rx: &mut broadcast::Receiver<Notice>,
+        what: &str,
+        want: impl Fn(&Notice) -> bool,
+    ) -> Notice {
+        tokio::time::timeout(NOTICE_WAIT, async {
+            loop {
+                match rx.recv().await {
+                    Ok(n) if want(&n) => return n,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => {
+                        panic!("notices closed while waiting for {what}")
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {what} notice within {NOTICE_WAIT:?}"))
+    }
+
+    fn ready(n: &Notice) -> bool {
+        *n == Notice::RunsReady
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn notices_reach_every_process_of_the_schema() {
+        let (schema, a) = fresh!();
+        let b = schema.connect().await;
+        let mut rx_a = a.notices().unwrap();
+        let mut rx_b = b.notices().unwrap();
+        // Each listener announces its subscription with a RunsReady: from then on, nothing
+        // committed is missed.
+        expect_notice(&mut rx_a, "subscribed", ready).await;
+        expect_notice(&mut rx_b, "subscribed", ready).await;
+
+        // Admission, seen by both processes.
+        let (run, _) = start(&a, "tok", None, t(0)).await;
+        expect_notice(&mut rx_a, "RunsReady on create", ready).await;
+        expect_notice(&mut rx_b, "RunsReady on create", ready).await;
+
+        // A payload for a run nobody drives: Payload and RunsReady.
+        within(b.resume_hook("tok", json!(1), t(1))).await.unwrap();
+        let want = Notice::Payload(run);
+        expect_notice(&mut rx_a, "Payload on resume", |n| *n == want).await;
+        expect_notice(&mut rx_a, "RunsReady on resume", ready).await;
+
+        // Cancelled by the other process: RunEnded.
+        within(b.cancel(&run, t(2))).await.unwrap();
+        let want = Notice::RunEnded(run);
+        expect_notice(&mut rx_a, "RunEnded on cancel", |n| *n == want).await;
+
+        // Completed: RunEnded too.
+        let id = create(&b, "orders", t(0)).await;
+        let lease = lease_one(&b, id, t(10)).await;
+        within(b.append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(1))))))
+            .await
+            .unwrap();
+        let want = Notice::RunEnded(id);
+        expect_notice(&mut rx_a, "RunEnded on completion", |n| *n == want).await;
+
+        // Other schemas are other channels.
+        let (_other_schema, other) = fresh!();
+        let mut rx_other = other.notices().unwrap();
+        expect_notice(&mut rx_other, "subscribed", ready).await;
+        create(&a, "orders", t(0)).await;
+        expect_notice(&mut rx_a, "RunsReady on create", ready).await;
+        let stray = tokio::time::timeout(Duration::from_millis(300), rx_other.recv()).await;
+        assert!(stray.is_err(), "a notice crossed schemas: {stray:?}");
+    }
+
+    #[tokio::test]
+    async fn the_listener_ends_with_the_last_clone() {
+        let (_schema, store) = fresh!();
+        let clone = store.clone();
+        let mut rx = store.notices().unwrap();
+        expect_notice(&mut rx, "subscribed", ready).await;
+        drop(store);
+        create(&clone, "orders", t(0)).await;
+        expect_notice(&mut rx, "RunsReady while a clone lives", ready).await;
+        drop(clone);
+        within(async {
+            loop {
+                match rx.recv().await {
+                    Err(broadcast::error::RecvError::Closed) => break,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                }
+            }
+        })
+        .await;
+    }
+
+    #[test]
+    fn notice_payloads_round_trip() {
+        let id = RunId::new();
+        assert_eq!(parse_notice("r"), Some(Notice::RunsReady));
+        assert_eq!(parse_notice(&format!("p:{id}")), Some(Notice::Payload(id)));
+        assert_eq!(parse_notice(&format!("e:{id}")), Some(Notice::RunEnded(id)));
+        assert_eq!(parse_notice("p:nope"), None);
+        assert_eq!(parse_notice("x"), None);
+    }
+}
