@@ -1,12 +1,21 @@
-//! The real `workflow` binary against a SQLite file filled by real workflows: tables for people,
-//! `--json` for scripts, cancel and resume, and clear errors.
+//! The real `workflow` binary against a database filled by real workflows, on SQLite and on
+//! PostgreSQL: tables for people, `--json` for scripts, cancel and resume, and clear errors.
 
 mod common;
 
 use serde_json::{json, Value};
 use workflow_core::RunStatus;
 
-use common::{cli, fixture, until_status};
+use common::{cli, fixture, sqlite_args, until_status, Backend};
+
+on_both_stores!(
+    runs_lists_every_state_as_a_table_and_as_json,
+    run_shows_steps_attempts_hooks_and_sleeps,
+    events_lists_the_history,
+    hooks_lists_the_open_ones,
+    cancel_and_resume_move_runs_on,
+    unknown_ids_and_tokens_are_reported,
+);
 
 /// The rows of a table whose first column is `first`.
 fn row<'a>(table: &'a str, first: &str) -> &'a str {
@@ -24,10 +33,9 @@ fn ids(v: &Value) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_lists_every_state_as_a_table_and_as_json() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn runs_lists_every_state_as_a_table_and_as_json(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
 
     let table = cli(db, &["runs"]).await.ok();
     let header = table.lines().next().unwrap();
@@ -90,10 +98,9 @@ async fn runs_lists_every_state_as_a_table_and_as_json() {
     assert_eq!(none, "no runs\n");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_shows_steps_attempts_hooks_and_sleeps() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn run_shows_steps_attempts_hooks_and_sleeps(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
 
     // Completed after a retry: one step, two attempts.
     let text = cli(db, &["run", &f.completed.to_string()]).await.ok();
@@ -180,10 +187,9 @@ async fn run_shows_steps_attempts_hooks_and_sleeps() {
     assert_eq!(v["timers"][0]["status"], "abandoned");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_lists_the_history() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn events_lists_the_history(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
     let v = cli(db, &["events", &f.completed.to_string(), "--json"])
         .await
         .json();
@@ -217,10 +223,9 @@ async fn events_lists_the_history() {
     assert!(row(&text, "5").contains("run_completed"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hooks_lists_the_open_ones() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn hooks_lists_the_open_ones(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
     let text = cli(db, &["hooks"]).await.ok();
     assert!(text.starts_with("TOKEN"), "{text}");
     assert!(row(&text, &f.token).contains(&f.waiting.to_string()));
@@ -246,10 +251,9 @@ async fn hooks_lists_the_open_ones() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_and_resume_move_runs_on() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn cancel_and_resume_move_runs_on(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
 
     let out = cli(db, &["cancel", &f.sleeping.to_string()]).await.ok();
     assert_eq!(out, format!("cancelled run {}\n", f.sleeping));
@@ -291,10 +295,9 @@ async fn cancel_and_resume_move_runs_on() {
         .fails(1, "no active hook owns token");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn errors_are_clear() {
-    let f = fixture().await;
-    let db = Some(f.db.as_path());
+async fn unknown_ids_and_tokens_are_reported(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
     let absent = workflow_core::RunId::new().to_string();
 
     cli(db, &["run", &absent])
@@ -315,49 +318,52 @@ async fn errors_are_clear() {
     cli(db, &["resume", &f.token, "yes"])
         .await
         .fails(2, "malformed JSON payload");
+    cli(db, &["resume", &f.token, " "])
+        .await
+        .fails(2, "empty payload");
     cli(db, &["resume", "approval:nobody", "true"])
         .await
         .fails(1, "no active hook owns token \"approval:nobody\"");
-
-    // Databases that cannot be used.
-    let missing = f.dir.path().join("missing.db");
-    cli(Some(&missing), &["runs"])
-        .await
-        .fails(3, "the file does not exist");
-    assert!(!missing.exists(), "a missing database must not be created");
-    let not_a_db = f.dir.path().join("notes.txt");
-    std::fs::write(
-        &not_a_db,
-        "these are not the runs you are looking for\n".repeat(100),
-    )
-    .unwrap();
-    cli(Some(&not_a_db), &["runs"])
-        .await
-        .fails(3, "cannot open the database at");
-    #[cfg(not(feature = "postgres"))]
-    cli(
-        None,
-        &["--database-url", "postgres://127.0.0.1:1/none", "runs"],
-    )
-    .await
-    .fails(2, "built without PostgreSQL support");
-    #[cfg(feature = "postgres")]
-    cli(
-        None,
-        &[
-            "--database-url",
-            "postgres://nobody:secret@127.0.0.1:1/none",
-            "runs",
-        ],
-    )
-    .await
-    .fails(
-        3,
-        "cannot open the database at postgres://nobody@127.0.0.1:1/none",
-    );
+    // Nothing reached the waiting run.
+    assert_eq!(f.rt.store().payloads(&f.waiting, 0).await.unwrap(), []);
 
     // clap's own usage errors keep their status.
     let out = cli(db, &["runs", "--status", "sleeping"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("invalid value 'sleeping'"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_databases_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    cli(&sqlite_args(&missing), &["runs"])
+        .await
+        .fails(3, "the file does not exist");
+    assert!(!missing.exists(), "a missing database must not be created");
+
+    let not_a_db = dir.path().join("notes.txt");
+    let text = "these are not the runs you are looking for\n".repeat(100);
+    std::fs::write(&not_a_db, &text).unwrap();
+    cli(&sqlite_args(&not_a_db), &["runs"])
+        .await
+        .fails(3, "cannot open the database at");
+    assert_eq!(
+        std::fs::read_to_string(&not_a_db).unwrap(),
+        text,
+        "left untouched"
+    );
+
+    // Nothing listens on port 1.
+    let url = "postgres://nobody:secret@127.0.0.1:1/none";
+    let out = cli(&[], &["--database-url", url, "runs"]).await;
+    if cfg!(feature = "postgres") {
+        // The password stays out of the message.
+        out.fails(
+            3,
+            "cannot open the database at postgres://nobody@127.0.0.1:1/none",
+        );
+    } else {
+        out.fails(2, "built without PostgreSQL support");
+    }
 }

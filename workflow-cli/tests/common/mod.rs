@@ -1,6 +1,6 @@
-//! A SQLite file filled by real workflows — one run completed after a retry, one failed, one
-//! cancelled, one waiting on a hook, one sleeping — and a way to run the real `workflow` binary
-//! against it with a time limit.
+//! A database — a SQLite file, or a PostgreSQL schema — filled by real workflows: one run
+//! completed after a retry, one failed, one cancelled, one waiting on a hook, one sleeping; and
+//! a way to run the real `workflow` binary against it with a time limit.
 
 #![allow(dead_code)]
 
@@ -66,11 +66,144 @@ pub async fn approval(order: String) -> Result<String> {
     note(format!("order {order} approved={approved}")).await
 }
 
+/// The stores the command is tested on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The PostgreSQL URL for tests, or `None` to skip them (never under `CI=true`).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("WORKFLOW_TEST_DATABASE_URL must be set under CI=true")
+        }
+        _ => None,
+    }
+}
+
+/// Whether tests on `backend` run here (PostgreSQL needs the feature and a URL).
+pub fn available(backend: Backend) -> bool {
+    if backend == Backend::Sqlite {
+        return true;
+    }
+    if !cfg!(feature = "postgres") {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("under CI=true the PostgreSQL tests must run: build with --all-features");
+        }
+        eprintln!("skipped: built without the `postgres` feature");
+        return false;
+    }
+    let ok = postgres_url().is_some();
+    if !ok {
+        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+    }
+    ok
+}
+
+/// Generates one test per store for each listed `async fn name(Backend)`.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_both_stores!(@backend sqlite, Sqlite, $($name),*);
+        $crate::on_both_stores!(@backend postgres, Postgres, $($name),*);
+    };
+    (@backend $module:ident, $variant:ident, $($name:ident),*) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if $crate::common::available($crate::common::Backend::$variant) {
+                        super::$name($crate::common::Backend::$variant).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// One test's database: a SQLite file in a temporary folder, or a PostgreSQL schema of its
+/// own, dropped at the end.
+pub struct TestDb {
+    pub backend: Backend,
+    pub dir: tempfile::TempDir,
+    pub schema: String,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend) -> Self {
+        TestDb {
+            backend,
+            dir: tempfile::tempdir().unwrap(),
+            // `wf_t_*` schemas left by interrupted runs are dropped by .ci/run.
+            schema: format!("wf_t_cli_{}", RunId::new().to_string().to_lowercase()),
+        }
+    }
+
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.dir.path().join("runs.db")
+    }
+
+    fn builder(&self) -> workflow_core::RuntimeBuilder {
+        match self.backend {
+            Backend::Sqlite => Runtime::builder().sqlite(self.sqlite_path()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Runtime::builder()
+                .postgres(postgres_url().expect("checked by the test macro"))
+                .schema(&self.schema),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => unreachable!("postgres tests need the `postgres` feature"),
+        }
+    }
+
+    /// The arguments that point the command at this database.
+    pub fn args(&self) -> Vec<String> {
+        match self.backend {
+            Backend::Sqlite => vec!["--db".into(), self.sqlite_path().display().to_string()],
+            Backend::Postgres => vec![
+                "--database-url".into(),
+                postgres_url().unwrap_or_default(),
+                "--schema".into(),
+                self.schema.clone(),
+            ],
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        let (Some(url), schema) = (postgres_url(), self.schema.clone()) else {
+            return;
+        };
+        // Drop runs inside the test's runtime: clean up from a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(s) =
+                    workflow_core::store::postgres::PostgresStore::connect(&url, &schema).await
+                {
+                    let _ = s.drop_schema().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
 /// The filled database and the runtime that drives its runs (it stays a worker, so resumed and
 /// cancelled runs move on).
 pub struct Fixture {
-    pub dir: tempfile::TempDir,
-    pub db: PathBuf,
+    /// `--db <file>` or `--database-url <url> --schema <name>`.
+    pub store: Vec<String>,
     pub rt: Runtime,
     pub completed: RunId,
     pub failed: RunId,
@@ -78,19 +211,18 @@ pub struct Fixture {
     pub waiting: RunId,
     pub token: String,
     pub sleeping: RunId,
+    pub db: TestDb,
 }
 
-pub async fn fixture() -> Fixture {
-    tokio::time::timeout(WAIT, fill())
+pub async fn fixture(backend: Backend) -> Fixture {
+    tokio::time::timeout(WAIT, fill(TestDb::new(backend)))
         .await
         .expect("the fixture's runs did not reach their states in time")
 }
 
-async fn fill() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("runs.db");
-    let rt = Runtime::builder()
-        .sqlite(&db)
+async fn fill(db: TestDb) -> Fixture {
+    let rt = db
+        .builder()
         .retry_backoff(Duration::from_millis(20))
         .poll_interval(Duration::from_millis(50))
         .build()
@@ -118,8 +250,7 @@ async fn fill() -> Fixture {
     until_timer(&rt, sleeping.id()).await;
 
     Fixture {
-        db,
-        dir,
+        store: db.args(),
         completed: completed.id(),
         failed: failed.id(),
         cancelled: cancelled.id(),
@@ -127,6 +258,7 @@ async fn fill() -> Fixture {
         token,
         sleeping: sleeping.id(),
         rt,
+        db,
     }
 }
 
@@ -194,20 +326,19 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_workflow")
 }
 
-/// Runs `workflow --db <db> args..` (or without `--db` when `db` is `None`), killed after
-/// [`WAIT`].
-pub fn workflow(db: Option<&Path>, args: &[&str]) -> Output {
-    let mut cmd = Command::new(binary());
-    if let Some(db) = db {
-        cmd.arg("--db").arg(db);
-    }
-    cmd.args(args)
+/// Runs `workflow <store..> <args..>`, killed after [`WAIT`].
+pub fn workflow(store: &[String], args: &[&str]) -> Output {
+    let mut child = Command::new(binary())
+        .args(store)
+        .args(args)
         .env_remove("WORKFLOW_DB")
         .env_remove("WORKFLOW_DATABASE_URL")
+        .env_remove("WORKFLOW_SCHEMA")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("cannot start the workflow binary");
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start the workflow binary");
     let drain = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -240,13 +371,18 @@ pub fn workflow(db: Option<&Path>, args: &[&str]) -> Output {
 }
 
 /// [`workflow`] off the async threads, so this process's worker keeps running meanwhile.
-pub async fn cli(db: Option<&Path>, args: &[&str]) -> Output {
-    let db = db.map(Path::to_path_buf);
+pub async fn cli(store: &[String], args: &[&str]) -> Output {
+    let store = store.to_vec();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        workflow(db.as_deref(), &args)
+        workflow(&store, &args)
     })
     .await
     .unwrap()
+}
+
+/// `--db <path>`.
+pub fn sqlite_args(path: &Path) -> Vec<String> {
+    vec!["--db".into(), path.display().to_string()]
 }
