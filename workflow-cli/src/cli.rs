@@ -31,7 +31,14 @@ pub struct Cli {
     #[arg(long, global = true, env = "WORKFLOW_DB", value_name = "PATH")]
     pub db: Option<PathBuf>,
     /// A PostgreSQL URL (postgres://user@host:port/db); needs the `postgres` feature.
-    #[arg(long, global = true, env = "WORKFLOW_DATABASE_URL", value_name = "URL")]
+    // hide_env_values: `--help` would otherwise print the URL, password included.
+    #[arg(
+        long,
+        global = true,
+        env = "WORKFLOW_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub database_url: Option<String>,
     /// The PostgreSQL schema holding the tables.
     #[arg(
