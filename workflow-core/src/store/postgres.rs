@@ -1520,6 +1520,7 @@ fn db(e: sqlx::Error) -> StoreError {
 
 #[cfg(test)]
 mod tests {
+    use crate::store::conformance::{ap, hook_script, listing_script, names, t};
     use std::future::Future;
 
     use serde_json::json;
@@ -1535,11 +1536,6 @@ mod tests {
         tokio::time::timeout(WAIT, f)
             .await
             .expect("the store did not answer in time")
-    }
-
-    /// A fixed, millisecond-exact instant `ms` after a base time.
-    fn t(ms: u64) -> SystemTime {
-        from_millis(1_700_000_000_000 + ms)
     }
 
     /// The test database, or `None` (the test is skipped) when none is configured; under
@@ -1671,18 +1667,6 @@ mod tests {
     }
 
     /// A write of events and maybe the run's end.
-    fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
-        Append {
-            events,
-            release_tokens: Vec::new(),
-            outcome,
-        }
-    }
-
-    fn names(ws: &[&str]) -> Vec<String> {
-        ws.iter().map(|w| (*w).to_owned()).collect()
-    }
-
     async fn acquire(
         store: &PostgresStore,
         workflows: &[String],
@@ -2930,114 +2914,6 @@ mod tests {
         assert_eq!(wake_at().await, sql_time(t(99)));
     }
 
-    /// One script of hook operations; its transcript must be the same on every store.
-    async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
-        let mut log = Vec::new();
-        macro_rules! note {
-            ($e:expr) => {
-                log.push(format!("{:?}", $e))
-            };
-        }
-        let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
-            id: ids[i],
-            workflow: "hooked".into(),
-            input: json!([i]),
-            created_at: t(at),
-            hook: token.map(|token| StartHook {
-                token: token.into(),
-                retain_until: retain.map(t),
-            }),
-        };
-        note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
-        note!(store.create_run(new_run(1, Some("x"), None, 1)).await);
-        note!(store.create_run(new_run(2, None, None, 2)).await);
-        note!(store.create_run(new_run(3, Some("y"), None, 3)).await);
-        note!(store.create_run(new_run(3, Some("q"), None, 3)).await);
-        let leased = store
-            .acquire(AcquireRequest {
-                worker_id: "w",
-                workflows: &names(&["hooked"]),
-                lease: Duration::from_secs(60),
-                limit: 10,
-                now: t(10),
-            })
-            .await
-            .unwrap();
-        note!(leased
-            .iter()
-            .map(|r| (&r.run, &r.lease, &r.events))
-            .collect::<Vec<_>>());
-        let lease = |i: usize| {
-            leased
-                .iter()
-                .find(|r| r.run.id == ids[i])
-                .unwrap()
-                .lease
-                .clone()
-        };
-        note!(store.claim_hook(&lease(2), "hk_1", "x", t(11)).await);
-        note!(store.claim_hook(&lease(2), "hk_2", "z", t(12)).await);
-        note!(store.claim_hook(&lease(2), "hk_3", "z", t(13)).await);
-        note!(store.resume_hook("z", json!("p1"), t(20)).await);
-        note!(store.resume_hook("y", json!("p2"), t(21)).await);
-        note!(store.resume_hook("nope", json!("p3"), t(22)).await);
-        note!(store.resume_hook("x", json!("p4"), t(23)).await);
-        note!(store.payloads(&ids[2], 0).await);
-        note!(store.payloads_since(0, 10).await);
-        note!(store.last_payload_id().await);
-        note!(store.get_hook("z").await);
-        note!(
-            store
-                .append(
-                    &lease(2),
-                    Append {
-                        events: vec![NewEvent {
-                            at: t(30),
-                            event: Event::HookReleased {
-                                hook_key: "hk_2".into(),
-                                token: "z".into(),
-                            },
-                        }],
-                        release_tokens: vec!["z".into(), "x".into()],
-                        outcome: None,
-                    }
-                )
-                .await
-        );
-        note!(store.get_hook("z").await);
-        note!(store.get_hook("x").await);
-        note!(store.resume_hook("z", json!("p5"), t(31)).await);
-        note!(
-            store
-                .append(
-                    &lease(0),
-                    ap(
-                        vec![NewEvent {
-                            at: t(40),
-                            event: Event::RunCompleted { output: json!(0) },
-                        }],
-                        Some(RunOutcome::Completed(json!(0)))
-                    )
-                )
-                .await
-        );
-        note!(store.get_hook("x").await);
-        note!(store.create_run(new_run(4, Some("x"), None, 100)).await);
-        note!(store.claim_hook(&lease(2), "hk_4", "x", t(299)).await);
-        note!(store.claim_hook(&lease(2), "hk_5", "x", t(300)).await);
-        note!(store.cancel(&ids[3], t(50)).await);
-        note!(store.get_hook("y").await);
-        note!(store.create_run(new_run(5, Some("y"), None, 51)).await);
-        note!(store.release(&lease(2), t(400), 0).await.is_ok());
-        note!(store.claim_hook(&lease(2), "hk_6", "w", t(401)).await);
-        for id in ids {
-            note!(store.get_run(id).await);
-            note!(store.events(id).await);
-            note!(store.payloads(id, 0).await);
-        }
-        log
-    }
-
     #[tokio::test]
     async fn hooks_behave_like_the_memory_store() {
         let (_schema, store) = fresh!();
@@ -3049,98 +2925,6 @@ mod tests {
             assert_eq!(have, want, "step {n} differs from the memory store");
         }
         assert_eq!(got.len(), expected.len());
-    }
-
-    async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<String> {
-        let mut log = Vec::new();
-        macro_rules! note {
-            ($e:expr) => {
-                log.push(format!("{:?}", $e))
-            };
-        }
-        for (i, id) in ids.iter().enumerate() {
-            let workflow = if i % 2 == 0 { "orders" } else { "hooked" };
-            let hook = (i % 2 == 1).then(|| StartHook {
-                token: format!("tok-{i}"),
-                retain_until: None,
-            });
-            // Two runs share an admission time: the id breaks the tie.
-            let at = t(10 * (i as u64 / 2 * 2));
-            note!(
-                store
-                    .create_run(NewRun {
-                        id: *id,
-                        workflow: workflow.into(),
-                        input: json!([i]),
-                        created_at: at,
-                        hook,
-                    })
-                    .await
-            );
-        }
-        note!(store.cancel(&ids[1], t(100)).await);
-        let leased = store
-            .acquire(AcquireRequest {
-                worker_id: "w",
-                workflows: &names(&["orders"]),
-                lease: Duration::from_secs(60),
-                limit: 10,
-                now: t(200),
-            })
-            .await
-            .unwrap();
-        let lease = leased
-            .iter()
-            .find(|r| r.run.id == ids[0])
-            .unwrap()
-            .lease
-            .clone();
-        note!(store.claim_hook(&lease, "hk_1", "extra", t(210)).await);
-        note!(
-            store
-                .append(
-                    &lease,
-                    ap(
-                        vec![NewEvent {
-                            at: t(220),
-                            event: Event::RunFailed {
-                                error: Error::fatal("no"),
-                            },
-                        }],
-                        Some(RunOutcome::Failed(Error::fatal("no")))
-                    )
-                )
-                .await
-        );
-        let filters = [
-            RunFilter::new(),
-            RunFilter::new().limit(2),
-            RunFilter::new().limit(0),
-            RunFilter::new().workflow("orders"),
-            RunFilter::new()
-                .workflow("hooked")
-                .status(RunStatus::Pending),
-            RunFilter::new().status(RunStatus::Running),
-            RunFilter::new().status(RunStatus::Failed),
-            RunFilter::new().status(RunStatus::Cancelled),
-            RunFilter::new().workflow("nope"),
-        ];
-        for f in &filters {
-            note!(store.list_runs(f).await);
-        }
-        let hook_filters = [
-            HookFilter::new(),
-            HookFilter::new().limit(1),
-            HookFilter::new().token("tok-3"),
-            HookFilter::new().token("tok-1"),
-            HookFilter::new().token("extra"),
-            HookFilter::new().run_id(ids[5]),
-            HookFilter::new().run_id(ids[5]).token("tok-3"),
-        ];
-        for f in &hook_filters {
-            note!(store.list_hooks(f).await);
-        }
-        log
     }
 
     #[tokio::test]
