@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 
 use crate::context::invalid_token;
 use crate::driver::{Driver, Signals};
@@ -91,8 +91,9 @@ pub(crate) struct Inner {
     workflow_names: Vec<String>,
     active: Mutex<HashMap<RunId, Active>>,
     work: Notify,
-    /// Bumped whenever a run ends in this process, to wake `return_value` waiters.
-    ended: watch::Sender<u64>,
+    /// The id of every run that ends in this process (or, with a pushing store, anywhere), to
+    /// wake `return_value` waiters of that run only.
+    ended: broadcast::Sender<RunId>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -114,8 +115,9 @@ impl Inner {
         }
     }
 
-    pub(crate) fn run_ended(&self, _id: RunId) {
-        self.ended.send_modify(|n| *n = n.wrapping_add(1));
+    pub(crate) fn run_ended(&self, id: RunId) {
+        // No receiver is fine: nobody waits for this run here.
+        let _ = self.ended.send(id);
     }
 }
 
@@ -259,7 +261,7 @@ impl RuntimeBuilder {
             workflow_names,
             active: Mutex::new(HashMap::new()),
             work: Notify::new(),
-            ended: watch::channel(0).0,
+            ended: broadcast::channel(4096).0,
             shutdown: watch::channel(false).0,
         });
         if inner.config.worker {
@@ -588,7 +590,6 @@ impl<T: DeserializeOwned> Run<T> {
     pub async fn return_value(&self) -> Result<T, Error> {
         let mut ended = self.rt.inner.ended.subscribe();
         loop {
-            ended.borrow_and_update();
             let run = self.info().await?;
             match run.status {
                 RunStatus::Completed => {
@@ -607,9 +608,21 @@ impl<T: DeserializeOwned> Run<T> {
                 }
                 RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
                 RunStatus::Pending | RunStatus::Running => {
-                    let _ =
-                        tokio::time::timeout(self.rt.inner.config.poll_interval, ended.changed())
-                            .await;
+                    // Read again when this run ends here, when notices were missed, or after
+                    // the poll interval (runs driven by processes that do not push).
+                    let wait = async {
+                        loop {
+                            match ended.recv().await {
+                                Ok(id) if id == self.id => return,
+                                Ok(_) => {}
+                                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                                Err(broadcast::error::RecvError::Closed) => {
+                                    std::future::pending::<()>().await
+                                }
+                            }
+                        }
+                    };
+                    let _ = tokio::time::timeout(self.rt.inner.config.poll_interval, wait).await;
                 }
             }
         }
