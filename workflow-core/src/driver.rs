@@ -321,8 +321,12 @@ impl Driver {
             inbox: VecDeque::new(),
             inbox_seen: 0,
         };
+        // A fresh run without a start token owns no hook yet, so its inbox is empty.
+        let fresh = leased.run.hook_token.is_none() && d.history.commands.is_empty();
         let result = async {
-            d.fetch_payloads().await?;
+            if !fresh {
+                d.fetch_payloads().await?;
+            }
             let fut: Result<WorkflowFuture, Error> = (reg.run)(leased.run.input.clone())
                 .map(|f| Box::pin(d.ctx.scope(f)) as WorkflowFuture);
             match fut {
