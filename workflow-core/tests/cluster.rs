@@ -7,10 +7,10 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{fresh_schema, postgres_url, read_log, Worker};
+use common::{fresh_schema, postgres_url, read_log, read_log_timed, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::postgres::PostgresStore;
 use workflow_core::store::Event;
@@ -192,23 +192,6 @@ impl Cluster {
     }
 }
 
-fn log_ms(log: &Path) -> Vec<(String, u32, String, u32, u64)> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let p: Vec<&str> = l.split(' ').collect();
-            (
-                p[0].to_owned(),
-                p[1].parse().unwrap(),
-                p[2].to_owned(),
-                p[3].parse().unwrap(),
-                p[4].parse().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// Runs one cluster test at a time: each starts several worker processes, and on a 2-core
 /// machine several clusters at once would starve heartbeats of CPU.
 fn bounded<F: std::future::Future>(f: F) -> F::Output {
@@ -297,7 +280,7 @@ fn failover_after_sigkill() {
         for run in &runs {
             assert_eq!(run.return_value().await.unwrap(), 45, "every run finished");
         }
-        let lines = log_ms(&c.log);
+        let lines = read_log_timed(&c.log);
         // Steps the victim had in flight ran again elsewhere, same id, higher attempt.
         let victim_steps: HashSet<&String> = lines
             .iter()

@@ -272,16 +272,26 @@ impl Drop for Worker {
 
 /// Lines of a step log file: (step id, attempt, label, pid).
 pub fn read_log(log: &Path) -> Vec<(String, u32, String, u32)> {
+    read_log_timed(log)
+        .into_iter()
+        .map(|(id, attempt, label, pid, _)| (id, attempt, label, pid))
+        .collect()
+}
+
+/// Lines of a step log file with their optional fifth field, a Unix time in ms (0 if absent).
+pub fn read_log_timed(log: &Path) -> Vec<(String, u32, String, u32, u64)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter(|l| !l.is_empty())
         .map(|l| {
             let p: Vec<&str> = l.split(' ').collect();
+            let ms = p.get(4).and_then(|v| v.parse().ok()).unwrap_or(0);
             (
                 p[0].to_owned(),
                 p[1].parse().unwrap(),
                 p[2].to_owned(),
                 p[3].parse().unwrap(),
+                ms,
             )
         })
         .collect()
