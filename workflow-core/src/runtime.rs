@@ -91,6 +91,8 @@ pub(crate) struct Inner {
     workflow_names: Vec<String>,
     active: Mutex<HashMap<RunId, Active>>,
     work: Notify,
+    /// Whether the store pushes changes (then polling is only a slow safety net).
+    pushed: bool,
     /// The id of every run that ends in this process (or, with a pushing store, anywhere), to
     /// wake `return_value` waiters of that run only.
     ended: broadcast::Sender<RunId>,
@@ -253,6 +255,7 @@ impl RuntimeBuilder {
         };
         let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
         workflow_names.sort();
+        let notices = store.notices();
         let inner = Arc::new(Inner {
             store,
             config: self.config,
@@ -261,9 +264,13 @@ impl RuntimeBuilder {
             workflow_names,
             active: Mutex::new(HashMap::new()),
             work: Notify::new(),
+            pushed: notices.is_some(),
             ended: broadcast::channel(4096).0,
             shutdown: watch::channel(false).0,
         });
+        if let Some(rx) = notices {
+            tokio::spawn(notice_loop(inner.clone(), rx));
+        }
         if inner.config.worker {
             tokio::spawn(worker_loop(inner.clone()));
             tokio::spawn(heartbeat_loop(inner.clone()));
@@ -629,14 +636,39 @@ impl<T: DeserializeOwned> Run<T> {
     }
 }
 
+/// Applies the changes a pushing store reports: wakes the worker, the drivers of runs that got
+/// payloads, and the waiters of runs that ended (in any process, so client-only runtimes too).
+async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver<Notice>) {
+    let mut shutdown = rt.shutdown.subscribe();
+    loop {
+        let n = tokio::select! {
+            n = notices.recv() => n,
+            _ = shutdown.changed() => return,
+        };
+        match n {
+            Ok(Notice::RunsReady) => rt.work.notify_one(),
+            Ok(Notice::Payload(run)) => rt.payload_arrived(&run),
+            Ok(Notice::RunEnded(run)) => {
+                // Cancelled or ended elsewhere: stop driving it here at once.
+                if let Some(a) = rt.active().get(&run) {
+                    a.stop.notify_one();
+                }
+                rt.run_ended(run);
+            }
+            // Missed notices: the worker's poll and the waiters' timeouts catch up.
+            Err(broadcast::error::RecvError::Lagged(_)) => rt.work.notify_one(),
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
 async fn worker_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let mut failures = 0u32;
     // Payloads sent through other processes reach the runs driven here through this cursor.
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
     // Stores that push changes wake the worker at once; the poll stays as a safety net.
-    let mut notices = rt.store.notices();
-    let pushed = notices.is_some();
+    let pushed = rt.pushed;
     loop {
         if *shutdown.borrow() {
             return;
@@ -681,29 +713,10 @@ async fn worker_loop(rt: Arc<Inner>) {
         if pushed {
             wait = wait.saturating_mul(PUSHED_POLL_FACTOR);
         }
-        let notice = async {
-            match notices.as_mut() {
-                Some(rx) => rx.recv().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = rt.work.notified() => {}
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
-            n = notice => match n {
-                Ok(Notice::RunsReady) => {}
-                Ok(Notice::Payload(run)) => rt.payload_arrived(&run),
-                Ok(Notice::RunEnded(run)) => {
-                    // Cancelled or ended elsewhere: stop driving it here at once.
-                    if let Some(a) = rt.active().get(&run) {
-                        a.stop.notify_one();
-                    }
-                    rt.run_ended(run);
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => notices = None,
-            },
         }
     }
 }
