@@ -669,18 +669,24 @@ async fn worker_loop(rt: Arc<Inner>) {
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
     // Stores that push changes wake the worker at once; the poll stays as a safety net.
     let pushed = rt.pushed;
+    // Payloads sent in this process notify their runs directly: the cursor is only for other
+    // processes' payloads, so it is read once per poll interval, not on every local wake-up.
+    let mut payloads_polled: Option<std::time::Instant> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
-        match rt.store.payloads_since(payload_cursor, 1024).await {
-            Ok(news) => {
-                for (id, run) in news {
-                    payload_cursor = payload_cursor.max(id);
-                    rt.payload_arrived(&run);
+        if payloads_polled.is_none_or(|t| t.elapsed() >= rt.config.poll_interval) {
+            payloads_polled = Some(std::time::Instant::now());
+            match rt.store.payloads_since(payload_cursor, 1024).await {
+                Ok(news) => {
+                    for (id, run) in news {
+                        payload_cursor = payload_cursor.max(id);
+                        rt.payload_arrived(&run);
+                    }
                 }
+                Err(e) => tracing::warn!(error = %e, "reading new hook payloads failed"),
             }
-            Err(e) => tracing::warn!(error = %e, "reading new hook payloads failed"),
         }
         let capacity = rt.config.max_active_runs.saturating_sub(rt.active().len());
         let mut full_batch = false;
