@@ -23,8 +23,8 @@ use crate::registry::{
 };
 use crate::store::memory::MemoryStore;
 use crate::store::{
-    AcquireRequest, Admission, CancelOutcome, Lease, NewRun, Notice, RunRecord, RunStatus,
-    StartHook, Store,
+    AcquireRequest, Admission, CancelOutcome, Lease, LeasedRun, NewRun, Notice, RunRecord,
+    RunStatus, StartHook, Store,
 };
 
 /// With a store that pushes changes, the safety-net poll runs this many times less often.
@@ -108,6 +108,15 @@ impl Inner {
         self.active().remove(id);
         // Capacity freed: look for more work.
         self.work.notify_one();
+    }
+
+    /// Whether this process should lease a run of `workflow` it is admitting: it is a running
+    /// worker that knows the workflow and has room.
+    fn can_take(&self, workflow: &str) -> bool {
+        self.config.worker
+            && !*self.shutdown.borrow()
+            && self.workflows.contains_key(workflow)
+            && self.active().len() < self.config.max_active_runs
     }
 
     /// Tells the local driver of `run`, if any, that its inbox has news.
@@ -488,25 +497,51 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 retain_until: self.retention.map(|d| created_at + d),
             });
             let token = hook.as_ref().map(|h| h.token.clone());
-            let admission = self
-                .rt
-                .inner
-                .store
-                .create_run(NewRun {
-                    id,
-                    workflow: W::NAME.to_owned(),
-                    input,
-                    created_at,
-                    hook,
-                })
-                .await?;
+            let inner = &self.rt.inner;
+            let new_run = NewRun {
+                id,
+                workflow: W::NAME.to_owned(),
+                input: input.clone(),
+                created_at,
+                hook,
+            };
+            // A worker with room for the run leases it at admission (one transaction instead
+            // of admission + acquire) and drives it at once.
+            let (admission, lease) = if inner.can_take(W::NAME) {
+                inner
+                    .store
+                    .create_run_leased(new_run, inner.config.lease)
+                    .await?
+            } else {
+                (inner.store.create_run(new_run).await?, None)
+            };
             if let Admission::Conflict(owner) = admission {
                 return Err(StartError::HookConflict(HookConflictError {
                     token: token.unwrap_or_default(),
                     conflicting_run_id: owner,
                 }));
             }
-            self.rt.inner.work.notify_one();
+            match lease {
+                Some(lease) => spawn_run(
+                    inner,
+                    LeasedRun {
+                        run: RunRecord {
+                            id,
+                            workflow: W::NAME.to_owned(),
+                            status: RunStatus::Running,
+                            input,
+                            output: None,
+                            error: None,
+                            created_at,
+                            updated_at: created_at,
+                            hook_token: token,
+                        },
+                        lease,
+                        events: Vec::new(),
+                    },
+                ),
+                None => inner.work.notify_one(),
+            }
             Ok(Run {
                 id,
                 rt: self.rt,
@@ -727,7 +762,7 @@ async fn worker_loop(rt: Arc<Inner>) {
     }
 }
 
-fn spawn_run(rt: &Arc<Inner>, leased: crate::store::LeasedRun) {
+fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
     let Some(reg) = rt.workflows.get(leased.run.workflow.as_str()).copied() else {
         // acquire filters by name, so this means the store ignored the filter.
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");

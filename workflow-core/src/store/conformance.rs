@@ -227,3 +227,60 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
     }
     log
 }
+
+/// A run leased at admission is held like an acquired one: no other worker gets it while the
+/// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.
+pub(crate) async fn leased_admission<S: Store>(store: &S) {
+    let id = RunId::new();
+    let run = NewRun {
+        id,
+        workflow: "leased".into(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+    };
+    let (admission, lease) = store
+        .create_run_leased(run, std::time::Duration::from_millis(1000))
+        .await
+        .unwrap();
+    assert_eq!(admission, Admission::Admitted);
+    let lease = lease.expect("this store leases at admission");
+    assert_eq!(lease.epoch, 1);
+    assert_eq!(
+        store.get_run(&id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    let acquire = |now: u64| AcquireRequest {
+        worker_id: "other",
+        workflows: &[],
+        lease: std::time::Duration::from_millis(1000),
+        limit: 10,
+        now: t(now),
+    };
+    let names = names(&["leased"]);
+    let req = |now| AcquireRequest {
+        workflows: &names,
+        ..acquire(now)
+    };
+    assert!(
+        store.acquire(req(500)).await.unwrap().is_empty(),
+        "the lease holds"
+    );
+    let step = NewEvent {
+        at: t(600),
+        event: Event::TimerFired {
+            timer_id: "tmr_0".into(),
+        },
+    };
+    store
+        .append(&lease, ap(vec![step.clone()], None))
+        .await
+        .unwrap();
+    let taken = store.acquire(req(1500)).await.unwrap();
+    assert_eq!(taken.len(), 1, "taken over after expiry");
+    assert_eq!(taken[0].lease.epoch, 2);
+    assert!(matches!(
+        store.append(&lease, ap(vec![step], None)).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+}

@@ -75,6 +75,69 @@ impl State {
             .ok_or(StoreError::LeaseLost(lease.run_id))
     }
 
+    /// Admits `run` (claiming its start token); with `lease`, leased to the caller at once.
+    fn admit(
+        &mut self,
+        run: NewRun,
+        lease: Option<Duration>,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        let (id, created_at) = (run.id, run.created_at);
+        if self.runs.contains_key(&run.id) {
+            return Err(StoreError::Database(format!(
+                "run {} already exists",
+                run.id
+            )));
+        }
+        if let Some(hook) = &run.hook {
+            if let Some(owner) = self
+                .hooks
+                .get(&hook.token)
+                .filter(|h| h.taken(run.created_at))
+            {
+                return Ok((Admission::Conflict(owner.run_id), None));
+            }
+            self.hooks.insert(
+                hook.token.clone(),
+                HookRow {
+                    run_id: run.id,
+                    created_at: run.created_at,
+                    active: true,
+                    retain_until: hook.retain_until,
+                },
+            );
+        }
+        self.open.insert(run.id);
+        self.runs.insert(
+            run.id,
+            Row {
+                record: RunRecord {
+                    id: run.id,
+                    workflow: run.workflow,
+                    status: if lease.is_some() {
+                        RunStatus::Running
+                    } else {
+                        RunStatus::Pending
+                    },
+                    input: run.input,
+                    output: None,
+                    error: None,
+                    created_at: run.created_at,
+                    updated_at: run.created_at,
+                    hook_token: run.hook.map(|h| h.token),
+                },
+                events: Vec::new(),
+                wake_at: run.created_at,
+                epoch: u64::from(lease.is_some()),
+                lease_until: lease.map(|l| created_at + l),
+            },
+        );
+        let lease = lease.map(|_| Lease {
+            run_id: id,
+            epoch: 1,
+        });
+        Ok((Admission::Admitted, lease))
+    }
+
     /// Gives up `token` if `run` owns it: kept while retained, removed otherwise.
     fn release_token(&mut self, run: RunId, token: &str, now: SystemTime) {
         if let Some(h) = self.hooks.get_mut(token) {
@@ -116,53 +179,15 @@ impl MemoryStore {
 #[async_trait::async_trait]
 impl Store for MemoryStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
-        let mut st = self.lock();
-        if st.runs.contains_key(&run.id) {
-            return Err(StoreError::Database(format!(
-                "run {} already exists",
-                run.id
-            )));
-        }
-        if let Some(hook) = &run.hook {
-            if let Some(owner) = st
-                .hooks
-                .get(&hook.token)
-                .filter(|h| h.taken(run.created_at))
-            {
-                return Ok(Admission::Conflict(owner.run_id));
-            }
-            st.hooks.insert(
-                hook.token.clone(),
-                HookRow {
-                    run_id: run.id,
-                    created_at: run.created_at,
-                    active: true,
-                    retain_until: hook.retain_until,
-                },
-            );
-        }
-        st.open.insert(run.id);
-        st.runs.insert(
-            run.id,
-            Row {
-                record: RunRecord {
-                    id: run.id,
-                    workflow: run.workflow,
-                    status: RunStatus::Pending,
-                    input: run.input,
-                    output: None,
-                    error: None,
-                    created_at: run.created_at,
-                    updated_at: run.created_at,
-                    hook_token: run.hook.map(|h| h.token),
-                },
-                events: Vec::new(),
-                wake_at: run.created_at,
-                epoch: 0,
-                lease_until: None,
-            },
-        );
-        Ok(Admission::Admitted)
+        Ok(self.lock().admit(run, None)?.0)
+    }
+
+    async fn create_run_leased(
+        &self,
+        run: NewRun,
+        lease: Duration,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        self.lock().admit(run, Some(lease))
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -472,6 +497,11 @@ mod tests {
             .unwrap();
         assert_eq!(admission, Admission::Admitted);
         id
+    }
+
+    #[tokio::test]
+    async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one() {
+        crate::store::conformance::leased_admission(&MemoryStore::new()).await;
     }
 
     #[tokio::test]

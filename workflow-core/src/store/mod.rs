@@ -469,6 +469,19 @@ pub trait Store: Send + Sync + 'static {
     /// the owner is returned.
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError>;
 
+    /// [`Store::create_run`], and on admission the run is also leased to the caller (a worker
+    /// that will drive it at once) for `lease`: status `Running`, epoch 1, no acquire needed —
+    /// one transaction instead of two. Stores that cannot do this return no lease (the default)
+    /// and the run is acquired as usual.
+    async fn create_run_leased(
+        &self,
+        run: NewRun,
+        lease: Duration,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        let _ = lease;
+        Ok((self.create_run(run).await?, None))
+    }
+
     /// The run, or `None`.
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError>;
 

@@ -274,9 +274,14 @@ impl SqliteStore {
     }
 }
 
-#[async_trait::async_trait]
-impl Store for SqliteStore {
-    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
+impl SqliteStore {
+    /// Admits `run`; with `lease`, leased to the caller in the same transaction.
+    async fn admit(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        let lease_until = lease.map(|l| sql_time(run.created_at + l));
         let input = to_json(&run.input, "the run's input")?;
         let at = sql_time(run.created_at);
         let hook = run.hook.map(|h| (h.token, h.retain_until.map(sql_time)));
@@ -296,13 +301,14 @@ impl Store for SqliteStore {
             // The claim goes first: when it loses, nothing at all has been written.
             if let Some((token, retain_until)) = &hook {
                 if let Some(owner) = claim_token(tx, token, &id, at, *retain_until)? {
-                    return Ok(Admission::Conflict(owner));
+                    return Ok((Admission::Conflict(owner), None));
                 }
             }
             tx.prepare_cached(
-                "INSERT INTO runs
-                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token)
-                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5)",
+                "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
+                                   hook_token, epoch, lease_until)
+                 VALUES (?1, ?2, CASE WHEN ?6 IS NULL THEN 'pending' ELSE 'running' END,
+                         ?3, ?4, ?4, ?4, ?5, CASE WHEN ?6 IS NULL THEN 0 ELSE 1 END, ?6)",
             )
             .map_err(db)?
             .execute(params![
@@ -310,12 +316,32 @@ impl Store for SqliteStore {
                 run.workflow,
                 input,
                 at,
-                hook.as_ref().map(|h| &h.0)
+                hook.as_ref().map(|h| &h.0),
+                lease_until
             ])
             .map_err(db)?;
-            Ok(Admission::Admitted)
+            let lease = lease_until.map(|_| Lease {
+                run_id: run.id,
+                epoch: 1,
+            });
+            Ok((Admission::Admitted, lease))
         })
         .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
+        Ok(self.admit(run, None).await?.0)
+    }
+
+    async fn create_run_leased(
+        &self,
+        run: NewRun,
+        lease: Duration,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        self.admit(run, Some(lease)).await
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -1608,6 +1634,15 @@ mod tests {
 
     fn raw(path: &Path) -> Connection {
         Connection::open(path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = within(SqliteStore::open(dir.path().join("leased.db")))
+            .await
+            .unwrap();
+        within(crate::store::conformance::leased_admission(&store)).await;
     }
 
     #[tokio::test]
