@@ -4,15 +4,13 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, HookError, StartError};
+use crate::error::{Error, HookError, StartError, NO_RUNTIME};
 use crate::ids::RunId;
 use crate::registry::{IntoWorkflow, WorkflowDef};
 use crate::runtime::{current_runtime, HookInfo, HookRef, Run, Runtime, Start};
 
 fn runtime() -> Result<Runtime, Error> {
-    current_runtime().ok_or_else(|| {
-        Error::fatal("no workflow runtime has been built in this process; build one with `Runtime::builder()...build().await`")
-    })
+    current_runtime().ok_or_else(|| Error::fatal(NO_RUNTIME))
 }
 
 /// [`Runtime::start`] on the current runtime.
@@ -24,11 +22,7 @@ where
     F: IntoWorkflow<Args>,
     <F as IntoWorkflow<Args>>::Def: WorkflowDef,
 {
-    let rt = current_runtime().ok_or_else(|| {
-        StartError::UnknownWorkflow(
-            "(no workflow runtime has been built in this process)".to_owned(),
-        )
-    })?;
+    let rt = current_runtime().ok_or(StartError::NoRuntime)?;
     Ok(rt.start(workflow, args))
 }
 
@@ -43,18 +37,12 @@ pub async fn resume_hook<P: serde::Serialize>(
     token: impl Into<String>,
     payload: P,
 ) -> Result<HookRef, HookError> {
-    let rt = current_runtime().ok_or_else(no_runtime)?;
+    let rt = current_runtime().ok_or(HookError::NoRuntime)?;
     rt.resume_hook(token, payload).await
 }
 
 /// [`Runtime::get_hook_by_token`] on the current runtime.
 pub async fn get_hook_by_token(token: impl AsRef<str>) -> Result<HookInfo, HookError> {
-    let rt = current_runtime().ok_or_else(no_runtime)?;
+    let rt = current_runtime().ok_or(HookError::NoRuntime)?;
     rt.get_hook_by_token(token).await
-}
-
-fn no_runtime() -> HookError {
-    HookError::Store(crate::error::StoreError::Database(
-        "no workflow runtime has been built in this process".to_owned(),
-    ))
 }

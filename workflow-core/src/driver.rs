@@ -517,6 +517,8 @@ impl Driver {
             .store
             .release(&self.lease, wake_at, self.inbox_seen)
             .await?;
+        // A payload that raced the release makes the run due now: look at once.
+        self.rt.work.notify_one();
         Ok(Some(Stop::Evicted))
     }
 

@@ -224,6 +224,10 @@ pub enum StoreError {
     RunNotFound(RunId),
 }
 
+/// Why `workflow_core::api` calls fail outside any runtime.
+pub(crate) const NO_RUNTIME: &str = "no workflow runtime has been built in this process; \
+     build one with `Runtime::builder()...build().await`";
+
 /// No active hook owns the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("no active hook owns token {token:?}")]
@@ -250,6 +254,9 @@ pub enum HookError {
         /// What serde reported.
         message: String,
     },
+    /// `workflow_core::api` was called where no runtime has been built.
+    #[error("{}", NO_RUNTIME)]
+    NoRuntime,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -278,9 +285,9 @@ pub enum StartError {
     /// The token given to `.hook(..)` is empty or longer than 1 KiB.
     #[error("invalid hook token: {0}")]
     InvalidToken(String),
-    /// The workflow is not registered in this binary.
-    #[error("workflow `{0}` is not registered in this binary")]
-    UnknownWorkflow(String),
+    /// `workflow_core::api` was called where no runtime has been built.
+    #[error("{}", NO_RUNTIME)]
+    NoRuntime,
     /// The arguments could not be serialized.
     #[error("arguments of workflow `{workflow}` could not be serialized: {message}")]
     Serialize {

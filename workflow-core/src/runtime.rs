@@ -90,7 +90,7 @@ pub(crate) struct Inner {
     workflows: HashMap<&'static str, &'static WorkflowRegistration>,
     workflow_names: Vec<String>,
     active: Mutex<HashMap<RunId, Active>>,
-    work: Notify,
+    pub(crate) work: Notify,
     /// Whether the store pushes changes (then polling is only a slow safety net).
     pushed: bool,
     /// The id of every run that ends in this process (or, with a pushing store, anywhere), to
@@ -105,9 +105,15 @@ impl Inner {
     }
 
     pub(crate) fn run_left(&self, id: &RunId) {
-        self.active().remove(id);
-        // Capacity freed: look for more work.
-        self.work.notify_one();
+        let mut active = self.active();
+        let was_full = active.len() >= self.config.max_active_runs;
+        active.remove(id);
+        drop(active);
+        // Only a full worker may have left acquirable runs behind; otherwise the next
+        // acquire would find nothing new and cost a write transaction per finished run.
+        if was_full {
+            self.work.notify_one();
+        }
     }
 
     /// Whether this process should lease a run of `workflow` it is admitting: it is a running
