@@ -566,53 +566,32 @@ impl Store for PostgresStore {
     /// transaction's locks, so when the next insert draws an id, every smaller id is already
     /// visible. Locking the token's hook row instead would only order payloads per token,
     /// not across tokens, which is what the global cursor needs. The cost is one resume
-    /// committing at a time per schema.
+    /// committing at a time per schema; the whole resume is one statement (one round trip,
+    /// its own transaction), so the lock is held for little more than the commit.
     async fn resume_hook(
         &self,
         token: &str,
         payload: Value,
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError> {
-        let s = self.sql();
         let payload = to_json(&payload, "the payload")?;
-        let at = sql_time(at);
-        let mut tx = self.begin().await?;
-        let queued = async {
-            sqlx::query(XACT_LOCK)
-                .bind(self.inner.inbox_lock)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            // Finding the owner and queueing the payload is one statement: no owner, no
-            // payload.
-            let queued: Option<(i64, String)> = sqlx::query_as(&s.resume)
-                .bind(token)
-                .bind(&payload)
-                .bind(at)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-            let Some((payload_id, owner)) = queued else {
-                return Ok(None);
-            };
-            let run = parse_owner(&owner, token)?;
-            let idle: Option<bool> = sqlx::query_scalar(&s.wake)
-                .bind(&owner)
-                .bind(at)
-                .bind(sql_time(SystemTime::now()))
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-            let mut notes = vec![format!("{NOTE_PAYLOAD}{owner}")];
-            // Nobody drives the run (evicted, or its worker died): any worker may take it now.
-            if idle == Some(true) {
-                notes.push(NOTE_READY.to_owned());
-            }
-            self.notify(&mut tx, notes).await?;
-            Ok(Some((run, payload_id_of(payload_id)?)))
-        }
-        .await;
-        settle(tx, queued).await
+        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.sql().resume)
+            .bind(token)
+            .bind(&payload)
+            .bind(sql_time(at))
+            .bind(self.inner.inbox_lock)
+            .bind(sql_time(SystemTime::now()))
+            .bind(&self.inner.schema)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db)?;
+        let Some((payload_id, owner, _notes)) = queued else {
+            return Ok(None);
+        };
+        Ok(Some((
+            parse_owner(&owner, token)?,
+            payload_id_of(payload_id)?,
+        )))
     }
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
@@ -822,7 +801,6 @@ struct Statements {
     release_all: [String; 2],
     release: String,
     resume: String,
-    wake: String,
     payloads: String,
     payloads_since: String,
     last_payload_id: String,
@@ -940,16 +918,31 @@ impl Statements {
                  WHERE id = $1
                  RETURNING wake_at"
             ),
+            // One statement, so one round trip and an implicit transaction: take the inbox
+            // lock (see `PostgresStore::resume_hook`), queue the payload if the token has an
+            // owner, lower the owner's wake time, and announce the payload (and, when nobody
+            // drives the run, that it is ready). The insert's rows come from the join with
+            // `locked`, so its identity value is drawn only after the lock is held. `$1`
+            // token, `$2` payload, `$3` at, `$4` lock key, `$5` now, `$6` channel.
             resume: format!(
-                "INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                 SELECT run_id, token, $2, $3 FROM {s}.hooks WHERE token = $1 AND active
-                 RETURNING id, run_id"
-            ),
-            // Acquirable from the payload's time at the latest; true if nobody drives it.
-            wake: format!(
-                "UPDATE {s}.runs SET wake_at = LEAST(wake_at, $2) WHERE id = $1
-                 RETURNING status IN ('pending', 'running')
-                     AND (lease_until IS NULL OR lease_until <= $3)"
+                "WITH locked AS (SELECT pg_advisory_xact_lock($4)),
+                 queued AS (
+                     INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
+                     SELECT h.run_id, h.token, $2, $3 FROM {s}.hooks h, locked
+                     WHERE h.token = $1 AND h.active
+                     RETURNING id, run_id),
+                 woken AS (
+                     UPDATE {s}.runs r SET wake_at = LEAST(r.wake_at, $3)
+                     FROM queued q WHERE r.id = q.run_id
+                     RETURNING r.status IN ('pending', 'running')
+                         AND (r.lease_until IS NULL OR r.lease_until <= $5) AS idle),
+                 notes AS (
+                     SELECT pg_notify($6, n)
+                     FROM queued q LEFT JOIN woken w ON true,
+                     UNNEST(CASE WHEN w.idle
+                         THEN ARRAY['{NOTE_PAYLOAD}' || q.run_id, '{NOTE_READY}']
+                         ELSE ARRAY['{NOTE_PAYLOAD}' || q.run_id] END) AS n)
+                 SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q"
             ),
             payloads: format!(
                 "SELECT id, token, payload FROM {s}.hook_inbox
