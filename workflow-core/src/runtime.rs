@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     /// wake `return_value` waiters of that run only.
     ended: broadcast::Sender<RunId>,
     shutdown: watch::Sender<bool>,
+    /// The `.hook(token)` starts this process has in flight, by token (see [`StartFlight`]).
+    starting: Mutex<HashMap<String, watch::Receiver<Option<RunId>>>>,
 }
 
 impl Inner {
@@ -130,6 +132,21 @@ impl Inner {
         if let Some(a) = self.active().get(run) {
             a.inbox.notify_one();
         }
+    }
+
+    /// Joins the start of `token` in flight in this process, or becomes it.
+    fn join_start(self: &Arc<Self>, token: &str) -> Joined {
+        let mut starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(flight) = starting.get(token) {
+            return Joined::Follow(flight.clone());
+        }
+        let (tx, rx) = watch::channel(None);
+        starting.insert(token.to_owned(), rx);
+        Joined::Lead(StartFlight {
+            inner: self.clone(),
+            token: token.to_owned(),
+            owner: tx,
+        })
     }
 
     pub(crate) fn run_ended(&self, id: RunId) {
@@ -282,6 +299,7 @@ impl RuntimeBuilder {
             pushed: notices.is_some(),
             ended: broadcast::channel(4096).0,
             shutdown: watch::channel(false).0,
+            starting: Mutex::new(HashMap::new()),
         });
         if let Some(rx) = notices {
             tokio::spawn(notice_loop(inner.clone(), rx));
@@ -454,6 +472,56 @@ pub struct HookInfo {
     pub created_at: SystemTime,
 }
 
+/// A `.hook(token)` start while no other start of `token` is in flight in this process. Starts
+/// of the same token that arrive meanwhile (a storm of duplicate requests) follow it instead of
+/// contending for the token in the store: when it learns the token's owner (its own new run,
+/// or the run that already held the token) they fail with the same [`HookConflictError`] it
+/// would have met, and when it fails or is dropped they go to the store themselves. Each
+/// follower was waiting while the leader's admission was in flight, so the owner it is told
+/// of held the token within the follower's own call, as if it had contended in the store.
+struct StartFlight {
+    inner: Arc<Inner>,
+    token: String,
+    owner: watch::Sender<Option<RunId>>,
+}
+
+impl StartFlight {
+    /// Ends the flight: the token's owner is `owner`.
+    fn land(self, owner: RunId) {
+        // Out of the map first, so a start arriving from now on asks the store.
+        self.leave();
+        self.owner.send_replace(Some(owner));
+    }
+
+    /// Removes this flight from the map, unless a later one has replaced it.
+    fn leave(&self) {
+        let mut starting = self
+            .inner
+            .starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if starting
+            .get(&self.token)
+            .is_some_and(|rx| rx.same_channel(&self.owner.subscribe()))
+        {
+            starting.remove(&self.token);
+        }
+    }
+}
+
+impl Drop for StartFlight {
+    fn drop(&mut self) {
+        // Failed or dropped without an answer: the followers, woken when the sender goes
+        // right after, ask the store themselves.
+        self.leave();
+    }
+}
+
+enum Joined {
+    Lead(StartFlight),
+    Follow(watch::Receiver<Option<RunId>>),
+}
+
 /// A pending start; await it. From [`Runtime::start`].
 #[must_use = "a start does nothing unless awaited"]
 pub struct Start<W: WorkflowDef> {
@@ -504,49 +572,38 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             });
             let token = hook.as_ref().map(|h| h.token.clone());
             let inner = &self.rt.inner;
+            let mut flight = None;
+            if let Some(token) = &token {
+                match inner.join_start(token) {
+                    Joined::Lead(lead) => flight = Some(lead),
+                    Joined::Follow(mut owner) => {
+                        // Woken by the leader's answer or its end; no answer: ask the store.
+                        let _ = owner.wait_for(Option::is_some).await;
+                        let owner = *owner.borrow();
+                        if let Some(owner) = owner {
+                            return Err(StartError::HookConflict(HookConflictError {
+                                token: token.clone(),
+                                conflicting_run_id: owner,
+                            }));
+                        }
+                    }
+                }
+            }
             let new_run = NewRun {
                 id,
                 workflow: W::NAME.to_owned(),
-                input: input.clone(),
+                input,
                 created_at,
                 hook,
             };
-            // A worker with room for the run leases it at admission (one transaction instead
-            // of admission + acquire) and drives it at once.
-            let (admission, lease) = if inner.can_take(W::NAME) {
-                inner
-                    .store
-                    .create_run_leased(new_run, inner.config.lease)
-                    .await?
-            } else {
-                (inner.store.create_run(new_run).await?, None)
-            };
-            if let Admission::Conflict(owner) = admission {
-                return Err(StartError::HookConflict(HookConflictError {
-                    token: token.unwrap_or_default(),
-                    conflicting_run_id: owner,
-                }));
-            }
-            match lease {
-                Some(lease) => spawn_run(
-                    inner,
-                    LeasedRun {
-                        run: RunRecord {
-                            id,
-                            workflow: W::NAME.to_owned(),
-                            status: RunStatus::Running,
-                            input,
-                            output: None,
-                            error: None,
-                            created_at,
-                            updated_at: created_at,
-                            hook_token: token,
-                        },
-                        lease,
-                        events: Vec::new(),
-                    },
-                ),
-                None => inner.work.notify_one(),
+            // Admission runs in its own task: once the store has the start, the run is driven
+            // (or left to the workers) and duplicates following it get their answer, even if
+            // this future is dropped meanwhile.
+            let admitted = tokio::spawn(admit(inner.clone(), new_run, flight)).await;
+            match admitted {
+                Ok(admitted) => admitted?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Err(StartError::NoRuntime),
             }
             Ok(Run {
                 id,
@@ -555,6 +612,62 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             })
         })
     }
+}
+
+/// Admits `run` and, when this process leased it, starts driving it.
+async fn admit(
+    inner: Arc<Inner>,
+    run: NewRun,
+    flight: Option<StartFlight>,
+) -> Result<(), StartError> {
+    let (id, created_at) = (run.id, run.created_at);
+    let workflow = run.workflow.clone();
+    let input = run.input.clone();
+    let token = run.hook.as_ref().map(|h| h.token.clone());
+    // A worker with room for the run leases it at admission (one transaction instead of
+    // admission + acquire) and drives it at once.
+    let (admission, lease) = if inner.can_take(&workflow) {
+        inner
+            .store
+            .create_run_leased(run, inner.config.lease)
+            .await?
+    } else {
+        (inner.store.create_run(run).await?, None)
+    };
+    if let Some(flight) = flight {
+        flight.land(match admission {
+            Admission::Admitted => id,
+            Admission::Conflict(owner) => owner,
+        });
+    }
+    if let Admission::Conflict(owner) = admission {
+        return Err(StartError::HookConflict(HookConflictError {
+            token: token.unwrap_or_default(),
+            conflicting_run_id: owner,
+        }));
+    }
+    match lease {
+        Some(lease) => spawn_run(
+            &inner,
+            LeasedRun {
+                run: RunRecord {
+                    id,
+                    workflow,
+                    status: RunStatus::Running,
+                    input,
+                    output: None,
+                    error: None,
+                    created_at,
+                    updated_at: created_at,
+                    hook_token: token,
+                },
+                lease,
+                events: Vec::new(),
+            },
+        ),
+        None => inner.work.notify_one(),
+    }
+    Ok(())
 }
 
 /// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from
@@ -728,6 +841,10 @@ async fn worker_loop(rt: Arc<Inner>) {
                 }
                 Err(e) => tracing::warn!(error = %e, "reading new hook payloads failed"),
             }
+        }
+        // The payload poll awaited: a shutdown meanwhile must not lease runs any more.
+        if *shutdown.borrow() {
+            return;
         }
         let capacity = rt.config.max_active_runs.saturating_sub(rt.active().len());
         let mut full_batch = false;

@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -732,11 +733,63 @@ async fn conflict_strategies(b: Backend) {
     wait_status(&new, RunStatus::Completed).await;
 }
 
+/// Duplicate starts in one process follow the start of their token in flight. When that start
+/// is dropped before it answers, its admission still completes and answers them (they do not
+/// wait forever for a future nobody polls), and the token ends with exactly one run.
+async fn a_dropped_start_does_not_strand_its_duplicates(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let order = RunId::new().to_string();
+    let token = format!("order:{order}");
+    let mut first = rt
+        .start(process_order, (order.clone(), "first".to_owned(), 2))
+        .hook(&token)
+        .into_future();
+    // One poll: the first start is now in flight (or, on a store that answers at once, done).
+    let early = futures::poll!(first.as_mut());
+    let duplicates: Vec<_> = (0..20)
+        .map(|i| {
+            let rt = rt.clone();
+            let (order, token) = (order.clone(), token.clone());
+            tokio::spawn(async move {
+                rt.start(process_order, (order, format!("d{i}"), 2))
+                    .hook(token)
+                    .await
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    drop(first);
+    let mut runs = Vec::new();
+    for d in duplicates {
+        match tokio::time::timeout(Duration::from_secs(10), d)
+            .await
+            .expect("a duplicate start was stranded")
+            .unwrap()
+        {
+            Ok(run) => runs.push(run.id()),
+            Err(StartError::HookConflict(c)) => runs.push(c.conflicting_run_id),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    if let std::task::Poll::Ready(r) = early {
+        runs.push(r.map(|run| run.id()).unwrap_or_else(|e| match e {
+            StartError::HookConflict(c) => c.conflicting_run_id,
+            e => panic!("{e}"),
+        }));
+    }
+    runs.dedup();
+    assert_eq!(runs.len(), 1, "one run owns the token: {runs:?}");
+    let owner = rt.get_hook_by_token(&token).await.unwrap().run_id;
+    assert_eq!(owner, runs[0]);
+}
+
 on_every_store!(
     two_runs_one_token,
     tokens_are_reused_after_completion_dispose_and_cancel,
     resume_before_registration_and_the_route_pattern,
     atomic_start_under_contention,
+    a_dropped_start_does_not_strand_its_duplicates,
     early_payloads_are_buffered_in_order,
     retention_refuses_late_duplicates,
     a_hook_raced_against_sleep_loses_nothing,
