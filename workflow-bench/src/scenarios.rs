@@ -30,9 +30,6 @@ pub struct Sizes {
     pub hooks_live: u64,
     pub hooks_evicted: u64,
     pub parked_runs: usize,
-    /// On the memory store, whose `acquire` scans every open run (so parking n runs costs
-    /// O(n²) there; see BENCHMARKS.md).
-    pub parked_runs_memory_store: usize,
     pub w0_runs: usize,
     pub w1_steps: u32,
     pub w1_reps: usize,
@@ -56,7 +53,6 @@ impl Sizes {
             hooks_live: 300,
             hooks_evicted: 100,
             parked_runs: 100_000,
-            parked_runs_memory_store: 20_000,
             w0_runs: 20,
             w1_steps: 100,
             w1_reps: 5,
@@ -80,7 +76,6 @@ impl Sizes {
             hooks_live: 8,
             hooks_evicted: 6,
             parked_runs: 50,
-            parked_runs_memory_store: 50,
             w0_runs: 3,
             w1_steps: 10,
             w1_reps: 2,
@@ -760,11 +755,7 @@ fn trim_heap() {
 pub async fn memory(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     use StoreKind::*;
     for kind in ctx.stores(&[Memory, Sqlite], rep) {
-        let n = if kind == Memory {
-            ctx.sizes.parked_runs_memory_store
-        } else {
-            ctx.sizes.parked_runs
-        };
+        let n = ctx.sizes.parked_runs;
         progress(format!("memory {} ({n} runs)", kind.name()));
         let (mut raw, mut trimmed) = (vec![], vec![]);
         for _ in 0..ctx.trials {
