@@ -91,6 +91,7 @@ pub mod __private {
         WorkflowReturn, WorkflowValue,
     };
     pub use inventory;
+    pub use serde_json;
 
     use std::future::Future;
     use std::marker::PhantomData;
@@ -159,6 +160,69 @@ pub mod __private {
             let _ = result;
             unreachable!(
                 "the return type is not `workflow_core::Result<T>`, so this cannot have compiled"
+            )
+        }
+    }
+
+    /// How a `#[workflow]`'s generated `WorkflowDef` methods serialize its arguments and result:
+    /// `(&ValueOf::<T>::new()).encode(value)` resolves to [`RecordedValue`] when `T` can be
+    /// recorded, and otherwise to [`UnrecordableValue`], which has no bounds. An unserializable
+    /// type is thus reported once, at its span, by the macro's [`assert_value`], and not by the
+    /// generated impl (which `rt.start(wf, args)` calls need, so its errors would repeat).
+    pub struct ValueOf<T>(PhantomData<fn() -> T>);
+
+    impl<T> ValueOf<T> {
+        /// The selector.
+        pub const fn new() -> Self {
+            ValueOf(PhantomData)
+        }
+    }
+
+    impl<T> Default for ValueOf<T> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// The real conversions.
+    pub trait RecordedValue<T> {
+        /// `serde_json::to_value`.
+        fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error>;
+        /// `serde_json::from_value`.
+        fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error>;
+    }
+
+    impl<T: WorkflowValue> RecordedValue<T> for ValueOf<T> {
+        fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error> {
+            serde_json::to_value(value)
+        }
+
+        fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error> {
+            serde_json::from_value(value)
+        }
+    }
+
+    /// The stand-ins for a type that cannot be recorded, which the macro's `assert_value` has
+    /// already reported: the crate does not compile, so these never run.
+    pub trait UnrecordableValue<T> {
+        /// Never called at run time.
+        fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error>;
+        /// Never called at run time.
+        fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error>;
+    }
+
+    impl<T> UnrecordableValue<T> for &ValueOf<T> {
+        fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error> {
+            let _ = value;
+            unreachable!(
+                "a workflow argument or result cannot be recorded, so this cannot have compiled"
+            )
+        }
+
+        fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error> {
+            let _ = value;
+            unreachable!(
+                "a workflow argument or result cannot be recorded, so this cannot have compiled"
             )
         }
     }

@@ -49,16 +49,29 @@ pub struct StepRegistration {
 }
 inventory::collect!(StepRegistration);
 
-/// What `#[workflow]` generates for each workflow.
+/// What `#[workflow]` generates for each workflow; not meant to be implemented by hand.
+///
+/// `Args` and `Output` are not bounded by [`WorkflowValue`] (not even by its `Send`): the impl
+/// must exist for `rt.start(wf, args)` to type-check, so such bounds would report a type that
+/// cannot be recorded a second time, spanned over the whole signature and, for serde, once per
+/// missing trait. The macro checks each type at its own span instead, and generates the
+/// `encode_*`/`decode_*` methods, which serialize through a selector that falls back to a
+/// stand-in that never runs when that check fails.
 pub trait WorkflowDef: Send + Sync + 'static {
     /// The stable name (module path + fn name unless pinned with `name = ".."`).
     const NAME: &'static str;
     /// The argument tuple.
-    type Args: WorkflowValue;
+    type Args: 'static;
     /// The `T` of the returned `Result<T>`.
-    type Output: WorkflowValue;
+    type Output: 'static;
     /// Runs the body.
     fn call(args: Self::Args) -> BoxFuture<'static, Result<Self::Output, Error>>;
+    /// Serializes the arguments, to record them when a run starts.
+    fn encode_args(args: &Self::Args) -> Result<Value, serde_json::Error>;
+    /// Deserializes recorded arguments, to run the body.
+    fn decode_args(input: Value) -> Result<Self::Args, serde_json::Error>;
+    /// Serializes the body's result, to record it.
+    fn encode_output(output: &Self::Output) -> Result<Value, serde_json::Error>;
 }
 
 /// The return types a workflow may declare: `Result<T, workflow_core::Error>`.
@@ -112,16 +125,17 @@ impl WorkflowRegistration {
 fn run_erased<W: WorkflowDef>(
     input: Value,
 ) -> Result<BoxFuture<'static, Result<Value, Error>>, Error> {
-    let args: W::Args = serde_json::from_value(input).map_err(|e| {
+    let args = W::decode_args(input).map_err(|e| {
         Error::fatal(format!(
             "the recorded arguments do not match workflow `{}` in this binary \
              (was the run started by another version?): {e}",
             W::NAME
         ))
     })?;
+    let run = W::call(args);
     Ok(Box::pin(async move {
-        let out = W::call(args).await?;
-        serde_json::to_value(out).map_err(|e| {
+        let out = run.await?;
+        W::encode_output(&out).map_err(|e| {
             Error::fatal(format!(
                 "the return value of workflow `{}` could not be serialized: {e}",
                 W::NAME

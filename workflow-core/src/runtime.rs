@@ -364,9 +364,16 @@ impl Runtime {
         F: IntoWorkflow<Args>,
     {
         let _ = workflow;
+        // Serialized here, so that the pending start is `Send` whatever the arguments are: only
+        // the macro's check reports arguments that cannot be recorded.
+        let input =
+            <F::Def as WorkflowDef>::encode_args(&args).map_err(|e| StartError::Serialize {
+                workflow: <F::Def as WorkflowDef>::NAME.to_owned(),
+                message: e.to_string(),
+            });
         Start {
             rt: self.clone(),
-            args,
+            input,
             hook: None,
             retention: None,
             _def: PhantomData,
@@ -526,7 +533,7 @@ enum Joined {
 #[must_use = "a start does nothing unless awaited"]
 pub struct Start<W: WorkflowDef> {
     rt: Runtime,
-    args: W::Args,
+    input: Result<Value, StartError>,
     hook: Option<String>,
     retention: Option<Duration>,
     _def: PhantomData<fn() -> W>,
@@ -557,10 +564,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let input = serde_json::to_value(&self.args).map_err(|e| StartError::Serialize {
-                workflow: W::NAME.to_owned(),
-                message: e.to_string(),
-            })?;
+            let input = self.input?;
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(StartError::InvalidToken(why));
             }

@@ -623,6 +623,12 @@ async fn long_sleeps_are_evicted_and_resumed(b: Backend) {
 // ---------------------------------------------------------------------------------------------
 // Bad input
 
+/// Its argument type is serializable, but JSON has only string keys: some values fail.
+#[workflow]
+async fn by_cell(cells: HashMap<(u32, u32), u64>) -> Result<u64> {
+    Ok(cells.values().sum())
+}
+
 async fn bad_input_gives_clear_errors(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -636,6 +642,16 @@ async fn bad_input_gives_clear_errors(b: Backend) {
         "{err}"
     );
     assert!("garbage".parse::<RunId>().is_err());
+
+    // Arguments that fail to serialize: the start fails, naming the workflow.
+    let err = rt
+        .start(by_cell, (HashMap::from([((1, 2), 3)]),))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StartError::Serialize { workflow, .. } if workflow.ends_with("::by_cell")),
+        "{err}"
+    );
 
     // A run whose recorded arguments do not fit this binary's workflow (another version started it).
     let id = RunId::new();

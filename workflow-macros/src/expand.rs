@@ -209,16 +209,28 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
 //     pub struct __WorkflowDef_process_order;                  // the fn's visibility
 //     impl WorkflowDef for __WorkflowDef_process_order {
 //         const NAME: &'static str = concat!(module_path!(), "::", "process_order");  // or `name`
-//         type Args = (String, u32);           // spanning the parameter list: the argument check
+//         type Args = (String, u32);                          // spanning the parameter list
 //         type Output = <Result<OrderResult> as WorkflowReturn>::Ok;   // spanning the return type
 //         fn call(__wf_args: Self::Args) -> BoxFuture<'static, Result<Self::Output, Error>> {
 //             #[deny(clippy::disallowed_methods)]                // the second line of defence
 //             async fn __wf_body(order_id: String, mut qty: u32) -> Result<OrderResult> BODY
+//             let _ = assert_value::<String>;                   // one per argument, at its type
+//             let _ = assert_value::<u32>;
+//             let _ = assert_value::<<Result<OrderResult> as WorkflowReturn>::Ok>;   // at the return
 //             let (__wf_arg_order_id, __wf_arg_qty) = __wf_args;
 //             Box::pin(async move {
 //                 (&ReturnOf::<Result<OrderResult>>::new())     // see `expand_step`
 //                     .result_of(__wf_body(__wf_arg_order_id, __wf_arg_qty).await)
 //             })
+//         }
+//         fn encode_args(__wf_value: &Self::Args) -> Result<Value, serde_json::Error> {
+//             (&ValueOf::<Self::Args>::new()).encode(__wf_value)
+//         }
+//         fn decode_args(__wf_value: Value) -> Result<Self::Args, serde_json::Error> {
+//             (&ValueOf::<Self::Args>::new()).decode(__wf_value)
+//         }
+//         fn encode_output(__wf_value: &Self::Output) -> Result<Value, serde_json::Error> {
+//             (&ValueOf::<Self::Output>::new()).encode(__wf_value)
 //         }
 //     }
 //     inventory::submit! { WorkflowRegistration::of::<__WorkflowDef_process_order>() }
@@ -231,7 +243,13 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
 // that name in the crate)
 //
 // The signature becomes a plain `fn` returning `WorkflowCall<Def>` so that `rt.start(process_order,
-// args)` finds the definition through the type system. The body moves into `WorkflowDef::call`,
+// args)` finds the definition through the type system. That impl must therefore be well-formed
+// even when a type cannot be recorded: `WorkflowDef` puts no serde bounds on `Args`/`Output`, and
+// the generated `encode_*`/`decode_*` go through `ValueOf`, which picks serde when the type can be
+// recorded and otherwise a stand-in with no bounds (as `StepCall` does for steps). The type is
+// then reported once, by its `assert_value` at its span, not by the impl nor at `rt.start`. The
+// registration stays a const expression: `WorkflowRegistration::of` only takes `NAME` and a fn
+// pointer to a generic runner that calls these methods. The body moves into `WorkflowDef::call`,
 // outside the user's fn, so the user's lint attributes are copied onto `__wf_body` there, after
 // the generated `deny`, so that an `allow` of the user's wins.
 fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
@@ -254,6 +272,8 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
     let body_fn = body_fn(function, &lints);
     let body = body_ident();
     let args_var = Ident::new("__wf_args", Span::mixed_site());
+    let value_var = Ident::new("__wf_value", Span::mixed_site());
+    let checks = value_checks(function);
     let forwarded = forwarded_args(function);
     let locals = local_args(function);
     let arg_types = args_type(function);
@@ -298,12 +318,43 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
                 ::core::result::Result<Self::Output, ::workflow_core::Error>,
             > {
                 #body_fn
+                #checks
                 use ::workflow_core::__private::{RecordedReturn as _, UnrecordedReturn as _};
                 let (#(#locals,)*) = #args_var;
                 ::std::boxed::Box::pin(async move {
                     (&::workflow_core::__private::ReturnOf::<#ret>::new())
                         .result_of(#body(#(#locals),*).await)
                 })
+            }
+
+            fn encode_args(
+                #value_var: &Self::Args,
+            ) -> ::core::result::Result<
+                ::workflow_core::__private::serde_json::Value,
+                ::workflow_core::__private::serde_json::Error,
+            > {
+                use ::workflow_core::__private::{RecordedValue as _, UnrecordableValue as _};
+                (&::workflow_core::__private::ValueOf::<Self::Args>::new()).encode(#value_var)
+            }
+
+            fn decode_args(
+                #value_var: ::workflow_core::__private::serde_json::Value,
+            ) -> ::core::result::Result<
+                Self::Args,
+                ::workflow_core::__private::serde_json::Error,
+            > {
+                use ::workflow_core::__private::{RecordedValue as _, UnrecordableValue as _};
+                (&::workflow_core::__private::ValueOf::<Self::Args>::new()).decode(#value_var)
+            }
+
+            fn encode_output(
+                #value_var: &Self::Output,
+            ) -> ::core::result::Result<
+                ::workflow_core::__private::serde_json::Value,
+                ::workflow_core::__private::serde_json::Error,
+            > {
+                use ::workflow_core::__private::{RecordedValue as _, UnrecordableValue as _};
+                (&::workflow_core::__private::ValueOf::<Self::Output>::new()).encode(#value_var)
             }
         }
 
@@ -395,8 +446,8 @@ fn body_fn(function: &Function, attrs: &[&Attribute]) -> TokenStream {
 }
 
 /// `let _ = assert_value::<T>;` per argument type and for the result's `Ok` type, each spanned
-/// at the user's type so an unserializable one is reported there (steps only: a workflow's
-/// types are checked by its `WorkflowDef` impl, see [`args_type`]).
+/// at the user's type so an unserializable one is reported there, once: the generated code that
+/// serializes these types selects a bound-free stand-in when the check fails.
 fn value_checks(function: &Function) -> TokenStream {
     let mut checks = TokenStream::new();
     for arg in &function.args {
@@ -468,10 +519,8 @@ fn local_args(function: &Function) -> Vec<Ident> {
 }
 
 /// The argument types as a tuple type: `()`, `(A,)`, `(A, B)`, its parentheses spanning the
-/// parameter list. A workflow's `type Args = ..` thus reports unserializable arguments on the
-/// user's signature: its `Serialize + DeserializeOwned` bounds are the one check of a
-/// workflow's argument types (the impl must exist for `rt.start(wf, args)` calls to type-check,
-/// so its bounds are always checked, and a separate assertion would only repeat their errors).
+/// parameter list, so that anything reported about a workflow's `type Args = ..` points at the
+/// user's signature.
 fn args_type(function: &Function) -> TokenStream {
     let types = function.args.iter().map(|arg| &arg.ty);
     let mut tuple =
