@@ -896,7 +896,50 @@ fn open_writer(path: &Path) -> Result<Connection, StoreError> {
             path.display()
         )));
     }
+    if let Err(e) = preallocate_wal(&conn, path) {
+        // Only speed is at stake: the store works the same without it.
+        tracing::debug!(error = %e, "could not preallocate the write-ahead log");
+    }
     Ok(conn)
+}
+
+/// Frames of write-ahead log kept allocated: SQLite checkpoints after 1000 and then starts
+/// over at the front of the file, so the log never needs to grow past this in steady state.
+const WAL_FRAMES: u64 = 1024;
+
+/// Extends the write-ahead log with zeros to [`WAL_FRAMES`] frames if it is shorter (a new
+/// file, or one SQLite deleted when the last connection closed). A commit that only
+/// overwrites allocated blocks of the log is much cheaper to make durable than one that grows
+/// the file: on ext4, about 120 µs instead of 210 µs on the machine of BENCHMARKS.md, because
+/// the file system need not also commit the new size to its journal. SQLite reads a log only
+/// up to its last valid frame, and zeros are never valid, so the padding is invisible; the
+/// write lock (an IMMEDIATE transaction) keeps other processes from appending frames while
+/// the zeros are written.
+fn preallocate_wal(conn: &Connection, path: &Path) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+
+    let page_size: u64 = conn
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .map_err(std::io::Error::other)?;
+    // A 32-byte header, then per frame a 24-byte header and one page.
+    let target = 32 + WAL_FRAMES * (24 + page_size);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let tx = begin_immediate(conn).map_err(std::io::Error::other)?;
+    let len = std::fs::metadata(&wal)?.len();
+    if len < target {
+        let mut file = std::fs::OpenOptions::new().write(true).open(&wal)?;
+        file.seek(SeekFrom::Start(len))?;
+        let zeros = vec![0u8; 64 * 1024];
+        let mut left = target - len;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            file.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        file.sync_all()?;
+    }
+    tx.rollback().map_err(std::io::Error::other)
 }
 
 fn open_reader(path: &Path) -> Result<Connection, StoreError> {
@@ -1634,6 +1677,43 @@ mod tests {
 
     fn raw(path: &Path) -> Connection {
         Connection::open(path).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_write_ahead_log_is_preallocated_and_its_padding_is_invisible() {
+        let (dir, store) = fresh().await;
+        let path = dir.path().join("wf.db");
+        let wal = dir.path().join("wf.db-wal");
+        let target = 32 + WAL_FRAMES * (24 + 4096);
+        assert!(std::fs::metadata(&wal).unwrap().len() >= target);
+        let ids = [
+            create(&store, "orders", t(0)).await,
+            create(&store, "orders", t(1)).await,
+        ];
+        // Another connection reads the log while the store has it open: it sees every
+        // commit and nothing of the zeros after them.
+        let conn = raw(&path);
+        let count: i64 = conn
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(count, 2);
+        assert_eq!(
+            std::fs::metadata(&wal).unwrap().len(),
+            target,
+            "commits overwrote the padding instead of growing the file"
+        );
+        drop(conn);
+        drop(store);
+        // Reopened: the log is padded again and nothing was lost.
+        let store = within(SqliteStore::open(&path)).await.unwrap();
+        assert!(std::fs::metadata(&wal).unwrap().len() >= target);
+        for id in ids {
+            assert!(within(store.get_run(&id)).await.unwrap().is_some());
+        }
+        let check: String = raw(&path)
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
     }
 
     #[tokio::test]
