@@ -50,11 +50,18 @@ struct Migration {
 }
 
 /// Applied in order on connect, each recorded in `workflow_migrations`.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "runs, events, hooks and the hook inbox",
-    ddl: MIGRATION_1,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "runs, events, hooks and the hook inbox",
+        ddl: MIGRATION_1,
+    },
+    Migration {
+        version: 2,
+        name: "each run keeps the number of its last event",
+        ddl: MIGRATION_2,
+    },
+];
 
 /// The schema version this build reads and writes.
 const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -114,6 +121,19 @@ CREATE TABLE {schema}.hook_inbox (
     at      BIGINT NOT NULL
 );
 CREATE INDEX hook_inbox_run ON {schema}.hook_inbox (run_id, id);
+"#;
+
+/// An append numbers its events from the run's row, which it locks anyway (fencing), instead
+/// of from `MAX(seq)` over its events: the row's newest version is what an `UPDATE` reads
+/// after waiting for the lock, whatever its snapshot, so fencing, numbering and inserting fit
+/// in one statement (one round trip).
+const MIGRATION_2: &str = r#"
+ALTER TABLE {schema}.runs ADD COLUMN last_seq BIGINT NOT NULL DEFAULT 0;
+UPDATE {schema}.runs AS r SET last_seq = e.seq
+FROM (SELECT run_id, MAX(seq) AS seq FROM {schema}.events GROUP BY run_id) AS e
+WHERE e.run_id = r.id;
+-- Room on each page for the appends' row updates to stay heap-only (no index writes).
+ALTER TABLE {schema}.runs SET (fillfactor = 80);
 "#;
 
 /// Sends each element of `$2` as a notification on channel `$1`; delivered at commit.
@@ -467,6 +487,22 @@ impl Store for PostgresStore {
         };
         let run = lease.run_id.to_string();
 
+        if release_tokens.is_empty() && outcome.is_none() {
+            // A step's result, a timer, a payload...: one statement, its own transaction.
+            let held: Option<i64> = sqlx::query_scalar(&s.append)
+                .bind(&run)
+                .bind(events.at)
+                .bind(events.kind)
+                .bind(events.data)
+                .bind(sql_epoch(lease.epoch))
+                .fetch_optional(self.pool())
+                .await
+                .map_err(db)?;
+            return match held {
+                Some(_) => Ok(()),
+                None => Err(StoreError::LeaseLost(lease.run_id)),
+            };
+        }
         let mut tx = self.begin().await?;
         let written = async {
             hold(&mut tx, s, lease).await?;
@@ -795,6 +831,7 @@ struct Statements {
     hold: String,
     lock_run: String,
     insert_events: String,
+    append: String,
     finish: String,
     cancel: String,
     release_tokens: [String; 2],
@@ -870,15 +907,34 @@ impl Statements {
                  FOR UPDATE"
             ),
             lock_run: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Numbered after the run's last event; run under the run's row lock, in a statement
-            // of its own, so its snapshot sees every earlier append.
+            // Numbered after the run's last event (`runs.last_seq`, bumped in the same
+            // statement). `$1` run, `$2` times, `$3` kinds, `$4` data.
             insert_events: format!(
-                "INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                 SELECT $1, last.seq + e.n, e.at, e.kind, e.data
-                 FROM (SELECT COALESCE(MAX(seq), 0) AS seq FROM {s}.events WHERE run_id = $1)
-                          AS last,
+                "WITH numbered AS (
+                     UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
+                     WHERE id = $1
+                     RETURNING last_seq - cardinality($2::bigint[]) AS base)
+                 INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                 SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
+                 FROM numbered,
                       UNNEST($2::bigint[], $3::text[], $4::text[])
                           WITH ORDINALITY AS e(at, kind, data, n)"
+            ),
+            // The common append (events only) as one statement: fenced like `hold`, numbered
+            // and inserted like `insert_events`; no row when the lease is lost. `$5` epoch.
+            append: format!(
+                "WITH numbered AS (
+                     UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
+                     WHERE id = $1 AND epoch = $5 AND status = 'running'
+                         AND lease_until IS NOT NULL
+                     RETURNING last_seq - cardinality($2::bigint[]) AS base),
+                 inserted AS (
+                     INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                     SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
+                     FROM numbered,
+                          UNNEST($2::bigint[], $3::text[], $4::text[])
+                              WITH ORDINALITY AS e(at, kind, data, n))
+                 SELECT base FROM numbered"
             ),
             finish: format!(
                 "UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
@@ -1860,9 +1916,10 @@ mod tests {
     async fn refuses_a_schema_of_a_newer_version() {
         let (schema, store) = fresh!();
         drop(store);
+        let future = SCHEMA_VERSION + 1;
         schema
             .exec(&format!(
-                "INSERT INTO {} (version, name, applied_at) VALUES (2, 'from the future', 0)",
+                "INSERT INTO {} (version, name, applied_at) VALUES ({future}, 'from the future', 0)",
                 schema.table("workflow_migrations")
             ))
             .await;
@@ -1873,9 +1930,69 @@ mod tests {
             panic!("expected Incompatible, got {err:?}");
         };
         assert!(msg.contains(&format!("schema `{}`", schema.name)), "{msg}");
-        assert!(msg.contains("schema version 2"), "{msg}");
-        assert!(msg.contains("versions up to 1"), "{msg}");
-        assert_eq!(schema.count("workflow_migrations").await, 2);
+        assert!(msg.contains(&format!("schema version {future}")), "{msg}");
+        assert!(
+            msg.contains(&format!("versions up to {SCHEMA_VERSION}")),
+            "{msg}"
+        );
+        assert_eq!(schema.count("workflow_migrations").await, i64::from(future));
+    }
+
+    /// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
+    /// numbered on: appends after the migration continue each run's sequence.
+    #[tokio::test]
+    async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
+        let (schema, store) = fresh!();
+        let id = RunId::new();
+        within(store.create_run(NewRun {
+            id,
+            workflow: "orders".to_owned(),
+            input: json!(null),
+            created_at: t(0),
+            hook: None,
+        }))
+        .await
+        .unwrap();
+        let leased = acquire(
+            &store,
+            &names(&["orders"]),
+            t(1),
+            Duration::from_secs(60),
+            1,
+        )
+        .await;
+        let lease = leased[0].lease.clone();
+        within(store.append(
+            &lease,
+            ap(vec![step_done(t(2), 1), step_done(t(3), 2)], None),
+        ))
+        .await
+        .unwrap();
+        drop(store);
+        // Back to version 1, as an older build left it.
+        schema
+            .exec(&format!(
+                "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
+                 DELETE FROM {migrations} WHERE version > 1",
+                runs = schema.table("runs"),
+                migrations = schema.table("workflow_migrations"),
+            ))
+            .await;
+        let store = schema.connect().await;
+        assert_eq!(
+            schema.count("workflow_migrations").await,
+            i64::from(SCHEMA_VERSION)
+        );
+        within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = within(store.events(&id))
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
     }
 
     #[tokio::test]
