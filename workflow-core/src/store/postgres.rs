@@ -270,6 +270,82 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Admits `run`; with `lease`, leased to the caller at once (epoch 1).
+    async fn admit(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        let s = self.sql();
+        let id = run.id.to_string();
+        let input = to_json(&run.input, "the run's input")?;
+        let at = sql_time(run.created_at);
+        let exists = || StoreError::Database(format!("run {} already exists", run.id));
+        let leased = lease.map(|_| Lease {
+            run_id: run.id,
+            epoch: 1,
+        });
+        let lease_until = lease.map(|l| sql_time(run.created_at + l));
+        // Inserted (and, unless leased, announced), or no row: the id exists.
+        let insert = |token: Option<String>| match lease_until {
+            None => sqlx::query(&s.create)
+                .bind(&id)
+                .bind(&run.workflow)
+                .bind(&input)
+                .bind(at)
+                .bind(token)
+                .bind(&self.inner.schema),
+            Some(until) => sqlx::query(&s.create_leased)
+                .bind(&id)
+                .bind(&run.workflow)
+                .bind(&input)
+                .bind(at)
+                .bind(token)
+                .bind(until),
+        };
+
+        let Some(hook) = run.hook.as_ref() else {
+            // One statement.
+            let inserted = insert(None).fetch_optional(self.pool()).await.map_err(db)?;
+            return match inserted {
+                Some(_) => Ok((Admission::Admitted, leased)),
+                None => Err(exists()),
+            };
+        };
+
+        let mut tx = self.begin().await?;
+        let admitted = async {
+            // An existing id is an error before any claim, as in the other stores.
+            if sqlx::query(&s.run_exists)
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?
+                .is_some()
+            {
+                return Err(exists());
+            }
+            // The claim goes first: when it loses, nothing at all is written.
+            let retain_until = hook.retain_until.map(sql_time);
+            if let Some(owner) = claim_token(&mut tx, s, &hook.token, &id, at, retain_until).await?
+            {
+                return Ok((Admission::Conflict(owner), None));
+            }
+            let inserted = insert(Some(hook.token.clone()))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            // None: the same id admitted meanwhile by another connection.
+            inserted
+                .map(|_| (Admission::Admitted, leased.clone()))
+                .ok_or_else(exists)
+        }
+        .await;
+        // A conflict wrote nothing: ending the transaction at once frees the token's row
+        // lock for the next contender.
+        settle(tx, admitted).await
+    }
+
     fn pool(&self) -> &PgPool {
         &self.inner.pool
     }
@@ -297,65 +373,15 @@ impl PostgresStore {
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
-        let s = self.sql();
-        let id = run.id.to_string();
-        let input = to_json(&run.input, "the run's input")?;
-        let at = sql_time(run.created_at);
-        let exists = || StoreError::Database(format!("run {} already exists", run.id));
+        Ok(self.admit(run, None).await?.0)
+    }
 
-        let Some(hook) = run.hook else {
-            // One statement: inserted (and announced) or already there.
-            let inserted = sqlx::query(&s.create)
-                .bind(&id)
-                .bind(&run.workflow)
-                .bind(&input)
-                .bind(at)
-                .bind(None::<String>)
-                .bind(&self.inner.schema)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db)?;
-            return match inserted {
-                Some(_) => Ok(Admission::Admitted),
-                None => Err(exists()),
-            };
-        };
-
-        let mut tx = self.begin().await?;
-        let admitted = async {
-            // An existing id is an error before any claim, as in the other stores.
-            if sqlx::query(&s.run_exists)
-                .bind(&id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?
-                .is_some()
-            {
-                return Err(exists());
-            }
-            // The claim goes first: when it loses, nothing at all is written.
-            let retain_until = hook.retain_until.map(sql_time);
-            if let Some(owner) = claim_token(&mut tx, s, &hook.token, &id, at, retain_until).await?
-            {
-                return Ok(Admission::Conflict(owner));
-            }
-            let inserted = sqlx::query(&s.create)
-                .bind(&id)
-                .bind(&run.workflow)
-                .bind(&input)
-                .bind(at)
-                .bind(&hook.token)
-                .bind(&self.inner.schema)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-            // None: the same id admitted meanwhile by another connection.
-            inserted.map(|_| Admission::Admitted).ok_or_else(exists)
-        }
-        .await;
-        // A conflict wrote nothing: ending the transaction at once frees the token's row
-        // lock for the next contender.
-        settle(tx, admitted).await
+    async fn create_run_leased(
+        &self,
+        run: NewRun,
+        lease: Duration,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        self.admit(run, Some(lease)).await
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -821,6 +847,7 @@ impl Store for PostgresStore {
 /// once per connection and reuses it (its cache is keyed by the SQL text).
 struct Statements {
     create: String,
+    create_leased: String,
     run_exists: String,
     claim: String,
     hook_owner: String,
@@ -862,6 +889,16 @@ impl Statements {
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
+            ),
+            // Admitted and leased to the admitting worker (epoch 1, lease until `$6`): nobody
+            // else may take it, so nobody is told it is ready.
+            create_leased: format!(
+                "INSERT INTO {s}.runs
+                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                      epoch, lease_until)
+                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6)
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING id"
             ),
             run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
             // The decision is the upsert's own WHERE on the token's primary key: of any number
@@ -1936,6 +1973,12 @@ mod tests {
             "{msg}"
         );
         assert_eq!(schema.count("workflow_migrations").await, i64::from(future));
+    }
+
+    #[tokio::test]
+    async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one() {
+        let (_schema, store) = fresh!();
+        within(crate::store::conformance::leased_admission(&store)).await;
     }
 
     /// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
