@@ -93,9 +93,9 @@ pub(crate) struct Inner {
     pub(crate) work: Notify,
     /// Whether the store pushes changes (then polling is only a slow safety net).
     pushed: bool,
-    /// The id of every run that ends in this process (or, with a pushing store, anywhere), to
-    /// wake `return_value` waiters of that run only.
-    ended: broadcast::Sender<RunId>,
+    /// The runs someone waits for in `return_value`, each with the signal of its end (in this
+    /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
+    waiting: Mutex<HashMap<RunId, Waiting>>,
     shutdown: watch::Sender<bool>,
     /// The `.hook(token)` starts this process has in flight, by token (see [`StartFlight`]).
     starting: Mutex<HashMap<String, watch::Receiver<Option<RunId>>>>,
@@ -150,8 +150,10 @@ impl Inner {
     }
 
     pub(crate) fn run_ended(&self, id: RunId) {
-        // No receiver is fine: nobody waits for this run here.
-        let _ = self.ended.send(id);
+        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = waiting.get(&id) {
+            w.ended.send_replace(());
+        }
     }
 }
 
@@ -297,7 +299,7 @@ impl RuntimeBuilder {
             active: Mutex::new(HashMap::new()),
             work: Notify::new(),
             pushed: notices.is_some(),
-            ended: broadcast::channel(4096).0,
+            waiting: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             starting: Mutex::new(HashMap::new()),
         });
@@ -753,7 +755,8 @@ impl<T: DeserializeOwned> Run<T> {
     /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
     /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
     pub async fn return_value(&self) -> Result<T, Error> {
-        let mut ended = self.rt.inner.ended.subscribe();
+        // Registered before the first read, so an end between the read and the wait counts.
+        let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
         loop {
             let run = self.info().await?;
             match run.status {
@@ -775,20 +778,55 @@ impl<T: DeserializeOwned> Run<T> {
                 RunStatus::Pending | RunStatus::Running => {
                     // Read again when this run ends here, when notices were missed, or after
                     // the poll interval (runs driven by processes that do not push).
-                    let wait = async {
-                        loop {
-                            match ended.recv().await {
-                                Ok(id) if id == self.id => return,
-                                Ok(_) => {}
-                                Err(broadcast::error::RecvError::Lagged(_)) => return,
-                                Err(broadcast::error::RecvError::Closed) => {
-                                    std::future::pending::<()>().await
-                                }
-                            }
-                        }
-                    };
-                    let _ = tokio::time::timeout(self.rt.inner.config.poll_interval, wait).await;
+                    let _ = tokio::time::timeout(
+                        self.rt.inner.config.poll_interval,
+                        ended.signal.changed(),
+                    )
+                    .await;
                 }
+            }
+        }
+    }
+}
+
+/// The end signal of one run that `return_value` calls wait for, shared by all of them.
+struct Waiting {
+    ended: watch::Sender<()>,
+    waiters: usize,
+}
+
+/// One `return_value` call's registration in [`Inner::waiting`]; removed on drop.
+struct WaitForEnd {
+    inner: Arc<Inner>,
+    run: RunId,
+    signal: watch::Receiver<()>,
+}
+
+impl WaitForEnd {
+    fn new(inner: &Arc<Inner>, run: RunId) -> Self {
+        let mut waiting = inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let w = waiting.entry(run).or_insert_with(|| Waiting {
+            ended: watch::channel(()).0,
+            waiters: 0,
+        });
+        w.waiters += 1;
+        let signal = w.ended.subscribe();
+        drop(waiting);
+        WaitForEnd {
+            inner: inner.clone(),
+            run,
+            signal,
+        }
+    }
+}
+
+impl Drop for WaitForEnd {
+    fn drop(&mut self) {
+        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(w) = waiting.get_mut(&self.run) {
+            w.waiters -= 1;
+            if w.waiters == 0 {
+                waiting.remove(&self.run);
             }
         }
     }
@@ -814,7 +852,14 @@ async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver<Notice>) {
                 rt.run_ended(run);
             }
             // Missed notices: the worker's poll and the waiters' timeouts catch up.
-            Err(broadcast::error::RecvError::Lagged(_)) => rt.work.notify_one(),
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                // Notices were lost: look again at whatever they may have been about.
+                rt.work.notify_one();
+                let waiting = rt.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                for w in waiting.values() {
+                    w.ended.send_replace(());
+                }
+            }
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }

@@ -113,33 +113,39 @@ fn child_main() {
     rt.block_on(async {
         let db = std::env::var("WF_DB").unwrap();
         let mode = std::env::var("WF_MODE").unwrap();
-        let rt = Runtime::builder()
-            .sqlite(db)
-            // The storm only admits runs; nobody needs to execute them.
-            .worker(!mode.starts_with("storm"))
-            .lease(LEASE)
-            .poll_interval(Duration::from_millis(20))
-            .retry_backoff(Duration::from_millis(10))
-            // Small, so that one worker cannot take every run of the sharing test at once.
-            .max_active_runs(4)
-            .build()
-            .await
-            .unwrap();
+        let runtime = |worker: bool| {
+            Runtime::builder()
+                .sqlite(&db)
+                .worker(worker)
+                .lease(LEASE)
+                .poll_interval(Duration::from_millis(20))
+                .retry_backoff(Duration::from_millis(10))
+                // Small, so that one worker cannot take every run of the sharing test at once.
+                .max_active_runs(4)
+                .build()
+        };
+        // Runs are admitted by a client-only runtime, so none of their steps (which may kill
+        // this process) runs before the run's id is printed.
+        let client = runtime(false).await.unwrap();
         let parts: Vec<&str> = mode.split(':').collect();
         let id = match parts.as_slice() {
-            ["start", "twenty_squares"] => rt.start(twenty_squares, ()).await.unwrap().id(),
-            ["start", "sleep_between", ms] => rt
+            ["start", "twenty_squares"] => client.start(twenty_squares, ()).await.unwrap().id(),
+            ["start", "sleep_between", ms] => client
                 .start(sleep_between, (ms.parse::<u64>().unwrap(),))
                 .await
                 .unwrap()
                 .id(),
-            ["start", "always_crashing"] => rt.start(always_crashing, ()).await.unwrap().id(),
+            ["start", "always_crashing"] => client.start(always_crashing, ()).await.unwrap().id(),
             ["resume", id] => id.parse().unwrap(),
-            ["work"] => std::future::pending().await,
+            ["work"] => {
+                let _worker = runtime(true).await.unwrap();
+                std::future::pending().await
+            }
+            // The storm only admits runs; nobody needs to execute them.
             ["storm", token, n] => {
                 let starts: Vec<_> = (0..n.parse::<u64>().unwrap())
                     .map(|i| {
-                        let (rt, token) = (rt.clone(), token.to_string());
+                        let (rt, token) = (client.clone(), token.to_string());
                         tokio::spawn(async move { rt.start(three_tagged, (i,)).hook(token).await })
                     })
                     .collect();
@@ -161,6 +167,7 @@ fn child_main() {
         };
         println!("RUN {id}");
         std::io::stdout().flush().unwrap();
+        let rt = runtime(true).await.unwrap();
         let out = rt.get_run(&id).return_value().await;
         println!(
             "DONE {}",
