@@ -910,8 +910,9 @@ const WAL_FRAMES: u64 = 1024;
 /// Extends the write-ahead log with zeros to [`WAL_FRAMES`] frames if it is shorter (a new
 /// file, or one SQLite deleted when the last connection closed). A commit that only
 /// overwrites allocated blocks of the log is much cheaper to make durable than one that grows
-/// the file: on ext4, about 120 µs instead of 210 µs on the machine of BENCHMARKS.md, because
-/// the file system need not also commit the new size to its journal. SQLite reads a log only
+/// the file: on the ext4 disk of BENCHMARKS.md, about 120 µs instead of 210 µs per commit,
+/// because `fsync` then writes the data alone, not also the file's metadata (new size, new
+/// blocks). SQLite reads a log only
 /// up to its last valid frame, and zeros are never valid, so the padding is invisible; the
 /// write lock (an IMMEDIATE transaction) keeps other processes from appending frames while
 /// the zeros are written.
