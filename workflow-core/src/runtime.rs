@@ -361,6 +361,11 @@ impl Runtime {
 
     /// Starts a run of `workflow` with `args` (a tuple of its arguments). Await the returned
     /// builder; it resolves once the run is durably admitted.
+    ///
+    /// Once polled, the admission goes on in a task of its own: dropping the future (a
+    /// timeout, a cancelled request) does not undo or strand it, so the run may exist even
+    /// though this call never answered. Give such starts a `.hook(token)` to make retrying
+    /// them safe: a retry then finds the run instead of starting a second one.
     pub fn start<F, Args>(&self, workflow: F, args: Args) -> Start<<F as IntoWorkflow<Args>>::Def>
     where
         F: IntoWorkflow<Args>,
