@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{Backend, TestDb};
+use common::{Backend, FailingAdmissions, TestDb};
 use futures::future::Either;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -784,12 +784,72 @@ async fn a_dropped_start_does_not_strand_its_duplicates(b: Backend) {
     assert_eq!(owner, runs[0]);
 }
 
+/// Duplicates of a start in flight wait for it instead of going to the store; when the store
+/// refuses that start, it fails alone and its duplicates ask the store themselves: one of them
+/// becomes the run, the others conflict with it.
+async fn a_failed_start_hands_its_duplicates_to_the_store(b: Backend) {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    let db = TestDb::new(b);
+    let store = FailingAdmissions::new(db.open_store().await, 1);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let order = RunId::new().to_string();
+    let token = format!("order:{order}");
+    let start = |n: String| {
+        let rt = rt.clone();
+        let (order, token) = (order.clone(), token.clone());
+        tokio::spawn(async move { rt.start(process_order, (order, n, 2)).hook(token).await })
+    };
+    let first = start("first".to_owned());
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while store.waiting.load(SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the first admission reached the store");
+    let duplicates: Vec<_> = (0..20).map(|i| start(format!("d{i}"))).collect();
+    // Were they asking the store, they would be answered now (only one admission fails).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        duplicates.iter().all(|d| !d.is_finished()),
+        "the duplicates follow the start in flight"
+    );
+    store.open_gate();
+    match first.await.unwrap() {
+        Err(StartError::Store(e)) => assert!(e.to_string().contains("injected"), "{e}"),
+        other => panic!("expected the injected failure, got {other:?}"),
+    }
+    let (mut runs, mut conflicts) = (Vec::new(), Vec::new());
+    for d in duplicates {
+        match tokio::time::timeout(Duration::from_secs(10), d)
+            .await
+            .expect("a duplicate was stranded")
+            .unwrap()
+        {
+            Ok(run) => runs.push(run.id()),
+            Err(StartError::HookConflict(c)) => conflicts.push(c.conflicting_run_id),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(runs.len(), 1, "one duplicate became the run");
+    assert_eq!(conflicts.len(), 19);
+    assert!(conflicts.iter().all(|c| *c == runs[0]));
+}
+
 on_every_store!(
     two_runs_one_token,
     tokens_are_reused_after_completion_dispose_and_cancel,
     resume_before_registration_and_the_route_pattern,
     atomic_start_under_contention,
     a_dropped_start_does_not_strand_its_duplicates,
+    a_failed_start_hands_its_duplicates_to_the_store,
     early_payloads_are_buffered_in_order,
     retention_refuses_late_duplicates,
     a_hook_raced_against_sleep_loses_nothing,

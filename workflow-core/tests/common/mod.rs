@@ -6,10 +6,14 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::store::memory::MemoryStore;
-use workflow_core::Runtime;
+use workflow_core::store::{
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
+};
+use workflow_core::{RunId, Runtime, StoreError};
 
 /// The stores every behaviour test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +92,29 @@ impl TestDb {
 
     pub async fn runtime(&self) -> Runtime {
         self.runtime_with_lease(Duration::from_secs(30)).await
+    }
+
+    /// This test's store itself, opened like the runtimes open it.
+    pub async fn open_store(&self) -> std::sync::Arc<dyn Store> {
+        match self.backend {
+            Backend::Memory => std::sync::Arc::new(self.memory.clone()),
+            Backend::Sqlite => std::sync::Arc::new(
+                workflow_core::store::sqlite::SqliteStore::open(self.sqlite_path())
+                    .await
+                    .expect("sqlite store opens"),
+            ),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => std::sync::Arc::new(
+                workflow_core::store::postgres::PostgresStore::connect(
+                    &postgres_url().expect("checked by the test macro"),
+                    &self.schema,
+                )
+                .await
+                .expect("postgres store connects"),
+            ),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => unreachable!("postgres tests need the `postgres` feature"),
+        }
     }
 }
 
@@ -295,4 +322,146 @@ pub fn read_log_timed(log: &Path) -> Vec<(String, u32, String, u32, u64)> {
             )
         })
         .collect()
+}
+
+/// A store that passes everything to another store, except that its next `failures`
+/// admissions wait at a gate and then fail: for tests of what the runtime does when the store
+/// refuses a start. Clones share the gate.
+#[derive(Clone)]
+pub struct FailingAdmissions(std::sync::Arc<Failing>);
+
+pub struct Failing {
+    inner: std::sync::Arc<dyn Store>,
+    failures: std::sync::atomic::AtomicUsize,
+    /// How many admissions are waiting at the gate now.
+    pub waiting: std::sync::atomic::AtomicUsize,
+    gate: tokio::sync::Semaphore,
+}
+
+impl std::ops::Deref for FailingAdmissions {
+    type Target = Failing;
+    fn deref(&self) -> &Failing {
+        &self.0
+    }
+}
+
+impl FailingAdmissions {
+    pub fn new(inner: std::sync::Arc<dyn Store>, failures: usize) -> Self {
+        FailingAdmissions(std::sync::Arc::new(Failing {
+            inner,
+            failures: failures.into(),
+            waiting: 0.into(),
+            gate: tokio::sync::Semaphore::new(0),
+        }))
+    }
+
+    /// Lets the admissions waiting at the gate fail, and every later one through at once.
+    pub fn open_gate(&self) {
+        self.gate
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+
+    async fn maybe_fail(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let fail = self
+            .failures
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !fail {
+            return Ok(());
+        }
+        self.waiting.fetch_add(1, SeqCst);
+        let _permit = self.gate.acquire().await;
+        self.waiting.fetch_sub(1, SeqCst);
+        Err(StoreError::Database("injected admission failure".into()))
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for FailingAdmissions {
+    async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
+        self.maybe_fail().await?;
+        self.inner.create_run(run).await
+    }
+    async fn create_run_leased(
+        &self,
+        run: NewRun,
+        lease: Duration,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        self.maybe_fail().await?;
+        self.inner.create_run_leased(run, lease).await
+    }
+    async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.inner.get_run(id).await
+    }
+    async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events(id).await
+    }
+    async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
+        self.inner.acquire(req).await
+    }
+    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+        self.inner.append(lease, write).await
+    }
+    async fn release(
+        &self,
+        lease: &Lease,
+        wake_at: SystemTime,
+        payloads_seen: u64,
+    ) -> Result<(), StoreError> {
+        self.inner.release(lease, wake_at, payloads_seen).await
+    }
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim_hook(lease, hook_key, token, at).await
+    }
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: serde_json::Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError> {
+        self.inner.resume_hook(token, payload, at).await
+    }
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+        self.inner.payloads(run, after).await
+    }
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError> {
+        self.inner.payloads_since(after, limit).await
+    }
+    async fn last_payload_id(&self) -> Result<u64, StoreError> {
+        self.inner.last_payload_id().await
+    }
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
+        self.inner.get_hook(token).await
+    }
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        self.inner.heartbeat(leases, lease, now).await
+    }
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        self.inner.cancel(id, now).await
+    }
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(filter).await
+    }
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        self.inner.list_hooks(filter).await
+    }
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        self.inner.notices()
+    }
 }
