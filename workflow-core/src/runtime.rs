@@ -99,6 +99,9 @@ pub(crate) struct Inner {
     shutdown: watch::Sender<bool>,
     /// The `.hook(token)` starts this process has in flight, by token (see [`StartFlight`]).
     starting: Mutex<HashMap<String, watch::Receiver<Option<RunId>>>>,
+    /// The tokio runtime the runtime was built in: admissions run there, so a start may be
+    /// awaited from any executor.
+    tasks: tokio::runtime::Handle,
 }
 
 impl Inner {
@@ -302,6 +305,7 @@ impl RuntimeBuilder {
             waiting: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             starting: Mutex::new(HashMap::new()),
+            tasks: tokio::runtime::Handle::current(),
         });
         if let Some(rx) = notices {
             tokio::spawn(notice_loop(inner.clone(), rx));
@@ -610,7 +614,10 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
             // this future is dropped meanwhile.
-            let admitted = tokio::spawn(admit(inner.clone(), new_run, flight)).await;
+            let admitted = inner
+                .tasks
+                .spawn(admit(inner.clone(), new_run, flight))
+                .await;
             match admitted {
                 Ok(admitted) => admitted?,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

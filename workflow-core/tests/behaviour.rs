@@ -677,6 +677,26 @@ async fn bad_input_gives_clear_errors(b: Backend) {
     );
 }
 
+/// A start can be awaited from a thread outside tokio (a blocking handler, another executor):
+/// its admission runs on the runtime's own tokio runtime.
+async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let client = rt.clone();
+    // A plain thread has no tokio context at all (unlike `spawn_blocking`'s threads).
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let started = futures::executor::block_on(async {
+            let run = client.start(arithmetic, (5,)).await?;
+            Ok::<_, StartError>(run.id())
+        });
+        let _ = tx.send(started);
+    });
+    let id = rx.await.unwrap().unwrap();
+    let total: u64 = rt.get_run(&id).typed().return_value().await.unwrap();
+    assert_eq!(total, 12 + 32 + 22 + 6);
+}
+
 on_every_store!(
     sequential_and_concurrent_steps,
     retries_follow_the_policy,
@@ -689,6 +709,7 @@ on_every_store!(
     bad_input_gives_clear_errors,
     random_and_now_replay_identically,
     long_sleeps_are_evicted_and_resumed,
+    a_start_can_be_awaited_outside_tokio,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left
