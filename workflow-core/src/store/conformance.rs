@@ -1,12 +1,128 @@
-//! Scripts of store operations whose transcripts must be identical on every store: the
-//! stores' unit tests run them on themselves and on [`super::memory::MemoryStore`] and compare.
+//! The store conformance suite: every behaviour the [`Store`] contract promises, written once
+//! as a generic case. Each store's unit tests declare one `#[tokio::test]` per case that
+//! opens a fresh store and calls it; what only one store has (file formats, migrations,
+//! notices) stays in that store's tests. Scripts whose transcripts must be identical on every
+//! store ([`hook_script`], [`listing_script`]) are run on a store and on
+//! [`super::memory::MemoryStore`] and compared.
 
+use std::collections::HashSet;
+use std::future::Future;
 use std::time::SystemTime;
 
 use serde_json::json;
 
 use super::*;
 use crate::ids::RunId;
+
+/// How long a case may take before the test fails instead of hanging.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `f`, or a panic after [`WAIT`].
+pub(crate) async fn within<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(WAIT, f)
+        .await
+        .expect("the store did not answer in time")
+}
+
+/// What a case checks below the [`Store`] API: what the store keeps. Each store's tests
+/// implement it by reading their own tables (or, for memory, their own state).
+pub(crate) trait Inspect {
+    /// How many rows of `table` the store holds: `runs`, `events`, `hooks` (including
+    /// released tokens still retained) or `hook_inbox`.
+    async fn count(&self, table: &str) -> i64;
+
+    /// The run's wake time as stored (the SQL stores keep milliseconds).
+    async fn wake_at(&self, run: RunId) -> SystemTime;
+
+    /// The queryable `kind` of each of the run's events, in order; `None` for a store that
+    /// keeps events as values and has no such column (memory).
+    async fn event_kinds(&self, run: RunId) -> Option<Vec<String>>;
+}
+
+/// Damage to a store's rows that its decoding must report, not skip or paper over. Only stores
+/// keeping encoded rows (the SQL stores) can hold an undecodable one.
+pub(crate) trait Damage {
+    /// Overwrites the run's input with text that is not JSON.
+    async fn corrupt_input(&self, run: RunId);
+
+    /// Adds event 1 to the run with kind `x` and empty data.
+    async fn add_undecodable_event(&self, run: RunId);
+}
+
+/// Declares one `#[tokio::test]` per case of the named groups in the calling store's tests
+/// module, so a new case is listed once and runs on every store:
+///
+/// - `api`: what the [`Store`] contract promises, for every store;
+/// - `compared`: transcripts compared with the memory store (pointless on the memory store);
+/// - `damage`: undecodable rows, for stores implementing [`Damage`].
+///
+/// `one` is the setup of a single-store case: statements that bind a fresh store to the
+/// named variable (and keep whatever owns it alive). `shared` binds a slice of three handles
+/// on one fresh database, as separate connections as the store allows; those cases run on
+/// a multi-threaded runtime. Every case is wrapped in [`within`].
+macro_rules! conformance_tests {
+    (
+        groups: [$($group:ident),* $(,)?],
+        one: $one:tt => $store:ident,
+        shared: $shared:tt => $stores:ident $(,)?
+    ) => {
+        $($crate::store::conformance::conformance_tests!(@$group $one $store $shared $stores);)*
+    };
+    (@api $one:tt $store:ident $shared:tt $stores:ident) => {
+        $crate::store::conformance::conformance_tests!(@one $one $store [
+            a_run_leased_at_admission_is_fenced_like_an_acquired_one,
+            create_acquire_append_complete_round_trip,
+            failure_outcome_records_the_error,
+            a_stale_epoch_cannot_write_after_a_takeover,
+            acquire_respects_workflows_wake_time_leases_and_order,
+            release_with_a_future_wake_time,
+            heartbeat_extends_live_leases_and_reports_lost_ones,
+            cancel_running_ended_and_unknown_runs,
+            cancel_of_a_completed_run_reports_its_status,
+            a_start_whose_token_is_taken_writes_nothing,
+            claims_releases_and_retention,
+            run_end_and_cancel_release_tokens,
+            a_resume_before_the_hook_exists_delivers_nothing,
+            release_wakes_a_run_with_unseen_payloads,
+            listing_behaves_like_the_memory_store,
+            lists_runs_newest_first_with_filters,
+            lists_only_active_hooks,
+        ]);
+        $crate::store::conformance::conformance_tests!(@shared $shared $stores [
+            concurrent_acquirers_never_share_a_run,
+            concurrent_starts_with_one_token_admit_exactly_one,
+            payloads_reach_the_owner_in_commit_order,
+            payload_ids_follow_commit_order_under_concurrent_resumes,
+        ]);
+    };
+    (@compared $one:tt $store:ident $shared:tt $stores:ident) => {
+        $crate::store::conformance::conformance_tests!(@one $one $store [
+            hooks_behave_like_the_memory_store,
+        ]);
+    };
+    (@damage $one:tt $store:ident $shared:tt $stores:ident) => {
+        $crate::store::conformance::conformance_tests!(@one $one $store [
+            undecodable_rows_are_reported_as_corrupt,
+            listing_reports_an_undecodable_row,
+        ]);
+    };
+    (@one $setup:tt $store:ident [$($case:ident),* $(,)?]) => {$(
+        $crate::store::conformance::conformance_tests!(@test #[tokio::test] $setup $store $case);
+    )*};
+    (@shared $setup:tt $stores:ident [$($case:ident),* $(,)?]) => {$(
+        $crate::store::conformance::conformance_tests!(
+            @test #[tokio::test(flavor = "multi_thread", worker_threads = 2)] $setup $stores $case
+        );
+    )*};
+    (@test #[$attr:meta] { $($setup:tt)* } $store:ident $case:ident) => {
+        #[$attr]
+        async fn $case() {
+            $($setup)*
+            $crate::store::conformance::within($crate::store::conformance::$case(&$store)).await;
+        }
+    };
+}
+pub(crate) use conformance_tests;
 
 /// A fixed point in time (November 2023), plus `ms`.
 pub(crate) fn t(ms: u64) -> SystemTime {
@@ -230,7 +346,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
 
 /// A run leased at admission is held like an acquired one: no other worker gets it while the
 /// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.
-pub(crate) async fn leased_admission<S: Store>(store: &S) {
+pub(crate) async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
     let id = RunId::new();
     let run = NewRun {
         id,
@@ -283,4 +399,1297 @@ pub(crate) async fn leased_admission<S: Store>(store: &S) {
         store.append(&lease, ap(vec![step], None)).await,
         Err(StoreError::LeaseLost(_))
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Admits a run of `workflow` at `at` (input `[1, "two"]`, no hook).
+pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) -> RunId {
+    let id = RunId::new();
+    store
+        .create_run(NewRun {
+            id,
+            workflow: workflow.to_owned(),
+            input: json!([1, "two"]),
+            created_at: at,
+            hook: None,
+        })
+        .await
+        .unwrap();
+    id
+}
+
+/// Leases up to `limit` runs of `workflows` for worker `w`.
+pub(crate) async fn acquire<S: Store>(
+    store: &S,
+    workflows: &[String],
+    now: SystemTime,
+    lease: Duration,
+    limit: usize,
+) -> Vec<LeasedRun> {
+    store
+        .acquire(AcquireRequest {
+            worker_id: "w",
+            workflows,
+            lease,
+            limit,
+            now,
+        })
+        .await
+        .unwrap()
+}
+
+/// The completion of step `s<n>` with result `n`.
+pub(crate) fn step_done(at: SystemTime, n: u32) -> NewEvent {
+    NewEvent {
+        at,
+        event: Event::StepCompleted {
+            step_id: format!("s{n}"),
+            result: Ok(json!(n)),
+        },
+    }
+}
+
+pub(crate) fn start_hook(token: &str, retain_until: Option<SystemTime>) -> Option<StartHook> {
+    Some(StartHook {
+        token: token.to_owned(),
+        retain_until,
+    })
+}
+
+/// Starts a run of `hooked` claiming `token`.
+pub(crate) async fn start<S: Store>(
+    store: &S,
+    token: &str,
+    retain_until: Option<SystemTime>,
+    at: SystemTime,
+) -> (RunId, Admission) {
+    let id = RunId::new();
+    let admission = store
+        .create_run(NewRun {
+            id,
+            workflow: "hooked".to_owned(),
+            input: json!([]),
+            created_at: at,
+            hook: start_hook(token, retain_until),
+        })
+        .await
+        .unwrap();
+    (id, admission)
+}
+
+/// Leases run `id` (of `hooked` or `orders`) at `now`; panics if it is not acquirable.
+pub(crate) async fn lease_one<S: Store>(store: &S, id: RunId, now: SystemTime) -> Lease {
+    let got = acquire(
+        store,
+        &names(&["hooked", "orders"]),
+        now,
+        Duration::from_secs(600),
+        100,
+    )
+    .await;
+    got.into_iter()
+        .find(|r| r.run.id == id)
+        .unwrap_or_else(|| panic!("run {id} was not acquirable at {now:?}"))
+        .lease
+}
+
+/// The run owning `token`, if an active hook does.
+pub(crate) async fn owner<S: Store>(store: &S, token: &str) -> Option<RunId> {
+    store.get_hook(token).await.unwrap().map(|h| h.run_id)
+}
+
+/// Starts `n` runs claiming `token` at once, spread over `stores` (handles on one database);
+/// checks that exactly one was admitted and every other start names it and wrote no run;
+/// returns the winner.
+pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize) -> RunId {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            let token = token.to_owned();
+            tokio::spawn(async move {
+                let id = RunId::new();
+                let admission = store
+                    .create_run(NewRun {
+                        id,
+                        workflow: "hooked".to_owned(),
+                        input: json!([i]),
+                        created_at: t(0),
+                        hook: start_hook(&token, None),
+                    })
+                    .await
+                    .unwrap();
+                (id, admission)
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    let winners: Vec<RunId> = results
+        .iter()
+        .filter(|(_, a)| *a == Admission::Admitted)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let winner = winners[0];
+    for (id, admission) in &results {
+        if *id != winner {
+            assert_eq!(*admission, Admission::Conflict(winner));
+            assert!(stores[0].get_run(id).await.unwrap().is_none());
+        }
+    }
+    assert_eq!(owner(&stores[0], token).await, Some(winner));
+    winner
+}
+
+/// The ids of `runs`, in order.
+fn run_ids(runs: &[RunRecord]) -> Vec<RunId> {
+    runs.iter().map(|r| r.id).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs and leases
+
+pub(crate) async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    assert!(matches!(
+        store
+            .create_run(NewRun {
+                id,
+                workflow: "orders".into(),
+                input: json!(null),
+                created_at: t(0),
+                hook: None,
+            })
+            .await,
+        Err(StoreError::Database(m)) if m.contains("already exists")
+    ));
+    assert!(store.events(&id).await.unwrap().is_empty());
+    assert!(store.get_run(&RunId::new()).await.unwrap().is_none());
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, &run.input, run.created_at, run.updated_at),
+        (RunStatus::Pending, &json!([1, "two"]), t(0), t(0))
+    );
+
+    let wf = names(&["orders"]);
+    let got = acquire(store, &wf, t(10), Duration::from_secs(30), 10).await;
+    assert_eq!(got.len(), 1);
+    let leased = &got[0];
+    assert_eq!(
+        leased.lease,
+        Lease {
+            run_id: id,
+            epoch: 1
+        }
+    );
+    assert_eq!(leased.run.status, RunStatus::Running);
+    assert!(leased.events.is_empty());
+
+    // Exact JSON round trip, including what PostgreSQL's JSONB would have rewritten.
+    let input = json!({"z": 1, "a": "\u{0}", "n": 1.5e300, "big": u64::MAX});
+    let scheduled = NewEvent {
+        at: t(11),
+        event: Event::StepScheduled {
+            step_id: "s1".into(),
+            name: "charge".into(),
+            input,
+        },
+    };
+    store
+        .append(
+            &leased.lease,
+            ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
+        )
+        .await
+        .unwrap();
+    let done = NewEvent {
+        at: t(13),
+        event: Event::RunCompleted {
+            output: json!("ok"),
+        },
+    };
+    store
+        .append(
+            &leased.lease,
+            ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
+        )
+        .await
+        .unwrap();
+
+    let events = store.events(&id).await.unwrap();
+    let expect: Vec<EventRecord> = [scheduled, step_done(t(12), 1), done]
+        .into_iter()
+        .zip(1..)
+        .map(|(e, seq)| EventRecord {
+            seq,
+            at: e.at,
+            event: e.event,
+        })
+        .collect();
+    assert_eq!(events, expect);
+
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.output, Some(json!("ok")));
+    assert_eq!(run.error, None);
+    assert_eq!(run.updated_at, t(13));
+
+    // Ended: no more writes, not acquirable, and `kind` is queryable.
+    assert!(matches!(
+        store.append(&leased.lease, ap(vec![step_done(t(14), 2)], None)).await,
+        Err(StoreError::LeaseLost(r)) if r == id
+    ));
+    assert!(acquire(store, &wf, t(100_000), Duration::from_secs(30), 10)
+        .await
+        .is_empty());
+    if let Some(kinds) = store.event_kinds(id).await {
+        assert_eq!(kinds, ["step_scheduled", "step_completed", "run_completed"]);
+    }
+}
+
+pub(crate) async fn failure_outcome_records_the_error<S: Store>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let got = acquire(store, &names(&["orders"]), t(0), Duration::from_secs(30), 1).await;
+    let error = Error::fatal("card declined");
+    store
+        .append(
+            &got[0].lease,
+            ap(
+                vec![NewEvent {
+                    at: t(5),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error.clone())),
+            ),
+        )
+        .await
+        .unwrap();
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    assert_eq!(run.error, Some(error));
+    assert_eq!(run.output, None);
+}
+
+pub(crate) async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let wf = names(&["orders"]);
+    let lease = Duration::from_secs(10);
+
+    let first = acquire(store, &wf, t(0), lease, 1).await.remove(0);
+    store
+        .append(&first.lease, ap(vec![step_done(t(1), 1)], None))
+        .await
+        .unwrap();
+    // Still live: nobody else gets it.
+    assert!(acquire(store, &wf, t(9_999), lease, 1).await.is_empty());
+    // Expired: the next worker takes over with a new epoch and the history so far.
+    let second = acquire(store, &wf, t(10_000), lease, 1).await.remove(0);
+    assert_eq!(second.lease.epoch, first.lease.epoch + 1);
+    assert_eq!(second.events.len(), 1);
+
+    let stale = store
+        .append(
+            &first.lease,
+            ap(
+                vec![step_done(t(10_001), 2)],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
+        )
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::LeaseLost(r)) if r == id),
+        "{stale:?}"
+    );
+    assert!(matches!(
+        store.release(&first.lease, t(0), 0).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        store.claim_hook(&first.lease, "hk_1", "tok", t(2)).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert_eq!(owner(store, "tok").await, None);
+    assert_eq!(store.events(&id).await.unwrap().len(), 1);
+    assert_eq!(
+        store.get_run(&id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+
+    store
+        .append(&second.lease, ap(vec![step_done(t(10_002), 2)], None))
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = store
+        .events(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2]);
+}
+
+pub(crate) async fn acquire_respects_workflows_wake_time_leases_and_order<S: Store>(store: &S) {
+    let late = create(store, "orders", t(500)).await;
+    let early = create(store, "orders", t(100)).await;
+    let other = create(store, "emails", t(0)).await;
+    let future = create(store, "orders", t(10_000)).await;
+    let lease = Duration::from_secs(60);
+
+    assert!(acquire(store, &names(&["nothing"]), t(1_000), lease, 10)
+        .await
+        .is_empty());
+    assert!(acquire(store, &[], t(1_000), lease, 10).await.is_empty());
+    assert!(acquire(store, &names(&["orders"]), t(1_000), lease, 0)
+        .await
+        .is_empty());
+
+    let got = acquire(store, &names(&["orders"]), t(1_000), lease, 1).await;
+    let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+    assert_eq!(ids, [early]);
+    let got = acquire(store, &names(&["orders", "emails"]), t(1_000), lease, 10).await;
+    let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+    assert_eq!(
+        ids,
+        [other, late],
+        "earliest wake time first; live leases and future runs skipped"
+    );
+
+    assert!(
+        acquire(store, &names(&["orders", "emails"]), t(9_999), lease, 10)
+            .await
+            .is_empty()
+    );
+    let got = acquire(store, &names(&["orders"]), t(10_000), lease, 10).await;
+    let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+    assert_eq!(ids, [future]);
+}
+
+/// `stores` are handles on one database (separate connections where the store has them).
+pub(crate) async fn concurrent_acquirers_never_share_a_run<S: Store + Clone>(stores: &[S]) {
+    let creates: Vec<_> = (0..200)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            tokio::spawn(async move { create(&store, "shared", t(i as u64)).await })
+        })
+        .collect();
+    let mut all = HashSet::new();
+    for c in creates {
+        all.insert(c.await.unwrap());
+    }
+
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            tokio::spawn(async move {
+                let wf = names(&["shared"]);
+                let mut mine = Vec::new();
+                loop {
+                    let got = acquire(&store, &wf, t(1_000), Duration::from_secs(600), 3).await;
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got.into_iter().map(|r| (r.run.id, r.lease.epoch)));
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut per_worker = Vec::new();
+    for w in workers {
+        let mine = w.await.unwrap();
+        per_worker.push(mine.len());
+        for (id, epoch) in mine {
+            assert_eq!(epoch, 1, "run {id} was leased twice");
+            assert!(seen.insert(id), "run {id} was handed out twice");
+        }
+    }
+    assert_eq!(seen, all, "shares per worker: {per_worker:?}");
+}
+
+pub(crate) async fn release_with_a_future_wake_time<S: Store>(store: &S) {
+    let id = create(store, "timers", t(0)).await;
+    let wf = names(&["timers"]);
+    let lease = Duration::from_secs(60);
+    let first = acquire(store, &wf, t(0), lease, 1).await.remove(0);
+    store.release(&first.lease, t(5_000), 0).await.unwrap();
+
+    assert!(acquire(store, &wf, t(4_999), lease, 1).await.is_empty());
+    // Released means no lease holds it: heartbeat and writes under the old lease fail.
+    assert_eq!(
+        store
+            .heartbeat(std::slice::from_ref(&first.lease), lease, t(1))
+            .await
+            .unwrap(),
+        [id]
+    );
+    assert!(matches!(
+        store.append(&first.lease, ap(vec![], None)).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    let again = acquire(store, &wf, t(5_000), lease, 1).await.remove(0);
+    assert_eq!(
+        again.lease,
+        Lease {
+            run_id: id,
+            epoch: 2
+        }
+    );
+    assert_eq!(again.run.status, RunStatus::Running);
+}
+
+pub(crate) async fn heartbeat_extends_live_leases_and_reports_lost_ones<S: Store>(store: &S) {
+    let wf = names(&["orders"]);
+    let lease = Duration::from_secs(10);
+    let kept = create(store, "orders", t(0)).await;
+    let taken = create(store, "orders", t(1)).await;
+    let cancelled = create(store, "orders", t(2)).await;
+    let ended = create(store, "orders", t(3)).await;
+    let mine = acquire(store, &wf, t(0), lease, 10).await;
+    assert_eq!(mine.len(), 1);
+    let mine: Vec<Lease> = [mine, acquire(store, &wf, t(3), lease, 10).await]
+        .concat()
+        .into_iter()
+        .map(|r| r.lease)
+        .collect();
+    assert_eq!(
+        mine.iter().map(|l| l.run_id).collect::<Vec<_>>(),
+        [kept, taken, cancelled, ended]
+    );
+
+    // Extended until t(19_000): a takeover at t(15_000) must fail for `kept`.
+    assert!(store
+        .heartbeat(&mine, lease, t(9_000))
+        .await
+        .unwrap()
+        .is_empty());
+    store.cancel(&cancelled, t(9_500)).await.unwrap();
+    store
+        .append(
+            &mine[3],
+            ap(vec![], Some(RunOutcome::Completed(json!(null)))),
+        )
+        .await
+        .unwrap();
+    // `taken` was extended too: release it so that the next acquire takes it over.
+    store.release(&mine[1], t(0), 0).await.unwrap();
+    let over = acquire(store, &wf, t(15_000), lease, 10).await;
+    assert_eq!(over.iter().map(|r| r.run.id).collect::<Vec<_>>(), [taken]);
+
+    let lost = store.heartbeat(&mine, lease, t(16_000)).await.unwrap();
+    assert_eq!(lost, [taken, cancelled, ended]);
+    // The new holder's lease is live; a lease with a made-up epoch is not.
+    let fake = Lease {
+        run_id: kept,
+        epoch: 99,
+    };
+    assert_eq!(
+        store
+            .heartbeat(&[over[0].lease.clone(), fake], lease, t(16_000))
+            .await
+            .unwrap(),
+        [kept]
+    );
+    assert!(store
+        .heartbeat(&[], lease, t(16_000))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+pub(crate) async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
+    let wf = names(&["orders"]);
+    let running = create(store, "orders", t(0)).await;
+    let pending = create(store, "orders", t(50_000)).await;
+    let leased = acquire(store, &wf, t(0), Duration::from_secs(60), 1)
+        .await
+        .remove(0);
+    store
+        .append(&leased.lease, ap(vec![step_done(t(1), 1)], None))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.cancel(&running, t(2)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let run = store.get_run(&running).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert_eq!(run.updated_at, t(2));
+    let error = run.error.unwrap();
+    assert!(error.is_cancelled(), "{error:?}");
+    assert_eq!(error, Error::cancelled(&running));
+    let events = store.events(&running).await.unwrap();
+    assert_eq!(
+        events.last().unwrap(),
+        &EventRecord {
+            seq: 2,
+            at: t(2),
+            event: Event::RunCancelled
+        }
+    );
+    // The worker's lease is gone, and the run is never handed out again.
+    assert!(matches!(
+        store
+            .append(&leased.lease, ap(vec![step_done(t(3), 2)], None))
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert!(acquire(store, &wf, t(100_000), Duration::from_secs(60), 10)
+        .await
+        .iter()
+        .all(|r| r.run.id != running));
+
+    assert_eq!(
+        store.cancel(&running, t(3)).await.unwrap(),
+        CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+    );
+    assert_eq!(store.events(&running).await.unwrap().len(), 2);
+
+    assert_eq!(
+        store.cancel(&pending, t(4)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let unknown = RunId::new();
+    assert!(matches!(
+        store.cancel(&unknown, t(5)).await,
+        Err(StoreError::RunNotFound(r)) if r == unknown
+    ));
+}
+
+pub(crate) async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let lease = lease_one(store, id, t(0)).await;
+    store
+        .append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(7)))))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.cancel(&id, t(9)).await.unwrap(),
+        CancelOutcome::AlreadyEnded(RunStatus::Completed)
+    );
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.status, run.error), (RunStatus::Completed, None));
+}
+
+/// A row the store cannot decode is an error naming the run, and does not stall the others.
+pub(crate) async fn undecodable_rows_are_reported_as_corrupt<S: Store + Damage>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let good = create(store, "orders", t(1)).await;
+    store.corrupt_input(id).await;
+    store.add_undecodable_event(id).await;
+
+    let err = store.get_run(&id).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("input")),
+        "{err:?}"
+    );
+    let err = store.events(&id).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("event 1")),
+        "{err:?}"
+    );
+    // One bad run does not stall the others.
+    let got = acquire(
+        store,
+        &names(&["orders"]),
+        t(10),
+        Duration::from_secs(60),
+        10,
+    )
+    .await;
+    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [good]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks and idempotent starts
+
+pub(crate) async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(store: &S) {
+    let (first, admitted) = start(store, "order:1", None, t(0)).await;
+    assert_eq!(admitted, Admission::Admitted);
+    let run = store.get_run(&first).await.unwrap().unwrap();
+    assert_eq!(run.hook_token.as_deref(), Some("order:1"));
+    assert_eq!(run.status, RunStatus::Pending);
+    assert_eq!(
+        store.get_hook("order:1").await.unwrap(),
+        Some(HookRecord {
+            token: "order:1".to_owned(),
+            run_id: first,
+            created_at: t(0),
+        })
+    );
+    let tables = ["runs", "events", "hooks", "hook_inbox"];
+    let mut before = Vec::new();
+    for table in tables {
+        before.push(store.count(table).await);
+    }
+
+    let (second, conflict) = start(store, "order:1", None, t(5)).await;
+    assert_eq!(conflict, Admission::Conflict(first));
+    assert!(store.get_run(&second).await.unwrap().is_none());
+    let mut after = Vec::new();
+    for table in tables {
+        after.push(store.count(table).await);
+    }
+    assert_eq!(after, before);
+    assert_eq!(before, [1, 0, 1, 0]);
+    assert_eq!(owner(store, "order:1").await, Some(first));
+
+    // An existing id is an error before any claim.
+    let again = store
+        .create_run(NewRun {
+            id: first,
+            workflow: "hooked".into(),
+            input: json!([]),
+            created_at: t(6),
+            hook: start_hook("order:2", None),
+        })
+        .await;
+    assert!(
+        matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
+        "{again:?}"
+    );
+    assert_eq!(owner(store, "order:2").await, None);
+    // A run without a token has none.
+    let plain = create(store, "orders", t(7)).await;
+    let run = store.get_run(&plain).await.unwrap().unwrap();
+    assert_eq!(run.hook_token, None);
+}
+
+/// Two storms of starts on one token: from tasks on one handle, then spread over all of
+/// `stores` (handles on one database).
+pub(crate) async fn concurrent_starts_with_one_token_admit_exactly_one<
+    S: Store + Clone + Inspect,
+>(
+    stores: &[S],
+) {
+    storm(&stores[..1], "solo", 200).await;
+    storm(stores, "shared", 200).await;
+    let store = &stores[0];
+    assert_eq!(store.count("runs").await, 2);
+    assert_eq!(store.count("hooks").await, 2);
+    assert_eq!(store.count("events").await, 0);
+}
+
+pub(crate) async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
+    let (keeper, _) = start(store, "keep", Some(t(1_000)), t(0)).await;
+    let claimer = create(store, "orders", t(1)).await;
+    let keeper_lease = lease_one(store, keeper, t(0)).await;
+    let lease = lease_one(store, claimer, t(1)).await;
+
+    // Taken by an active start hook.
+    assert_eq!(
+        store
+            .claim_hook(&lease, "hk_1", "keep", t(10))
+            .await
+            .unwrap(),
+        ClaimOutcome::Conflict(keeper)
+    );
+    // The owner claiming its own token again is a conflict naming itself.
+    assert_eq!(
+        store
+            .claim_hook(&keeper_lease, "hk_1", "keep", t(11))
+            .await
+            .unwrap(),
+        ClaimOutcome::Conflict(keeper)
+    );
+    assert_eq!(
+        store.events(&claimer).await.unwrap(),
+        [EventRecord {
+            seq: 1,
+            at: t(10),
+            event: Event::HookRegistered {
+                hook_key: "hk_1".into(),
+                token: "keep".into(),
+                conflict: Some(keeper),
+            },
+        }]
+    );
+
+    // Ended with retention: released (no owner, unresumable) but not free until t(1_000).
+    store
+        .append(
+            &keeper_lease,
+            ap(
+                vec![NewEvent {
+                    at: t(20),
+                    event: Event::RunCompleted { output: json!(1) },
+                }],
+                Some(RunOutcome::Completed(json!(1))),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(owner(store, "keep").await, None);
+    assert_eq!(
+        store
+            .resume_hook("keep", json!("late"), t(21))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.count("hook_inbox").await, 0);
+    assert_eq!(
+        start(store, "keep", None, t(500)).await.1,
+        Admission::Conflict(keeper)
+    );
+    assert_eq!(
+        store
+            .claim_hook(&lease, "hk_2", "keep", t(999))
+            .await
+            .unwrap(),
+        ClaimOutcome::Conflict(keeper)
+    );
+    // Retention over: the next claim replaces the row.
+    assert_eq!(
+        store
+            .claim_hook(&lease, "hk_3", "keep", t(1_000))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        store.get_hook("keep").await.unwrap(),
+        Some(HookRecord {
+            token: "keep".into(),
+            run_id: claimer,
+            created_at: t(1_000),
+        })
+    );
+    let seqs: Vec<(u64, Option<RunId>)> = store
+        .events(&claimer)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| match e.event {
+            Event::HookRegistered { conflict, .. } => (e.seq, conflict),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        seqs,
+        [(1, Some(keeper)), (2, Some(keeper)), (3, None)],
+        "one HookRegistered per claim, at the next seq"
+    );
+
+    // A stale lease claims nothing and records nothing.
+    let stale = Lease {
+        run_id: claimer,
+        epoch: lease.epoch + 1,
+    };
+    assert!(matches!(
+        store.claim_hook(&stale, "hk_4", "fresh", t(1_000)).await,
+        Err(StoreError::LeaseLost(r)) if r == claimer
+    ));
+    assert_eq!(owner(store, "fresh").await, None);
+    assert_eq!(store.events(&claimer).await.unwrap().len(), 3);
+
+    // Released without retention: free at once, its row gone.
+    let released = NewEvent {
+        at: t(1_001),
+        event: Event::HookReleased {
+            hook_key: "hk_3".into(),
+            token: "keep".into(),
+        },
+    };
+    let release_keep = |events: Vec<NewEvent>| Append {
+        events,
+        release_tokens: vec!["keep".into()],
+        outcome: None,
+    };
+    store
+        .append(&lease, release_keep(vec![released.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(owner(store, "keep").await, None);
+    assert_eq!(store.count("hooks").await, 0);
+    let (next, admitted) = start(store, "keep", None, t(1_002)).await;
+    assert_eq!(admitted, Admission::Admitted);
+    // Releasing a token one does not own changes nothing.
+    store.append(&lease, release_keep(vec![])).await.unwrap();
+    assert_eq!(owner(store, "keep").await, Some(next));
+    // A fenced-off release releases nothing either.
+    assert!(matches!(
+        store.append(&stale, release_keep(vec![])).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert_eq!(owner(store, "keep").await, Some(next));
+    let last = store.events(&claimer).await.unwrap();
+    assert_eq!(last.last().unwrap().event, released.event);
+}
+
+pub(crate) async fn run_end_and_cancel_release_tokens<S: Store + Inspect>(store: &S) {
+    let (failing, _) = start(store, "a", None, t(0)).await;
+    let lease = lease_one(store, failing, t(0)).await;
+    assert_eq!(
+        store.claim_hook(&lease, "hk_1", "b", t(1)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(owner(store, "b").await, Some(failing));
+    let error = Error::fatal("boom");
+    store
+        .append(
+            &lease,
+            ap(
+                vec![NewEvent {
+                    at: t(2),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                Some(RunOutcome::Failed(error)),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(owner(store, "a").await, None);
+    assert_eq!(owner(store, "b").await, None);
+    assert_eq!(store.count("hooks").await, 0);
+    assert_eq!(start(store, "a", None, t(3)).await.1, Admission::Admitted);
+
+    // Cancelled while pending.
+    let (cancelled, _) = start(store, "c", None, t(0)).await;
+    assert_eq!(
+        store.cancel(&cancelled, t(4)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    assert_eq!(owner(store, "c").await, None);
+    assert_eq!(start(store, "c", None, t(5)).await.1, Admission::Admitted);
+
+    // Cancelled with retention: unavailable until it ends.
+    let (retained, _) = start(store, "d", Some(t(5_000)), t(0)).await;
+    store.cancel(&retained, t(10)).await.unwrap();
+    assert_eq!(owner(store, "d").await, None);
+    assert_eq!(
+        start(store, "d", None, t(4_999)).await.1,
+        Admission::Conflict(retained)
+    );
+    let (late, admitted) = start(store, "d", None, t(5_000)).await;
+    assert_eq!(admitted, Admission::Admitted);
+    assert_eq!(owner(store, "d").await, Some(late));
+    // Cancelling an ended run releases nothing more.
+    assert_eq!(
+        store.cancel(&retained, t(6_000)).await.unwrap(),
+        CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
+    );
+    assert_eq!(owner(store, "d").await, Some(late));
+}
+
+pub(crate) async fn a_resume_before_the_hook_exists_delivers_nothing<S: Store + Inspect>(
+    store: &S,
+) {
+    assert_eq!(
+        store.resume_hook("later", json!(1), t(0)).await.unwrap(),
+        None
+    );
+    assert_eq!(store.last_payload_id().await.unwrap(), 0);
+    assert!(store.payloads_since(0, 10).await.unwrap().is_empty());
+    assert_eq!(store.count("hook_inbox").await, 0);
+    // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
+    let (run, _) = start(store, "later", None, t(50_000)).await;
+    let hooked = names(&["hooked"]);
+    assert!(acquire(store, &hooked, t(100), Duration::from_secs(60), 10)
+        .await
+        .is_empty());
+    assert_eq!(
+        store
+            .resume_hook("later", json!({"n": 1}), t(100))
+            .await
+            .unwrap(),
+        Some((run, 1))
+    );
+    let got = acquire(store, &hooked, t(100), Duration::from_secs(60), 10).await;
+    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [run]);
+    assert_eq!(
+        store.payloads(&run, 0).await.unwrap(),
+        [Payload {
+            id: 1,
+            token: "later".into(),
+            payload: json!({"n": 1}),
+        }]
+    );
+    assert!(store.payloads(&run, 1).await.unwrap().is_empty());
+    assert_eq!(store.count("hook_inbox").await, 1);
+}
+
+/// Payloads sent one after the other and at once, through two handles on one database
+/// (`stores[0]` and `stores[1]`): each id is above the last, all are delivered to their
+/// owner, and the listings agree.
+pub(crate) async fn payloads_reach_the_owner_in_commit_order<S: Store + Clone>(stores: &[S]) {
+    let (a, b) = (&stores[0], &stores[1]);
+    // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
+    let (run, _) = start(a, "inbox", None, t(50_000)).await;
+    let (other, _) = start(a, "other", None, t(50_000)).await;
+    let hooked = names(&["hooked"]);
+    assert!(acquire(a, &hooked, t(100), Duration::from_secs(60), 10)
+        .await
+        .is_empty());
+    let first = a
+        .resume_hook("inbox", json!({"n": 0}), t(100))
+        .await
+        .unwrap();
+    assert_eq!(first, Some((run, 1)));
+    let got = acquire(a, &hooked, t(100), Duration::from_secs(60), 10).await;
+    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [run]);
+
+    // One after the other, from either handle: each id above the last.
+    let mut last = 1;
+    let mut expect = vec![(1, run)];
+    for i in 1..20u64 {
+        let store = if i % 2 == 0 { a } else { b };
+        let token = if i % 3 == 0 { "other" } else { "inbox" };
+        let (owner, id) = store
+            .resume_hook(token, json!({"n": i}), t(200 + i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(id > last, "payload id {id} after {last}");
+        last = id;
+        expect.push((id, owner));
+    }
+    // At once: distinct ids, all delivered.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                store
+                    .resume_hook("inbox", json!({"burst": i}), t(300))
+                    .await
+                    .unwrap()
+                    .unwrap()
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (owner, id) = task.await.unwrap();
+        expect.push((id, owner));
+    }
+    expect.sort();
+    let since = a.payloads_since(0, 1_000).await.unwrap();
+    assert_eq!(since, expect);
+    assert_eq!(
+        since.iter().map(|p| p.0).collect::<HashSet<_>>().len(),
+        60,
+        "ids are unique"
+    );
+    assert_eq!(a.last_payload_id().await.unwrap(), since[59].0);
+    assert_eq!(a.payloads_since(5, 3).await.unwrap(), since[5..8]);
+    assert!(a.payloads_since(since[59].0, 10).await.unwrap().is_empty());
+
+    let mine = a.payloads(&run, 0).await.unwrap();
+    let theirs = b.payloads(&other, 0).await.unwrap();
+    assert_eq!(mine.len() + theirs.len(), 60);
+    assert_eq!(
+        mine.iter().map(|p| (p.id, run)).collect::<Vec<_>>(),
+        expect
+            .iter()
+            .copied()
+            .filter(|(_, r)| *r == run)
+            .collect::<Vec<_>>()
+    );
+    assert!(theirs.iter().all(|p| p.token == "other"));
+    assert_eq!(
+        mine[0],
+        Payload {
+            id: 1,
+            token: "inbox".into(),
+            payload: json!({"n": 0}),
+        }
+    );
+    assert_eq!(
+        a.payloads(&run, 1).await.unwrap(),
+        mine[1..],
+        "`after` is exclusive"
+    );
+    assert!(a.payloads(&RunId::new(), 0).await.unwrap().is_empty());
+}
+
+/// Senders on `stores[0]` and `stores[1]` while a cursor reader like the runtime's polls
+/// `stores[2]` (handles on one database): an id committed below the reader's cursor would be
+/// lost to it, so ids must follow commit order.
+pub(crate) async fn payload_ids_follow_commit_order_under_concurrent_resumes<S: Store + Clone>(
+    stores: &[S],
+) {
+    let (a, b, reader) = (&stores[0], &stores[1], stores[2].clone());
+    const TOKENS: usize = 8;
+    const EACH: usize = 25;
+    let mut runs = Vec::new();
+    for i in 0..TOKENS {
+        runs.push(start(a, &format!("tk{i}"), None, t(0)).await.0);
+    }
+
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    let cursor = tokio::spawn(async move {
+        let mut cursor = 0u64;
+        let mut seen = Vec::new();
+        loop {
+            let finished = *done.borrow();
+            let news = reader.payloads_since(cursor, 1_000).await.unwrap();
+            for (id, run) in news {
+                assert!(id > cursor, "id {id} at cursor {cursor}");
+                cursor = id;
+                seen.push((id, run));
+            }
+            if finished {
+                return seen;
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    let writers: Vec<_> = (0..TOKENS)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for n in 0..EACH {
+                    let (_, id) = store
+                        .resume_hook(&format!("tk{i}"), json!({"n": n}), t(1))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    ids.push(id);
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for (i, w) in writers.into_iter().enumerate() {
+        let ids = w.await.unwrap();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "one sender's ids grow: {ids:?}"
+        );
+        // Each run's inbox holds its payloads in the order they were sent.
+        let inbox = a.payloads(&runs[i], 0).await.unwrap();
+        assert_eq!(inbox.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
+        assert_eq!(
+            inbox.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
+            (0..EACH).map(|n| json!({"n": n})).collect::<Vec<_>>()
+        );
+        all.extend(ids.into_iter().map(|id| (id, runs[i])));
+    }
+    done_tx.send(true).unwrap();
+    let seen = cursor.await.unwrap();
+    all.sort();
+    assert_eq!(seen.len(), TOKENS * EACH, "the cursor skipped payloads");
+    assert_eq!(seen, all);
+    assert_eq!(a.last_payload_id().await.unwrap(), all.last().unwrap().0);
+    assert_eq!(a.payloads_since(all[4].0, 3).await.unwrap(), all[5..8]);
+}
+
+pub(crate) async fn release_wakes_a_run_with_unseen_payloads<S: Store + Inspect>(store: &S) {
+    let (run, _) = start(store, "w", None, t(0)).await;
+    let wf = names(&["hooked"]);
+    let lease = Duration::from_secs(600);
+
+    let held = lease_one(store, run, t(0)).await;
+    let (_, p1) = store
+        .resume_hook("w", json!(1), t(1))
+        .await
+        .unwrap()
+        .unwrap();
+    // Everything seen: it sleeps until woken.
+    store.release(&held, never(), p1).await.unwrap();
+    assert_eq!(store.wake_at(run).await, never());
+    let far = SystemTime::now() + Duration::from_secs(86_400);
+    assert!(acquire(store, &wf, far, lease, 10).await.is_empty());
+
+    // A payload wakes it (at the payload's time).
+    let (_, p2) = store
+        .resume_hook("w", json!(2), t(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.wake_at(run).await, t(10));
+    let held = lease_one(store, run, t(10)).await;
+
+    // Released having seen only p1: p2 is waiting, so it is due now, not never. (Compared in
+    // milliseconds, what the SQL stores keep.)
+    let before = to_millis(SystemTime::now());
+    store.release(&held, never(), p1).await.unwrap();
+    let woken = to_millis(store.wake_at(run).await);
+    assert!(
+        woken >= before && woken <= to_millis(SystemTime::now()),
+        "{woken}"
+    );
+    let held = lease_one(store, run, SystemTime::now() + Duration::from_secs(1)).await;
+    assert!(matches!(
+        store
+            .release(
+                &Lease {
+                    epoch: 0,
+                    ..held.clone()
+                },
+                never(),
+                0
+            )
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    store.release(&held, t(99), p2).await.unwrap();
+    assert_eq!(store.wake_at(run).await, t(99));
+}
+
+/// [`hook_script`] has the same transcript on `store` as on the memory store.
+pub(crate) async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
+    let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+    let memory = super::memory::MemoryStore::new();
+    let expected = hook_script(&memory, &ids).await;
+    let got = hook_script(store, &ids).await;
+    for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+        assert_eq!(have, want, "step {n} differs from the memory store");
+    }
+    assert_eq!(got.len(), expected.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing (inspection tools)
+
+/// [`listing_script`] has the same transcript on `store` as on the memory store, and what
+/// they agree on is right.
+pub(crate) async fn listing_behaves_like_the_memory_store<S: Store>(store: &S) {
+    let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
+    let memory = super::memory::MemoryStore::new();
+    let expected = listing_script(&memory, &ids).await;
+    let got = listing_script(store, &ids).await;
+    for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
+        assert_eq!(have, want, "step {n} differs from the memory store");
+    }
+    assert_eq!(got.len(), expected.len());
+
+    let listed = |f: RunFilter| async move { run_ids(&store.list_runs(&f).await.unwrap()) };
+    // Newest first; equal admission times (0 and 1, 2 and 3, 4 and 5) by id, descending.
+    let mut newest_first = ids.clone();
+    newest_first.sort_by_key(|id| {
+        let i = ids.iter().position(|x| x == id).unwrap();
+        std::cmp::Reverse((i / 2, *id))
+    });
+    assert_eq!(listed(RunFilter::new()).await, newest_first);
+    assert_eq!(listed(RunFilter::new().limit(2)).await, newest_first[..2]);
+    assert_eq!(
+        listed(RunFilter::new().status(RunStatus::Failed)).await,
+        [ids[0]]
+    );
+    assert_eq!(
+        listed(RunFilter::new().status(RunStatus::Cancelled)).await,
+        [ids[1]]
+    );
+    // Runs 2 and 4 were leased; 3 and 5 are `hooked` runs never acquired.
+    let mut running = listed(RunFilter::new().status(RunStatus::Running)).await;
+    running.sort();
+    let mut want = vec![ids[2], ids[4]];
+    want.sort();
+    assert_eq!(running, want);
+
+    let hooks = store.list_hooks(&HookFilter::new()).await.unwrap();
+    let tokens: Vec<&str> = hooks.iter().map(|h| h.token.as_str()).collect();
+    // tok-1 went with the cancellation, `extra` with run 0's end.
+    assert_eq!(tokens, ["tok-5", "tok-3"]);
+    assert_eq!(hooks[0].run_id, ids[5]);
+    assert_eq!(hooks[0].created_at, t(40));
+}
+
+/// A row that cannot be decoded is reported by a listing, not skipped.
+pub(crate) async fn listing_reports_an_undecodable_row<S: Store + Damage>(store: &S) {
+    create(store, "orders", t(0)).await;
+    let bad = create(store, "orders", t(1)).await;
+    store.corrupt_input(bad).await;
+    let err = store.list_runs(&RunFilter::new()).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt(m) if m.contains(&bad.to_string())),
+        "{err:?}"
+    );
+}
+
+/// Admits a run of `workflow` at `at`, claiming `token` if given.
+async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>) -> RunId {
+    let id = RunId::new();
+    let admission = store
+        .create_run(NewRun {
+            id,
+            workflow: workflow.into(),
+            input: json!([]),
+            created_at: t(at),
+            hook: token.map(|token| StartHook {
+                token: token.into(),
+                retain_until: None,
+            }),
+        })
+        .await
+        .unwrap();
+    assert_eq!(admission, Admission::Admitted);
+    id
+}
+
+pub(crate) async fn lists_runs_newest_first_with_filters<S: Store>(store: &S) {
+    let a = admit(store, "orders", 1, None).await;
+    let b = admit(store, "billing", 2, None).await;
+    let c = admit(store, "orders", 3, None).await;
+    store.cancel(&a, t(4)).await.unwrap();
+
+    let listed = |f: RunFilter| async move { run_ids(&store.list_runs(&f).await.unwrap()) };
+    assert_eq!(listed(RunFilter::new()).await, [c, b, a]);
+    assert_eq!(listed(RunFilter::new().workflow("orders")).await, [c, a]);
+    assert_eq!(
+        listed(RunFilter::new().status(RunStatus::Cancelled)).await,
+        [a]
+    );
+    assert_eq!(
+        listed(
+            RunFilter::new()
+                .workflow("orders")
+                .status(RunStatus::Pending)
+        )
+        .await,
+        [c]
+    );
+    assert_eq!(listed(RunFilter::new().limit(2)).await, [c, b]);
+    assert!(listed(RunFilter::new().workflow("nope")).await.is_empty());
+}
+
+pub(crate) async fn lists_only_active_hooks<S: Store>(store: &S) {
+    let a = admit(store, "hooked", 1, Some("order:1")).await;
+    let b = admit(store, "hooked", 2, Some("order:2")).await;
+    let c = admit(store, "hooked", 3, Some("order:3")).await;
+    store.cancel(&b, t(4)).await.unwrap();
+
+    let listed = |f: HookFilter| async move {
+        store
+            .list_hooks(&f)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.token, h.run_id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed(HookFilter::new()).await,
+        [("order:3".to_owned(), c), ("order:1".to_owned(), a)]
+    );
+    let one = store
+        .list_hooks(&HookFilter::new().token("order:1"))
+        .await
+        .unwrap();
+    assert_eq!(one[0].created_at, t(1));
+    assert_eq!(
+        listed(HookFilter::new().token("order:1")).await,
+        [("order:1".to_owned(), a)]
+    );
+    assert!(listed(HookFilter::new().token("order:2")).await.is_empty());
+    assert_eq!(
+        listed(HookFilter::new().run_id(c)).await,
+        [("order:3".to_owned(), c)]
+    );
+    assert_eq!(
+        listed(HookFilter::new().limit(1)).await,
+        [("order:3".to_owned(), c)]
+    );
 }

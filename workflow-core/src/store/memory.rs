@@ -505,116 +505,43 @@ impl Store for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
-    use serde_json::json;
-
-    use super::super::StartHook;
     use super::*;
+    use crate::store::conformance::{conformance_tests, Inspect};
 
-    fn t(ms: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + ms)
+    impl Inspect for MemoryStore {
+        async fn count(&self, table: &str) -> i64 {
+            let st = self.lock();
+            let n = match table {
+                "runs" => st.runs.len(),
+                "events" => st.runs.values().map(|r| r.events.len()).sum(),
+                "hooks" => st.hooks.len(),
+                "hook_inbox" => st.inbox.len(),
+                other => panic!("no table `{other}`"),
+            };
+            i64::try_from(n).unwrap()
+        }
+
+        async fn wake_at(&self, run: RunId) -> SystemTime {
+            self.lock().runs[&run].wake_at
+        }
+
+        async fn event_kinds(&self, _run: RunId) -> Option<Vec<String>> {
+            // Events are kept as values: there is no `kind` to query.
+            None
+        }
     }
 
-    async fn admit(store: &MemoryStore, workflow: &str, at: u64, token: Option<&str>) -> RunId {
-        let id = RunId::new();
-        let admission = store
-            .create_run(NewRun {
-                id,
-                workflow: workflow.into(),
-                input: json!([]),
-                created_at: t(at),
-                hook: token.map(|token| StartHook {
-                    token: token.into(),
-                    retain_until: None,
-                }),
-            })
-            .await
-            .unwrap();
-        assert_eq!(admission, Admission::Admitted);
-        id
-    }
-
-    #[tokio::test]
-    async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one() {
-        crate::store::conformance::leased_admission(&MemoryStore::new()).await;
-    }
-
-    #[tokio::test]
-    async fn lists_runs_newest_first_with_filters() {
-        let store = MemoryStore::new();
-        let a = admit(&store, "orders", 1, None).await;
-        let b = admit(&store, "billing", 2, None).await;
-        let c = admit(&store, "orders", 3, None).await;
-        store.cancel(&a, t(4)).await.unwrap();
-
-        let ids = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.id).collect::<Vec<_>>();
-        let all = store.list_runs(&RunFilter::new()).await.unwrap();
-        assert_eq!(ids(all), [c, b, a]);
-        let orders = store
-            .list_runs(&RunFilter::new().workflow("orders"))
-            .await
-            .unwrap();
-        assert_eq!(ids(orders), [c, a]);
-        let cancelled = store
-            .list_runs(&RunFilter::new().status(RunStatus::Cancelled))
-            .await
-            .unwrap();
-        assert_eq!(ids(cancelled), [a]);
-        let pending_orders = store
-            .list_runs(
-                &RunFilter::new()
-                    .workflow("orders")
-                    .status(RunStatus::Pending),
-            )
-            .await
-            .unwrap();
-        assert_eq!(ids(pending_orders), [c]);
-        let newest = store.list_runs(&RunFilter::new().limit(2)).await.unwrap();
-        assert_eq!(ids(newest), [c, b]);
-        let none = store
-            .list_runs(&RunFilter::new().workflow("nope"))
-            .await
-            .unwrap();
-        assert!(none.is_empty());
-    }
-
-    #[tokio::test]
-    async fn lists_only_active_hooks() {
-        let store = MemoryStore::new();
-        let a = admit(&store, "hooked", 1, Some("order:1")).await;
-        let b = admit(&store, "hooked", 2, Some("order:2")).await;
-        let c = admit(&store, "hooked", 3, Some("order:3")).await;
-        store.cancel(&b, t(4)).await.unwrap();
-
-        let tokens = |hooks: Vec<HookRecord>| {
-            hooks
-                .into_iter()
-                .map(|h| (h.token, h.run_id))
-                .collect::<Vec<_>>()
-        };
-        let all = store.list_hooks(&HookFilter::new()).await.unwrap();
-        assert_eq!(
-            tokens(all),
-            [("order:3".to_owned(), c), ("order:1".to_owned(), a)]
-        );
-        let one = store
-            .list_hooks(&HookFilter::new().token("order:1"))
-            .await
-            .unwrap();
-        assert_eq!(one[0].created_at, t(1));
-        assert_eq!(tokens(one), [("order:1".to_owned(), a)]);
-        let released = store
-            .list_hooks(&HookFilter::new().token("order:2"))
-            .await
-            .unwrap();
-        assert!(released.is_empty());
-        let of_c = store
-            .list_hooks(&HookFilter::new().run_id(c))
-            .await
-            .unwrap();
-        assert_eq!(tokens(of_c), [("order:3".to_owned(), c)]);
-        let newest = store.list_hooks(&HookFilter::new().limit(1)).await.unwrap();
-        assert_eq!(tokens(newest), [("order:3".to_owned(), c)]);
+    // Not run here: `compared` (this store is the reference the others are compared with), and
+    // `damage` (this store keeps decoded values, so nothing in it can be undecodable).
+    conformance_tests! {
+        groups: [api],
+        one: {
+            let store = MemoryStore::new();
+        } => store,
+        shared: {
+            // Clones share one state, as workers in one process do.
+            let a = MemoryStore::new();
+            let stores = [a.clone(), a.clone(), a];
+        } => stores,
     }
 }

@@ -1606,23 +1606,16 @@ fn db(e: sqlx::Error) -> StoreError {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::conformance::{ap, hook_script, listing_script, names, t};
-    use std::future::Future;
-
     use serde_json::json;
 
-    use super::super::{never, HookFilter, RunFilter, StartHook};
     use super::*;
+    use crate::store::conformance::{
+        acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,
+        Damage, Inspect,
+    };
 
-    const WAIT: Duration = Duration::from_secs(60);
     /// How long a notice may take to arrive.
     const NOTICE_WAIT: Duration = Duration::from_secs(10);
-
-    async fn within<F: Future>(f: F) -> F::Output {
-        tokio::time::timeout(WAIT, f)
-            .await
-            .expect("the store did not answer in time")
-    }
 
     /// The test database, or `None` (the test is skipped) when none is configured; under
     /// `CI=true` a missing database fails the test instead.
@@ -1738,96 +1731,81 @@ mod tests {
         }};
     }
 
-    async fn create(store: &PostgresStore, workflow: &str, at: SystemTime) -> RunId {
-        let id = RunId::new();
-        within(store.create_run(NewRun {
-            id,
-            workflow: workflow.to_owned(),
-            input: json!([1, "two"]),
-            created_at: at,
-            hook: None,
-        }))
-        .await
-        .unwrap();
-        id
-    }
-
-    /// A write of events and maybe the run's end.
-    async fn acquire(
-        store: &PostgresStore,
-        workflows: &[String],
-        now: SystemTime,
-        lease: Duration,
-        limit: usize,
-    ) -> Vec<LeasedRun> {
-        within(store.acquire(AcquireRequest {
-            worker_id: "w",
-            workflows,
-            lease,
-            limit,
-            now,
-        }))
-        .await
-        .unwrap()
-    }
-
-    fn step_done(at: SystemTime, n: u32) -> NewEvent {
-        NewEvent {
-            at,
-            event: Event::StepCompleted {
-                step_id: format!("s{n}"),
-                result: Ok(json!(n)),
-            },
+    impl PostgresStore {
+        /// `table` of this store's schema, quoted.
+        fn table(&self, table: &str) -> String {
+            format!("{}.{table}", quote_ident(self.schema()))
         }
     }
 
-    fn start_hook(token: &str, retain_until: Option<SystemTime>) -> Option<StartHook> {
-        Some(StartHook {
-            token: token.to_owned(),
-            retain_until,
-        })
-    }
+    impl Inspect for PostgresStore {
+        async fn count(&self, table: &str) -> i64 {
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table(table)))
+                .fetch_one(&self.inner.pool)
+                .await
+                .unwrap()
+        }
 
-    /// Starts a run of `hooked` claiming `token`.
-    async fn start(
-        store: &PostgresStore,
-        token: &str,
-        retain_until: Option<SystemTime>,
-        at: SystemTime,
-    ) -> (RunId, Admission) {
-        let id = RunId::new();
-        let admission = within(store.create_run(NewRun {
-            id,
-            workflow: "hooked".to_owned(),
-            input: json!([]),
-            created_at: at,
-            hook: start_hook(token, retain_until),
-        }))
-        .await
-        .unwrap();
-        (id, admission)
-    }
-
-    async fn lease_one(store: &PostgresStore, id: RunId, now: SystemTime) -> Lease {
-        let got = acquire(
-            store,
-            &names(&["hooked", "orders"]),
-            now,
-            Duration::from_secs(600),
-            100,
-        )
-        .await;
-        got.into_iter()
-            .find(|r| r.run.id == id)
-            .unwrap_or_else(|| panic!("run {id} was not acquirable at {now:?}"))
-            .lease
-    }
-
-    async fn owner(store: &PostgresStore, token: &str) -> Option<RunId> {
-        within(store.get_hook(token))
+        async fn wake_at(&self, run: RunId) -> SystemTime {
+            let ms: i64 = sqlx::query_scalar(&format!(
+                "SELECT wake_at FROM {} WHERE id = $1",
+                self.table("runs")
+            ))
+            .bind(run.to_string())
+            .fetch_one(&self.inner.pool)
             .await
-            .unwrap()
-            .map(|h| h.run_id)
+            .unwrap();
+            from_millis(u64::try_from(ms).unwrap())
+        }
+
+        async fn event_kinds(&self, run: RunId) -> Option<Vec<String>> {
+            let kinds = sqlx::query_scalar(&format!(
+                "SELECT kind FROM {} WHERE run_id = $1 ORDER BY seq",
+                self.table("events")
+            ))
+            .bind(run.to_string())
+            .fetch_all(&self.inner.pool)
+            .await
+            .unwrap();
+            Some(kinds)
+        }
+    }
+
+    impl Damage for PostgresStore {
+        async fn corrupt_input(&self, run: RunId) {
+            sqlx::query(&format!(
+                "UPDATE {} SET input = 'not json' WHERE id = $1",
+                self.table("runs")
+            ))
+            .bind(run.to_string())
+            .execute(&self.inner.pool)
+            .await
+            .unwrap();
+        }
+
+        async fn add_undecodable_event(&self, run: RunId) {
+            sqlx::query(&format!(
+                "INSERT INTO {} (run_id, seq, at, kind, data) VALUES ($1, 1, 0, 'x', '{{}}')",
+                self.table("events")
+            ))
+            .bind(run.to_string())
+            .execute(&self.inner.pool)
+            .await
+            .unwrap();
+        }
+    }
+
+    conformance_tests! {
+        groups: [api, compared, damage],
+        // Each on a schema of its own; skipped without a test database.
+        one: {
+            let (_schema, store) = fresh!();
+        } => store,
+        shared: {
+            let (schema, a) = fresh!();
+            // Three stores, three pools, one schema.
+            let stores = [a, schema.connect().await, schema.connect().await];
+        } => stores,
     }
 
     // -----------------------------------------------------------------------------------------
@@ -1892,7 +1870,7 @@ mod tests {
         for c in connects {
             stores.push(within(c).await.unwrap().unwrap());
         }
-        let id = create(&stores[0], "orders", t(0)).await;
+        let id = within(create(&stores[0], "orders", t(0))).await;
         for store in &stores {
             assert!(within(store.get_run(&id)).await.unwrap().is_some());
         }
@@ -1975,12 +1953,6 @@ mod tests {
         assert_eq!(schema.count("workflow_migrations").await, i64::from(future));
     }
 
-    #[tokio::test]
-    async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one() {
-        let (_schema, store) = fresh!();
-        within(crate::store::conformance::leased_admission(&store)).await;
-    }
-
     /// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
     /// numbered on: appends after the migration continue each run's sequence.
     #[tokio::test]
@@ -1996,13 +1968,13 @@ mod tests {
         }))
         .await
         .unwrap();
-        let leased = acquire(
+        let leased = within(acquire(
             &store,
             &names(&["orders"]),
             t(1),
             Duration::from_secs(60),
             1,
-        )
+        ))
         .await;
         let lease = leased[0].lease.clone();
         within(store.append(
@@ -2067,7 +2039,7 @@ mod tests {
             .exec(&format!("CREATE SCHEMA {}", quote_ident(&empty.name)))
             .await;
         let store = empty.connect().await;
-        create(&store, "orders", t(0)).await;
+        within(create(&store, "orders", t(0))).await;
     }
 
     #[tokio::test]
@@ -2077,7 +2049,7 @@ mod tests {
         };
         let store = schema.connect().await;
         assert_eq!(store.schema(), schema.name);
-        create(&store, "orders", t(0)).await;
+        within(create(&store, "orders", t(0))).await;
         within(store.drop_schema()).await.unwrap();
         let mut conn = schema.raw().await;
         let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
@@ -2086,1058 +2058,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(left, 0);
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // Runs and leases
-
-    #[tokio::test]
-    async fn create_acquire_append_complete_round_trip() {
-        let (schema, store) = fresh!();
-        let id = create(&store, "orders", t(0)).await;
-        assert!(matches!(
-            within(store.create_run(NewRun {
-                id,
-                workflow: "orders".into(),
-                input: json!(null),
-                created_at: t(0),
-                hook: None,
-            }))
-            .await,
-            Err(StoreError::Database(m)) if m.contains("already exists")
-        ));
-        assert!(within(store.events(&id)).await.unwrap().is_empty());
-        assert!(within(store.get_run(&RunId::new()))
-            .await
-            .unwrap()
-            .is_none());
-        let run = within(store.get_run(&id)).await.unwrap().unwrap();
-        assert_eq!(
-            (run.status, &run.input, run.created_at, run.updated_at),
-            (RunStatus::Pending, &json!([1, "two"]), t(0), t(0))
-        );
-
-        let wf = names(&["orders"]);
-        let got = acquire(&store, &wf, t(10), Duration::from_secs(30), 10).await;
-        assert_eq!(got.len(), 1);
-        let leased = &got[0];
-        assert_eq!(
-            leased.lease,
-            Lease {
-                run_id: id,
-                epoch: 1
-            }
-        );
-        assert_eq!(leased.run.status, RunStatus::Running);
-        assert!(leased.events.is_empty());
-
-        // Exact JSON round trip, including what JSONB would have rewritten.
-        let input = json!({"z": 1, "a": "\u{0}", "n": 1.5e300, "big": u64::MAX});
-        let scheduled = NewEvent {
-            at: t(11),
-            event: Event::StepScheduled {
-                step_id: "s1".into(),
-                name: "charge".into(),
-                input: input.clone(),
-            },
-        };
-        within(store.append(
-            &leased.lease,
-            ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
-        ))
-        .await
-        .unwrap();
-        let done = NewEvent {
-            at: t(13),
-            event: Event::RunCompleted {
-                output: json!("ok"),
-            },
-        };
-        within(store.append(
-            &leased.lease,
-            ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
-        ))
-        .await
-        .unwrap();
-
-        let events = within(store.events(&id)).await.unwrap();
-        let expect: Vec<EventRecord> = [scheduled, step_done(t(12), 1), done]
-            .into_iter()
-            .zip(1..)
-            .map(|(e, seq)| EventRecord {
-                seq,
-                at: e.at,
-                event: e.event,
-            })
-            .collect();
-        assert_eq!(events, expect);
-
-        let run = within(store.get_run(&id)).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Completed);
-        assert_eq!(run.output, Some(json!("ok")));
-        assert_eq!(run.error, None);
-        assert_eq!(run.updated_at, t(13));
-
-        // Ended: no more writes, not acquirable, and `kind` is queryable.
-        assert!(matches!(
-            within(store.append(&leased.lease, ap(vec![step_done(t(14), 2)], None))).await,
-            Err(StoreError::LeaseLost(r)) if r == id
-        ));
-        assert!(
-            acquire(&store, &wf, t(100_000), Duration::from_secs(30), 10)
-                .await
-                .is_empty()
-        );
-        let mut conn = schema.raw().await;
-        let kinds: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT kind FROM {} WHERE run_id = $1 ORDER BY seq",
-            schema.table("events")
-        ))
-        .bind(id.to_string())
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-        assert_eq!(kinds, ["step_scheduled", "step_completed", "run_completed"]);
-    }
-
-    #[tokio::test]
-    async fn failure_outcome_records_the_error() {
-        let (_schema, store) = fresh!();
-        let id = create(&store, "orders", t(0)).await;
-        let got = acquire(
-            &store,
-            &names(&["orders"]),
-            t(0),
-            Duration::from_secs(30),
-            1,
-        )
-        .await;
-        let error = Error::fatal("card declined");
-        within(store.append(
-            &got[0].lease,
-            ap(
-                vec![NewEvent {
-                    at: t(5),
-                    event: Event::RunFailed {
-                        error: error.clone(),
-                    },
-                }],
-                Some(RunOutcome::Failed(error.clone())),
-            ),
-        ))
-        .await
-        .unwrap();
-        let run = within(store.get_run(&id)).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Failed);
-        assert_eq!(run.error, Some(error));
-        assert_eq!(run.output, None);
-    }
-
-    #[tokio::test]
-    async fn a_stale_epoch_cannot_write_after_a_takeover() {
-        let (_schema, store) = fresh!();
-        let id = create(&store, "orders", t(0)).await;
-        let wf = names(&["orders"]);
-        let lease = Duration::from_secs(10);
-
-        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
-        within(store.append(&first.lease, ap(vec![step_done(t(1), 1)], None)))
-            .await
-            .unwrap();
-        // Still live: nobody else gets it.
-        assert!(acquire(&store, &wf, t(9_999), lease, 1).await.is_empty());
-        // Expired: the next worker takes over with a new epoch and the history so far.
-        let second = acquire(&store, &wf, t(10_000), lease, 1).await.remove(0);
-        assert_eq!(second.lease.epoch, first.lease.epoch + 1);
-        assert_eq!(second.events.len(), 1);
-
-        let stale = within(store.append(
-            &first.lease,
-            ap(
-                vec![step_done(t(10_001), 2)],
-                Some(RunOutcome::Completed(json!(1))),
-            ),
-        ))
-        .await;
-        assert!(
-            matches!(stale, Err(StoreError::LeaseLost(r)) if r == id),
-            "{stale:?}"
-        );
-        assert!(matches!(
-            within(store.release(&first.lease, t(0), 0)).await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        assert!(matches!(
-            within(store.claim_hook(&first.lease, "hk_1", "tok", t(2))).await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        assert_eq!(owner(&store, "tok").await, None);
-        assert_eq!(within(store.events(&id)).await.unwrap().len(), 1);
-        assert_eq!(
-            within(store.get_run(&id)).await.unwrap().unwrap().status,
-            RunStatus::Running
-        );
-
-        within(store.append(&second.lease, ap(vec![step_done(t(10_002), 2)], None)))
-            .await
-            .unwrap();
-        let seqs: Vec<u64> = within(store.events(&id))
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.seq)
-            .collect();
-        assert_eq!(seqs, [1, 2]);
-    }
-
-    #[tokio::test]
-    async fn acquire_respects_workflows_wake_time_leases_and_order() {
-        let (_schema, store) = fresh!();
-        let late = create(&store, "orders", t(500)).await;
-        let early = create(&store, "orders", t(100)).await;
-        let other = create(&store, "emails", t(0)).await;
-        let future = create(&store, "orders", t(10_000)).await;
-        let lease = Duration::from_secs(60);
-
-        assert!(acquire(&store, &names(&["nothing"]), t(1_000), lease, 10)
-            .await
-            .is_empty());
-        assert!(acquire(&store, &[], t(1_000), lease, 10).await.is_empty());
-        assert!(acquire(&store, &names(&["orders"]), t(1_000), lease, 0)
-            .await
-            .is_empty());
-
-        let got = acquire(&store, &names(&["orders"]), t(1_000), lease, 1).await;
-        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
-        assert_eq!(ids, [early]);
-        let got = acquire(&store, &names(&["orders", "emails"]), t(1_000), lease, 10).await;
-        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
-        assert_eq!(
-            ids,
-            [other, late],
-            "earliest wake time first; live leases and future runs skipped"
-        );
-
-        assert!(
-            acquire(&store, &names(&["orders", "emails"]), t(9_999), lease, 10)
-                .await
-                .is_empty()
-        );
-        let got = acquire(&store, &names(&["orders"]), t(10_000), lease, 10).await;
-        let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
-        assert_eq!(ids, [future]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_acquirers_never_share_a_run() {
-        let (schema, a) = fresh!();
-        let b = schema.connect().await;
-        let creates: Vec<_> = (0..200)
-            .map(|i| {
-                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-                tokio::spawn(async move { create(&store, "shared", t(i)).await })
-            })
-            .collect();
-        let mut all = HashSet::new();
-        for c in creates {
-            all.insert(within(c).await.unwrap());
-        }
-
-        let workers: Vec<_> = [a.clone(), b.clone(), a.clone(), b.clone()]
-            .into_iter()
-            .map(|store| {
-                tokio::spawn(async move {
-                    let wf = names(&["shared"]);
-                    let mut mine = Vec::new();
-                    loop {
-                        let got = acquire(&store, &wf, t(1_000), Duration::from_secs(600), 3).await;
-                        if got.is_empty() {
-                            return mine;
-                        }
-                        mine.extend(got.into_iter().map(|r| (r.run.id, r.lease.epoch)));
-                    }
-                })
-            })
-            .collect();
-        let mut seen = HashSet::new();
-        let mut per_worker = Vec::new();
-        for w in workers {
-            let mine = within(w).await.unwrap();
-            per_worker.push(mine.len());
-            for (id, epoch) in mine {
-                assert_eq!(epoch, 1, "run {id} was leased twice");
-                assert!(seen.insert(id), "run {id} was handed out twice");
-            }
-        }
-        assert_eq!(seen, all, "shares per worker: {per_worker:?}");
-    }
-
-    #[tokio::test]
-    async fn release_with_a_future_wake_time() {
-        let (_schema, store) = fresh!();
-        let id = create(&store, "timers", t(0)).await;
-        let wf = names(&["timers"]);
-        let lease = Duration::from_secs(60);
-        let first = acquire(&store, &wf, t(0), lease, 1).await.remove(0);
-        within(store.release(&first.lease, t(5_000), 0))
-            .await
-            .unwrap();
-
-        assert!(acquire(&store, &wf, t(4_999), lease, 1).await.is_empty());
-        // Released means no lease holds it: heartbeat and writes under the old lease fail.
-        assert_eq!(
-            within(store.heartbeat(std::slice::from_ref(&first.lease), lease, t(1)))
-                .await
-                .unwrap(),
-            [id]
-        );
-        assert!(matches!(
-            within(store.append(&first.lease, ap(vec![], None))).await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        let again = acquire(&store, &wf, t(5_000), lease, 1).await.remove(0);
-        assert_eq!(
-            again.lease,
-            Lease {
-                run_id: id,
-                epoch: 2
-            }
-        );
-        assert_eq!(again.run.status, RunStatus::Running);
-    }
-
-    #[tokio::test]
-    async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
-        let (_schema, store) = fresh!();
-        let wf = names(&["orders"]);
-        let lease = Duration::from_secs(10);
-        let kept = create(&store, "orders", t(0)).await;
-        let taken = create(&store, "orders", t(1)).await;
-        let cancelled = create(&store, "orders", t(2)).await;
-        let ended = create(&store, "orders", t(3)).await;
-        let mine = acquire(&store, &wf, t(0), lease, 10).await;
-        assert_eq!(mine.len(), 1);
-        let mine: Vec<Lease> = [mine, acquire(&store, &wf, t(3), lease, 10).await]
-            .concat()
-            .into_iter()
-            .map(|r| r.lease)
-            .collect();
-        assert_eq!(
-            mine.iter().map(|l| l.run_id).collect::<Vec<_>>(),
-            [kept, taken, cancelled, ended]
-        );
-
-        // Extended until t(19_000): a takeover at t(15_000) must fail for `kept`.
-        assert!(within(store.heartbeat(&mine, lease, t(9_000)))
-            .await
-            .unwrap()
-            .is_empty());
-        within(store.cancel(&cancelled, t(9_500))).await.unwrap();
-        within(store.append(
-            &mine[3],
-            ap(vec![], Some(RunOutcome::Completed(json!(null)))),
-        ))
-        .await
-        .unwrap();
-        within(store.release(&mine[1], t(0), 0)).await.unwrap();
-        let over = acquire(&store, &wf, t(15_000), lease, 10).await;
-        assert_eq!(over.iter().map(|r| r.run.id).collect::<Vec<_>>(), [taken]);
-
-        let lost = within(store.heartbeat(&mine, lease, t(16_000)))
-            .await
-            .unwrap();
-        assert_eq!(lost, [taken, cancelled, ended]);
-        // The new holder's lease is live; a lease with a made-up epoch is not.
-        let fake = Lease {
-            run_id: kept,
-            epoch: 99,
-        };
-        assert_eq!(
-            within(store.heartbeat(&[over[0].lease.clone(), fake], lease, t(16_000)))
-                .await
-                .unwrap(),
-            [kept]
-        );
-        assert!(within(store.heartbeat(&[], lease, t(16_000)))
-            .await
-            .unwrap()
-            .is_empty());
-    }
-
-    #[tokio::test]
-    async fn cancel_running_ended_and_unknown_runs() {
-        let (_schema, store) = fresh!();
-        let wf = names(&["orders"]);
-        let running = create(&store, "orders", t(0)).await;
-        let pending = create(&store, "orders", t(50_000)).await;
-        let leased = acquire(&store, &wf, t(0), Duration::from_secs(60), 1)
-            .await
-            .remove(0);
-        within(store.append(&leased.lease, ap(vec![step_done(t(1), 1)], None)))
-            .await
-            .unwrap();
-
-        assert_eq!(
-            within(store.cancel(&running, t(2))).await.unwrap(),
-            CancelOutcome::Cancelled
-        );
-        let run = within(store.get_run(&running)).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Cancelled);
-        assert_eq!(run.updated_at, t(2));
-        assert_eq!(run.error, Some(Error::cancelled(&running)));
-        let events = within(store.events(&running)).await.unwrap();
-        assert_eq!(
-            events.last().unwrap(),
-            &EventRecord {
-                seq: 2,
-                at: t(2),
-                event: Event::RunCancelled
-            }
-        );
-        // The worker's lease is gone, and the run is never handed out again.
-        assert!(matches!(
-            within(store.append(&leased.lease, ap(vec![step_done(t(3), 2)], None))).await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        assert!(
-            acquire(&store, &wf, t(100_000), Duration::from_secs(60), 10)
-                .await
-                .iter()
-                .all(|r| r.run.id != running)
-        );
-        assert_eq!(
-            within(store.cancel(&running, t(3))).await.unwrap(),
-            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
-        );
-        assert_eq!(within(store.events(&running)).await.unwrap().len(), 2);
-
-        assert_eq!(
-            within(store.cancel(&pending, t(4))).await.unwrap(),
-            CancelOutcome::Cancelled
-        );
-        let unknown = RunId::new();
-        assert!(matches!(
-            within(store.cancel(&unknown, t(5))).await,
-            Err(StoreError::RunNotFound(r)) if r == unknown
-        ));
-
-        // A completed run stays completed.
-        let done = create(&store, "orders", t(0)).await;
-        let lease = lease_one(&store, done, t(200_000)).await;
-        within(store.append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(7))))))
-            .await
-            .unwrap();
-        assert_eq!(
-            within(store.cancel(&done, t(9))).await.unwrap(),
-            CancelOutcome::AlreadyEnded(RunStatus::Completed)
-        );
-        let run = within(store.get_run(&done)).await.unwrap().unwrap();
-        assert_eq!((run.status, run.error), (RunStatus::Completed, None));
-    }
-
-    #[tokio::test]
-    async fn undecodable_rows_are_reported_as_corrupt() {
-        let (schema, store) = fresh!();
-        let id = create(&store, "orders", t(0)).await;
-        let good = create(&store, "orders", t(1)).await;
-        schema
-            .exec(&format!(
-                "UPDATE {} SET input = 'not json' WHERE id = '{id}';
-                 INSERT INTO {} (run_id, seq, at, kind, data) VALUES ('{id}', 1, 0, 'x', '{{}}');",
-                schema.table("runs"),
-                schema.table("events"),
-            ))
-            .await;
-
-        let err = within(store.get_run(&id)).await.unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("input")),
-            "{err:?}"
-        );
-        let err = within(store.events(&id)).await.unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("event 1")),
-            "{err:?}"
-        );
-        // One bad run does not stall the others.
-        let got = acquire(
-            &store,
-            &names(&["orders"]),
-            t(10),
-            Duration::from_secs(60),
-            10,
-        )
-        .await;
-        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [good]);
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // Hooks and idempotent starts
-
-    #[tokio::test]
-    async fn a_start_whose_token_is_taken_writes_nothing() {
-        let (schema, store) = fresh!();
-        let (first, admitted) = start(&store, "order:1", None, t(0)).await;
-        assert_eq!(admitted, Admission::Admitted);
-        let run = within(store.get_run(&first)).await.unwrap().unwrap();
-        assert_eq!(run.hook_token.as_deref(), Some("order:1"));
-        assert_eq!(
-            within(store.get_hook("order:1")).await.unwrap(),
-            Some(HookRecord {
-                token: "order:1".to_owned(),
-                run_id: first,
-                created_at: t(0),
-            })
-        );
-        let (second, conflict) = start(&store, "order:1", None, t(5)).await;
-        assert_eq!(conflict, Admission::Conflict(first));
-        assert!(within(store.get_run(&second)).await.unwrap().is_none());
-        let mut counts = Vec::new();
-        for table in ["runs", "events", "hooks", "hook_inbox"] {
-            counts.push(schema.count(table).await);
-        }
-        assert_eq!(counts, [1, 0, 1, 0]);
-
-        // An existing id is an error before any claim.
-        let again = within(store.create_run(NewRun {
-            id: first,
-            workflow: "hooked".into(),
-            input: json!([]),
-            created_at: t(6),
-            hook: start_hook("order:2", None),
-        }))
-        .await;
-        assert!(
-            matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
-            "{again:?}"
-        );
-        assert_eq!(owner(&store, "order:2").await, None);
-        let plain = create(&store, "orders", t(7)).await;
-        let run = within(store.get_run(&plain)).await.unwrap().unwrap();
-        assert_eq!(run.hook_token, None);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_starts_with_one_token_admit_exactly_one() {
-        let (schema, a) = fresh!();
-        let b = schema.connect().await;
-        let tasks: Vec<_> = (0..200)
-            .map(|i| {
-                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-                tokio::spawn(async move {
-                    let id = RunId::new();
-                    let admission = store
-                        .create_run(NewRun {
-                            id,
-                            workflow: "hooked".to_owned(),
-                            input: json!([i]),
-                            created_at: t(0),
-                            hook: start_hook("solo", None),
-                        })
-                        .await
-                        .unwrap();
-                    (id, admission)
-                })
-            })
-            .collect();
-        let mut results = Vec::new();
-        for task in tasks {
-            results.push(within(task).await.unwrap());
-        }
-        let winners: Vec<RunId> = results
-            .iter()
-            .filter(|(_, a)| *a == Admission::Admitted)
-            .map(|(id, _)| *id)
-            .collect();
-        assert_eq!(winners.len(), 1, "{results:?}");
-        let winner = winners[0];
-        for (id, admission) in &results {
-            if *id != winner {
-                assert_eq!(*admission, Admission::Conflict(winner));
-            }
-        }
-        assert_eq!(owner(&a, "solo").await, Some(winner));
-        assert_eq!(schema.count("runs").await, 1);
-        assert_eq!(schema.count("hooks").await, 1);
-    }
-
-    #[tokio::test]
-    async fn claims_releases_and_retention() {
-        let (schema, store) = fresh!();
-        let (keeper, _) = start(&store, "keep", Some(t(1_000)), t(0)).await;
-        let claimer = create(&store, "orders", t(1)).await;
-        let keeper_lease = lease_one(&store, keeper, t(0)).await;
-        let lease = lease_one(&store, claimer, t(1)).await;
-
-        // Taken by an active start hook; the owner claiming it again names itself.
-        assert_eq!(
-            within(store.claim_hook(&lease, "hk_1", "keep", t(10)))
-                .await
-                .unwrap(),
-            ClaimOutcome::Conflict(keeper)
-        );
-        assert_eq!(
-            within(store.claim_hook(&keeper_lease, "hk_1", "keep", t(11)))
-                .await
-                .unwrap(),
-            ClaimOutcome::Conflict(keeper)
-        );
-        assert_eq!(
-            within(store.events(&claimer)).await.unwrap(),
-            [EventRecord {
-                seq: 1,
-                at: t(10),
-                event: Event::HookRegistered {
-                    hook_key: "hk_1".into(),
-                    token: "keep".into(),
-                    conflict: Some(keeper),
-                },
-            }]
-        );
-
-        // Ended with retention: released (no owner, unresumable) but not free until t(1_000).
-        within(store.append(
-            &keeper_lease,
-            ap(
-                vec![NewEvent {
-                    at: t(20),
-                    event: Event::RunCompleted { output: json!(1) },
-                }],
-                Some(RunOutcome::Completed(json!(1))),
-            ),
-        ))
-        .await
-        .unwrap();
-        assert_eq!(owner(&store, "keep").await, None);
-        assert_eq!(
-            within(store.resume_hook("keep", json!("late"), t(21)))
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(schema.count("hook_inbox").await, 0);
-        assert_eq!(
-            start(&store, "keep", None, t(500)).await.1,
-            Admission::Conflict(keeper)
-        );
-        assert_eq!(
-            within(store.claim_hook(&lease, "hk_2", "keep", t(999)))
-                .await
-                .unwrap(),
-            ClaimOutcome::Conflict(keeper)
-        );
-        // Retention over: the next claim replaces the row.
-        assert_eq!(
-            within(store.claim_hook(&lease, "hk_3", "keep", t(1_000)))
-                .await
-                .unwrap(),
-            ClaimOutcome::Claimed
-        );
-        assert_eq!(
-            within(store.get_hook("keep")).await.unwrap(),
-            Some(HookRecord {
-                token: "keep".into(),
-                run_id: claimer,
-                created_at: t(1_000),
-            })
-        );
-        let seqs: Vec<(u64, Option<RunId>)> = within(store.events(&claimer))
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| match e.event {
-                Event::HookRegistered { conflict, .. } => (e.seq, conflict),
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
-        assert_eq!(seqs, [(1, Some(keeper)), (2, Some(keeper)), (3, None)]);
-
-        // A stale lease claims nothing and records nothing.
-        let stale = Lease {
-            run_id: claimer,
-            epoch: lease.epoch + 1,
-        };
-        assert!(matches!(
-            within(store.claim_hook(&stale, "hk_4", "fresh", t(1_000))).await,
-            Err(StoreError::LeaseLost(r)) if r == claimer
-        ));
-        assert_eq!(owner(&store, "fresh").await, None);
-        assert_eq!(within(store.events(&claimer)).await.unwrap().len(), 3);
-
-        // Released without retention: free at once, its row gone.
-        let released = NewEvent {
-            at: t(1_001),
-            event: Event::HookReleased {
-                hook_key: "hk_3".into(),
-                token: "keep".into(),
-            },
-        };
-        within(store.append(
-            &lease,
-            Append {
-                events: vec![released.clone()],
-                release_tokens: vec!["keep".into()],
-                outcome: None,
-            },
-        ))
-        .await
-        .unwrap();
-        assert_eq!(owner(&store, "keep").await, None);
-        assert_eq!(schema.count("hooks").await, 0);
-        let (next, admitted) = start(&store, "keep", None, t(1_002)).await;
-        assert_eq!(admitted, Admission::Admitted);
-        // Releasing a token one does not own changes nothing.
-        within(store.append(
-            &lease,
-            Append {
-                events: vec![],
-                release_tokens: vec!["keep".into()],
-                outcome: None,
-            },
-        ))
-        .await
-        .unwrap();
-        assert_eq!(owner(&store, "keep").await, Some(next));
-        // A fenced-off release releases nothing either.
-        assert!(matches!(
-            within(store.append(
-                &stale,
-                Append {
-                    events: vec![],
-                    release_tokens: vec!["keep".into()],
-                    outcome: None,
-                },
-            ))
-            .await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        let last = within(store.events(&claimer)).await.unwrap();
-        assert_eq!(last.last().unwrap().event, released.event);
-    }
-
-    #[tokio::test]
-    async fn run_end_and_cancel_release_tokens() {
-        let (schema, store) = fresh!();
-        let (failing, _) = start(&store, "a", None, t(0)).await;
-        let lease = lease_one(&store, failing, t(0)).await;
-        assert_eq!(
-            within(store.claim_hook(&lease, "hk_1", "b", t(1)))
-                .await
-                .unwrap(),
-            ClaimOutcome::Claimed
-        );
-        assert_eq!(owner(&store, "b").await, Some(failing));
-        let error = Error::fatal("boom");
-        within(store.append(
-            &lease,
-            ap(
-                vec![NewEvent {
-                    at: t(2),
-                    event: Event::RunFailed {
-                        error: error.clone(),
-                    },
-                }],
-                Some(RunOutcome::Failed(error)),
-            ),
-        ))
-        .await
-        .unwrap();
-        assert_eq!(owner(&store, "a").await, None);
-        assert_eq!(owner(&store, "b").await, None);
-        assert_eq!(schema.count("hooks").await, 0);
-        assert_eq!(start(&store, "a", None, t(3)).await.1, Admission::Admitted);
-
-        // Cancelled while pending.
-        let (cancelled, _) = start(&store, "c", None, t(0)).await;
-        assert_eq!(
-            within(store.cancel(&cancelled, t(4))).await.unwrap(),
-            CancelOutcome::Cancelled
-        );
-        assert_eq!(owner(&store, "c").await, None);
-        assert_eq!(start(&store, "c", None, t(5)).await.1, Admission::Admitted);
-
-        // Cancelled with retention: unavailable until it ends.
-        let (retained, _) = start(&store, "d", Some(t(5_000)), t(0)).await;
-        within(store.cancel(&retained, t(10))).await.unwrap();
-        assert_eq!(owner(&store, "d").await, None);
-        assert_eq!(
-            start(&store, "d", None, t(4_999)).await.1,
-            Admission::Conflict(retained)
-        );
-        let (late, admitted) = start(&store, "d", None, t(5_000)).await;
-        assert_eq!(admitted, Admission::Admitted);
-        assert_eq!(owner(&store, "d").await, Some(late));
-        assert_eq!(
-            within(store.cancel(&retained, t(6_000))).await.unwrap(),
-            CancelOutcome::AlreadyEnded(RunStatus::Cancelled)
-        );
-        assert_eq!(owner(&store, "d").await, Some(late));
-    }
-
-    #[tokio::test]
-    async fn a_resume_before_the_hook_exists_delivers_nothing() {
-        let (schema, store) = fresh!();
-        assert_eq!(
-            within(store.resume_hook("later", json!(1), t(0)))
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(within(store.last_payload_id()).await.unwrap(), 0);
-        assert!(within(store.payloads_since(0, 10))
-            .await
-            .unwrap()
-            .is_empty());
-        // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
-        let (run, _) = start(&store, "later", None, t(50_000)).await;
-        assert!(acquire(
-            &store,
-            &names(&["hooked"]),
-            t(100),
-            Duration::from_secs(60),
-            10
-        )
-        .await
-        .is_empty());
-        assert_eq!(
-            within(store.resume_hook("later", json!({"n": 1}), t(100)))
-                .await
-                .unwrap(),
-            Some((run, 1))
-        );
-        let got = acquire(
-            &store,
-            &names(&["hooked"]),
-            t(100),
-            Duration::from_secs(60),
-            10,
-        )
-        .await;
-        assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [run]);
-        assert_eq!(
-            within(store.payloads(&run, 0)).await.unwrap(),
-            [Payload {
-                id: 1,
-                token: "later".into(),
-                payload: json!({"n": 1}),
-            }]
-        );
-        assert!(within(store.payloads(&run, 1)).await.unwrap().is_empty());
-        assert_eq!(schema.count("hook_inbox").await, 1);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn payload_ids_follow_commit_order_under_concurrent_resumes() {
-        let (schema, a) = fresh!();
-        let b = schema.connect().await;
-        let reader = schema.connect().await;
-        const TOKENS: usize = 8;
-        const EACH: usize = 25;
-        let mut runs = Vec::new();
-        for i in 0..TOKENS {
-            runs.push(start(&a, &format!("tk{i}"), None, t(0)).await.0);
-        }
-
-        let (done_tx, done) = tokio::sync::watch::channel(false);
-        // A cursor reader like the runtime's: an id committed below the cursor is lost to it.
-        let cursor = tokio::spawn(async move {
-            let mut cursor = 0u64;
-            let mut seen = Vec::new();
-            loop {
-                let finished = *done.borrow();
-                let news = reader.payloads_since(cursor, 1_000).await.unwrap();
-                for (id, run) in news {
-                    assert!(id > cursor, "id {id} at cursor {cursor}");
-                    cursor = id;
-                    seen.push((id, run));
-                }
-                if finished {
-                    return seen;
-                }
-                tokio::task::yield_now().await;
-            }
-        });
-        let writers: Vec<_> = (0..TOKENS)
-            .map(|i| {
-                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-                tokio::spawn(async move {
-                    let mut ids = Vec::new();
-                    for n in 0..EACH {
-                        let (_, id) = store
-                            .resume_hook(&format!("tk{i}"), json!({"n": n}), t(1))
-                            .await
-                            .unwrap()
-                            .unwrap();
-                        ids.push(id);
-                    }
-                    ids
-                })
-            })
-            .collect();
-        let mut all = Vec::new();
-        for (i, w) in writers.into_iter().enumerate() {
-            let ids = within(w).await.unwrap();
-            assert!(
-                ids.windows(2).all(|w| w[0] < w[1]),
-                "one sender's ids grow: {ids:?}"
-            );
-            // Each run's inbox holds its payloads in the order they were sent.
-            let inbox = within(a.payloads(&runs[i], 0)).await.unwrap();
-            assert_eq!(inbox.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
-            assert_eq!(
-                inbox.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
-                (0..EACH).map(|n| json!({"n": n})).collect::<Vec<_>>()
-            );
-            all.extend(ids.into_iter().map(|id| (id, runs[i])));
-        }
-        done_tx.send(true).unwrap();
-        let seen = within(cursor).await.unwrap();
-        all.sort();
-        assert_eq!(seen.len(), TOKENS * EACH, "the cursor skipped payloads");
-        assert_eq!(seen, all);
-        assert_eq!(
-            within(a.last_payload_id()).await.unwrap(),
-            all.last().unwrap().0
-        );
-        assert_eq!(
-            within(a.payloads_since(all[4].0, 3)).await.unwrap(),
-            all[5..8]
-        );
-    }
-
-    #[tokio::test]
-    async fn release_wakes_a_run_with_unseen_payloads() {
-        let (schema, store) = fresh!();
-        let (run, _) = start(&store, "w", None, t(0)).await;
-        let wf = names(&["hooked"]);
-        let lease = Duration::from_secs(600);
-        let wake_at = || async {
-            let mut conn = schema.raw().await;
-            sqlx::query_scalar::<_, i64>(&format!(
-                "SELECT wake_at FROM {} WHERE id = $1",
-                schema.table("runs")
-            ))
-            .bind(run.to_string())
-            .fetch_one(&mut conn)
-            .await
-            .unwrap()
-        };
-
-        let held = lease_one(&store, run, t(0)).await;
-        let (_, p1) = within(store.resume_hook("w", json!(1), t(1)))
-            .await
-            .unwrap()
-            .unwrap();
-        // Everything seen: it sleeps until woken.
-        within(store.release(&held, never(), p1)).await.unwrap();
-        assert_eq!(wake_at().await, sql_time(never()));
-        let far = SystemTime::now() + Duration::from_secs(86_400);
-        assert!(acquire(&store, &wf, far, lease, 10).await.is_empty());
-
-        // A payload wakes it (at the payload's time).
-        let (_, p2) = within(store.resume_hook("w", json!(2), t(10)))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(wake_at().await, sql_time(t(10)));
-        let held = lease_one(&store, run, t(10)).await;
-
-        // Released having seen only p1: p2 is waiting, so it is due now, not never.
-        let before = sql_time(SystemTime::now());
-        within(store.release(&held, never(), p1)).await.unwrap();
-        let woken = wake_at().await;
-        assert!(
-            woken >= before && woken <= sql_time(SystemTime::now()),
-            "{woken}"
-        );
-        let held = lease_one(&store, run, SystemTime::now() + Duration::from_secs(1)).await;
-        assert!(matches!(
-            within(store.release(
-                &Lease {
-                    epoch: 0,
-                    ..held.clone()
-                },
-                never(),
-                0
-            ))
-            .await,
-            Err(StoreError::LeaseLost(_))
-        ));
-        within(store.release(&held, t(99), p2)).await.unwrap();
-        assert_eq!(wake_at().await, sql_time(t(99)));
-    }
-
-    #[tokio::test]
-    async fn hooks_behave_like_the_memory_store() {
-        let (_schema, store) = fresh!();
-        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
-        let memory = super::super::memory::MemoryStore::new();
-        let expected = within(hook_script(&memory, &ids)).await;
-        let got = within(hook_script(&store, &ids)).await;
-        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
-            assert_eq!(have, want, "step {n} differs from the memory store");
-        }
-        assert_eq!(got.len(), expected.len());
-    }
-
-    #[tokio::test]
-    async fn listing_behaves_like_the_memory_store() {
-        let (schema, store) = fresh!();
-        let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
-        let memory = super::super::memory::MemoryStore::new();
-        let expected = within(listing_script(&memory, &ids)).await;
-        let got = within(listing_script(&store, &ids)).await;
-        for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
-            assert_eq!(have, want, "step {n} differs from the memory store");
-        }
-        assert_eq!(got.len(), expected.len());
-
-        // And what they agree on is right.
-        let listed = |f: RunFilter| {
-            let store = store.clone();
-            async move {
-                within(store.list_runs(&f))
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .map(|r| r.id)
-                    .collect::<Vec<_>>()
-            }
-        };
-        // Newest first; equal admission times (0 and 1, 2 and 3, 4 and 5) by id, descending.
-        let mut newest_first = ids.clone();
-        newest_first.sort_by_key(|id| {
-            let i = ids.iter().position(|x| x == id).unwrap();
-            std::cmp::Reverse((i / 2, *id))
-        });
-        assert_eq!(listed(RunFilter::new()).await, newest_first);
-        assert_eq!(listed(RunFilter::new().limit(2)).await, newest_first[..2]);
-        assert_eq!(
-            listed(RunFilter::new().status(RunStatus::Failed)).await,
-            [ids[0]]
-        );
-        let hooks = within(store.list_hooks(&HookFilter::new())).await.unwrap();
-        let tokens: Vec<&str> = hooks.iter().map(|h| h.token.as_str()).collect();
-        // tok-1 went with the cancellation, `extra` with run 0's end.
-        assert_eq!(tokens, ["tok-5", "tok-3"]);
-        assert_eq!(hooks[0].run_id, ids[5]);
-        assert_eq!(hooks[0].created_at, t(40));
-
-        // A row that cannot be decoded is reported, not skipped.
-        schema
-            .exec(&format!(
-                "UPDATE {} SET input = 'not json' WHERE id = '{}'",
-                schema.table("runs"),
-                ids[2]
-            ))
-            .await;
-        let err = within(store.list_runs(&RunFilter::new()))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, StoreError::Corrupt(m) if m.contains(&ids[2].to_string())),
-            "{err:?}"
-        );
     }
 
     // -----------------------------------------------------------------------------------------
@@ -3180,7 +2100,7 @@ mod tests {
         expect_notice(&mut rx_b, "subscribed", ready).await;
 
         // Admission, seen by both processes.
-        let (run, _) = start(&a, "tok", None, t(0)).await;
+        let (run, _) = within(start(&a, "tok", None, t(0))).await;
         expect_notice(&mut rx_a, "RunsReady on create", ready).await;
         expect_notice(&mut rx_b, "RunsReady on create", ready).await;
 
@@ -3196,8 +2116,8 @@ mod tests {
         expect_notice(&mut rx_a, "RunEnded on cancel", |n| *n == want).await;
 
         // Completed: RunEnded too.
-        let id = create(&b, "orders", t(0)).await;
-        let lease = lease_one(&b, id, t(10)).await;
+        let id = within(create(&b, "orders", t(0))).await;
+        let lease = within(lease_one(&b, id, t(10))).await;
         within(b.append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(1))))))
             .await
             .unwrap();
@@ -3208,7 +2128,7 @@ mod tests {
         let (_other_schema, other) = fresh!();
         let mut rx_other = other.notices().unwrap();
         expect_notice(&mut rx_other, "subscribed", ready).await;
-        create(&a, "orders", t(0)).await;
+        within(create(&a, "orders", t(0))).await;
         expect_notice(&mut rx_a, "RunsReady on create", ready).await;
         let stray = tokio::time::timeout(Duration::from_millis(300), rx_other.recv()).await;
         assert!(stray.is_err(), "a notice crossed schemas: {stray:?}");
@@ -3221,7 +2141,7 @@ mod tests {
         let mut rx = store.notices().unwrap();
         expect_notice(&mut rx, "subscribed", ready).await;
         drop(store);
-        create(&clone, "orders", t(0)).await;
+        within(create(&clone, "orders", t(0))).await;
         expect_notice(&mut rx, "RunsReady while a clone lives", ready).await;
         drop(clone);
         within(async {
