@@ -20,10 +20,14 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow}
 use sqlx::{Connection, Executor, PgConnection, Postgres, Row, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
+use super::sql::{
+    corrupt, event_columns, lease_end, payload_id_of, sql_epoch, sql_id, sql_time, status_of,
+    time_of, to_json,
+};
 use super::{
-    from_millis, to_millis, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event,
-    EventRecord, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    RunFilter, RunOutcome, RunRecord, RunStatus, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RunFilter, RunOutcome,
+    RunRecord, RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -716,7 +720,7 @@ impl Store for PostgresStore {
         };
         Ok(Some(HookRecord {
             run_id: parse_owner(&owner, token)?,
-            created_at: time(created_at, &owner, &format!("hook {token:?}: created_at"))?,
+            created_at: time_of(created_at, &owner, &format!("hook {token:?}: created_at"))?,
             token: token.to_owned(),
         }))
     }
@@ -768,7 +772,7 @@ impl Store for PostgresStore {
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(db)?;
-            let status = decode_status(&status.ok_or(StoreError::RunNotFound(*id))?, &key)?;
+            let status = status_of(&status.ok_or(StoreError::RunNotFound(*id))?, &key)?;
             if status.is_terminal() {
                 return Ok(CancelOutcome::AlreadyEnded(status));
             }
@@ -812,7 +816,11 @@ impl Store for PostgresStore {
             .map(|(token, owner, created_at)| {
                 Ok(HookRecord {
                     run_id: parse_owner(&owner, &token)?,
-                    created_at: time(created_at, &owner, &format!("hook {token:?}: created_at"))?,
+                    created_at: time_of(
+                        created_at,
+                        &owner,
+                        &format!("hook {token:?}: created_at"),
+                    )?,
                     token,
                 })
             })
@@ -1485,17 +1493,10 @@ impl EncodedEvents {
             data: Vec::with_capacity(events.len()),
         };
         for e in events {
-            let value = serde_json::to_value(&e.event)
-                .map_err(|err| StoreError::Database(format!("cannot encode an event: {err}")))?;
-            out.kind.push(
-                value
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            );
-            out.at.push(sql_time(e.at));
-            out.data.push(value.to_string());
+            let (at, kind, data) = event_columns(e)?;
+            out.at.push(at);
+            out.kind.push(kind);
+            out.data.push(data);
         }
         Ok(out)
     }
@@ -1509,12 +1510,12 @@ fn decode_run(row: &PgRow) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
         id: key.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?,
         workflow: column(row, "workflow", run)?,
-        status: decode_status(&column::<String>(row, "status", run)?, run)?,
+        status: status_of(&column::<String>(row, "status", run)?, run)?,
         input: json(&column::<String>(row, "input", run)?, run, "input")?,
         output: output.map(|v| json(&v, run, "output")).transpose()?,
         error: error.map(|v| json(&v, run, "error")).transpose()?,
-        created_at: time(column(row, "created_at", run)?, run, "created_at")?,
-        updated_at: time(column(row, "updated_at", run)?, run, "updated_at")?,
+        created_at: time_of(column(row, "created_at", run)?, run, "created_at")?,
+        updated_at: time_of(column(row, "updated_at", run)?, run, "updated_at")?,
         hook_token: column(row, "hook_token", run)?,
     })
 }
@@ -1524,7 +1525,7 @@ fn decode_event(row: &PgRow, run: &str) -> Result<EventRecord, StoreError> {
     let what = format!("event {seq}");
     Ok(EventRecord {
         seq: u64::try_from(seq).map_err(|e| corrupt(run, &what, e))?,
-        at: time(column(row, "at", run)?, run, &what)?,
+        at: time_of(column(row, "at", run)?, run, &what)?,
         event: json(&column::<String>(row, "data", run)?, run, &what)?,
     })
 }
@@ -1544,55 +1545,15 @@ fn skip_run(run: &str, e: &StoreError) {
     );
 }
 
-fn parse_owner(owner: &str, token: &str) -> Result<RunId, StoreError> {
-    owner
-        .parse()
-        .map_err(|e| StoreError::Corrupt(format!("hook {token:?}: run_id: {e}")))
-}
-
-fn sql_time(t: SystemTime) -> i64 {
-    i64::try_from(to_millis(t)).unwrap_or(i64::MAX)
-}
-
-fn lease_end(now: SystemTime, lease: Duration) -> i64 {
-    let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    sql_time(now).saturating_add(lease)
-}
-
-fn sql_epoch(epoch: u64) -> i64 {
-    // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
-    i64::try_from(epoch).unwrap_or(-1)
-}
-
-fn sql_id(id: u64) -> i64 {
-    // Ids never exceed i64::MAX, so "above" a larger id matches nothing either way.
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
-fn payload_id_of(id: i64) -> Result<u64, StoreError> {
-    u64::try_from(id).map_err(|e| StoreError::Corrupt(format!("payload id {id}: {e}")))
-}
-
-fn to_json<T: serde::Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Database(format!("cannot encode {what}: {e}")))
-}
-
-fn corrupt(run: &str, what: &str, why: impl fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("run {run}: {what}: {why}"))
-}
-
 fn json<T: serde::de::DeserializeOwned>(s: &str, run: &str, what: &str) -> Result<T, StoreError> {
     serde_json::from_str(s).map_err(|e| corrupt(run, what, e))
 }
 
-fn time(ms: i64, run: &str, what: &str) -> Result<SystemTime, StoreError> {
-    Ok(from_millis(
-        u64::try_from(ms).map_err(|e| corrupt(run, what, e))?,
-    ))
-}
-
-fn decode_status(s: &str, run: &str) -> Result<RunStatus, StoreError> {
-    RunStatus::parse(s).ok_or_else(|| corrupt(run, "status", format!("unknown status `{s}`")))
+/// The owner column of hook `token` read back.
+fn parse_owner(owner: &str, token: &str) -> Result<RunId, StoreError> {
+    owner
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("hook {token:?}: run_id: {e}")))
 }
 
 fn db(e: sqlx::Error) -> StoreError {
@@ -1608,6 +1569,7 @@ fn db(e: sqlx::Error) -> StoreError {
 mod tests {
     use serde_json::json;
 
+    use super::super::from_millis;
     use super::*;
     use crate::store::conformance::{
         acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,

@@ -24,10 +24,14 @@ use rusqlite::{
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::sql::{
+    corrupt, event_columns, lease_end, payload_id_of, sql_epoch, sql_id, sql_time, status_of,
+    time_of, to_json,
+};
 use super::{
-    from_millis, to_millis, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event,
-    EventRecord, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter,
-    RunOutcome, RunRecord, RunStatus, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter, RunOutcome, RunRecord,
+    RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -1508,54 +1512,13 @@ struct EncodedEvent {
 
 impl EncodedEvent {
     fn new(e: &NewEvent) -> Result<Self, StoreError> {
-        let value = serde_json::to_value(&e.event)
-            .map_err(|err| StoreError::Database(format!("cannot encode an event: {err}")))?;
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        Ok(EncodedEvent {
-            at: sql_time(e.at),
-            kind,
-            data: value.to_string(),
-        })
+        let (at, kind, data) = event_columns(e)?;
+        Ok(EncodedEvent { at, kind, data })
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Values
-
-fn sql_time(t: SystemTime) -> i64 {
-    i64::try_from(to_millis(t)).unwrap_or(i64::MAX)
-}
-
-fn lease_end(now: SystemTime, lease: Duration) -> i64 {
-    let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    sql_time(now).saturating_add(lease)
-}
-
-fn sql_epoch(epoch: u64) -> i64 {
-    // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
-    i64::try_from(epoch).unwrap_or(-1)
-}
-
-fn sql_id(id: u64) -> i64 {
-    // Row ids never exceed i64::MAX, so "above" a larger id matches nothing either way.
-    i64::try_from(id).unwrap_or(i64::MAX)
-}
-
-fn payload_id_of(id: i64) -> Result<u64, StoreError> {
-    u64::try_from(id).map_err(|e| StoreError::Corrupt(format!("payload id {id}: {e}")))
-}
-
-fn to_json<T: serde::Serialize>(v: &T, what: &str) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Database(format!("cannot encode {what}: {e}")))
-}
-
-fn corrupt(run: &str, what: &str, why: impl fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("run {run}: {what}: {why}"))
-}
 
 fn text(v: Sql, run: &str, what: &str) -> Result<String, StoreError> {
     match v {
@@ -1575,9 +1538,7 @@ fn json<T: serde::de::DeserializeOwned>(v: Sql, run: &str, what: &str) -> Result
 
 fn time(v: Sql, run: &str, what: &str) -> Result<SystemTime, StoreError> {
     match v {
-        Sql::Integer(ms) => Ok(from_millis(
-            u64::try_from(ms).map_err(|e| corrupt(run, what, e))?,
-        )),
+        Sql::Integer(ms) => time_of(ms, run, what),
         other => Err(corrupt(
             run,
             what,
@@ -1587,8 +1548,7 @@ fn time(v: Sql, run: &str, what: &str) -> Result<SystemTime, StoreError> {
 }
 
 fn decode_status(v: Sql, run: &str) -> Result<RunStatus, StoreError> {
-    let s = text(v, run, "status")?;
-    RunStatus::parse(&s).ok_or_else(|| corrupt(run, "status", format!("unknown status `{s}`")))
+    status_of(&text(v, run, "status")?, run)
 }
 
 fn db(e: rusqlite::Error) -> StoreError {
@@ -1610,6 +1570,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 mod tests {
     use serde_json::json;
 
+    use super::super::from_millis;
     use super::*;
     use crate::store::conformance::{
         acquire, ap, conformance_tests, create, lease_one, names, owner, start, step_done, storm,
