@@ -122,6 +122,11 @@ const RUN_COLUMNS: &str =
 /// Clones are cheap and share the connections; the background threads end when the last
 /// clone is dropped (after finishing the writes already queued).
 ///
+/// Beside the file, SQLite keeps `<file>-wal` and `<file>-shm`. The store keeps the
+/// write-ahead log allocated at about 4 MiB (1024 pages), its size in steady state anyway, so
+/// that commits overwrite it instead of growing it (see BENCHMARKS.md); a process that exits
+/// without closing the store leaves both files behind, and the next open uses them.
+///
 /// ```
 /// use workflow_core::store::sqlite::SqliteStore;
 ///
@@ -916,10 +921,9 @@ const WAL_FRAMES: u64 = 1024;
 /// overwrites allocated blocks of the log is much cheaper to make durable than one that grows
 /// the file: on the ext4 disk of BENCHMARKS.md, about 120 µs instead of 210 µs per commit,
 /// because `fsync` then writes the data alone, not also the file's metadata (new size, new
-/// blocks). SQLite reads a log only
-/// up to its last valid frame, and zeros are never valid, so the padding is invisible; the
-/// write lock (an IMMEDIATE transaction) keeps other processes from appending frames while
-/// the zeros are written.
+/// blocks). SQLite reads a log only up to its last valid frame, and zeros are never valid, so
+/// the padding is invisible; the write lock (an IMMEDIATE transaction) keeps other processes
+/// from appending frames while the zeros are written.
 fn preallocate_wal(conn: &Connection, path: &Path) -> std::io::Result<()> {
     use std::io::{Seek, SeekFrom, Write};
 
