@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::SystemTime;
 
+use futures::task::AtomicWaker;
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
@@ -228,8 +229,10 @@ impl History {
 
 /// Wakes the driver when anything inside the workflow future is woken.
 struct FlagWaker {
+    /// Set by a wake, cleared before each poll of the workflow future.
     woken: AtomicBool,
-    notify: Notify,
+    /// The driver's task while it waits in its `select!`.
+    driver: AtomicWaker,
 }
 
 impl Wake for FlagWaker {
@@ -238,7 +241,23 @@ impl Wake for FlagWaker {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        self.notify.notify_one();
+        self.driver.wake();
+    }
+}
+
+impl FlagWaker {
+    /// Ready once the workflow future was woken after its last poll. (A wake during a poll is
+    /// already handled by polling again, so unlike a stored `Notify` permit it costs no extra
+    /// round of the driver's loop.)
+    fn woken(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            self.driver.register(cx.waker());
+            if self.woken.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
     }
 }
 
@@ -372,7 +391,7 @@ impl Driver {
     ) -> Result<Option<Stop>, StoreError> {
         let flag = Arc::new(FlagWaker {
             woken: AtomicBool::new(false),
-            notify: Notify::new(),
+            driver: AtomicWaker::new(),
         });
         let waker = Waker::from(flag.clone());
         loop {
@@ -501,7 +520,7 @@ impl Driver {
                     }
                 }
                 _ = signals.inbox.notified() => self.fetch_payloads().await?,
-                _ = flag.notify.notified() => {}
+                _ = flag.woken() => {}
                 _ = idle_evict => {
                     let wake = self.timers.first().map_or_else(never, |t| t.0);
                     return self.evict(wake).await;
