@@ -574,10 +574,7 @@ impl EventView {
 
     /// The serde tag of the event (`step_scheduled`, ...).
     pub fn kind(&self) -> String {
-        serde_json::to_value(&self.event)
-            .ok()
-            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| "unknown".to_owned())
+        self.event.kind().to_owned()
     }
 
     /// The event's particulars in one line.

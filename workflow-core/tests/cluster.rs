@@ -339,15 +339,7 @@ fn a_paused_worker_cannot_write_after_takeover() {
         // Give A time to finish its stale attempt and try to record it.
         tokio::time::sleep(Duration::from_millis(3000)).await;
         let events = client.store().events(&run.id()).await.unwrap();
-        let kinds: Vec<String> = events
-            .iter()
-            .map(|e| {
-                serde_json::to_value(&e.event).unwrap()["type"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
         assert_eq!(
             kinds,
             [

@@ -222,6 +222,27 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The event's serde tag (`step_scheduled`, `hook_received`, ...): the `type` field of its
+    /// JSON, and the `kind` column of the SQL stores.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::StepScheduled { .. } => "step_scheduled",
+            Event::StepAttemptStarted { .. } => "step_attempt_started",
+            Event::StepAttemptFailed { .. } => "step_attempt_failed",
+            Event::StepCompleted { .. } => "step_completed",
+            Event::TimerScheduled { .. } => "timer_scheduled",
+            Event::TimerFired { .. } => "timer_fired",
+            Event::RunCompleted { .. } => "run_completed",
+            Event::RunFailed { .. } => "run_failed",
+            Event::RunCancelled => "run_cancelled",
+            Event::HookRegistered { .. } => "hook_registered",
+            Event::HookReceived { .. } => "hook_received",
+            Event::HookReleased { .. } => "hook_released",
+        }
+    }
+}
+
 /// An event to append, stamped by the writer. The stamp of a delivered event is the workflow's
 /// clock from then on, so it is chosen before the write and replayed as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -606,4 +627,66 @@ pub fn never() -> SystemTime {
 /// The inverse of [`to_millis`].
 pub fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Event::kind` is the serde tag, variant by variant (a new variant must be added to both).
+    #[test]
+    fn event_kind_is_the_serde_tag() {
+        let s = String::new;
+        let events = [
+            Event::StepScheduled {
+                step_id: s(),
+                name: s(),
+                input: Value::Null,
+            },
+            Event::StepAttemptStarted {
+                step_id: s(),
+                attempt: 2,
+            },
+            Event::StepAttemptFailed {
+                step_id: s(),
+                attempt: 1,
+                error: Error::fatal("x"),
+                retry_at_ms: 0,
+            },
+            Event::StepCompleted {
+                step_id: s(),
+                result: Ok(Value::Null),
+            },
+            Event::TimerScheduled {
+                timer_id: s(),
+                fire_at_ms: 0,
+            },
+            Event::TimerFired { timer_id: s() },
+            Event::RunCompleted {
+                output: Value::Null,
+            },
+            Event::RunFailed {
+                error: Error::fatal("x"),
+            },
+            Event::RunCancelled,
+            Event::HookRegistered {
+                hook_key: s(),
+                token: s(),
+                conflict: None,
+            },
+            Event::HookReceived {
+                token: s(),
+                payload_id: 1,
+                payload: Value::Null,
+            },
+            Event::HookReleased {
+                hook_key: s(),
+                token: s(),
+            },
+        ];
+        for e in events {
+            let json = serde_json::to_value(&e).unwrap();
+            assert_eq!(json["type"], e.kind(), "{e:?}");
+        }
+    }
 }

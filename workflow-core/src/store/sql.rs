@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
-
 use super::{from_millis, to_millis, NewEvent, RunStatus};
 use crate::error::StoreError;
 
@@ -57,12 +55,6 @@ pub(super) fn status_of(s: &str, run: &str) -> Result<RunStatus, StoreError> {
 
 /// An event as its columns: time, kind (the serde tag, for SQL inspection) and JSON.
 pub(super) fn event_columns(e: &NewEvent) -> Result<(i64, String, String), StoreError> {
-    let value = serde_json::to_value(&e.event)
-        .map_err(|err| StoreError::Database(format!("cannot encode an event: {err}")))?;
-    let kind = value
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    Ok((sql_time(e.at), kind, value.to_string()))
+    let data = to_json(&e.event, "an event")?;
+    Ok((sql_time(e.at), e.event.kind().to_owned(), data))
 }
