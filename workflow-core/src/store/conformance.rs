@@ -75,6 +75,7 @@ macro_rules! conformance_tests {
             failure_outcome_records_the_error,
             a_stale_epoch_cannot_write_after_a_takeover,
             acquire_respects_workflows_wake_time_leases_and_order,
+            expired_leases_are_taken_back_in_wake_time_order,
             release_with_a_future_wake_time,
             heartbeat_extends_live_leases_and_reports_lost_ones,
             cancel_running_ended_and_unknown_runs,
@@ -769,6 +770,23 @@ pub(crate) async fn acquire_respects_workflows_wake_time_leases_and_order<S: Sto
     let got = acquire(store, &names(&["orders"]), t(10_000), lease, 10).await;
     let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
     assert_eq!(ids, [future]);
+}
+
+/// A run whose lease expired is handed out by its wake time like any other, not by the end
+/// of that lease.
+pub(crate) async fn expired_leases_are_taken_back_in_wake_time_order<S: Store>(store: &S) {
+    let orders = names(&["orders"]);
+    let abandoned = create(store, "orders", t(0)).await;
+    let got = acquire(store, &orders, t(0), Duration::from_millis(100), 1).await;
+    assert_eq!(got[0].run.id, abandoned);
+    let waiting = create(store, "orders", t(50)).await;
+    // At 200 both are due: `abandoned` woke at 0 (its lease ended at 100), `waiting` at 50.
+    let got = acquire(store, &orders, t(200), Duration::from_secs(60), 1).await;
+    let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+    assert_eq!(ids, [abandoned], "earliest wake time first");
+    let got = acquire(store, &orders, t(200), Duration::from_secs(60), 1).await;
+    let ids: Vec<RunId> = got.iter().map(|r| r.run.id).collect();
+    assert_eq!(ids, [waiting]);
 }
 
 /// `stores` are handles on one database (separate connections where the store has them).

@@ -25,9 +25,9 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     runs: HashMap<RunId, Row>,
-    /// The runs that have not ended, by the time from which a worker may take them (the later
-    /// of their wake time and their lease's end): `acquire` reads only the due prefix, so it
-    /// costs the same with 100,000 suspended runs as with ten.
+    /// The runs that have not ended, by wake time, the order `acquire` hands them out in. It
+    /// reads only the prefix that is due, where it skips runs under a live lease; suspended
+    /// runs wake far ahead, so it costs the same with 100,000 of them as with ten.
     due: BTreeSet<(SystemTime, RunId)>,
     hooks: HashMap<String, HookRow>,
     /// Every payload by id: (run, payload).
@@ -72,16 +72,13 @@ impl Row {
 }
 
 impl State {
-    /// Puts run `id` where it belongs in [`State::due`] after a change of its status, wake
-    /// time or lease.
+    /// Puts run `id` where it belongs in [`State::due`] after a change of its status or wake
+    /// time.
     fn schedule(&mut self, id: RunId) {
         let Some(row) = self.runs.get_mut(&id) else {
             return;
         };
-        let due_at = (!row.record.status.is_terminal()).then(|| {
-            row.lease_until
-                .map_or(row.wake_at, |until| until.max(row.wake_at))
-        });
+        let due_at = (!row.record.status.is_terminal()).then_some(row.wake_at);
         if due_at == row.due_at {
             return;
         }
@@ -237,9 +234,10 @@ impl Store for MemoryStore {
             .iter()
             .take_while(|(at, _)| *at <= req.now)
             .filter(|(_, id)| {
-                st.runs
-                    .get(id)
-                    .is_some_and(|r| req.workflows.contains(&r.record.workflow))
+                st.runs.get(id).is_some_and(|r| {
+                    r.lease_until.is_none_or(|t| t <= req.now)
+                        && req.workflows.contains(&r.record.workflow)
+                })
             })
             .take(req.limit)
             .map(|(_, id)| *id)
@@ -259,7 +257,6 @@ impl Store for MemoryStore {
                     events: r.events.clone(),
                 });
             }
-            st.schedule(id);
         }
         Ok(leased)
     }
@@ -438,12 +435,8 @@ impl Store for MemoryStore {
         for l in leases {
             match st.runs.get_mut(&l.run_id).filter(|r| r.holds(l)) {
                 Some(row) => row.lease_until = Some(now + lease),
-                None => {
-                    lost.push(l.run_id);
-                    continue;
-                }
+                None => lost.push(l.run_id),
             }
-            st.schedule(l.run_id);
         }
         Ok(lost)
     }
