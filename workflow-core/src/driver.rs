@@ -267,7 +267,7 @@ type WorkflowFuture = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send>>
 enum Stop {
     /// Cancelled, lease lost, or runtime shut down: another party owns what happens next.
     Abandoned,
-    /// Evicted until the given time.
+    /// Evicted: given back to the store until its wake time or next payload.
     Evicted,
 }
 
@@ -358,6 +358,7 @@ impl Driver {
         for (_, h) in d.steps_running.drain() {
             h.abort();
         }
+        let evicted = matches!(result, Ok(Some(Stop::Evicted)));
         match result {
             Ok(_) => {}
             Err(StoreError::LeaseLost(_)) => {
@@ -366,6 +367,11 @@ impl Driver {
             Err(e) => tracing::warn!(%run_id, error = %e, "run driver stopped on a store error"),
         }
         d.rt.run_left(&run_id);
+        if evicted {
+            // A payload that arrived since the release made the run due, and found it still
+            // listed here: now that it has left, any worker may take it.
+            d.rt.work.notify_one();
+        }
     }
 
     /// Reads new payloads from the run's inbox (those not delivered by the history).
@@ -536,8 +542,6 @@ impl Driver {
             .store
             .release(&self.lease, wake_at, self.inbox_seen)
             .await?;
-        // A payload that raced the release makes the run due now: look at once.
-        self.rt.work.notify_one();
         Ok(Some(Stop::Evicted))
     }
 

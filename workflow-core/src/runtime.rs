@@ -131,9 +131,15 @@ impl Inner {
     }
 
     /// Tells the local driver of `run`, if any, that its inbox has news.
-    fn payload_arrived(&self, run: &RunId) {
-        if let Some(a) = self.active().get(run) {
-            a.inbox.notify_one();
+    /// Tells the local driver of `run`, if any, that its inbox has news; false if no driver
+    /// here has the run.
+    fn payload_arrived(&self, run: &RunId) -> bool {
+        match self.active().get(run) {
+            Some(a) => {
+                a.inbox.notify_one();
+                true
+            }
+            None => false,
         }
     }
 
@@ -426,9 +432,11 @@ impl Runtime {
             .await?
         {
             Some((run_id, _)) => {
-                self.inner.payload_arrived(&run_id);
-                // An evicted run became acquirable.
-                self.inner.work.notify_one();
+                // Not driven here: evicted (now acquirable), or driven elsewhere. A driver
+                // evicting the run right now looks for work once it has left.
+                if !self.inner.payload_arrived(&run_id) {
+                    self.inner.work.notify_one();
+                }
                 Ok(HookRef { token, run_id })
             }
             None => Err(HookError::NotFound(HookNotFoundError { token })),
@@ -855,7 +863,9 @@ async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver<Notice>) {
         };
         match n {
             Ok(Notice::RunsReady) => rt.work.notify_one(),
-            Ok(Notice::Payload(run)) => rt.payload_arrived(&run),
+            Ok(Notice::Payload(run)) => {
+                rt.payload_arrived(&run);
+            }
             Ok(Notice::RunEnded(run)) => {
                 // Cancelled or ended elsewhere: stop driving it here at once.
                 if let Some(a) = rt.active().get(&run) {
