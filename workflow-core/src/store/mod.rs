@@ -3,7 +3,8 @@
 //! worker's writes, recording a run's end) is one call here, made atomic by the database.
 //!
 //! The runtime never knows which implementation it talks to: [`memory::MemoryStore`] for tests,
-//! [`sqlite::SqliteStore`] as the embedded default.
+//! [`sqlite::SqliteStore`] as the embedded default, `postgres::PostgresStore` (feature
+//! `postgres`) for many workers on many machines.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -21,13 +21,13 @@ use sqlx::{Connection, Executor, PgConnection, Postgres, Row, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
 use super::sql::{
-    corrupt, event_columns, lease_end, payload_id_of, sql_epoch, sql_id, sql_time, status_of,
-    time_of, to_json,
+    corrupt, event_columns, lease_end, outcome_columns, payload_id_of, sql_epoch, sql_id, sql_time,
+    status_of, time_of, to_json,
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RunFilter, RunOutcome,
-    RunRecord, RunStatus, Store,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RunFilter, RunRecord,
+    RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -142,7 +142,8 @@ ALTER TABLE {schema}.runs SET (fillfactor = 80);
 
 /// Sends each element of `$2` as a notification on channel `$1`; delivered at commit.
 const NOTIFY: &str = "SELECT pg_notify($1, n) FROM UNNEST($2::text[]) AS n";
-/// Serializes inbox inserts (see `PostgresStore::resume_hook`); released at commit.
+/// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
+/// kind of lock on its own key inside its statement.)
 const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
 /// Notice payloads on the wire: short, so a burst stays far below the queue's limits.
@@ -289,7 +290,7 @@ impl PostgresStore {
             run_id: run.id,
             epoch: 1,
         });
-        let lease_until = lease.map(|l| sql_time(run.created_at + l));
+        let lease_until = lease.map(|l| lease_end(run.created_at, l));
         // Inserted (and, unless leased, announced), or no row: the id exists.
         let insert = |token: Option<String>| match lease_until {
             None => sqlx::query(&s.create)
@@ -502,41 +503,16 @@ impl Store for PostgresStore {
         // The time of the write: its last event's, as the memory store has it.
         let now = sql_time(events.last().map_or_else(SystemTime::now, |e| e.at));
         let events = EncodedEvents::new(&events)?;
-        let outcome = match outcome {
-            None => None,
-            Some(RunOutcome::Completed(v)) => Some((
-                RunStatus::Completed,
-                Some(to_json(&v, "the run's output")?),
-                None,
-            )),
-            Some(RunOutcome::Failed(e)) => Some((
-                RunStatus::Failed,
-                None,
-                Some(to_json(&e, "the run's error")?),
-            )),
-        };
+        let outcome = outcome.as_ref().map(outcome_columns).transpose()?;
         let run = lease.run_id.to_string();
 
         if release_tokens.is_empty() && outcome.is_none() {
             // A step's result, a timer, a payload...: one statement, its own transaction.
-            let held: Option<i64> = sqlx::query_scalar(&s.append)
-                .bind(&run)
-                .bind(events.at)
-                .bind(events.kind)
-                .bind(events.data)
-                .bind(sql_epoch(lease.epoch))
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db)?;
-            return match held {
-                Some(_) => Ok(()),
-                None => Err(StoreError::LeaseLost(lease.run_id)),
-            };
+            return append_fenced(self.pool(), s, lease, &run, events).await;
         }
         let mut tx = self.begin().await?;
         let written = async {
-            hold(&mut tx, s, lease).await?;
-            insert_events(&mut tx, s, &run, events).await?;
+            append_fenced(&mut *tx, s, lease, &run, events).await?;
             if !release_tokens.is_empty() {
                 give_up(&mut tx, s, &run, now, release_tokens).await?;
             }
@@ -1043,7 +1019,8 @@ impl Statements {
                      UNNEST(CASE WHEN w.idle
                          THEN ARRAY['{NOTE_PAYLOAD}' || q.run_id, '{NOTE_READY}']
                          ELSE ARRAY['{NOTE_PAYLOAD}' || q.run_id] END) AS n)
-                 SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q"
+                 SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q" // (`notes` is read only so that it runs: PostgreSQL skips a `WITH` query that
+                                                                                    // does not modify data unless something reads it.)
             ),
             payloads: format!(
                 "SELECT id, token, payload FROM {s}.hook_inbox
@@ -1121,7 +1098,29 @@ async fn hold(tx: &mut PgConnection, s: &Statements, lease: &Lease) -> Result<()
     }
 }
 
-/// Appends after the run's last event. The caller holds the run's row lock.
+/// Appends `events` while `lease` holds the run (fenced like [`hold`], and locking the run's
+/// row the same way); [`StoreError::LeaseLost`] otherwise.
+async fn append_fenced<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    s: &Statements,
+    lease: &Lease,
+    run: &str,
+    events: EncodedEvents,
+) -> Result<(), StoreError> {
+    let held: Option<i64> = sqlx::query_scalar(&s.append)
+        .bind(run)
+        .bind(events.at)
+        .bind(events.kind)
+        .bind(events.data)
+        .bind(sql_epoch(lease.epoch))
+        .fetch_optional(conn)
+        .await
+        .map_err(db)?;
+    held.map(|_| ()).ok_or(StoreError::LeaseLost(lease.run_id))
+}
+
+/// Appends after the run's last event, numbering them from the run's row (which the
+/// statement locks, if the caller has not already).
 async fn insert_events(
     tx: &mut PgConnection,
     s: &Statements,
@@ -1569,7 +1568,7 @@ fn db(e: sqlx::Error) -> StoreError {
 mod tests {
     use serde_json::json;
 
-    use super::super::from_millis;
+    use super::super::{from_millis, RunOutcome};
     use super::*;
     use crate::store::conformance::{
         acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,

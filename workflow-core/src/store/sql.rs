@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use super::{from_millis, to_millis, NewEvent, RunStatus};
+use super::{from_millis, to_millis, NewEvent, RunOutcome, RunStatus};
 use crate::error::StoreError;
 
 /// A time column: milliseconds since the Unix epoch.
@@ -57,4 +57,22 @@ pub(super) fn status_of(s: &str, run: &str) -> Result<RunStatus, StoreError> {
 pub(super) fn event_columns(e: &NewEvent) -> Result<(i64, String, String), StoreError> {
     let data = to_json(&e.event, "an event")?;
     Ok((sql_time(e.at), e.event.kind().to_owned(), data))
+}
+
+/// A run's end as the columns of its row: status, output JSON, error JSON.
+pub(super) fn outcome_columns(
+    outcome: &RunOutcome,
+) -> Result<(RunStatus, Option<String>, Option<String>), StoreError> {
+    Ok(match outcome {
+        RunOutcome::Completed(v) => (
+            RunStatus::Completed,
+            Some(to_json(v, "the run's output")?),
+            None,
+        ),
+        RunOutcome::Failed(e) => (
+            RunStatus::Failed,
+            None,
+            Some(to_json(e, "the run's error")?),
+        ),
+    })
 }

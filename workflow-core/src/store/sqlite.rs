@@ -25,13 +25,13 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::sql::{
-    corrupt, event_columns, lease_end, payload_id_of, sql_epoch, sql_id, sql_time, status_of,
-    time_of, to_json,
+    corrupt, event_columns, lease_end, outcome_columns, payload_id_of, sql_epoch, sql_id, sql_time,
+    status_of, time_of, to_json,
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter, RunOutcome, RunRecord,
-    RunStatus, Store,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter, RunRecord, RunStatus,
+    Store,
 };
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -290,7 +290,7 @@ impl SqliteStore {
         run: NewRun,
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
-        let lease_until = lease.map(|l| sql_time(run.created_at + l));
+        let lease_until = lease.map(|l| lease_end(run.created_at, l));
         let input = to_json(&run.input, "the run's input")?;
         let at = sql_time(run.created_at);
         let hook = run.hook.map(|h| (h.token, h.retain_until.map(sql_time)));
@@ -445,19 +445,7 @@ impl Store for SqliteStore {
             .iter()
             .map(EncodedEvent::new)
             .collect::<Result<Vec<_>, _>>()?;
-        let outcome = match outcome {
-            None => None,
-            Some(RunOutcome::Completed(v)) => Some((
-                RunStatus::Completed,
-                Some(to_json(&v, "the run's output")?),
-                None,
-            )),
-            Some(RunOutcome::Failed(e)) => Some((
-                RunStatus::Failed,
-                None,
-                Some(to_json(&e, "the run's error")?),
-            )),
-        };
+        let outcome = outcome.as_ref().map(outcome_columns).transpose()?;
         self.write(move |tx| {
             let id = lease.run_id.to_string();
             if !holds(tx, &id, lease.epoch)? {
