@@ -30,7 +30,7 @@ tokio::task_local! {
 
 /// Runs one attempt of a step body on serialized arguments.
 pub(crate) type StepExec =
-    Arc<dyn Fn(Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
+    Arc<dyn Fn(&Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
 
 /// A command the workflow issued during a poll.
 pub(crate) enum Command {
@@ -257,8 +257,9 @@ where
         id
     };
     let name = def.name;
-    let exec: StepExec = Arc::new(move |input: Value| {
-        let args = serde_json::from_value::<A>(input);
+    // Each attempt decodes the recorded input (not a copy of it).
+    let exec: StepExec = Arc::new(move |input: &Value| {
+        let args = A::deserialize(input);
         let fut = args.map(&body);
         Box::pin(async move {
             let args_fut = fut.map_err(|e| {

@@ -869,7 +869,7 @@ impl StepTask {
                 step_id = %self.step_id,
                 attempt,
             );
-            let fut = (self.exec)(self.input.clone());
+            let fut = (self.exec)(&self.input);
             let outcome = AssertUnwindSafe(crate::runtime::with_runtime(
                 self.rt.clone(),
                 step_scope(meta, fut),
