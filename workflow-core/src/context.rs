@@ -109,7 +109,7 @@ impl RunCtx {
     }
 
     fn journal(&self) -> MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.journal)
     }
 
     /// Runs `fut` with this context visible to the primitives.

@@ -487,10 +487,10 @@ impl Driver {
                     }
                 }
             }
-            let next_timer = self.timers.first().cloned();
+            let next_timer = self.timers.first().map(|t| t.0);
             let timer_sleep = async {
-                match &next_timer {
-                    Some((at, _)) => {
+                match next_timer {
+                    Some(at) => {
                         let d = at.duration_since(SystemTime::now()).unwrap_or_default();
                         tokio::time::sleep(d).await
                     }
@@ -517,12 +517,12 @@ impl Driver {
                     self.ctx.deliver(&key, at, result);
                 }
                 _ = timer_sleep => {
-                    if let Some(t) = next_timer {
-                        self.timers.remove(&t);
-                        self.waiting.remove(&t.1);
-                        let at = SystemTime::now().max(t.0);
-                        self.outbox.push(NewEvent { at, event: Event::TimerFired { timer_id: t.1.clone() } });
-                        self.ctx.deliver(&t.1, at, Ok(Value::Null));
+                    // The first timer: nothing else touches `timers` while the driver waits.
+                    if let Some((due, timer_id)) = self.timers.pop_first() {
+                        self.waiting.remove(&timer_id);
+                        let at = SystemTime::now().max(due);
+                        self.ctx.deliver(&timer_id, at, Ok(Value::Null));
+                        self.outbox.push(NewEvent { at, event: Event::TimerFired { timer_id } });
                     }
                 }
                 _ = signals.inbox.notified() => self.fetch_payloads().await?,

@@ -53,6 +53,12 @@ mod registry;
 mod runtime;
 pub mod store;
 
+/// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
+/// validates before it mutates, so the data behind a poisoned lock is still consistent.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use context::{
     create_generated_hook, create_hook, now, random, sleep, sleep_until, step_metadata,
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,

@@ -37,10 +37,7 @@ tokio::task_local! {
 static LAST_BUILT: OnceLock<Mutex<Option<Runtime>>> = OnceLock::new();
 
 fn last_built() -> MutexGuard<'static, Option<Runtime>> {
-    LAST_BUILT
-        .get_or_init(|| Mutex::new(None))
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+    crate::lock(LAST_BUILT.get_or_init(|| Mutex::new(None)))
 }
 
 /// Runs `fut` with `rt` as the runtime that `workflow_core::api` uses (inside steps).
@@ -106,7 +103,7 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn active(&self) -> MutexGuard<'_, HashMap<RunId, Active>> {
-        self.active.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.active)
     }
 
     pub(crate) fn run_left(&self, id: &RunId) {
@@ -145,7 +142,7 @@ impl Inner {
 
     /// Joins the start of `token` in flight in this process, or becomes it.
     fn join_start(self: &Arc<Self>, token: &str) -> Joined {
-        let mut starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut starting = crate::lock(&self.starting);
         if let Some(flight) = starting.get(token) {
             return Joined::Follow(flight.clone());
         }
@@ -159,7 +156,7 @@ impl Inner {
     }
 
     pub(crate) fn run_ended(&self, id: RunId) {
-        let waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = crate::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {
             w.ended.send_replace(());
         }
@@ -521,11 +518,7 @@ impl StartFlight {
 
     /// Removes this flight from the map, unless a later one has replaced it.
     fn leave(&self) {
-        let mut starting = self
-            .inner
-            .starting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut starting = crate::lock(&self.inner.starting);
         if starting
             .get(&self.token)
             .is_some_and(|rx| rx.same_channel(&self.owner.subscribe()))
@@ -830,7 +823,7 @@ struct WaitForEnd {
 
 impl WaitForEnd {
     fn new(inner: &Arc<Inner>, run: RunId) -> Self {
-        let mut waiting = inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = crate::lock(&inner.waiting);
         let w = waiting.entry(run).or_insert_with(|| Waiting {
             ended: watch::channel(()).0,
             waiters: 0,
@@ -848,7 +841,7 @@ impl WaitForEnd {
 
 impl Drop for WaitForEnd {
     fn drop(&mut self) {
-        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = crate::lock(&self.inner.waiting);
         if let Some(w) = waiting.get_mut(&self.run) {
             w.waiters -= 1;
             if w.waiters == 0 {
@@ -883,7 +876,7 @@ async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver<Notice>) {
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 // Notices were lost: look again at whatever they may have been about.
                 rt.work.notify_one();
-                let waiting = rt.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                let waiting = crate::lock(&rt.waiting);
                 for w in waiting.values() {
                     w.ended.send_replace(());
                 }

@@ -196,7 +196,7 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied operation: every method
         // validates before it mutates. So a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.state)
     }
 }
 
