@@ -448,10 +448,8 @@ impl Store for SqliteStore {
         let outcome = outcome.as_ref().map(outcome_columns).transpose()?;
         self.write(move |tx| {
             let id = lease.run_id.to_string();
-            if !holds(tx, &id, lease.epoch)? {
-                return Err(StoreError::LeaseLost(lease.run_id));
-            }
-            insert_events(tx, &id, &events)?;
+            let last = held(tx, &id, lease.epoch)?.ok_or(StoreError::LeaseLost(lease.run_id))?;
+            insert_events_after(tx, &id, last, &events)?;
             for token in &release_tokens {
                 release_token(tx, &id, token, now)?;
             }
@@ -522,9 +520,7 @@ impl Store for SqliteStore {
         let token = token.to_owned();
         self.write(move |tx| {
             let id = lease.run_id.to_string();
-            if !holds(tx, &id, lease.epoch)? {
-                return Err(StoreError::LeaseLost(lease.run_id));
-            }
+            let last = held(tx, &id, lease.epoch)?.ok_or(StoreError::LeaseLost(lease.run_id))?;
             let conflict = claim_token(tx, &token, &id, sql_time(at), None)?;
             let event = EncodedEvent::new(&NewEvent {
                 at,
@@ -534,7 +530,7 @@ impl Store for SqliteStore {
                     conflict,
                 },
             })?;
-            insert_events(tx, &id, std::slice::from_ref(&event))?;
+            insert_events_after(tx, &id, last, std::slice::from_ref(&event))?;
             Ok(match conflict {
                 None => ClaimOutcome::Claimed,
                 Some(owner) => ClaimOutcome::Conflict(owner),
@@ -1378,13 +1374,16 @@ fn load_events(conn: &Connection, run: &str) -> Result<Vec<EventRecord>, StoreEr
 }
 
 /// True if `epoch` is the run's current lease and the run may still be written.
-fn holds(tx: &Transaction<'_>, run: &str, epoch: u64) -> Result<bool, StoreError> {
+/// The number of the run's last event while `epoch` holds its lease; `None` when the lease
+/// is lost (one statement for the fence and the numbering).
+fn held(tx: &Transaction<'_>, run: &str, epoch: u64) -> Result<Option<i64>, StoreError> {
     tx.prepare_cached(
-        "SELECT 1 FROM runs
+        "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs
          WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
     )
     .map_err(db)?
-    .exists(params![run, sql_epoch(epoch)])
+    .query_row(params![run, sql_epoch(epoch)], |row| row.get(0))
+    .optional()
     .map_err(db)
 }
 
@@ -1402,6 +1401,16 @@ fn insert_events(
         .map_err(db)?
         .query_row([run], |row| row.get(0))
         .map_err(db)?;
+    insert_events_after(tx, run, last, events)
+}
+
+/// Appends `events` numbered from `last + 1`.
+fn insert_events_after(
+    tx: &Transaction<'_>,
+    run: &str,
+    last: i64,
+    events: &[EncodedEvent],
+) -> Result<(), StoreError> {
     let mut insert = tx
         .prepare_cached(
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
