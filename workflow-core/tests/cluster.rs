@@ -10,34 +10,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{fresh_schema, postgres_url, read_log, read_log_timed, Worker};
+use common::{fresh_schema, log_execution, postgres_url, read_log, read_log_timed, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::postgres::PostgresStore;
 use workflow_core::store::Event;
 
 const LEASE: Duration = Duration::from_millis(1000);
-
-fn log_path() -> PathBuf {
-    PathBuf::from(std::env::var("WF_LOG").expect("WF_LOG"))
-}
-
-/// Appends `<step_id> <attempt> <label> <pid> <unix ms>` for each step execution.
-fn log_execution(label: &str) {
-    let m = step_metadata();
-    let ms = workflow_core::store::to_millis(SystemTime::now());
-    let line = format!(
-        "{} {} {label} {} {ms}\n",
-        m.step_id,
-        m.attempt,
-        std::process::id()
-    );
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_path())
-        .expect("log");
-    f.write_all(line.as_bytes()).expect("write log");
-}
 
 #[step]
 async fn unit(run: u64, i: u64, pause_ms: u64) -> Result<u64> {
@@ -114,24 +92,18 @@ fn child_main() {
             }
             ["storm", token, n] => {
                 let rt = runtime(&url, &schema, false).await;
-                let starts: Vec<_> = (0..n.parse::<u64>().unwrap())
+                let starts = (0..n.parse::<u64>().unwrap())
                     .map(|i| {
                         let (rt, token) = (rt.clone(), token.to_string());
-                        tokio::spawn(async move { rt.start(ten_steps, (i, 0)).hook(token).await })
+                        tokio::spawn(async move {
+                            rt.start(ten_steps, (i, 0))
+                                .hook(token)
+                                .await
+                                .map(|r| r.id())
+                        })
                     })
                     .collect();
-                let (mut won, mut lost) = (Vec::new(), Vec::new());
-                for s in starts {
-                    match s.await.unwrap() {
-                        Ok(run) => won.push(run.id().to_string()),
-                        Err(StartError::HookConflict(c)) => {
-                            lost.push(c.conflicting_run_id.to_string())
-                        }
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-                println!("STORM won={} lost={}", won.join(","), lost.join(","));
-                std::io::stdout().flush().unwrap();
+                common::report_storm(starts).await;
             }
             other => panic!("unknown mode {other:?}"),
         }
@@ -371,28 +343,7 @@ fn atomic_start_across_processes_on_postgres() {
         let ws: Vec<Worker> = (0..4)
             .map(|_| c.spawn(&format!("storm:{token}:50")))
             .collect();
-        let (mut won, mut lost) = (Vec::new(), Vec::new());
-        for w in &ws {
-            let line = w.line("STORM ", Duration::from_secs(60));
-            let field = |name: &str| {
-                line.split(' ')
-                    .find_map(|f| f.strip_prefix(name))
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            won.extend(
-                field("won=")
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from),
-            );
-            lost.extend(
-                field("lost=")
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from),
-            );
-        }
+        let (won, lost) = common::storm_outcome(&ws);
         println!(
             "4 processes x 50 starts on PostgreSQL: {} run(s), {} conflicts, {:?}",
             won.len(),

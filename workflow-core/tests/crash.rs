@@ -5,10 +5,10 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{read_log, Worker};
+use common::{log_execution, read_log, Worker};
 
 use workflow_core::prelude::*;
 use workflow_core::store::{from_millis, Event};
@@ -18,28 +18,6 @@ const LEASE: Duration = Duration::from_millis(500);
 
 // ---------------------------------------------------------------------------------------------
 // The workflows the child runs
-
-fn log_path() -> PathBuf {
-    PathBuf::from(std::env::var("WF_LOG").expect("WF_LOG"))
-}
-
-/// Appends one line per step execution: `<step_id> <attempt> <label> <pid>`.
-fn log_execution(label: &str) {
-    let m = step_metadata();
-    let line = format!(
-        "{} {} {} {}\n",
-        m.step_id,
-        m.attempt,
-        label,
-        std::process::id()
-    );
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_path())
-        .expect("open log");
-    f.write_all(line.as_bytes()).expect("write log");
-}
 
 #[step]
 async fn square(i: u64) -> Result<u64> {
@@ -143,24 +121,18 @@ fn child_main() {
             }
             // The storm only admits runs; nobody needs to execute them.
             ["storm", token, n] => {
-                let starts: Vec<_> = (0..n.parse::<u64>().unwrap())
+                let starts = (0..n.parse::<u64>().unwrap())
                     .map(|i| {
                         let (rt, token) = (client.clone(), token.to_string());
-                        tokio::spawn(async move { rt.start(three_tagged, (i,)).hook(token).await })
+                        tokio::spawn(async move {
+                            rt.start(three_tagged, (i,))
+                                .hook(token)
+                                .await
+                                .map(|r| r.id())
+                        })
                     })
                     .collect();
-                let (mut won, mut owners) = (Vec::new(), Vec::new());
-                for s in starts {
-                    match s.await.unwrap() {
-                        Ok(run) => won.push(run.id().to_string()),
-                        Err(StartError::HookConflict(c)) => {
-                            owners.push(c.conflicting_run_id.to_string())
-                        }
-                        Err(e) => panic!("{e}"),
-                    }
-                }
-                println!("STORM won={} lost={}", won.join(","), owners.join(","));
-                std::io::stdout().flush().unwrap();
+                common::report_storm(starts).await;
                 return;
             }
             other => panic!("unknown mode {other:?}"),
@@ -408,25 +380,7 @@ fn atomic_start_across_processes() {
     let workers: Vec<Worker> = (0..4)
         .map(|_| spawn(&db, &log, &format!("storm:{token}:50")))
         .collect();
-    let mut won = Vec::new();
-    let mut owners = Vec::new();
-    for w in &workers {
-        let line = w.line("STORM ", Duration::from_secs(60));
-        let field = |name: &str| {
-            line.split(' ')
-                .find_map(|f| f.strip_prefix(name))
-                .unwrap_or("")
-                .to_owned()
-        };
-        let (w_won, w_owners) = (field("won="), field("lost="));
-        won.extend(w_won.split(',').filter(|s| !s.is_empty()).map(String::from));
-        owners.extend(
-            w_owners
-                .split(',')
-                .filter(|s| !s.is_empty())
-                .map(String::from),
-        );
-    }
+    let (won, owners) = common::storm_outcome(&workers);
     println!(
         "4 processes x 50 starts: {} run(s), {} conflicts, {:?}",
         won.len(),

@@ -13,7 +13,7 @@ use workflow_core::store::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
     HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
 };
-use workflow_core::{RunId, Runtime, StoreError};
+use workflow_core::{RunId, Runtime, StartError, StoreError};
 
 /// The stores every behaviour test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,6 +298,63 @@ impl Drop for Worker {
 }
 
 /// Lines of a step log file: (step id, attempt, label, pid).
+/// Appends `<step_id> <attempt> <label> <pid> <unix ms>` to the step log named by `WF_LOG`:
+/// called from step bodies in worker processes.
+pub fn log_execution(label: &str) {
+    use std::io::Write;
+    let m = workflow_core::step_metadata();
+    let ms = workflow_core::store::to_millis(SystemTime::now());
+    let line = format!(
+        "{} {} {label} {} {ms}\n",
+        m.step_id,
+        m.attempt,
+        std::process::id()
+    );
+    let path = std::env::var("WF_LOG").expect("WF_LOG");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open log");
+    f.write_all(line.as_bytes()).expect("write log");
+}
+
+/// A worker's side of a start storm: awaits its starts and prints
+/// `STORM won=<ids> lost=<owners>` for [`storm_outcome`].
+pub async fn report_storm(starts: Vec<tokio::task::JoinHandle<Result<RunId, StartError>>>) {
+    use std::io::Write;
+    let (mut won, mut lost) = (Vec::new(), Vec::new());
+    for s in starts {
+        match s.await.unwrap() {
+            Ok(run) => won.push(run.to_string()),
+            Err(StartError::HookConflict(c)) => lost.push(c.conflicting_run_id.to_string()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!("STORM won={} lost={}", won.join(","), lost.join(","));
+    std::io::stdout().flush().unwrap();
+}
+
+/// The runs the storm workers admitted, and the owners their conflicts named.
+pub fn storm_outcome(workers: &[Worker]) -> (Vec<String>, Vec<String>) {
+    let (mut won, mut lost) = (Vec::new(), Vec::new());
+    for w in workers {
+        let line = w.line("STORM ", Duration::from_secs(60));
+        let ids = |name: &str| -> Vec<String> {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or("")
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        won.extend(ids("won="));
+        lost.extend(ids("lost="));
+    }
+    (won, lost)
+}
+
 pub fn read_log(log: &Path) -> Vec<(String, u32, String, u32)> {
     read_log_timed(log)
         .into_iter()
