@@ -639,53 +639,47 @@ async fn admit(
     run: NewRun,
     flight: Option<StartFlight>,
 ) -> Result<(), StartError> {
-    let id = run.id;
+    let (id, created_at) = (run.id, run.created_at);
+    let workflow = run.workflow.clone();
+    let input = run.input.clone();
     let token = run.hook.as_ref().map(|h| h.token.clone());
-    // Tells the duplicates following this start who owns the token; the start's own answer.
-    let answer = |admission: Admission| {
-        let owner = match admission {
-            Admission::Admitted => id,
-            Admission::Conflict(owner) => owner,
-        };
-        if let Some(flight) = flight {
-            flight.land(owner);
-        }
-        match admission {
-            Admission::Admitted => Ok(()),
-            Admission::Conflict(owner) => Err(StartError::HookConflict(HookConflictError {
-                token: token.clone().unwrap_or_default(),
-                conflicting_run_id: owner,
-            })),
-        }
-    };
-    if !inner.can_take(&run.workflow) {
-        answer(inner.store.create_run(run).await?)?;
-        inner.work.notify_one();
-        return Ok(());
-    }
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once.
-    let record = RunRecord {
-        id,
-        workflow: run.workflow.clone(),
-        status: RunStatus::Running,
-        input: run.input.clone(),
-        output: None,
-        error: None,
-        created_at: run.created_at,
-        updated_at: run.created_at,
-        hook_token: token.clone(),
+    let (admission, lease) = if inner.can_take(&workflow) {
+        inner
+            .store
+            .create_run_leased(run, inner.config.lease)
+            .await?
+    } else {
+        (inner.store.create_run(run).await?, None)
     };
-    let (admission, lease) = inner
-        .store
-        .create_run_leased(run, inner.config.lease)
-        .await?;
-    answer(admission)?;
+    if let Some(flight) = flight {
+        flight.land(match admission {
+            Admission::Admitted => id,
+            Admission::Conflict(owner) => owner,
+        });
+    }
+    if let Admission::Conflict(owner) = admission {
+        return Err(StartError::HookConflict(HookConflictError {
+            token: token.unwrap_or_default(),
+            conflicting_run_id: owner,
+        }));
+    }
     match lease {
         Some(lease) => spawn_run(
             &inner,
             LeasedRun {
-                run: record,
+                run: RunRecord {
+                    id,
+                    workflow,
+                    status: RunStatus::Running,
+                    input,
+                    output: None,
+                    error: None,
+                    created_at,
+                    updated_at: created_at,
+                    hook_token: token,
+                },
                 lease,
                 events: Vec::new(),
             },
