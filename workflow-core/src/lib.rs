@@ -233,6 +233,49 @@ pub mod __private {
         }
     }
 
+    /// The definition behind the stand-in that `#[workflow]` emits for a function it rejected
+    /// (a bad signature or option, or a body that does not parse), so that `rt.start(wf, args)`
+    /// and `wf(args).await` elsewhere still type-check and the user sees the macro's one error,
+    /// not a second one at each use. `A` is the argument tuple and `T` the result, as declared
+    /// where they can be named, inferred from the call otherwise.
+    ///
+    /// It cannot run: it is never registered (the macro emits no `inventory::submit!` for it),
+    /// so no worker executes it, and every method fails with an error instead of running
+    /// anything. Normally the crate does not even compile, as the macro reports an error next to
+    /// it; the one exception is a body that syn cannot parse but rustc can (syntax newer than
+    /// syn), where `rt.start` then fails with that explanation.
+    pub struct Rejected<A, T>(PhantomData<fn() -> (A, T)>);
+
+    /// Why a [`Rejected`] workflow fails at run time.
+    const REJECTED: &str =
+        "`#[workflow]` rejected this fn when it was compiled, so it is not registered and cannot run";
+
+    impl<A: 'static, T: 'static> WorkflowDef for Rejected<A, T> {
+        const NAME: &'static str = "<rejected #[workflow]>";
+        type Args = A;
+        type Output = T;
+
+        fn call(args: A) -> BoxFuture<'static, Result<T, Error>> {
+            let _ = args;
+            Box::pin(async { Err(Error::fatal(REJECTED)) })
+        }
+
+        fn encode_args(args: &A) -> Result<serde_json::Value, serde_json::Error> {
+            let _ = args;
+            Err(serde::ser::Error::custom(REJECTED))
+        }
+
+        fn decode_args(input: serde_json::Value) -> Result<A, serde_json::Error> {
+            let _ = input;
+            Err(serde::de::Error::custom(REJECTED))
+        }
+
+        fn encode_output(output: &T) -> Result<serde_json::Value, serde_json::Error> {
+            let _ = output;
+            Err(serde::ser::Error::custom(REJECTED))
+        }
+    }
+
     /// How a `#[step]` fn reaches [`call_step`]: `(&StepCall::<Args, T>::new()).call_step(..)`
     /// resolves to [`RecordedStep`] when `Args` and `T` can be recorded, and otherwise to
     /// [`UnrecordableStep`], which has no bounds. An unserializable type is thus reported once,
