@@ -85,6 +85,15 @@ pub(crate) fn strip(kind: Kind, function: &mut syn::ItemFn, errors: &mut Errors)
     stripper.visit_block_mut(&mut function.block);
 }
 
+/// Removes every `#[workflow::..]` attribute from a body that does not parse (kept as tokens
+/// for the stand-in), reporting the malformed ones and, in a `#[step]`, every one.
+pub(crate) fn strip_raw(kind: Kind, body: &Group, errors: &mut Errors) -> Group {
+    let mut stripper = Stripper { kind, errors };
+    let mut stripped = Group::new(body.delimiter(), stripper.strip_tokens(body.stream()));
+    stripped.set_span(body.span());
+    stripped
+}
+
 struct Stripper<'e> {
     kind: Kind,
     errors: &'e mut Errors,

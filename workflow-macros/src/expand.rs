@@ -9,6 +9,10 @@
 //! repeat a failed check go through selectors (`StepCall`, `ReturnOf`) that fall back to
 //! bound-free stand-ins, so the user sees the check's error and not a cascade at the attribute.
 //!
+//! A function the macro rejects (its options or signature, or a body that does not parse yet)
+//! is emitted as written inside a `stand_in` of the same name, so that its callers elsewhere
+//! still type-check and the user sees the macro's errors only.
+//!
 //! The body of a `#[workflow]` is first scanned for nondeterminism (`analyze`), then stripped of
 //! its opt-out attributes (`allow`); body errors leave the generated code complete, so the rest
 //! of the crate (`rt.start(wf, ..)` calls) still type-checks and reports nothing more.
@@ -45,15 +49,21 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
 // Output (the generated code and every error found, separately, for the snapshot tests):
 //     OK, OK:        expand_workflow / expand_step, with the opt-out attributes removed from BODY;
 //                    body errors (the determinism scan) come along, the code is still complete
-//     otherwise:     async fn f(..) -> R { BODY }   // as written, opt-outs removed
+//     otherwise:     `stand_in`: the function as written (opt-outs removed) inside a stand-in
+//                    that keeps `rt.start(f, ..)` and `f(..).await` elsewhere type-checking
+//     BODY does not parse: `stand_in` around the function with BODY as raw tokens, and no error
+//                    of ours for BODY: rustc reports the syntax error when it parses them, and
+//                    a second report of the same mistake in syn's words would only be noise
+//     not even the signature parses: the tokens as written and syn's error
 fn expand<A: Parse>(
     kind: Kind,
     args: TokenStream,
     item: TokenStream,
     generate: fn(&A, &Function) -> TokenStream,
 ) -> (TokenStream, Option<syn::Error>) {
-    let item = match parse::item(kind, item.clone()) {
-        Ok(item) => item,
+    let (item, raw_body) = match parse::item(kind, item.clone()) {
+        Ok(parse::Item::Fn(item)) => (item, None),
+        Ok(parse::Item::UnparsedBody { head, body }) => (head, Some(body)),
         Err(error) => return (item, Some(error)),
     };
     let mut errors = Errors::default();
@@ -62,7 +72,7 @@ fn expand<A: Parse>(
         .ok();
 
     // The scan reads the opt-outs, so it runs on the body as written; everything after it
-    // sees the body without them.
+    // sees the body without them. (An unparsed body is an empty block here.)
     let mut body_errors = Errors::default();
     if let Kind::Workflow = kind {
         analyze::workflow(&item, &mut body_errors);
@@ -70,15 +80,16 @@ fn expand<A: Parse>(
     let mut stripped = item;
     let mut opt_out_errors = Errors::default();
     allow::strip(kind, &mut stripped, &mut opt_out_errors);
+    let raw_body = raw_body.map(|body| allow::strip_raw(kind, &body, &mut opt_out_errors));
 
     let function = parse::function(kind, stripped.clone())
         .map_err(|error| errors.push(error))
         .ok();
     errors.extend(opt_out_errors);
     errors.extend(body_errors);
-    let tokens = match (args, function) {
-        (Some(args), Some(function)) => generate(&args, &function),
-        _ => stripped.into_token_stream(),
+    let tokens = match (args, function, raw_body) {
+        (Some(args), Some(function), None) => generate(&args, &function),
+        (_, _, raw_body) => stand_in(kind, &stripped, raw_body.as_ref()),
     };
     (tokens, errors.into_error())
 }
@@ -260,12 +271,7 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
     let cfgs = cfg_attrs(&item.attrs);
     let deny_disallowed: Attribute = syn::parse_quote!(#[deny(clippy::disallowed_methods)]);
     let lints: Vec<&Attribute> = std::iter::once(&deny_disallowed)
-        .chain(item.attrs.iter().filter(|attr| {
-            // Not `expect`: the copy left on the outer fn would then go unfulfilled.
-            ["allow", "warn", "deny", "forbid"]
-                .iter()
-                .any(|lint| attr.path().is_ident(lint))
-        }))
+        .chain(lint_attrs(&item.attrs))
         .collect();
     let attrs = &item.attrs;
     let vis = &item.vis;
@@ -375,6 +381,158 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
         #(#attrs)*
         #vis #sig #outer_block
     }
+}
+
+// Input (rejected: not `async`, a borrowed argument, no return type; or a body that does not
+// parse, then BODY is its raw tokens):
+//     #[workflow] pub fn process(order: &Order, qty: u32) { BODY }
+// Output:
+//     pub fn process<__WfArg0: 'static>(order: __WfArg0, qty: u32)
+//         -> WorkflowCall<Rejected<(__WfArg0, u32), ()>>
+//     {
+//         #[allow(dead_code)]
+//         fn process(order: &Order, qty: u32) { BODY }     // as written, lint attributes kept
+//         WorkflowCall::new((order, qty))
+//     }
+// and for `#[step]`, the outer function is `async fn` and ends with
+//         let _ = (order, qty);
+//         panic!("..")                     // reached only if this compiles: see below
+// (all runtime paths are `::workflow_core::__private::..`)
+//
+// The user sees the macro's errors and nothing more: callers keep type-checking against a
+// function of that name and arity, with each argument and the result as declared where they
+// can be named outside the user's generics (a borrow, `impl Trait` or generic parameter becomes
+// a parameter of the stand-in, inferred from the call, so any value is accepted); a missing
+// return type counts as the `Result<()>` the error asks for, and an unnameable result as
+// `serde_json::Value`. The user's function sits inside, unchanged, so the IDE keeps working in
+// its body and rustc still type-checks the body against the signature as written.
+//
+// At run time: a rejected workflow is never registered (there is no `inventory::submit!`), and
+// its `Rejected` definition fails every call with an error, so it never runs; a rejected step
+// panics when called. Either way this code only compiles when syn cannot parse a body that
+// rustc can (syntax newer than syn); every other path here comes with an error of ours.
+//
+// A method (`self` receiver) is left as written: a stand-in would have to be another method, and
+// any other item is not allowed inside an `impl`.
+fn stand_in(kind: Kind, item: &syn::ItemFn, raw_body: Option<&proc_macro2::Group>) -> TokenStream {
+    let body = match raw_body {
+        Some(raw_body) => raw_body.to_token_stream(),
+        None => item.block.to_token_stream(),
+    };
+    let sig = &item.sig;
+    let attrs = &item.attrs;
+    let vis = &item.vis;
+    if sig.receiver().is_some() {
+        return quote!(#(#attrs)* #vis #sig #body);
+    }
+
+    let ident = &sig.ident;
+    let lints = lint_attrs(attrs);
+    let nested = quote! {
+        #[allow(dead_code)]
+        #(#lints)*
+        #sig #body
+    };
+    let mut params = Vec::new();
+    let mut names = Vec::new();
+    let mut forwarded = Vec::new();
+    let mut types = Vec::new();
+    for (i, arg) in sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Typed(arg) => Some(arg),
+            syn::FnArg::Receiver(_) => None,
+        })
+        .enumerate()
+    {
+        // As in `forwarded_args`: the user's name, used with the call-site span.
+        let (name, use_of_name) = match &*arg.pat {
+            syn::Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                let mut use_of_name = pat.ident.clone();
+                use_of_name.set_span(Span::call_site());
+                (pat.ident.clone(), use_of_name)
+            }
+            _ => {
+                let name = Ident::new(&format!("__wf_arg{i}"), Span::mixed_site());
+                (name.clone(), name)
+            }
+        };
+        let ty = if parse::nameable(&arg.ty, &sig.generics) {
+            arg.ty.to_token_stream()
+        } else {
+            let param = Ident::new(&format!("__WfArg{i}"), Span::mixed_site());
+            params.push(match kind {
+                Kind::Workflow => quote!(#param: 'static),
+                Kind::Step => quote!(#param),
+            });
+            param.into_token_stream()
+        };
+        names.push(name);
+        forwarded.push(use_of_name);
+        types.push(ty);
+    }
+    let declared = match &sig.output {
+        syn::ReturnType::Type(_, ty) if parse::nameable(ty, &sig.generics) => Some(&**ty),
+        _ => None,
+    };
+    let value = quote!(::workflow_core::__private::serde_json::Value);
+
+    match kind {
+        Kind::Workflow => {
+            let output = match (&sig.output, declared) {
+                (syn::ReturnType::Default, _) => quote!(()),
+                (_, Some(ty)) => quote_spanned! {ty.span()=>
+                    <#ty as ::workflow_core::__private::WorkflowReturn>::Ok
+                },
+                (_, None) => value,
+            };
+            quote! {
+                #(#attrs)*
+                #vis fn #ident<#(#params),*>(#(#names: #types),*)
+                    -> ::workflow_core::__private::WorkflowCall<
+                        ::workflow_core::__private::Rejected<(#(#types,)*), #output>,
+                    >
+                {
+                    #nested
+                    ::workflow_core::__private::WorkflowCall::new((#(#forwarded,)*))
+                }
+            }
+        }
+        Kind::Step => {
+            let unused = if forwarded.is_empty() {
+                TokenStream::new()
+            } else {
+                quote!(let _ = (#(#forwarded,)*);)
+            };
+            let output = match (&sig.output, declared) {
+                (_, Some(ty)) => ty.to_token_stream(),
+                (syn::ReturnType::Default, _) => {
+                    quote!(::core::result::Result<(), ::workflow_core::Error>)
+                }
+                (_, None) => quote!(::core::result::Result<#value, ::workflow_core::Error>),
+            };
+            quote! {
+                #(#attrs)*
+                #vis async fn #ident<#(#params),*>(#(#names: #types),*) -> #output {
+                    #nested
+                    #unused
+                    ::core::panic!("`#[step]` rejected this fn when it was compiled, so it cannot run")
+                }
+            }
+        }
+    }
+}
+
+/// The lint attributes (`allow`, `warn`, `deny`, `forbid`) among `attrs`, which must also apply
+/// to the user's body wherever the generated code moves it. Not `expect`: the copy left on the
+/// outer fn would then go unfulfilled.
+fn lint_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
+    attrs.iter().filter(|attr| {
+        ["allow", "warn", "deny", "forbid"]
+            .iter()
+            .any(|lint| attr.path().is_ident(lint))
+    })
 }
 
 // Input:

@@ -4,7 +4,9 @@
 //!
 //! Each entry point hands its tokens to [`expand`], which parses the options (`args`) and the
 //! function (`parse`), validates both collecting every error (`errors`), and generates code. On
-//! error the user's function is emitted unchanged next to the errors, so the IDE keeps working.
+//! error the user's function is emitted unchanged next to the errors, so the IDE keeps working,
+//! inside a stand-in of the same name that keeps its callers type-checking, so the errors are
+//! the macro's only.
 
 mod allow;
 mod analyze;

@@ -1,14 +1,16 @@
-//! The macro's own view of the annotated function: the `ItemFn` as written plus its arguments
-//! as plain `name: Type` pairs. Building it validates the signature against what a recorded,
+//! The macro's own view of the annotated function: the `ItemFn` as written (or its signature and
+//! the body's raw tokens, while the body does not parse) plus its arguments as plain
+//! `name: Type` pairs. Building it validates the signature against what a recorded,
 //! replayable function can be (`async`, free, concrete, owned arguments, a `Result` to record),
 //! collecting every violation with the span of the token that causes it.
 
 use std::fmt;
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::ToTokens;
+use syn::parse::{ParseStream, Parser};
 use syn::visit::{self, Visit};
-use syn::{FnArg, Ident, ItemFn, Pat, ReturnType, Type};
+use syn::{Attribute, FnArg, Ident, ItemFn, Pat, ReturnType, Signature, Type, Visibility};
 
 use crate::errors::Errors;
 
@@ -63,9 +65,49 @@ impl Function {
     }
 }
 
-/// Parses `item` as a function, with a clear error when the attribute is on another item.
-pub(crate) fn item(kind: Kind, item: TokenStream) -> syn::Result<ItemFn> {
-    syn::parse2::<ItemFn>(item.clone()).map_err(|error| not_a_function(kind, item).unwrap_or(error))
+/// The annotated item, before validation.
+pub(crate) enum Item {
+    /// A function, body included.
+    Fn(ItemFn),
+    /// A function whose signature parses but whose body does not (the user is typing): `head`
+    /// is the function with an empty block, `body` the braces and their tokens as written.
+    UnparsedBody { head: ItemFn, body: Group },
+}
+
+/// Parses `item` as a function, keeping the body as raw tokens when only the body does not
+/// parse, with a clear error when the attribute is on another item.
+pub(crate) fn item(kind: Kind, item: TokenStream) -> syn::Result<Item> {
+    match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(function) => Ok(Item::Fn(function)),
+        Err(error) => match head.parse2(item.clone()) {
+            Ok((head, body)) => Ok(Item::UnparsedBody { head, body }),
+            Err(_) => Err(not_a_function(kind, item).unwrap_or(error)),
+        },
+    }
+}
+
+/// `attrs vis sig { .. }` with the block's tokens left as they are.
+fn head(input: ParseStream) -> syn::Result<(ItemFn, Group)> {
+    let attrs = input.call(Attribute::parse_outer)?;
+    let vis: Visibility = input.parse()?;
+    let sig: Signature = input.parse()?;
+    let body: Group = input.parse()?;
+    if body.delimiter() != Delimiter::Brace {
+        return Err(syn::Error::new(body.span(), "expected `{`"));
+    }
+    let block = Box::new(syn::Block {
+        brace_token: syn::token::Brace {
+            span: body.delim_span(),
+        },
+        stmts: Vec::new(),
+    });
+    let head = ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    };
+    Ok((head, body))
 }
 
 /// Validates `item` as the function under `kind`, or returns every reason it cannot be one.
@@ -291,4 +333,72 @@ pub(crate) fn tidy(tokens: &str) -> String {
         text = text.replace(from, to);
     }
     text
+}
+
+/// Whether `ty` can be written as it is in a stand-in's signature, which has none of the
+/// user's generic parameters and no lifetime but `'static`: no generic parameter of `generics`,
+/// no `Self`, `impl Trait`, `_` or macro, no borrow but `&'static`, no lifetime but `'static`
+/// (except inside a `fn(..)` type, whose lifetimes are its own).
+pub(crate) fn nameable(ty: &Type, generics: &syn::Generics) -> bool {
+    struct Check<'g> {
+        params: Vec<&'g Ident>,
+        in_bare_fn: usize,
+        nameable: bool,
+    }
+
+    impl<'ast> Visit<'ast> for Check<'_> {
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.nameable = false;
+        }
+
+        fn visit_type_infer(&mut self, _: &'ast syn::TypeInfer) {
+            self.nameable = false;
+        }
+
+        fn visit_type_macro(&mut self, _: &'ast syn::TypeMacro) {
+            self.nameable = false;
+        }
+
+        fn visit_type_reference(&mut self, reference: &'ast syn::TypeReference) {
+            if self.in_bare_fn == 0 && reference.lifetime.is_none() {
+                self.nameable = false;
+            }
+            visit::visit_type_reference(self, reference);
+        }
+
+        fn visit_lifetime(&mut self, lifetime: &'ast syn::Lifetime) {
+            if self.in_bare_fn == 0 && lifetime.ident != "static" {
+                self.nameable = false;
+            }
+        }
+
+        fn visit_type_bare_fn(&mut self, bare_fn: &'ast syn::TypeBareFn) {
+            self.in_bare_fn += 1;
+            visit::visit_type_bare_fn(self, bare_fn);
+            self.in_bare_fn -= 1;
+        }
+
+        fn visit_ident(&mut self, ident: &'ast Ident) {
+            if ident == "Self" || self.params.contains(&ident) {
+                self.nameable = false;
+            }
+        }
+    }
+
+    let params = generics
+        .params
+        .iter()
+        .filter_map(|param| match param {
+            syn::GenericParam::Type(param) => Some(&param.ident),
+            syn::GenericParam::Const(param) => Some(&param.ident),
+            syn::GenericParam::Lifetime(_) => None,
+        })
+        .collect();
+    let mut check = Check {
+        params,
+        in_bare_fn: 0,
+        nameable: true,
+    };
+    check.visit_type(ty);
+    check.nameable
 }

@@ -1,9 +1,10 @@
 //! Snapshots of what the macros generate, in process: each case is the source a user writes
 //! (attribute included), expanded through the same entry points the compiler calls. The output
-//! must parse as a Rust file; the snapshot holds it pretty-printed, preceded for error cases by
+//! must parse as a Rust file (a body that does not parse, re-emitted as written, is shown as
+//! `{ unparsed_body! { .. } }`); the snapshot holds it pretty-printed, preceded for error cases by
 //! each error with the source it points at.
 
-use proc_macro2::{TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
 
 use super::{expand as generate, expand_step, expand_workflow, step, workflow};
 use crate::args::{StepArgs, WorkflowArgs};
@@ -21,15 +22,47 @@ fn expand(source: &str) -> String {
         Kind::Step => generate::<StepArgs>(kind, args.clone(), item.clone(), expand_step),
     };
     let output = match kind {
-        Kind::Workflow => workflow(args, item),
-        Kind::Step => step(args, item),
+        Kind::Workflow => workflow(args, item.clone()),
+        Kind::Step => step(args, item.clone()),
     };
     let file = syn::parse2::<syn::File>(output.clone())
+        .or_else(|_| syn::parse2::<syn::File>(mark_unparsed_body(&item, output.clone())))
         .unwrap_or_else(|error| panic!("the expansion is not valid Rust: {error}\n{output}"));
     let output = prettyplease::unparse(&file);
     match errors {
         None => output,
         Some(errors) => format!("{}// Output:\n{output}", render(source, errors)),
+    }
+}
+
+/// `output` with the item's body, if it appears there as written, wrapped as
+/// `{ unparsed_body! { .. } }`: a case whose body does not parse (the user is typing) expands to
+/// that body's tokens as they are, which is Rust again once they are complete.
+fn mark_unparsed_body(item: &TokenStream, output: TokenStream) -> TokenStream {
+    fn mark(tokens: TokenStream, body: &std::ops::Range<usize>) -> TokenStream {
+        tokens
+            .into_iter()
+            .map(|tree| match tree {
+                TokenTree::Group(group) if group.span().byte_range() == *body => {
+                    let tokens = group.stream();
+                    let mut marked =
+                        Group::new(Delimiter::Brace, quote::quote!(unparsed_body! { #tokens }));
+                    marked.set_span(group.span());
+                    TokenTree::Group(marked)
+                }
+                TokenTree::Group(group) => {
+                    let mut marked = Group::new(group.delimiter(), mark(group.stream(), body));
+                    marked.set_span(group.span());
+                    TokenTree::Group(marked)
+                }
+                other => other,
+            })
+            .collect()
+    }
+
+    match item.clone().into_iter().last() {
+        Some(TokenTree::Group(body)) => mark(output, &body.span().byte_range()),
+        _ => output,
     }
 }
 
@@ -448,6 +481,53 @@ async fn stamp(order_id: &str) -> Result<String> {
 #[workflow(nam = "orders", name = "")]
 fn process_order<T>(self, order: &Order, (a, b): (u32, u32), items: impl Iterator<Item = T>) {
     let _ = (order, a, b, items.count());
+}
+"#,
+}
+
+// What stands in for a rejected function, so that its callers add no error of their own.
+snapshot! {
+    error_stand_in_arguments: r#"
+#[workflow]
+pub fn process<T: Item>(
+    order: &Order,
+    id: String,
+    (a, b): (u32, u32),
+    items: Vec<T>,
+    notify: impl Fn(&str),
+    on_done: fn(&str),
+) -> Result<Vec<T>> {
+    Ok(items)
+}
+"#,
+    error_stand_in_step: r#"
+#[step(max_retries = 2)]
+#[allow(unused_variables)]
+/// Logs the event.
+pub(crate) fn log_event<'a>(event: Cow<'a, str>, _level: u8, mut count: u32) {
+    println!("{event}");
+}
+"#,
+    error_stand_in_unnameable_result: r#"
+#[workflow]
+async fn lookup(key: String) -> Result<&'static str> {
+    Ok("x")
+}
+"#,
+    unparsed_workflow_body: r#"
+#[workflow]
+pub async fn process_order(order_id: String, qty: u32) -> Result<u64> {
+    let total = charge(order_id, qty).
+    Ok(total)
+}
+"#,
+    unparsed_step_body: r#"
+#[step]
+async fn charge(order_id: String, qty: u32) -> Result<u64> {
+    #[workflow::allow(nondeterministic)]
+    let at = SystemTime::now();
+    let price = match qty { 0 => , _ => 100 };
+    Ok(price)
 }
 "#,
 }
