@@ -20,8 +20,10 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
 use crate::error::{Error, HookConflictError};
+use crate::history::never;
 use crate::ids::{step_id, RunId};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
+use crate::replay::{Delivered, Delivery, Key, StepCall};
 
 tokio::task_local! {
     static WORKFLOW: Arc<RunCtx>;
@@ -32,22 +34,15 @@ tokio::task_local! {
 pub(crate) type StepExec =
     Arc<dyn Fn(&Value) -> BoxFuture<'static, Result<Value, Error>> + Send + Sync>;
 
-/// A command the workflow issued during a poll.
-pub(crate) enum Command {
-    Step {
-        step_id: String,
-        def: &'static StepDef,
-        input: Value,
-        exec: StepExec,
-    },
-    Timer {
-        timer_id: String,
-        fire_at: SystemTime,
-    },
-    /// Commit the registration of a hook (claim its token).
-    HookRegister { hook_key: String, token: String },
-    /// Give up a token this run owns.
-    HookRelease { hook_key: String, token: String },
+/// A command the workflow issued during a poll; the driver runs a step's attempts with its
+/// [`StepExec`].
+pub(crate) type Command = crate::replay::Command<StepExec>;
+
+/// A result delivered under a [`Key`], waiting for the future that asked for it.
+enum Ready {
+    Step(Result<Value, Error>),
+    Fired,
+    Registered(Option<RunId>),
 }
 
 /// The per-run state shared by the workflow's futures and its driver.
@@ -75,8 +70,8 @@ struct Journal {
     /// Delivered, not yet received payloads per token.
     payloads: HashMap<String, VecDeque<Value>>,
     issued: Vec<Command>,
-    ready: HashMap<String, Result<Value, Error>>,
-    waiters: HashMap<String, Waker>,
+    ready: HashMap<Key, Ready>,
+    waiters: HashMap<Key, Waker>,
 }
 
 impl RunCtx {
@@ -122,45 +117,57 @@ impl RunCtx {
         std::mem::take(&mut self.journal().issued)
     }
 
-    /// Makes `result` available under `key`, advances the clock to `at`, and wakes the waiter.
-    pub(crate) fn deliver(&self, key: &str, at: SystemTime, result: Result<Value, Error>) {
+    /// Hands `delivery` to the future waiting for it, advances the clock to its time, and
+    /// wakes that future.
+    pub(crate) fn deliver(&self, delivery: Delivery) {
         let waker = {
             let mut j = self.journal();
-            if at > j.clock {
-                j.clock = at;
+            if delivery.at > j.clock {
+                j.clock = delivery.at;
             }
-            j.ready.insert(key.to_owned(), result);
-            j.waiters.remove(key)
+            match delivery.what {
+                Delivered::Step { step_id, result } => {
+                    let key = Key::Step(step_id);
+                    j.ready.insert(key.clone(), Ready::Step(result));
+                    j.waiters.remove(&key)
+                }
+                Delivered::Timer { timer_id } => {
+                    let key = Key::Timer(timer_id);
+                    j.ready.insert(key.clone(), Ready::Fired);
+                    j.waiters.remove(&key)
+                }
+                Delivered::Registration {
+                    hook_key,
+                    token,
+                    conflict,
+                } => {
+                    if conflict.is_none() {
+                        if j.abandoned.remove(&hook_key) {
+                            // Claimed for a handle that is gone: give the token back.
+                            j.issued.push(Command::HookRelease {
+                                hook_key: hook_key.clone(),
+                                token,
+                            });
+                        } else {
+                            j.open_tokens.insert(token);
+                        }
+                    }
+                    let key = Key::Hook(hook_key);
+                    j.ready.insert(key.clone(), Ready::Registered(conflict));
+                    j.waiters.remove(&key)
+                }
+                Delivered::Payload { token, payload } => {
+                    j.payloads
+                        .entry(token.clone())
+                        .or_default()
+                        .push_back(payload);
+                    j.waiters.remove(&Key::Payload(token))
+                }
+            }
         };
         if let Some(w) = waker {
             w.wake();
         }
-    }
-
-    /// Delivers the decision on hook `hook_key`'s registration.
-    pub(crate) fn deliver_registration(
-        &self,
-        hook_key: &str,
-        token: &str,
-        at: SystemTime,
-        conflict: Option<RunId>,
-    ) {
-        {
-            let mut j = self.journal();
-            if conflict.is_none() {
-                if j.abandoned.remove(hook_key) {
-                    // Claimed for a handle that is gone: give the token back.
-                    j.issued.push(Command::HookRelease {
-                        hook_key: hook_key.to_owned(),
-                        token: token.to_owned(),
-                    });
-                } else {
-                    j.open_tokens.insert(token.to_owned());
-                }
-            }
-        }
-        let value = serde_json::to_value(conflict).unwrap_or(Value::Null);
-        self.deliver(hook_key, at, Ok(value));
     }
 
     /// Whether a live hook handle owns `token`.
@@ -168,29 +175,11 @@ impl RunCtx {
         self.journal().open_tokens.contains(token)
     }
 
-    /// Queues a payload for `token`'s hook and wakes its receiver.
-    pub(crate) fn deliver_payload(&self, token: &str, at: SystemTime, payload: Value) {
-        let waker = {
-            let mut j = self.journal();
-            if at > j.clock {
-                j.clock = at;
-            }
-            j.payloads
-                .entry(token.to_owned())
-                .or_default()
-                .push_back(payload);
-            j.waiters.remove(&recv_key(token))
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-
     fn issue(&self, cmd: Command) {
         self.journal().issued.push(cmd);
     }
 
-    fn wait(self: &Arc<Self>, key: String) -> WaitFor {
+    fn wait(self: &Arc<Self>, key: Key) -> WaitFor {
         WaitFor {
             ctx: self.clone(),
             key,
@@ -201,11 +190,11 @@ impl RunCtx {
 /// Resolves with the result delivered under `key`. Dropping it consumes nothing.
 struct WaitFor {
     ctx: Arc<RunCtx>,
-    key: String,
+    key: Key,
 }
 
 impl Future for WaitFor {
-    type Output = Result<Value, Error>;
+    type Output = Ready;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut j = self.ctx.journal();
         match j.ready.remove(&self.key) {
@@ -275,13 +264,17 @@ where
             })
         })
     });
-    ctx.issue(Command::Step {
+    ctx.issue(Command::Step(StepCall {
         step_id: id.clone(),
-        def,
+        name: def.name,
         input,
-        exec,
-    });
-    let value = ctx.wait(id).await?;
+        max_retries: def.max_retries,
+        body: exec,
+    }));
+    let value = match ctx.wait(Key::Step(id)).await {
+        Ready::Step(result) => result?,
+        _ => return Err(mismatched_delivery(name)),
+    };
     serde_json::from_value(value).map_err(|e| {
         Error::fatal(format!(
             "the recorded result of step `{name}` does not match its type in this binary: {e}"
@@ -297,7 +290,12 @@ where
 pub async fn sleep(duration: Duration) {
     match current() {
         Some(ctx) => {
-            let at = ctx.journal().clock + duration;
+            // As long as representable: a sleep past the end of time waits for a cancel.
+            let clock = ctx.journal().clock;
+            let at = clock
+                .checked_add(duration)
+                .unwrap_or_else(never)
+                .min(never());
             timer(ctx, at).await;
         }
         None => tokio::time::sleep(duration).await,
@@ -329,7 +327,7 @@ async fn timer(ctx: Arc<RunCtx>, fire_at: SystemTime) {
         id
     };
     // A timer's delivery carries no value and cannot fail.
-    let _ = ctx.wait(id).await;
+    let _ = ctx.wait(Key::Timer(id)).await;
 }
 
 /// The current time. Inside a workflow: the time of the last event delivered to it (the run's
@@ -443,8 +441,12 @@ pub(crate) fn invalid_token(token: &str) -> Option<String> {
     }
 }
 
-fn recv_key(token: &str) -> String {
-    format!("recv:{token}")
+/// A delivery of the wrong kind under a key: the keys are typed, so only a bug gets here, and
+/// it fails the call instead of panicking in the workflow.
+fn mismatched_delivery(what: &str) -> Error {
+    Error::fatal(format!(
+        "internal error: `{what}` received a result of another kind; please report this"
+    ))
 }
 
 /// The run that owns a token another hook asked for.
@@ -602,20 +604,17 @@ impl<T> Hook<T> {
                         hook_key: self.key.clone(),
                         token: self.token.clone(),
                     });
-                    self.state = HookState::Registering(ctx.wait(self.key.clone()));
+                    self.state = HookState::Registering(ctx.wait(Key::Hook(self.key.clone())));
                 }
                 HookState::Registering(wait) => {
                     let delivered = match Pin::new(wait).poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(v) => v,
                     };
-                    let conflict: Option<RunId> = delivered
-                        .ok()
-                        .and_then(|v| serde_json::from_value(v).ok())
-                        .flatten();
-                    self.state = match conflict {
-                        None => HookState::Owned,
-                        Some(owner) => HookState::Conflict(owner),
+                    self.state = match delivered {
+                        Ready::Registered(None) => HookState::Owned,
+                        Ready::Registered(Some(owner)) => HookState::Conflict(owner),
+                        _ => HookState::Invalid(mismatched_delivery("create_hook").to_string()),
                     };
                 }
                 _ => {
@@ -673,7 +672,8 @@ impl<T: serde::de::DeserializeOwned> Hook<T> {
                 }))
             }
             None => {
-                j.waiters.insert(recv_key(&self.token), cx.waker().clone());
+                j.waiters
+                    .insert(Key::Payload(self.token.clone()), cx.waker().clone());
                 Poll::Pending
             }
         }

@@ -45,11 +45,14 @@
 //! the runtime is built.
 
 pub mod api;
+mod config;
 mod context;
 mod driver;
 pub mod error;
+mod history;
 mod ids;
 mod registry;
+mod replay;
 mod runtime;
 pub mod store;
 

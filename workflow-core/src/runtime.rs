@@ -13,8 +13,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch, Notify};
 
+use crate::config::Config;
 use crate::context::invalid_token;
-use crate::driver::{Driver, Signals};
+use crate::driver::{Driver, Host, Signals};
 use crate::error::{BuildError, Error, RunError, StartError};
 use crate::error::{HookConflictError, HookError, HookNotFoundError};
 use crate::ids::RunId;
@@ -54,26 +55,6 @@ pub(crate) fn current_runtime() -> Option<Runtime> {
         .or_else(|| last_built().clone())
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) lease: Duration,
-    pub(crate) poll_interval: Duration,
-    pub(crate) retry_backoff: Duration,
-    pub(crate) max_active_runs: usize,
-    pub(crate) worker: bool,
-    pub(crate) evict_after: Duration,
-}
-
-impl Config {
-    /// The delay before attempt `failed + 1`: the base doubled per failure, capped at 1 hour.
-    pub(crate) fn backoff(&self, failed: u32) -> Duration {
-        let factor = 1u32 << failed.saturating_sub(1).min(20);
-        self.retry_backoff
-            .saturating_mul(factor)
-            .min(Duration::from_secs(3600))
-    }
-}
-
 struct Active {
     lease: Lease,
     stop: Arc<Notify>,
@@ -106,7 +87,7 @@ impl Inner {
         crate::lock(&self.active)
     }
 
-    pub(crate) fn run_left(&self, id: &RunId) {
+    fn run_left(&self, id: &RunId) {
         let mut active = self.active();
         let was_full = active.len() >= self.config.max_active_runs;
         active.remove(id);
@@ -998,5 +979,35 @@ async fn heartbeat_loop(rt: Arc<Inner>) {
             }
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
+    }
+}
+
+impl Host for Inner {
+    fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn left(&self, lease: &Lease, evicted: bool) {
+        self.run_left(&lease.run_id);
+        if evicted {
+            // A payload that arrived since the release made the run due, and found it still
+            // listed here: now that it has left, any worker may take it.
+            self.work.notify_one();
+        }
+    }
+
+    fn ended(&self, run: RunId) {
+        self.run_ended(run);
+    }
+
+    fn enter_step(
+        self: Arc<Self>,
+        attempt: BoxFuture<'static, Result<Value, Error>>,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(with_runtime(self, attempt))
     }
 }

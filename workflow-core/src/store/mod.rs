@@ -6,13 +6,15 @@
 //! [`sqlite::SqliteStore`] as the embedded default, `postgres::PostgresStore` (feature
 //! `postgres`) for many workers on many machines.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
+
+pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 
 #[cfg(test)]
 mod conformance;
@@ -131,138 +133,6 @@ pub struct RunRecord {
     pub updated_at: SystemTime,
     /// The token claimed at admission, if any.
     pub hook_token: Option<String>,
-}
-
-/// One entry of a run's history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Event {
-    /// The workflow called a step; this is also the start of its first attempt.
-    StepScheduled {
-        /// The invocation's stable id.
-        step_id: String,
-        /// The step's registered name.
-        name: String,
-        /// The serialized argument tuple.
-        input: Value,
-    },
-    /// Attempt `attempt` (2 and up) of a step started.
-    StepAttemptStarted {
-        /// The invocation's stable id.
-        step_id: String,
-        /// From 2 on (the first attempt starts with `StepScheduled`).
-        attempt: u32,
-    },
-    /// An attempt failed and the step will be retried.
-    StepAttemptFailed {
-        /// The invocation's stable id.
-        step_id: String,
-        /// The failed attempt.
-        attempt: u32,
-        /// Why.
-        error: Error,
-        /// When the next attempt may start (ms since the Unix epoch).
-        retry_at_ms: u64,
-    },
-    /// The step's final result, delivered to the workflow.
-    StepCompleted {
-        /// The invocation's stable id.
-        step_id: String,
-        /// Its value or its last error.
-        result: Result<Value, Error>,
-    },
-    /// The workflow started a durable sleep.
-    TimerScheduled {
-        /// The timer's id within the run.
-        timer_id: String,
-        /// When it fires (ms since the Unix epoch).
-        fire_at_ms: u64,
-    },
-    /// A durable sleep ended; delivered to the workflow.
-    TimerFired {
-        /// The timer's id within the run.
-        timer_id: String,
-    },
-    /// The workflow returned `Ok`.
-    RunCompleted {
-        /// The return value.
-        output: Value,
-    },
-    /// The workflow returned `Err` or panicked.
-    RunFailed {
-        /// Why.
-        error: Error,
-    },
-    /// The run was cancelled.
-    RunCancelled,
-    /// The workflow committed the registration of a hook; delivered to the workflow.
-    HookRegistered {
-        /// The hook's key within the run (`hk_<n>`).
-        hook_key: String,
-        /// The requested token.
-        token: String,
-        /// The run owning the token, when it was not free; `None` when this run claimed it.
-        conflict: Option<RunId>,
-    },
-    /// A payload sent with `resume_hook` was delivered to the workflow.
-    HookReceived {
-        /// The hook's token.
-        token: String,
-        /// The payload's id in the store's inbox (commit order).
-        payload_id: u64,
-        /// The payload as sent (kept raw for inspection, even if it does not fit the hook's type).
-        payload: Value,
-    },
-    /// The workflow released a hook (dropped or disposed it).
-    HookReleased {
-        /// The hook's key within the run.
-        hook_key: String,
-        /// Its token.
-        token: String,
-    },
-}
-
-impl Event {
-    /// The event's serde tag (`step_scheduled`, `hook_received`, ...): the `type` field of its
-    /// JSON, and the `kind` column of the SQL stores.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Event::StepScheduled { .. } => "step_scheduled",
-            Event::StepAttemptStarted { .. } => "step_attempt_started",
-            Event::StepAttemptFailed { .. } => "step_attempt_failed",
-            Event::StepCompleted { .. } => "step_completed",
-            Event::TimerScheduled { .. } => "timer_scheduled",
-            Event::TimerFired { .. } => "timer_fired",
-            Event::RunCompleted { .. } => "run_completed",
-            Event::RunFailed { .. } => "run_failed",
-            Event::RunCancelled => "run_cancelled",
-            Event::HookRegistered { .. } => "hook_registered",
-            Event::HookReceived { .. } => "hook_received",
-            Event::HookReleased { .. } => "hook_released",
-        }
-    }
-}
-
-/// An event to append, stamped by the writer. The stamp of a delivered event is the workflow's
-/// clock from then on, so it is chosen before the write and replayed as recorded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewEvent {
-    /// When it happened.
-    pub at: SystemTime,
-    /// What happened.
-    pub event: Event,
-}
-
-/// A recorded event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRecord {
-    /// Position in the run's history, from 1, in commit order.
-    pub seq: u64,
-    /// When it happened.
-    pub at: SystemTime,
-    /// What happened.
-    pub event: Event,
 }
 
 /// A write of the worker driving a run: events in order, hook tokens to release, and possibly
@@ -609,85 +479,5 @@ pub trait Store: Send + Sync + 'static {
     /// stays the truth, and the runtime still polls slowly as a safety net.
     fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
         None
-    }
-}
-
-/// Milliseconds since the Unix epoch (0 for earlier times), the stores' time format.
-pub fn to_millis(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// The wake time of a run that waits for nothing but payloads: it is woken by them.
-pub fn never() -> SystemTime {
-    // 9999-12-31T23:59:59Z fits every store's time column.
-    UNIX_EPOCH + Duration::from_secs(253_402_300_799)
-}
-
-/// The inverse of [`to_millis`].
-pub fn from_millis(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `Event::kind` is the serde tag, variant by variant (a new variant must be added to both).
-    #[test]
-    fn event_kind_is_the_serde_tag() {
-        let s = String::new;
-        let events = [
-            Event::StepScheduled {
-                step_id: s(),
-                name: s(),
-                input: Value::Null,
-            },
-            Event::StepAttemptStarted {
-                step_id: s(),
-                attempt: 2,
-            },
-            Event::StepAttemptFailed {
-                step_id: s(),
-                attempt: 1,
-                error: Error::fatal("x"),
-                retry_at_ms: 0,
-            },
-            Event::StepCompleted {
-                step_id: s(),
-                result: Ok(Value::Null),
-            },
-            Event::TimerScheduled {
-                timer_id: s(),
-                fire_at_ms: 0,
-            },
-            Event::TimerFired { timer_id: s() },
-            Event::RunCompleted {
-                output: Value::Null,
-            },
-            Event::RunFailed {
-                error: Error::fatal("x"),
-            },
-            Event::RunCancelled,
-            Event::HookRegistered {
-                hook_key: s(),
-                token: s(),
-                conflict: None,
-            },
-            Event::HookReceived {
-                token: s(),
-                payload_id: 1,
-                payload: Value::Null,
-            },
-            Event::HookReleased {
-                hook_key: s(),
-                token: s(),
-            },
-        ];
-        for e in events {
-            let json = serde_json::to_value(&e).unwrap();
-            assert_eq!(json["type"], e.kind(), "{e:?}");
-        }
     }
 }
