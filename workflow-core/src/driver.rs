@@ -107,6 +107,35 @@ struct AttemptDone {
     outcome: Result<Value, Error>,
 }
 
+/// Sends an attempt's outcome to the driver exactly once: if the attempt's task ends without
+/// one (it panicked outside the step's own future), the attempt counts as failed, so the driver
+/// never waits for an attempt that is gone. (An aborted task reports to a driver that stopped.)
+struct Report {
+    done: mpsc::UnboundedSender<AttemptDone>,
+    step_id: Option<String>,
+    attempt: u32,
+}
+
+impl Report {
+    fn send(&mut self, outcome: Result<Value, Error>) {
+        if let Some(step_id) = self.step_id.take() {
+            let _ = self.done.send(AttemptDone {
+                step_id,
+                attempt: self.attempt,
+                outcome,
+            });
+        }
+    }
+}
+
+impl Drop for Report {
+    fn drop(&mut self) {
+        self.send(Err(Error::panicked(
+            "the step attempt's task ended without an outcome",
+        )));
+    }
+}
+
 /// What the driver is told from outside while it runs.
 pub(crate) struct Signals {
     /// Stop driving (cancelled, lease lost, shutdown).
@@ -151,23 +180,47 @@ impl Driver {
             done_tx,
             done_rx,
         };
-        let result = async {
-            if !fresh {
-                d.fetch_payloads().await?;
-            }
-            match (reg.run)(run.input) {
-                Ok(fut) => {
-                    let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut));
-                    d.drive(fut, &signals).await
+        let result = AssertUnwindSafe(
+            async {
+                if !fresh {
+                    d.fetch_payloads().await?;
                 }
-                Err(e) => d.fail_at_start(e).await,
+                match (reg.run)(run.input) {
+                    Ok(fut) => {
+                        let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut));
+                        d.drive(fut, &signals).await
+                    }
+                    Err(e) => d.fail_at_start(e).await,
+                }
             }
-        }
-        .instrument(span)
+            .instrument(span),
+        )
+        .catch_unwind()
         .await;
         for (_, h) in d.attempts.drain() {
             h.abort();
         }
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => {
+                // A bug in the runtime's own code for this run (the workflow body and the
+                // steps are caught where they run): give the run back, so it is retried here
+                // or elsewhere instead of staying leased and undriven.
+                tracing::error!(
+                    %run_id,
+                    panic = %panic_message(&panic),
+                    "the run's driver panicked; releasing the run"
+                );
+                let release = d.host.store().release(&d.lease, SystemTime::now(), 0);
+                // Should the store panic too, the run is still dropped here, so its lease is no
+                // longer renewed and expires.
+                AssertUnwindSafe(release)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or(Ok(()))
+                    .map(|()| Stop::Evicted)
+            }
+        };
         let evicted = matches!(result, Ok(Stop::Evicted));
         match result {
             Ok(_) => {}
@@ -373,8 +426,12 @@ impl Driver {
             .host
             .clone()
             .enter_step(Box::pin(step_scope(meta, body)));
-        let done = self.done_tx.clone();
         let key = step_id.clone();
+        let mut report = Report {
+            done: self.done_tx.clone(),
+            step_id: Some(step_id),
+            attempt,
+        };
         let task = async move {
             let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
                 Ok(outcome) => outcome,
@@ -386,11 +443,7 @@ impl Driver {
             if let Err(e) = &outcome {
                 tracing::warn!(error = %e, "step attempt failed");
             }
-            let _ = done.send(AttemptDone {
-                step_id,
-                attempt,
-                outcome,
-            });
+            report.send(outcome);
         }
         .instrument(span);
         let h = tokio::spawn(task);

@@ -3,11 +3,12 @@
 mod common;
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::pin::pin;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{Backend, TestDb};
+use common::{bounded, Backend, TestDb};
 use futures::future::Either;
 use serde_json::json;
 use workflow_core::prelude::*;
@@ -679,6 +680,38 @@ async fn bad_input_gives_clear_errors(b: Backend) {
 
 /// A start can be awaited from a thread outside tokio (a blocking handler, another executor):
 /// its admission runs on the runtime's own tokio runtime.
+/// A panic in the runtime's own code for a run (here: inside a store call the driver makes)
+/// never leaves the run leased and undriven: the run is released, taken up again and
+/// completes, and it is no longer counted as active here.
+async fn a_driver_panic_releases_the_run(b: Backend) {
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    store.panic_on_appends(1);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let run = bounded(rt.start(arithmetic, (3,)).into_future())
+        .await
+        .unwrap();
+    let out = bounded(run.return_value())
+        .await
+        .expect("the run completes");
+    // a = 4, b = 14, x = 8, y = 28, z = 18, total = 0 + 2 + 4
+    assert_eq!(out, 8 + 28 + 18 + 6);
+    // The panic hit the scheduling write, before any attempt ran.
+    assert_eq!(executed(run.id()).len(), 8, "each step body ran once");
+    bounded(async {
+        while rt.active_runs() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -710,6 +743,7 @@ on_every_store!(
     random_and_now_replay_identically,
     long_sleeps_are_evicted_and_resumed,
     a_start_can_be_awaited_outside_tokio,
+    a_driver_panic_releases_the_run,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left

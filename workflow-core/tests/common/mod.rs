@@ -390,6 +390,8 @@ pub struct FailingAdmissions(std::sync::Arc<Failing>);
 pub struct Failing {
     inner: std::sync::Arc<dyn Store>,
     failures: std::sync::atomic::AtomicUsize,
+    /// How many of the next appends that carry events panic inside the store call.
+    append_panics: std::sync::atomic::AtomicUsize,
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
     gate: tokio::sync::Semaphore,
@@ -407,9 +409,16 @@ impl FailingAdmissions {
         FailingAdmissions(std::sync::Arc::new(Failing {
             inner,
             failures: failures.into(),
+            append_panics: 0.into(),
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
         }))
+    }
+
+    /// Makes the next `n` appends carrying events panic (a bug in code the driver calls).
+    pub fn panic_on_appends(&self, n: usize) {
+        self.append_panics
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Lets the admissions waiting at the gate fail, and every later one through at once.
@@ -458,6 +467,15 @@ impl Store for FailingAdmissions {
         self.inner.acquire(req).await
     }
     async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if !write.events.is_empty()
+            && self
+                .append_panics
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            panic!("injected panic in append");
+        }
         self.inner.append(lease, write).await
     }
     async fn release(
