@@ -45,6 +45,7 @@
 //! the runtime is built.
 
 pub mod api;
+mod config;
 mod context;
 mod driver;
 pub mod error;

@@ -1,0 +1,39 @@
+//! The runtime's tuning: lease length, poll interval, retry backoff, capacity, eviction. Set
+//! through [`crate::RuntimeBuilder`]; read by the runtime's loops and by the driver of each run,
+//! which is why it lives apart from both.
+
+use std::time::Duration;
+
+/// The settings one runtime and every run it drives share.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) lease: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) retry_backoff: Duration,
+    pub(crate) max_active_runs: usize,
+    pub(crate) worker: bool,
+    pub(crate) evict_after: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(200),
+            retry_backoff: Duration::from_secs(1),
+            max_active_runs: 1000,
+            worker: true,
+            evict_after: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Config {
+    /// The delay before attempt `failed + 1`: the base doubled per failure, capped at 1 hour.
+    pub(crate) fn backoff(&self, failed: u32) -> Duration {
+        let factor = 1u32 << failed.saturating_sub(1).min(20);
+        self.retry_backoff
+            .saturating_mul(factor)
+            .min(Duration::from_secs(3600))
+    }
+}
