@@ -53,6 +53,8 @@ mod ids;
 mod registry;
 mod runtime;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 /// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
 /// validates before it mutates, so the data behind a poisoned lock is still consistent.

@@ -14,8 +14,6 @@ use serde_json::Value;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 
-#[cfg(test)]
-mod conformance;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
