@@ -175,8 +175,9 @@ impl RuntimeBuilder {
             tokio::spawn(worker_loop(inner.clone()));
             tokio::spawn(heartbeat_loop(inner.clone()));
         }
-        super::register_built(&inner);
-        Ok(Runtime::attach(inner))
+        let rt = Runtime::attach(inner);
+        super::register_built(&rt.inner);
+        Ok(rt)
     }
 }
 

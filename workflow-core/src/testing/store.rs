@@ -1884,3 +1884,19 @@ pub async fn lists_only_active_hooks<S: Store>(store: &S) {
         [("order:3".to_owned(), c)]
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[tokio::test]
+    #[should_panic(expected = "store conformance case `some_case` failed: the row is missing")]
+    async fn a_failing_case_is_reported_with_its_name_and_what_failed() {
+        check("some_case", async { panic!("the row is missing") }).await;
+    }
+
+    #[tokio::test]
+    async fn a_passing_case_passes() {
+        check("some_case", async {}).await;
+    }
+}
