@@ -9,9 +9,9 @@
 //!   on the memory store itself);
 //! - `damage`: rows the store cannot decode, for stores implementing [`Damage`].
 //!
-//! Some cases (marked in [`conformance_tests!`]) take three handles on one database and race
-//! them, to check that what must be atomic is; each should be a separate connection where the
-//! store has connections.
+//! Each case is a public function of this module named after what it checks. Those taking
+//! `&[S]` race three handles on one database, to check that what must be atomic is; each
+//! handle should be a separate connection where the store has connections.
 //!
 //! Two ways to run them: [`conformance_tests!`] declares one `#[tokio::test]` per case in your
 //! test module (each case is then a test of its own, which can fail, be filtered and be
@@ -1726,7 +1726,7 @@ pub async fn release_wakes_a_run_with_unseen_payloads<S: Store + Inspect>(store:
     assert_eq!(store.wake_at(run).await, t(99));
 }
 
-/// [`hook_script`] has the same transcript on `store` as on the memory store.
+/// A script of hook operations has the same transcript on `store` as on the memory store.
 pub async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
     let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
     let memory = MemoryStore::new();
@@ -1741,8 +1741,8 @@ pub async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
 // ---------------------------------------------------------------------------------------------
 // Listing (inspection tools)
 
-/// [`listing_script`] has the same transcript on `store` as on the memory store, and what
-/// they agree on is right.
+/// A script of admissions, ends, hooks and listings has the same transcript on `store` as on
+/// the memory store, and what they agree on is right.
 pub async fn listing_behaves_like_the_memory_store<S: Store>(store: &S) {
     let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
     let memory = MemoryStore::new();
