@@ -1,6 +1,6 @@
 //! The client calls as free functions, using the current runtime: inside a step, the runtime
-//! executing it; elsewhere, the most recently built runtime in the process. This is how a step
-//! acts on another run.
+//! executing it; elsewhere, the most recently built runtime in the process that its user still
+//! holds a handle on. This is how a step acts on another run.
 
 use serde_json::Value;
 

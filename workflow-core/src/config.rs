@@ -1,8 +1,10 @@
-//! The runtime's settings that the driver reads too, kept apart so the driver needs nothing
-//! else from the runtime.
+//! The runtime's tuning: lease length, poll interval, retry backoff, capacity, eviction. Set
+//! through [`crate::RuntimeBuilder`]; read by the runtime's loops and by the driver of each run,
+//! which is why it lives apart from both.
 
 use std::time::Duration;
 
+/// The settings one runtime and every run it drives share.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) lease: Duration,
@@ -11,6 +13,19 @@ pub(crate) struct Config {
     pub(crate) max_active_runs: usize,
     pub(crate) worker: bool,
     pub(crate) evict_after: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(200),
+            retry_backoff: Duration::from_secs(1),
+            max_active_runs: 1000,
+            worker: true,
+            evict_after: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Config {

@@ -225,8 +225,9 @@ pub enum StoreError {
 }
 
 /// Why `workflow_core::api` calls fail outside any runtime.
-pub(crate) const NO_RUNTIME: &str = "no workflow runtime has been built in this process; \
-     build one with `Runtime::builder()...build().await`";
+pub(crate) const NO_RUNTIME: &str = "no workflow runtime is running in this process (none was \
+     built, or every handle on it was dropped); build one with `Runtime::builder()...build().await` \
+     and keep it";
 
 /// No active hook owns the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

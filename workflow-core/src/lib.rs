@@ -43,6 +43,10 @@
 //! [`Runtime::start`], which checks the argument tuple against the workflow's parameters at
 //! compile time. Every `#[workflow]` and `#[step]` linked into the binary is registered when
 //! the runtime is built.
+//!
+//! With the `testing` feature, `workflow_core::testing::store` exports the store conformance
+//! suite, so that an implementation of [`store::Store`] of your own runs the cases this crate's
+//! stores run.
 
 pub mod api;
 mod config;
@@ -55,6 +59,8 @@ mod registry;
 mod replay;
 mod runtime;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 /// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
 /// validates before it mutates, so the data behind a poisoned lock is still consistent.

@@ -16,8 +16,6 @@ use crate::ids::RunId;
 
 pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 
-#[cfg(test)]
-mod conformance;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -1570,7 +1570,7 @@ mod tests {
 
     use super::super::{from_millis, RunOutcome};
     use super::*;
-    use crate::store::conformance::{
+    use crate::testing::store::{
         acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,
         Damage, Inspect,
     };
@@ -1757,7 +1757,7 @@ mod tests {
     }
 
     conformance_tests! {
-        groups: [api, compared, damage],
+        groups: [contract, inspect, compared, damage],
         // Each on a schema of its own; skipped without a test database.
         one: {
             let (_schema, store) = fresh!();

@@ -1573,7 +1573,7 @@ mod tests {
 
     use super::super::from_millis;
     use super::*;
-    use crate::store::conformance::{
+    use crate::testing::store::{
         acquire, ap, conformance_tests, create, lease_one, names, owner, start, step_done, storm,
         t, within, Damage, Inspect,
     };
@@ -1646,7 +1646,7 @@ mod tests {
     }
 
     conformance_tests! {
-        groups: [api, compared, damage],
+        groups: [contract, inspect, compared, damage],
         one: {
             let (_dir, store) = fresh().await;
         } => store,

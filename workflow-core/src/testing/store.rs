@@ -1,47 +1,113 @@
 //! The store conformance suite: every behaviour the [`Store`] contract promises, written once
-//! as a generic case. Each store's unit tests declare one `#[tokio::test]` per case that
-//! opens a fresh store and calls it; what only one store has (file formats, migrations,
-//! notices) stays in that store's tests. Scripts whose transcripts must be identical on every
-//! store ([`hook_script`], [`listing_script`]) are run on a store and on
-//! [`super::memory::MemoryStore`] and compared.
+//! as a generic case, so that every store (the crate's own and yours) runs the same checks.
+//!
+//! The cases come in groups, by what they need from the store under test:
+//!
+//! - `contract`: only the [`Store`] API;
+//! - `inspect`: the API, and what the store keeps (rows or state), through [`Inspect`];
+//! - `compared`: transcripts of scripted operations, compared with [`MemoryStore`]'s (pointless
+//!   on the memory store itself);
+//! - `damage`: rows the store cannot decode, for stores implementing [`Damage`].
+//!
+//! Each case is a public function of this module named after what it checks. Those taking
+//! `&[S]` race three handles on one database, to check that what must be atomic is; each
+//! handle should be a separate connection where the store has connections.
+//!
+//! Two ways to run them: [`conformance_tests!`] declares one `#[tokio::test]` per case in your
+//! test module (each case is then a test of its own, which can fail, be filtered and be
+//! rerun alone), and the `run_*` functions run a whole group in one call. Either way every
+//! failure names its case, and a case that takes longer than a minute fails instead of
+//! hanging.
+//!
+//! ```
+//! use workflow_core::store::memory::MemoryStore;
+//! use workflow_core::testing::store;
+//!
+//! # #[tokio::main]
+//! # async fn main() {
+//! // Each case gets a fresh, empty database: here three handles on one new memory store,
+//! // whose clones share their state.
+//! let fresh = || async {
+//!     let db = MemoryStore::new();
+//!     [db.clone(), db.clone(), db]
+//! };
+//! store::run_contract(fresh).await;
+//! store::run_inspect(fresh).await; // MemoryStore implements `Inspect`
+//! store::run_compared(fresh).await;
+//! # }
+//! ```
+//!
+//! Cases and helpers panic on failure, as tests do: this module is for test code only.
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::time::SystemTime;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, SystemTime};
 
+use futures::FutureExt;
 use serde_json::json;
 
-use super::*;
+use crate::error::{Error, StoreError};
 use crate::ids::RunId;
+use crate::store::memory::MemoryStore;
+use crate::store::*;
 
-/// How long a case may take before the test fails instead of hanging.
+/// How long a case may take before it fails instead of hanging.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `f`, or a panic after [`WAIT`].
-pub(crate) async fn within<F: Future>(f: F) -> F::Output {
+/// `f`, or a panic after a minute: for the setup and checks of a store's own tests.
+pub async fn within<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(WAIT, f)
         .await
         .expect("the store did not answer in time")
 }
 
-/// What a case checks below the [`Store`] API: what the store keeps. Each store's tests
-/// implement it by reading their own tables (or, for memory, their own state).
-pub(crate) trait Inspect {
-    /// How many rows of `table` the store holds: `runs`, `events`, `hooks` (including
-    /// released tokens still retained) or `hook_inbox`.
+/// Runs conformance case `case` (the future `f` of one of this module's case functions) and
+/// fails with a panic naming the case and what failed: the case's own panic message, or that
+/// it did not finish within a minute.
+pub async fn check<F: Future<Output = ()>>(case: &str, f: F) {
+    match tokio::time::timeout(WAIT, AssertUnwindSafe(f).catch_unwind()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(panic)) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic without a message");
+            panic!("store conformance case `{case}` failed: {what}")
+        }
+        Err(_) => panic!(
+            "store conformance case `{case}` failed: the store did not finish it within {} s",
+            WAIT.as_secs()
+        ),
+    }
+}
+
+/// What the `inspect` cases check below the [`Store`] API: what the store keeps. A store's
+/// tests implement it by reading the store's tables (or, for a store in memory, its state).
+///
+/// The methods panic when they cannot answer: they run in tests only.
+// The suite awaits these in place and never spawns them, so their futures need not be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Inspect {
+    /// How many entries of `table` the store holds: `runs`, `events`, `hooks` (active hooks
+    /// and released tokens still retained) or `hook_inbox` (payloads).
     async fn count(&self, table: &str) -> i64;
 
-    /// The run's wake time as stored (the SQL stores keep milliseconds).
+    /// The run's wake time as stored (a store keeping milliseconds returns them).
     async fn wake_at(&self, run: RunId) -> SystemTime;
 
-    /// The queryable `kind` of each of the run's events, in order; `None` for a store that
-    /// keeps events as values and has no such column (memory).
+    /// The queryable `kind` of each of the run's events, in order (the serde tag of
+    /// [`Event`], as [`Event::kind`] gives it); `None` for a store that keeps events as values
+    /// and has no such column.
     async fn event_kinds(&self, run: RunId) -> Option<Vec<String>>;
 }
 
-/// Damage to a store's rows that its decoding must report, not skip or paper over. Only stores
-/// keeping encoded rows (the SQL stores) can hold an undecodable one.
-pub(crate) trait Damage {
+/// Damage to a store's rows that its decoding must report, not skip or paper over. Only a
+/// store keeping encoded rows (such as the SQL stores) can hold an undecodable one.
+// As for `Inspect`: awaited in place only.
+#[allow(async_fn_in_trait)]
+pub trait Damage {
     /// Overwrites the run's input with text that is not JSON.
     async fn corrupt_input(&self, run: RunId);
 
@@ -49,29 +115,51 @@ pub(crate) trait Damage {
     async fn add_undecodable_event(&self, run: RunId);
 }
 
-/// Declares one `#[tokio::test]` per case of the named groups in the calling store's tests
-/// module, so a new case is listed once and runs on every store:
+/// Declares one `#[tokio::test]` per case of the named groups (`contract`, `inspect`,
+/// `compared`, `damage`; see the [module docs](self)) in the calling test module, each named
+/// after its case.
 ///
-/// - `api`: what the [`Store`] contract promises, for every store;
-/// - `compared`: transcripts compared with the memory store (pointless on the memory store);
-/// - `damage`: undecodable rows, for stores implementing [`Damage`].
+/// `one` is the setup of a single-store case: statements that bind a fresh store to the named
+/// variable (and keep whatever owns it alive to the end of the test). `shared` binds three
+/// handles on one fresh database (an array or a slice) to its variable; those cases run on a
+/// multi-threaded tokio runtime. The calling crate needs `tokio` with the `macros` and
+/// `rt-multi-thread` features, as a dev-dependency.
 ///
-/// `one` is the setup of a single-store case: statements that bind a fresh store to the
-/// named variable (and keep whatever owns it alive). `shared` binds a slice of three handles
-/// on one fresh database, as separate connections as the store allows; those cases run on
-/// a multi-threaded runtime. Every case is wrapped in [`within`].
-macro_rules! conformance_tests {
+/// ```
+/// mod tests {
+///     use workflow_core::store::memory::MemoryStore;
+///
+///     workflow_core::testing::store::conformance_tests! {
+///         groups: [contract, inspect, compared],
+///         one: {
+///             let store = MemoryStore::new();
+///         } => store,
+///         shared: {
+///             let db = MemoryStore::new();
+///             let stores = [db.clone(), db.clone(), db];
+///         } => stores,
+///     }
+/// }
+/// # fn main() {}
+/// ```
+#[doc(inline)]
+pub use crate::__store_conformance_tests as conformance_tests;
+
+/// The body of [`conformance_tests!`] and of the `run_*` functions: the one list of the cases
+/// of each group, with single-store cases after `one` and shared ones after `shared`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_conformance_tests {
     (
         groups: [$($group:ident),* $(,)?],
         one: $one:tt => $store:ident,
         shared: $shared:tt => $stores:ident $(,)?
     ) => {
-        $($crate::store::conformance::conformance_tests!(@$group $one $store $shared $stores);)*
+        $($crate::__store_conformance_tests!(@$group tests [$one $store $shared $stores]);)*
     };
-    (@api $one:tt $store:ident $shared:tt $stores:ident) => {
-        $crate::store::conformance::conformance_tests!(@one $one $store [
+    (@contract $mode:ident $args:tt) => {
+        $crate::__store_conformance_tests!(@$mode $args one [
             a_run_leased_at_admission_is_fenced_like_an_acquired_one,
-            create_acquire_append_complete_round_trip,
             failure_outcome_records_the_error,
             a_stale_epoch_cannot_write_after_a_takeover,
             acquire_respects_workflows_wake_time_leases_and_order,
@@ -80,50 +168,114 @@ macro_rules! conformance_tests {
             heartbeat_extends_live_leases_and_reports_lost_ones,
             cancel_running_ended_and_unknown_runs,
             cancel_of_a_completed_run_reports_its_status,
+            listing_behaves_like_the_memory_store,
+            lists_runs_newest_first_with_filters,
+            lists_only_active_hooks,
+        ] shared [
+            concurrent_acquirers_never_share_a_run,
+            payloads_reach_the_owner_in_commit_order,
+            payload_ids_follow_commit_order_under_concurrent_resumes,
+        ]);
+    };
+    (@inspect $mode:ident $args:tt) => {
+        $crate::__store_conformance_tests!(@$mode $args one [
+            create_acquire_append_complete_round_trip,
             a_start_whose_token_is_taken_writes_nothing,
             claims_releases_and_retention,
             run_end_and_cancel_release_tokens,
             a_resume_before_the_hook_exists_delivers_nothing,
             release_wakes_a_run_with_unseen_payloads,
-            listing_behaves_like_the_memory_store,
-            lists_runs_newest_first_with_filters,
-            lists_only_active_hooks,
-        ]);
-        $crate::store::conformance::conformance_tests!(@shared $shared $stores [
-            concurrent_acquirers_never_share_a_run,
+        ] shared [
             concurrent_starts_with_one_token_admit_exactly_one,
-            payloads_reach_the_owner_in_commit_order,
-            payload_ids_follow_commit_order_under_concurrent_resumes,
         ]);
     };
-    (@compared $one:tt $store:ident $shared:tt $stores:ident) => {
-        $crate::store::conformance::conformance_tests!(@one $one $store [
+    (@compared $mode:ident $args:tt) => {
+        $crate::__store_conformance_tests!(@$mode $args one [
             hooks_behave_like_the_memory_store,
-        ]);
+        ] shared []);
     };
-    (@damage $one:tt $store:ident $shared:tt $stores:ident) => {
-        $crate::store::conformance::conformance_tests!(@one $one $store [
+    (@damage $mode:ident $args:tt) => {
+        $crate::__store_conformance_tests!(@$mode $args one [
             undecodable_rows_are_reported_as_corrupt,
             listing_reports_an_undecodable_row,
-        ]);
+        ] shared []);
     };
-    (@one $setup:tt $store:ident [$($case:ident),* $(,)?]) => {$(
-        $crate::store::conformance::conformance_tests!(@test #[tokio::test] $setup $store $case);
-    )*};
-    (@shared $setup:tt $stores:ident [$($case:ident),* $(,)?]) => {$(
-        $crate::store::conformance::conformance_tests!(
-            @test #[tokio::test(flavor = "multi_thread", worker_threads = 2)] $setup $stores $case
-        );
-    )*};
-    (@test #[$attr:meta] { $($setup:tt)* } $store:ident $case:ident) => {
-        #[$attr]
+    (@tests [$one:tt $store:ident $shared:tt $stores:ident]
+        one [$($case:ident),* $(,)?] shared [$($scase:ident),* $(,)?]) => {
+        $($crate::__store_conformance_tests!(@test [#[::tokio::test]] $one [&$store] $case);)*
+        $($crate::__store_conformance_tests!(
+            @test [#[::tokio::test(flavor = "multi_thread", worker_threads = 2)]]
+            $shared [&$stores[..]] $scase
+        );)*
+    };
+    (@test [$($attr:tt)*] { $($setup:tt)* } [$($arg:tt)*] $case:ident) => {
+        $($attr)*
         async fn $case() {
             $($setup)*
-            $crate::store::conformance::within($crate::store::conformance::$case(&$store)).await;
+            $crate::testing::store::check(
+                ::core::stringify!($case),
+                $crate::testing::store::$case($($arg)*),
+            ).await;
         }
     };
+    (@run [$fresh:ident] one [$($case:ident),* $(,)?] shared [$($scase:ident),* $(,)?]) => {
+        $(
+            let stores = $fresh().await;
+            $crate::testing::store::check(
+                ::core::stringify!($case),
+                $crate::testing::store::$case(&stores[0]),
+            ).await;
+        )*
+        $(
+            let stores = $fresh().await;
+            $crate::testing::store::check(
+                ::core::stringify!($scase),
+                $crate::testing::store::$scase(&stores[..]),
+            ).await;
+        )*
+    };
 }
-pub(crate) use conformance_tests;
+
+/// Runs the `contract` cases, each on the stores `fresh` returns: three handles on one fresh,
+/// empty database (single-store cases use the first). Panics naming the first case that fails.
+pub async fn run_contract<S, F, Fut>(mut fresh: F)
+where
+    S: Store + Clone,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = [S; 3]>,
+{
+    crate::__store_conformance_tests!(@contract run [fresh]);
+}
+
+/// Runs the `inspect` cases as [`run_contract`] runs its own.
+pub async fn run_inspect<S, F, Fut>(mut fresh: F)
+where
+    S: Store + Clone + Inspect,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = [S; 3]>,
+{
+    crate::__store_conformance_tests!(@inspect run [fresh]);
+}
+
+/// Runs the `compared` cases as [`run_contract`] runs its own.
+pub async fn run_compared<S, F, Fut>(mut fresh: F)
+where
+    S: Store + Clone,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = [S; 3]>,
+{
+    crate::__store_conformance_tests!(@compared run [fresh]);
+}
+
+/// Runs the `damage` cases as [`run_contract`] runs its own.
+pub async fn run_damage<S, F, Fut>(mut fresh: F)
+where
+    S: Store + Clone + Damage,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = [S; 3]>,
+{
+    crate::__store_conformance_tests!(@damage run [fresh]);
+}
 
 /// A fixed point in time (November 2023), plus `ms`.
 pub(crate) fn t(ms: u64) -> SystemTime {
@@ -347,7 +499,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
 
 /// A run leased at admission is held like an acquired one: no other worker gets it while the
 /// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.
-pub(crate) async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
+pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
     let id = RunId::new();
     let run = NewRun {
         id,
@@ -554,7 +706,9 @@ fn run_ids(runs: &[RunRecord]) -> Vec<RunId> {
 // ---------------------------------------------------------------------------------------------
 // Runs and leases
 
-pub(crate) async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store: &S) {
+/// A run goes from admission through a lease and appended events to completion; its input,
+/// events and output come back exactly as written.
+pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     assert!(matches!(
         store
@@ -652,7 +806,8 @@ pub(crate) async fn create_acquire_append_complete_round_trip<S: Store + Inspect
     }
 }
 
-pub(crate) async fn failure_outcome_records_the_error<S: Store>(store: &S) {
+/// A run ended with a failure outcome keeps the error and has no output.
+pub async fn failure_outcome_records_the_error<S: Store>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     let got = acquire(store, &names(&["orders"]), t(0), Duration::from_secs(30), 1).await;
     let error = Error::fatal("card declined");
@@ -677,7 +832,9 @@ pub(crate) async fn failure_outcome_records_the_error<S: Store>(store: &S) {
     assert_eq!(run.output, None);
 }
 
-pub(crate) async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
+/// After another worker takes an expired lease over, the old lease's writes are refused with
+/// `LeaseLost` and leave no event.
+pub async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     let wf = names(&["orders"]);
     let lease = Duration::from_secs(10);
@@ -736,7 +893,9 @@ pub(crate) async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store:
     assert_eq!(seqs, [1, 2]);
 }
 
-pub(crate) async fn acquire_respects_workflows_wake_time_leases_and_order<S: Store>(store: &S) {
+/// `acquire` hands out only due runs of the named workflows that nobody holds, oldest wake time
+/// first, at most `limit`.
+pub async fn acquire_respects_workflows_wake_time_leases_and_order<S: Store>(store: &S) {
     let late = create(store, "orders", t(500)).await;
     let early = create(store, "orders", t(100)).await;
     let other = create(store, "emails", t(0)).await;
@@ -774,7 +933,7 @@ pub(crate) async fn acquire_respects_workflows_wake_time_leases_and_order<S: Sto
 
 /// A run whose lease expired is handed out by its wake time like any other, not by the end
 /// of that lease.
-pub(crate) async fn expired_leases_are_taken_back_in_wake_time_order<S: Store>(store: &S) {
+pub async fn expired_leases_are_taken_back_in_wake_time_order<S: Store>(store: &S) {
     let orders = names(&["orders"]);
     let abandoned = create(store, "orders", t(0)).await;
     let got = acquire(store, &orders, t(0), Duration::from_millis(100), 1).await;
@@ -790,7 +949,7 @@ pub(crate) async fn expired_leases_are_taken_back_in_wake_time_order<S: Store>(s
 }
 
 /// `stores` are handles on one database (separate connections where the store has them).
-pub(crate) async fn concurrent_acquirers_never_share_a_run<S: Store + Clone>(stores: &[S]) {
+pub async fn concurrent_acquirers_never_share_a_run<S: Store + Clone>(stores: &[S]) {
     let creates: Vec<_> = (0..200)
         .map(|i| {
             let store = stores[i % stores.len()].clone();
@@ -832,7 +991,8 @@ pub(crate) async fn concurrent_acquirers_never_share_a_run<S: Store + Clone>(sto
     assert_eq!(seen, all, "shares per worker: {per_worker:?}");
 }
 
-pub(crate) async fn release_with_a_future_wake_time<S: Store>(store: &S) {
+/// A released run is not handed out before its wake time, and is handed out again after it.
+pub async fn release_with_a_future_wake_time<S: Store>(store: &S) {
     let id = create(store, "timers", t(0)).await;
     let wf = names(&["timers"]);
     let lease = Duration::from_secs(60);
@@ -863,7 +1023,9 @@ pub(crate) async fn release_with_a_future_wake_time<S: Store>(store: &S) {
     assert_eq!(again.run.status, RunStatus::Running);
 }
 
-pub(crate) async fn heartbeat_extends_live_leases_and_reports_lost_ones<S: Store>(store: &S) {
+/// A heartbeat extends the leases still held and reports the runs that were cancelled, ended or
+/// taken over.
+pub async fn heartbeat_extends_live_leases_and_reports_lost_ones<S: Store>(store: &S) {
     let wf = names(&["orders"]);
     let lease = Duration::from_secs(10);
     let kept = create(store, "orders", t(0)).await;
@@ -922,7 +1084,9 @@ pub(crate) async fn heartbeat_extends_live_leases_and_reports_lost_ones<S: Store
         .is_empty());
 }
 
-pub(crate) async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
+/// Cancelling a pending or running run records it as cancelled and fences its lease; an ended
+/// or unknown run is reported as such and left alone.
+pub async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
     let wf = names(&["orders"]);
     let running = create(store, "orders", t(0)).await;
     let pending = create(store, "orders", t(50_000)).await;
@@ -982,7 +1146,8 @@ pub(crate) async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
     ));
 }
 
-pub(crate) async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store: &S) {
+/// Cancelling a completed run reports it as already ended and changes nothing.
+pub async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     let lease = lease_one(store, id, t(0)).await;
     store
@@ -998,7 +1163,7 @@ pub(crate) async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store
 }
 
 /// A row the store cannot decode is an error naming the run, and does not stall the others.
-pub(crate) async fn undecodable_rows_are_reported_as_corrupt<S: Store + Damage>(store: &S) {
+pub async fn undecodable_rows_are_reported_as_corrupt<S: Store + Damage>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     let good = create(store, "orders", t(1)).await;
     store.corrupt_input(id).await;
@@ -1029,7 +1194,9 @@ pub(crate) async fn undecodable_rows_are_reported_as_corrupt<S: Store + Damage>(
 // ---------------------------------------------------------------------------------------------
 // Hooks and idempotent starts
 
-pub(crate) async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(store: &S) {
+/// A start whose hook token is taken is refused naming the owner, and writes no run, event or
+/// hook.
+pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(store: &S) {
     let (first, admitted) = start(store, "order:1", None, t(0)).await;
     assert_eq!(admitted, Admission::Admitted);
     let run = store.get_run(&first).await.unwrap().unwrap();
@@ -1083,9 +1250,7 @@ pub(crate) async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspe
 
 /// Two storms of starts on one token: from tasks on one handle, then spread over all of
 /// `stores` (handles on one database).
-pub(crate) async fn concurrent_starts_with_one_token_admit_exactly_one<
-    S: Store + Clone + Inspect,
->(
+pub async fn concurrent_starts_with_one_token_admit_exactly_one<S: Store + Clone + Inspect>(
     stores: &[S],
 ) {
     storm(&stores[..1], "solo", 200).await;
@@ -1096,7 +1261,9 @@ pub(crate) async fn concurrent_starts_with_one_token_admit_exactly_one<
     assert_eq!(store.count("events").await, 0);
 }
 
-pub(crate) async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
+/// Hook claims: one active owner per token, release on request, and retained tokens refused
+/// until their retention ends.
+pub async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
     let (keeper, _) = start(store, "keep", Some(t(1_000)), t(0)).await;
     let claimer = create(store, "orders", t(1)).await;
     let keeper_lease = lease_one(store, keeper, t(0)).await;
@@ -1243,7 +1410,9 @@ pub(crate) async fn claims_releases_and_retention<S: Store + Inspect>(store: &S)
     assert_eq!(last.last().unwrap().event, released.event);
 }
 
-pub(crate) async fn run_end_and_cancel_release_tokens<S: Store + Inspect>(store: &S) {
+/// A run's end and its cancellation release its tokens in the same operation, except retained
+/// ones.
+pub async fn run_end_and_cancel_release_tokens<S: Store + Inspect>(store: &S) {
     let (failing, _) = start(store, "a", None, t(0)).await;
     let lease = lease_one(store, failing, t(0)).await;
     assert_eq!(
@@ -1300,9 +1469,9 @@ pub(crate) async fn run_end_and_cancel_release_tokens<S: Store + Inspect>(store:
     assert_eq!(owner(store, "d").await, Some(late));
 }
 
-pub(crate) async fn a_resume_before_the_hook_exists_delivers_nothing<S: Store + Inspect>(
-    store: &S,
-) {
+/// A payload for a token no active hook owns is refused and stored nowhere; once a run claims
+/// the token, a payload makes that run due at once.
+pub async fn a_resume_before_the_hook_exists_delivers_nothing<S: Store + Inspect>(store: &S) {
     assert_eq!(
         store.resume_hook("later", json!(1), t(0)).await.unwrap(),
         None
@@ -1340,7 +1509,7 @@ pub(crate) async fn a_resume_before_the_hook_exists_delivers_nothing<S: Store + 
 /// Payloads sent one after the other and at once, through two handles on one database
 /// (`stores[0]` and `stores[1]`): each id is above the last, all are delivered to their
 /// owner, and the listings agree.
-pub(crate) async fn payloads_reach_the_owner_in_commit_order<S: Store + Clone>(stores: &[S]) {
+pub async fn payloads_reach_the_owner_in_commit_order<S: Store + Clone>(stores: &[S]) {
     let (a, b) = (&stores[0], &stores[1]);
     // Admitted to wake far ahead; a payload makes it acquirable at the payload's time.
     let (run, _) = start(a, "inbox", None, t(50_000)).await;
@@ -1432,7 +1601,7 @@ pub(crate) async fn payloads_reach_the_owner_in_commit_order<S: Store + Clone>(s
 /// Senders on `stores[0]` and `stores[1]` while a cursor reader like the runtime's polls
 /// `stores[2]` (handles on one database): an id committed below the reader's cursor would be
 /// lost to it, so ids must follow commit order.
-pub(crate) async fn payload_ids_follow_commit_order_under_concurrent_resumes<S: Store + Clone>(
+pub async fn payload_ids_follow_commit_order_under_concurrent_resumes<S: Store + Clone>(
     stores: &[S],
 ) {
     let (a, b, reader) = (&stores[0], &stores[1], stores[2].clone());
@@ -1503,7 +1672,8 @@ pub(crate) async fn payload_ids_follow_commit_order_under_concurrent_resumes<S: 
     assert_eq!(a.payloads_since(all[4].0, 3).await.unwrap(), all[5..8]);
 }
 
-pub(crate) async fn release_wakes_a_run_with_unseen_payloads<S: Store + Inspect>(store: &S) {
+/// Releasing a run with payloads it has not seen makes it due at once, not at its wake time.
+pub async fn release_wakes_a_run_with_unseen_payloads<S: Store + Inspect>(store: &S) {
     let (run, _) = start(store, "w", None, t(0)).await;
     let wf = names(&["hooked"]);
     let lease = Duration::from_secs(600);
@@ -1556,10 +1726,10 @@ pub(crate) async fn release_wakes_a_run_with_unseen_payloads<S: Store + Inspect>
     assert_eq!(store.wake_at(run).await, t(99));
 }
 
-/// [`hook_script`] has the same transcript on `store` as on the memory store.
-pub(crate) async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
+/// A script of hook operations has the same transcript on `store` as on the memory store.
+pub async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
     let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
-    let memory = super::memory::MemoryStore::new();
+    let memory = MemoryStore::new();
     let expected = hook_script(&memory, &ids).await;
     let got = hook_script(store, &ids).await;
     for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
@@ -1571,11 +1741,11 @@ pub(crate) async fn hooks_behave_like_the_memory_store<S: Store>(store: &S) {
 // ---------------------------------------------------------------------------------------------
 // Listing (inspection tools)
 
-/// [`listing_script`] has the same transcript on `store` as on the memory store, and what
-/// they agree on is right.
-pub(crate) async fn listing_behaves_like_the_memory_store<S: Store>(store: &S) {
+/// A script of admissions, ends, hooks and listings has the same transcript on `store` as on
+/// the memory store, and what they agree on is right.
+pub async fn listing_behaves_like_the_memory_store<S: Store>(store: &S) {
     let ids: Vec<RunId> = (0..6).map(|_| RunId::new()).collect();
-    let memory = super::memory::MemoryStore::new();
+    let memory = MemoryStore::new();
     let expected = listing_script(&memory, &ids).await;
     let got = listing_script(store, &ids).await;
     for (n, (want, have)) in expected.iter().zip(&got).enumerate() {
@@ -1616,7 +1786,7 @@ pub(crate) async fn listing_behaves_like_the_memory_store<S: Store>(store: &S) {
 }
 
 /// A row that cannot be decoded is reported by a listing, not skipped.
-pub(crate) async fn listing_reports_an_undecodable_row<S: Store + Damage>(store: &S) {
+pub async fn listing_reports_an_undecodable_row<S: Store + Damage>(store: &S) {
     create(store, "orders", t(0)).await;
     let bad = create(store, "orders", t(1)).await;
     store.corrupt_input(bad).await;
@@ -1647,7 +1817,8 @@ async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>
     id
 }
 
-pub(crate) async fn lists_runs_newest_first_with_filters<S: Store>(store: &S) {
+/// `list_runs` returns the newest runs first and applies each filter.
+pub async fn lists_runs_newest_first_with_filters<S: Store>(store: &S) {
     let a = admit(store, "orders", 1, None).await;
     let b = admit(store, "billing", 2, None).await;
     let c = admit(store, "orders", 3, None).await;
@@ -1673,7 +1844,9 @@ pub(crate) async fn lists_runs_newest_first_with_filters<S: Store>(store: &S) {
     assert!(listed(RunFilter::new().workflow("nope")).await.is_empty());
 }
 
-pub(crate) async fn lists_only_active_hooks<S: Store>(store: &S) {
+/// `list_hooks` returns the active hooks, newest first, and applies each filter; a cancelled
+/// run's hooks are not listed.
+pub async fn lists_only_active_hooks<S: Store>(store: &S) {
     let a = admit(store, "hooked", 1, Some("order:1")).await;
     let b = admit(store, "hooked", 2, Some("order:2")).await;
     let c = admit(store, "hooked", 3, Some("order:3")).await;
@@ -1710,4 +1883,20 @@ pub(crate) async fn lists_only_active_hooks<S: Store>(store: &S) {
         listed(HookFilter::new().limit(1)).await,
         [("order:3".to_owned(), c)]
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[tokio::test]
+    #[should_panic(expected = "store conformance case `some_case` failed: the row is missing")]
+    async fn a_failing_case_is_reported_with_its_name_and_what_failed() {
+        check("some_case", async { panic!("the row is missing") }).await;
+    }
+
+    #[tokio::test]
+    async fn a_passing_case_passes() {
+        check("some_case", async {}).await;
+    }
 }

@@ -1,0 +1,198 @@
+//! Configuring and building a runtime: the choice of store, the [`Config`] options, and
+//! `build`, which registers the linked workflows and starts the worker's loops.
+
+use std::collections::HashMap;
+#[cfg(feature = "sqlite")]
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use super::worker::{heartbeat_loop, notice_loop, worker_loop};
+use super::{Inner, Runtime};
+use crate::config::Config;
+use crate::error::BuildError;
+use crate::ids::RunId;
+use crate::registry::{StepRegistration, WorkflowRegistration};
+use crate::store::memory::MemoryStore;
+use crate::store::Store;
+
+/// Where the runtime keeps its state.
+enum StoreChoice {
+    Memory,
+    #[cfg(feature = "sqlite")]
+    Sqlite(PathBuf),
+    #[cfg(feature = "postgres")]
+    Postgres(String),
+    Custom(Arc<dyn Store>),
+}
+
+/// Configures and builds a [`Runtime`]; from [`Runtime::builder`].
+#[must_use]
+pub struct RuntimeBuilder {
+    store: StoreChoice,
+    config: Config,
+    #[cfg(feature = "postgres")]
+    schema: String,
+}
+
+impl RuntimeBuilder {
+    /// Keep everything in memory (tests; nothing survives the process).
+    pub fn in_memory(mut self) -> Self {
+        self.store = StoreChoice::Memory;
+        self
+    }
+
+    /// Use the SQLite database at `path`, created if absent (the embedded default).
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(mut self, path: impl Into<PathBuf>) -> Self {
+        self.store = StoreChoice::Sqlite(path.into());
+        self
+    }
+
+    /// Use the PostgreSQL database at `url` (`postgres://user@host:port/db`): many worker
+    /// processes on many machines share its work. Tables live in the schema set with
+    /// [`RuntimeBuilder::schema`] (default `workflow`), created or migrated on connect.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.store = StoreChoice::Postgres(url.into());
+        self
+    }
+
+    /// The PostgreSQL schema holding the tables (default `workflow`).
+    #[cfg(feature = "postgres")]
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = name.into();
+        self
+    }
+
+    /// Use a store built elsewhere (e.g. a [`MemoryStore`] shared by several runtimes).
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = StoreChoice::Custom(Arc::new(store));
+        self
+    }
+
+    /// How long a worker's claim on a run lasts without a heartbeat before another worker may
+    /// take the run over (default 30 s). Heartbeats renew it every third of this; a run
+    /// cancelled by another process stops here within that third at the latest.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often the worker looks for work created by other processes (default 200 ms); work
+    /// created in this process is picked up at once.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The first retry delay of a failing step (default 1 s); it doubles with each further
+    /// failure, capped at one hour. `Error::retry_after` overrides it per failure.
+    pub fn retry_backoff(mut self, base: Duration) -> Self {
+        self.config.retry_backoff = base;
+        self
+    }
+
+    /// At most this many runs are driven at once by this process (default 1000).
+    pub fn max_active_runs(mut self, n: usize) -> Self {
+        self.config.max_active_runs = n.max(1);
+        self
+    }
+
+    /// A run whose only pending work is durable sleeps ending later than this from now is
+    /// evicted from memory and replayed when the first one is due (default 30 s).
+    pub fn evict_after(mut self, d: Duration) -> Self {
+        self.config.evict_after = d;
+        self
+    }
+
+    /// Whether this process executes runs (default `true`). A client-only runtime starts and
+    /// inspects runs that worker processes execute.
+    pub fn worker(mut self, enabled: bool) -> Self {
+        self.config.worker = enabled;
+        self
+    }
+
+    /// Opens the store, registers every workflow and step linked into the binary and, unless
+    /// disabled, starts the worker. Must be called inside a tokio runtime.
+    pub async fn build(self) -> Result<Runtime, BuildError> {
+        let mut workflows = HashMap::new();
+        for reg in inventory::iter::<WorkflowRegistration> {
+            if workflows.insert(reg.name, reg).is_some() {
+                return Err(BuildError::DuplicateName {
+                    kind: "workflow",
+                    name: reg.name.to_owned(),
+                });
+            }
+        }
+        let mut steps = HashMap::new();
+        for reg in inventory::iter::<StepRegistration> {
+            if steps.insert(reg.def.name, ()).is_some() {
+                return Err(BuildError::DuplicateName {
+                    kind: "step",
+                    name: reg.def.name.to_owned(),
+                });
+            }
+        }
+        let store: Arc<dyn Store> = match self.store {
+            StoreChoice::Memory => Arc::new(MemoryStore::new()),
+            #[cfg(feature = "sqlite")]
+            StoreChoice::Sqlite(path) => {
+                Arc::new(crate::store::sqlite::SqliteStore::open(path).await?)
+            }
+            #[cfg(feature = "postgres")]
+            StoreChoice::Postgres(url) => {
+                Arc::new(crate::store::postgres::PostgresStore::connect(&url, &self.schema).await?)
+            }
+            StoreChoice::Custom(s) => s,
+        };
+        let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
+        workflow_names.sort();
+        let notices = store.notices();
+        let inner = Arc::new(Inner {
+            store,
+            config: self.config,
+            worker_id: format!("w-{}", RunId::new()),
+            workflows,
+            workflow_names,
+            active: Mutex::new(HashMap::new()),
+            work: Notify::new(),
+            pushed: notices.is_some(),
+            waiting: Mutex::new(HashMap::new()),
+            shutdown: watch::channel(false).0,
+            starting: Mutex::new(HashMap::new()),
+            tasks: tokio::runtime::Handle::current(),
+            handles: AtomicUsize::new(0),
+            abandoned: AtomicBool::new(false),
+        });
+        if let Some(rx) = notices {
+            tokio::spawn(notice_loop(inner.clone(), rx));
+        }
+        if inner.config.worker {
+            tokio::spawn(worker_loop(inner.clone()));
+            tokio::spawn(heartbeat_loop(inner.clone()));
+        }
+        let rt = Runtime::attach(inner);
+        super::register_built(&rt.inner);
+        Ok(rt)
+    }
+}
+
+impl Runtime {
+    /// A builder; the default store is SQLite at `workflows.db` when the `sqlite` feature is on
+    /// (it is by default), memory otherwise.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            #[cfg(feature = "sqlite")]
+            store: StoreChoice::Sqlite(PathBuf::from("workflows.db")),
+            #[cfg(not(feature = "sqlite"))]
+            store: StoreChoice::Memory,
+            config: Config::default(),
+            #[cfg(feature = "postgres")]
+            schema: "workflow".to_owned(),
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! The client side of the runtime: starting runs ([`Start`], admitted in a task of its own),
+//! handles on runs ([`Run`], whose `return_value` waits for the run's end signal), and sending
+//! payloads to hooks ([`HookRef`], [`HookInfo`]).
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::flight::{Joined, StartFlight};
+use super::spawn_run;
+use super::{Inner, Runtime};
+use crate::context::invalid_token;
+use crate::error::{Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError};
+use crate::ids::RunId;
+use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
+use crate::store::{
+    Admission, CancelOutcome, LeasedRun, NewRun, RunRecord, RunStatus, StartHook, Store,
+};
+
+impl Runtime {
+    /// The store this runtime uses.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Starts a run of `workflow` with `args` (a tuple of its arguments). Await the returned
+    /// builder; it resolves once the run is durably admitted.
+    ///
+    /// Once polled, the admission goes on in a task of its own: dropping the future (a
+    /// timeout, a cancelled request) does not undo or strand it, so the run may exist even
+    /// though this call never answered. Give such starts a `.hook(token)` to make retrying
+    /// them safe: a retry then finds the run instead of starting a second one.
+    pub fn start<F, Args>(&self, workflow: F, args: Args) -> Start<<F as IntoWorkflow<Args>>::Def>
+    where
+        F: IntoWorkflow<Args>,
+    {
+        let _ = workflow;
+        // Serialized here, so that the pending start is `Send` whatever the arguments are: only
+        // the macro's check reports arguments that cannot be recorded.
+        let input =
+            <F::Def as WorkflowDef>::encode_args(&args).map_err(|e| StartError::Serialize {
+                workflow: <F::Def as WorkflowDef>::NAME.to_owned(),
+                message: e.to_string(),
+            });
+        Start {
+            rt: self.clone(),
+            input,
+            hook: None,
+            retention: None,
+            _def: PhantomData,
+        }
+    }
+
+    /// A handle on run `id` (whether or not it exists: queries on an unknown id fail with
+    /// [`RunError::NotFound`]).
+    pub fn get_run(&self, id: &RunId) -> Run<Value> {
+        Run {
+            id: *id,
+            rt: self.clone(),
+            _t: PhantomData,
+        }
+    }
+
+    /// Sends `payload` to the run whose active hook owns `token`. The payload is durable once
+    /// this returns and reaches the workflow's `recv()` in the order the calls committed.
+    ///
+    /// [`HookError::NotFound`] when no active hook owns the token (the run has not registered
+    /// it yet, or released it): see the route pattern in the crate docs.
+    pub async fn resume_hook<P: serde::Serialize>(
+        &self,
+        token: impl Into<String>,
+        payload: P,
+    ) -> Result<HookRef, HookError> {
+        let token = token.into();
+        if let Some(why) = invalid_token(&token) {
+            return Err(HookError::InvalidToken(why));
+        }
+        let payload = serde_json::to_value(payload).map_err(|e| HookError::Serialize {
+            token: token.clone(),
+            message: e.to_string(),
+        })?;
+        match self
+            .inner
+            .store
+            .resume_hook(&token, payload, SystemTime::now())
+            .await?
+        {
+            Some((run_id, _)) => {
+                // Not driven here: evicted (now acquirable), or driven elsewhere. A driver
+                // evicting the run right now looks for work once it has left.
+                if !self.inner.payload_arrived(&run_id) {
+                    self.inner.work.notify_one();
+                }
+                Ok(HookRef { token, run_id })
+            }
+            None => Err(HookError::NotFound(HookNotFoundError { token })),
+        }
+    }
+
+    /// The active hook owning `token`. Advisory: a later `start` is not atomic with this
+    /// look-up (use `start(..).hook(token)` for that).
+    pub async fn get_hook_by_token(&self, token: impl AsRef<str>) -> Result<HookInfo, HookError> {
+        let token = token.as_ref();
+        if let Some(why) = invalid_token(token) {
+            return Err(HookError::InvalidToken(why));
+        }
+        match self.inner.store.get_hook(token).await? {
+            Some(h) => Ok(HookInfo {
+                token: h.token,
+                run_id: h.run_id,
+                created_at: h.created_at,
+            }),
+            None => Err(HookError::NotFound(HookNotFoundError {
+                token: token.to_owned(),
+            })),
+        }
+    }
+}
+
+/// Where `resume_hook` delivered a payload.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HookRef {
+    /// The token.
+    pub token: String,
+    /// The run owning it.
+    pub run_id: RunId,
+}
+
+/// An active hook, from `get_hook_by_token`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookInfo {
+    /// The token.
+    pub token: String,
+    /// The run owning it.
+    pub run_id: RunId,
+    /// When that run claimed it.
+    pub created_at: SystemTime,
+}
+
+/// A pending start; await it. From [`Runtime::start`].
+#[must_use = "a start does nothing unless awaited"]
+pub struct Start<W: WorkflowDef> {
+    rt: Runtime,
+    input: Result<Value, StartError>,
+    hook: Option<String>,
+    retention: Option<Duration>,
+    _def: PhantomData<fn() -> W>,
+}
+
+impl<W: WorkflowDef> Start<W> {
+    /// Claims hook `token` atomically with admitting the run: of any number of concurrent
+    /// starts with one token, across processes, exactly one becomes a run; the others fail with
+    /// [`StartError::HookConflict`] naming it and leave no trace. The hook accepts payloads
+    /// from admission on (they are buffered); inside the run, `create_hook(token)` binds to it.
+    pub fn hook(mut self, token: impl Into<String>) -> Self {
+        self.hook = Some(token.into());
+        self
+    }
+
+    /// Keeps the `.hook(..)` token unavailable until `start + d`, even after the run ended, so
+    /// that late duplicates are still refused (and can read this run's result). No effect
+    /// without `.hook(..)`.
+    pub fn min_retention(mut self, d: Duration) -> Self {
+        self.retention = Some(d);
+        self
+    }
+}
+
+impl<W: WorkflowDef> IntoFuture for Start<W> {
+    type Output = Result<Run<W::Output>, StartError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let input = self.input?;
+            if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
+                return Err(StartError::InvalidToken(why));
+            }
+            let id = RunId::new();
+            let created_at = SystemTime::now();
+            let hook = self.hook.map(|token| StartHook {
+                token,
+                retain_until: self.retention.map(|d| created_at + d),
+            });
+            let token = hook.as_ref().map(|h| h.token.clone());
+            let inner = &self.rt.inner;
+            let mut flight = None;
+            if let Some(token) = &token {
+                match inner.join_start(token) {
+                    Joined::Lead(lead) => flight = Some(lead),
+                    Joined::Follow(mut owner) => {
+                        // Woken by the leader's answer or its end; no answer: ask the store.
+                        let _ = owner.wait_for(Option::is_some).await;
+                        let owner = *owner.borrow();
+                        if let Some(owner) = owner {
+                            return Err(StartError::HookConflict(HookConflictError {
+                                token: token.clone(),
+                                conflicting_run_id: owner,
+                            }));
+                        }
+                    }
+                }
+            }
+            let new_run = NewRun {
+                id,
+                workflow: W::NAME.to_owned(),
+                input,
+                created_at,
+                hook,
+            };
+            // Admission runs in its own task: once the store has the start, the run is driven
+            // (or left to the workers) and duplicates following it get their answer, even if
+            // this future is dropped meanwhile.
+            let admitted = inner
+                .tasks
+                .spawn(admit(inner.clone(), new_run, flight))
+                .await;
+            match admitted {
+                Ok(admitted) => admitted?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Err(StartError::NoRuntime),
+            }
+            Ok(Run {
+                id,
+                rt: self.rt,
+                _t: PhantomData,
+            })
+        })
+    }
+}
+
+/// Admits `run` and, when this process leased it, starts driving it.
+async fn admit(
+    inner: Arc<Inner>,
+    run: NewRun,
+    flight: Option<StartFlight>,
+) -> Result<(), StartError> {
+    let (id, created_at) = (run.id, run.created_at);
+    let workflow = run.workflow.clone();
+    let input = run.input.clone();
+    let token = run.hook.as_ref().map(|h| h.token.clone());
+    // A worker with room for the run leases it at admission (one transaction instead of
+    // admission + acquire) and drives it at once.
+    let (admission, lease) = if inner.can_take(&workflow) {
+        inner
+            .store
+            .create_run_leased(run, inner.config.lease)
+            .await?
+    } else {
+        (inner.store.create_run(run).await?, None)
+    };
+    if let Some(flight) = flight {
+        flight.land(match admission {
+            Admission::Admitted => id,
+            Admission::Conflict(owner) => owner,
+        });
+    }
+    if let Admission::Conflict(owner) = admission {
+        return Err(StartError::HookConflict(HookConflictError {
+            token: token.unwrap_or_default(),
+            conflicting_run_id: owner,
+        }));
+    }
+    match lease {
+        Some(lease) => spawn_run(
+            &inner,
+            LeasedRun {
+                run: RunRecord {
+                    id,
+                    workflow,
+                    status: RunStatus::Running,
+                    input,
+                    output: None,
+                    error: None,
+                    created_at,
+                    updated_at: created_at,
+                    hook_token: token,
+                },
+                lease,
+                events: Vec::new(),
+            },
+        ),
+        None => inner.work.notify_one(),
+    }
+    Ok(())
+}
+
+/// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from
+/// [`Runtime::get_run`]; [`Run::typed`] changes it).
+pub struct Run<T = Value> {
+    id: RunId,
+    rt: Runtime,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Run<T> {
+    fn clone(&self) -> Self {
+        Run {
+            id: self.id,
+            rt: self.rt.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Run<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run").field("id", &self.id).finish()
+    }
+}
+
+impl<T> Run<T> {
+    /// The run's id.
+    pub fn id(&self) -> RunId {
+        self.id
+    }
+
+    /// The same run, with its result read as `U`.
+    pub fn typed<U>(self) -> Run<U> {
+        Run {
+            id: self.id,
+            rt: self.rt,
+            _t: PhantomData,
+        }
+    }
+
+    /// The run as stored.
+    pub async fn info(&self) -> Result<RunRecord, RunError> {
+        self.rt
+            .inner
+            .store
+            .get_run(&self.id)
+            .await?
+            .ok_or(RunError::NotFound(self.id))
+    }
+
+    /// The run's current status.
+    pub async fn status(&self) -> Result<RunStatus, RunError> {
+        Ok(self.info().await?.status)
+    }
+
+    /// Cancels the run: once this returns, the run is recorded as cancelled; the worker driving
+    /// it stops at its next await point and in-flight step results are discarded. A run that
+    /// already ended is left as it is (`Ok`).
+    pub async fn cancel(&self) -> Result<(), RunError> {
+        let outcome = self
+            .rt
+            .inner
+            .store
+            .cancel(&self.id, SystemTime::now())
+            .await?;
+        if outcome == CancelOutcome::Cancelled {
+            if let Some(a) = self.rt.inner.active().get(&self.id) {
+                a.stop.notify_one();
+            }
+            self.rt.inner.run_ended(self.id);
+        }
+        Ok(())
+    }
+}
+
+impl<T: DeserializeOwned> Run<T> {
+    /// Waits for the run to end and returns its value: `Err` with the run's error if it failed,
+    /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
+    /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
+    pub async fn return_value(&self) -> Result<T, Error> {
+        // Registered before the first read, so an end between the read and the wait counts.
+        let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
+        loop {
+            let run = self.info().await?;
+            match run.status {
+                RunStatus::Completed => {
+                    let v = run.output.unwrap_or(Value::Null);
+                    return serde_json::from_value(v).map_err(|e| {
+                        Error::fatal(format!(
+                            "the result of run {} does not deserialize into the requested type: {e}",
+                            self.id
+                        ))
+                    });
+                }
+                RunStatus::Failed => {
+                    return Err(run
+                        .error
+                        .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
+                }
+                RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
+                RunStatus::Pending | RunStatus::Running => {
+                    // Read again when this run ends here, when notices were missed, or after
+                    // the poll interval (runs driven by processes that do not push).
+                    let _ = tokio::time::timeout(
+                        self.rt.inner.config.poll_interval,
+                        ended.signal.changed(),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}
+
+/// The end signal of one run that `return_value` calls wait for, shared by all of them.
+pub(super) struct Waiting {
+    pub(super) ended: watch::Sender<()>,
+    waiters: usize,
+}
+
+/// One `return_value` call's registration in [`Inner::waiting`]; removed on drop.
+struct WaitForEnd {
+    inner: Arc<Inner>,
+    run: RunId,
+    signal: watch::Receiver<()>,
+}
+
+impl WaitForEnd {
+    fn new(inner: &Arc<Inner>, run: RunId) -> Self {
+        let mut waiting = crate::lock(&inner.waiting);
+        let w = waiting.entry(run).or_insert_with(|| Waiting {
+            ended: watch::channel(()).0,
+            waiters: 0,
+        });
+        w.waiters += 1;
+        let signal = w.ended.subscribe();
+        drop(waiting);
+        WaitForEnd {
+            inner: inner.clone(),
+            run,
+            signal,
+        }
+    }
+}
+
+impl Drop for WaitForEnd {
+    fn drop(&mut self) {
+        let mut waiting = crate::lock(&self.inner.waiting);
+        if let Some(w) = waiting.get_mut(&self.run) {
+            w.waiters -= 1;
+            if w.waiters == 0 {
+                waiting.remove(&self.run);
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The runtime: the state one built runtime shares between its user-held [`Runtime`] handles,
+//! its worker loops and the drivers of its runs, and which runtime `workflow_core::api` finds.
+//! A process whose runtime is built is a worker; it stays one until [`Runtime::shutdown`] or
+//! until the last user-held handle is dropped.
+//!
+//! - `builder`: the store choice and options, and `build`;
+//! - `client`: starting runs, run handles, hooks;
+//! - `worker`: leasing, heartbeats, store notices, spawning drivers;
+//! - `flight`: concurrent in-process starts of one hook token.
+
+mod builder;
+mod client;
+mod flight;
+mod worker;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use serde_json::Value;
+use tokio::sync::{watch, Notify};
+
+use crate::config::Config;
+use crate::driver::Host;
+use crate::error::Error;
+use crate::registry::BoxFuture;
+use crate::ids::RunId;
+use crate::registry::WorkflowRegistration;
+use crate::store::{Lease, Store};
+
+pub use builder::RuntimeBuilder;
+pub use client::{HookInfo, HookRef, Run, Start};
+pub(crate) use worker::spawn_run;
+
+tokio::task_local! {
+    static CURRENT_RUNTIME: Arc<Inner>;
+}
+
+/// The runtimes built in this process, oldest first, for `workflow_core::api` outside steps.
+/// Weak, so that it never keeps a runtime its user has dropped working in the background.
+static BUILT: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+/// Lists `inner` as the most recently built runtime, forgetting the dropped ones.
+fn register_built(inner: &Arc<Inner>) {
+    let mut built = crate::lock(&BUILT);
+    built.retain(|w| {
+        w.upgrade()
+            .is_some_and(|i| i.handles.load(Ordering::Acquire) > 0)
+    });
+    built.push(Arc::downgrade(inner));
+}
+
+/// Runs `fut` with `rt` as the runtime that `workflow_core::api` uses (inside steps).
+pub(crate) fn with_runtime<F: Future>(rt: Arc<Inner>, fut: F) -> impl Future<Output = F::Output> {
+    CURRENT_RUNTIME.scope(rt, fut)
+}
+
+/// The runtime `workflow_core::api` uses: inside a step, the one executing it; elsewhere, the
+/// most recently built one that a user still holds.
+pub(crate) fn current_runtime() -> Option<Runtime> {
+    if let Ok(inner) = CURRENT_RUNTIME.try_with(Arc::clone) {
+        return Some(Runtime::attach(inner));
+    }
+    let built = crate::lock(&BUILT);
+    built
+        .iter()
+        .rev()
+        .find_map(|w| w.upgrade().and_then(Runtime::revive))
+}
+
+/// A run this process drives, with the signals its driver listens to.
+struct Active {
+    lease: Lease,
+    stop: Arc<Notify>,
+    inbox: Arc<Notify>,
+}
+
+/// One runtime's shared state. The worker loops, the drivers and the admission tasks hold it
+/// through `Arc`s; only [`Runtime`] handles count as users (see [`Inner::handles`]).
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) config: Config,
+    worker_id: String,
+    workflows: HashMap<&'static str, &'static WorkflowRegistration>,
+    workflow_names: Vec<String>,
+    active: Mutex<HashMap<RunId, Active>>,
+    pub(crate) work: Notify,
+    /// Whether the store pushes changes (then polling is only a slow safety net).
+    pushed: bool,
+    /// The runs someone waits for in `return_value`, each with the signal of its end (in this
+    /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
+    waiting: Mutex<HashMap<RunId, client::Waiting>>,
+    shutdown: watch::Sender<bool>,
+    /// The `.hook(token)` starts this process has in flight, by token (see
+    /// [`flight::StartFlight`]).
+    starting: Mutex<HashMap<String, watch::Receiver<Option<RunId>>>>,
+    /// The tokio runtime the runtime was built in: admissions run there, so a start may be
+    /// awaited from any executor.
+    tasks: tokio::runtime::Handle,
+    /// How many [`Runtime`] handles exist. The loops hold `Arc<Inner>` for as long as they run,
+    /// so the `Arc`'s own count cannot tell that every user is gone: this one can, and its
+    /// last decrement shuts the runtime down.
+    handles: AtomicUsize,
+    /// Set when `handles` first dropped to zero: from then on the runtime is shutting down for
+    /// good, and `api` outside a step no longer finds it even while a step briefly holds a
+    /// handle on it.
+    abandoned: AtomicBool,
+}
+
+impl Inner {
+    fn active(&self) -> MutexGuard<'_, HashMap<RunId, Active>> {
+        crate::lock(&self.active)
+    }
+
+    fn run_left(&self, id: &RunId) {
+        let mut active = self.active();
+        let was_full = active.len() >= self.config.max_active_runs;
+        active.remove(id);
+        drop(active);
+        // Only a full worker may have left acquirable runs behind; otherwise the next
+        // acquire would find nothing new and cost a write transaction per finished run.
+        if was_full {
+            self.work.notify_one();
+        }
+    }
+
+    /// Whether this process should lease a run of `workflow` it is admitting: it is a running
+    /// worker that knows the workflow and has room.
+    fn can_take(&self, workflow: &str) -> bool {
+        self.config.worker
+            && !*self.shutdown.borrow()
+            && self.workflows.contains_key(workflow)
+            && self.active().len() < self.config.max_active_runs
+    }
+
+    /// Tells the local driver of `run`, if any, that its inbox has news; false if no driver
+    /// here has the run.
+    fn payload_arrived(&self, run: &RunId) -> bool {
+        match self.active().get(run) {
+            Some(a) => {
+                a.inbox.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn run_ended(&self, id: RunId) {
+        let waiting = crate::lock(&self.waiting);
+        if let Some(w) = waiting.get(&id) {
+            w.ended.send_replace(());
+        }
+    }
+
+    /// Stops the worker loops and every driver; runs driven here are left to other workers
+    /// (after their leases expire).
+    fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+        for a in self.active().values() {
+            a.stop.notify_one();
+        }
+    }
+}
+
+/// A handle on the workflow runtime: cheap to clone, clones share one runtime.
+///
+/// The runtime works for as long as a handle on it exists (run handles and pending starts hold
+/// one too): dropping the last one shuts it down as [`Runtime::shutdown`] does.
+///
+/// See the crate docs for a complete example.
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// A new counted handle on `inner`.
+    fn attach(inner: Arc<Inner>) -> Runtime {
+        // As in `Arc::clone`: a new handle is made from an existing reference, so no ordering
+        // with other threads is needed here.
+        inner.handles.fetch_add(1, Ordering::Relaxed);
+        Runtime { inner }
+    }
+
+    /// A handle on `inner` if its users still hold one; `None` once they dropped them all.
+    fn revive(inner: Arc<Inner>) -> Option<Runtime> {
+        if inner.abandoned.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut n = inner.handles.load(Ordering::Acquire);
+        loop {
+            if n == 0 {
+                return None;
+            }
+            match inner
+                .handles
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(Runtime { inner }),
+                Err(now) => n = now,
+            }
+        }
+    }
+
+    /// How many runs this process is driving in memory now (evicted and pending runs are not
+    /// counted).
+    pub fn active_runs(&self) -> usize {
+        self.inner.active().len()
+    }
+
+    /// Stops this runtime's worker: runs it drives are left to other workers (after their
+    /// leases expire) or to the next start of this program.
+    pub fn shutdown(&self) {
+        self.inner.shut_down();
+    }
+}
+
+impl Clone for Runtime {
+    fn clone(&self) -> Self {
+        Runtime::attach(self.inner.clone())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if self.inner.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inner.abandoned.store(true, Ordering::Release);
+            self.inner.shut_down();
+        }
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("worker_id", &self.inner.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a run's driver may ask of its runtime.
+impl Host for Inner {
+    fn store(&self) -> &dyn Store {
+        &*self.store
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn left(&self, lease: &Lease, evicted: bool) {
+        self.run_left(&lease.run_id);
+        if evicted {
+            // A payload that arrived since the release made the run due, and found it still
+            // listed here: now that it has left, any worker may take it.
+            self.work.notify_one();
+        }
+    }
+
+    fn ended(&self, run: RunId) {
+        self.run_ended(run);
+    }
+
+    fn enter_step(
+        self: Arc<Self>,
+        attempt: BoxFuture<'static, Result<Value, Error>>,
+    ) -> BoxFuture<'static, Result<Value, Error>> {
+        Box::pin(with_runtime(self, attempt))
+    }
+}

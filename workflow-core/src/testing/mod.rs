@@ -1,0 +1,13 @@
+//! Support for testing code built on this crate, behind the `testing` feature: what a crate
+//! needs to hold its own code to the contracts this crate's code is held to.
+//!
+//! - [`store`]: the store conformance suite, for authors of a [`Store`](crate::store::Store).
+//!
+//! Enable it for tests only:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! workflow-core = { version = "0.1", features = ["testing"] }
+//! ```
+
+pub mod store;
