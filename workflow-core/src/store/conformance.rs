@@ -566,7 +566,7 @@ pub(crate) async fn create_acquire_append_complete_round_trip<S: Store + Inspect
                 hook: None,
             })
             .await,
-        Err(StoreError::Database(m)) if m.contains("already exists")
+        Err(StoreError::Database(m)) if m.message().contains("already exists")
     ));
     assert!(store.events(&id).await.unwrap().is_empty());
     assert!(store.get_run(&RunId::new()).await.unwrap().is_none());
@@ -1071,7 +1071,7 @@ pub(crate) async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspe
         })
         .await;
     assert!(
-        matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
+        matches!(&again, Err(StoreError::Database(m)) if m.message().contains("already exists")),
         "{again:?}"
     );
     assert_eq!(owner(store, "order:2").await, None);
