@@ -312,6 +312,12 @@ impl DatabaseError {
         self
     }
 
+    /// The same error, its message prefixed with what was being done.
+    pub(crate) fn context(mut self, doing: impl fmt::Display) -> Self {
+        self.message = format!("{doing}: {}", self.message);
+        self
+    }
+
     /// The message, without the `database error: ` prefix.
     pub fn message(&self) -> &str {
         &self.message

@@ -10,7 +10,6 @@
 //! `pg_notify` on a channel named after the schema inside their transaction, so a notice goes
 //! out exactly when the change it announces becomes visible.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
@@ -21,7 +20,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
-use super::sql::migrations::{self, Migration, Place, MIGRATIONS_TABLE};
+use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
 use super::sql::rows::{
     decode_events, decode_payload, decode_payload_run, EventRow, HookRow, LeasedRow, Picked, RunRow,
@@ -137,8 +136,6 @@ WHERE e.run_id = r.id;
 ALTER TABLE {schema}.runs SET (fillfactor = 80);
 "#;
 
-/// Sends each element of `$2` as a notification on channel `$1`; delivered at commit.
-const NOTIFY: &str = "SELECT pg_notify($1, n) FROM UNNEST($2::text[]) AS n";
 /// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
 /// kind of lock on its own key inside its statement.)
 const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
@@ -279,7 +276,7 @@ impl PostgresStore {
         let row = NewRunRow::new(run, lease)?;
         if row.hook.is_none() {
             // One statement (the insert), so no transaction.
-            let mut conn = self.pool().acquire().await?;
+            let mut conn = self.inner.pool.acquire().await?;
             return policy::admit(&mut self.tx(&mut conn), &row).await;
         }
         let mut tx = self.begin().await?;
@@ -287,14 +284,6 @@ impl PostgresStore {
         // A conflict wrote nothing: ending the transaction at once frees the token's row
         // lock for the next contender.
         settle(tx, admitted).await
-    }
-
-    fn pool(&self) -> &PgPool {
-        &self.inner.pool
-    }
-
-    fn sql(&self) -> &Statements {
-        &self.inner.sql
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -326,17 +315,17 @@ impl Store for PostgresStore {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        let row: Option<RunRow> = sqlx::query_as(&self.sql().get_run)
+        let row: Option<RunRow> = sqlx::query_as(&self.inner.sql.get_run)
             .bind(id.to_string())
-            .fetch_optional(self.pool())
+            .fetch_optional(&self.inner.pool)
             .await?;
         row.map(RunRow::decode).transpose()
     }
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(&self.sql().events)
+        let rows: Vec<EventRow> = sqlx::query_as(&self.inner.sql.events)
             .bind(id.to_string())
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
         decode_events(rows)
     }
@@ -345,7 +334,7 @@ impl Store for PostgresStore {
         if req.limit == 0 || req.workflows.is_empty() {
             return Ok(Vec::new());
         }
-        let s = self.sql();
+        let s = &self.inner.sql;
         let mut tx = self.begin().await?;
         let leased = async {
             // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
@@ -378,7 +367,7 @@ impl Store for PostgresStore {
         let write = EncodedAppend::new(write)?;
         if write.events_only() {
             // A step's result, a timer, a payload...: one statement, its own transaction.
-            let mut conn = self.pool().acquire().await?;
+            let mut conn = self.inner.pool.acquire().await?;
             return policy::append(&mut self.tx(&mut conn), lease, &write).await;
         }
         let mut tx = self.begin().await?;
@@ -395,25 +384,23 @@ impl Store for PostgresStore {
         let now = sql_time(SystemTime::now());
         let mut tx = self.begin().await?;
         let released = async {
-            // Locked first, checked for unseen payloads in the next statement: its fresh
-            // snapshot sees every payload committed before the lock was granted, and a payload
-            // committed later finds the released row and lowers its wake time itself.
-            let run = lease.run_id.to_string();
-            if !self.tx(&mut tx).hold(&run, sql_epoch(lease.epoch)).await? {
+            // Fenced and locked first (an append of no events), checked for unseen payloads in
+            // the next statement: its fresh snapshot sees every payload committed before the
+            // lock was granted, and a payload committed later finds the released row and
+            // lowers its wake time itself.
+            let (run, fence) = (lease.run_id.to_string(), Some(sql_epoch(lease.epoch)));
+            let none = EncodedEvents::default();
+            if !self.tx(&mut tx).append_events(&run, fence, &none).await? {
                 return Err(StoreError::LeaseLost(lease.run_id));
             }
-            let woken: i64 = sqlx::query_scalar(&self.sql().release)
+            sqlx::query(&self.inner.sql.release)
                 .bind(&run)
                 .bind(sql_time(wake_at))
                 .bind(sql_id(payloads_seen))
                 .bind(now)
-                .fetch_one(&mut *tx)
+                .bind(&self.inner.schema)
+                .execute(&mut *tx)
                 .await?;
-            // A run due later is not acquirable now; telling every worker would only make
-            // them look in vain.
-            if woken <= now {
-                self.tx(&mut tx).notify(vec![NOTE_READY.to_owned()]).await?;
-            }
             Ok(())
         }
         .await;
@@ -449,14 +436,14 @@ impl Store for PostgresStore {
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError> {
         let payload = to_json(&payload, "the payload")?;
-        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.sql().resume)
+        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.inner.sql.resume)
             .bind(token)
             .bind(&payload)
             .bind(sql_time(at))
             .bind(self.inner.inbox_lock)
             .bind(sql_time(SystemTime::now()))
             .bind(&self.inner.schema)
-            .fetch_optional(self.pool())
+            .fetch_optional(&self.inner.pool)
             .await?;
         let Some((payload_id, owner, _notes)) = queued else {
             return Ok(None);
@@ -466,10 +453,10 @@ impl Store for PostgresStore {
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
         let key = run.to_string();
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(&self.sql().payloads)
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(&self.inner.sql.payloads)
             .bind(&key)
             .bind(sql_id(after))
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(|p| decode_payload(&key, p)).collect()
     }
@@ -479,25 +466,25 @@ impl Store for PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(&self.sql().payloads_since)
+        let rows: Vec<(i64, String)> = sqlx::query_as(&self.inner.sql.payloads_since)
             .bind(sql_id(after))
             .bind(sql_id(limit))
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(decode_payload_run).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {
-        let last: i64 = sqlx::query_scalar(&self.sql().last_payload_id)
-            .fetch_one(self.pool())
+        let last: i64 = sqlx::query_scalar(&self.inner.sql.last_payload_id)
+            .fetch_one(&self.inner.pool)
             .await?;
         payload_id_of(last)
     }
 
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
-        let row: Option<HookRow> = sqlx::query_as(&self.sql().get_hook)
+        let row: Option<HookRow> = sqlx::query_as(&self.inner.sql.get_hook)
             .bind(token)
-            .fetch_optional(self.pool())
+            .fetch_optional(&self.inner.pool)
             .await?;
         row.map(HookRow::decode).transpose()
     }
@@ -514,20 +501,13 @@ impl Store for PostgresStore {
         let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
         let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
         // One statement renews every lease still held; the rest are lost.
-        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.sql().heartbeat)
+        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.inner.sql.heartbeat)
             .bind(&ids)
             .bind(&epochs)
             .bind(lease_end(now, lease))
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
-        let renewed: HashSet<(String, i64)> = renewed.into_iter().collect();
-        Ok(leases
-            .iter()
-            .zip(ids)
-            .zip(epochs)
-            .filter(|((_, id), epoch)| !renewed.contains(&(id.clone(), *epoch)))
-            .map(|((l, _), _)| l.run_id)
-            .collect())
+        Ok(policy::lost(leases, renewed))
     }
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
@@ -539,22 +519,22 @@ impl Store for PostgresStore {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let (status, workflow, limit) = policy::run_filter(filter);
-        let rows: Vec<RunRow> = sqlx::query_as(&self.sql().list_runs)
+        let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
             .bind(status)
             .bind(workflow)
             .bind(limit)
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(RunRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let (token, run, limit) = policy::hook_filter(filter);
-        let rows: Vec<HookRow> = sqlx::query_as(&self.sql().list_hooks)
+        let rows: Vec<HookRow> = sqlx::query_as(&self.inner.sql.list_hooks)
             .bind(token)
             .bind(run)
             .bind(limit)
-            .fetch_all(self.pool())
+            .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(HookRow::decode).collect()
     }
@@ -586,12 +566,7 @@ impl Store for PostgresStore {
 /// Every statement with the schema spelled in, built once per store: sqlx prepares each one
 /// once per connection and reuses it (its cache is keyed by the SQL text). Read it side by
 /// side with SQLite's.
-type Statements = super::sql::Statements<String, PostgresOnly>;
-
-/// The statements SQLite does without (it has no row locks to take).
-struct PostgresOnly {
-    hold: String,
-}
+type Statements = super::sql::Statements<String, ()>;
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token";
@@ -658,10 +633,11 @@ fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.epoch, r.wake_at"
             ),
-            // Fenced like `hold` (with epoch `$5`, unless NULL), numbered after the run's
-            // last event (`runs.last_seq`, bumped in the same statement) and inserted: one
-            // statement, locking the run's row; no row when the lease is lost. `$2` times,
-            // `$3` kinds, `$4` data.
+            // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
+            // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
+            // run's row stays locked until commit, so no takeover, cancel or other write to
+            // the run interleaves with the caller's. No row when the lease is lost. `$2`
+            // times, `$3` kinds, `$4` data.
             append: format!(
                 "WITH numbered AS (
                      UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
@@ -678,10 +654,14 @@ fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
+            // Ended and announced. `$6` channel.
             end_run: format!(
-                "UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
-                     lease_until = NULL
-                 WHERE id = $1"
+                "WITH ended AS (
+                     UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
+                         lease_until = NULL
+                     WHERE id = $1
+                     RETURNING id)
+                 SELECT pg_notify($6, '{NOTE_ENDED}' || id) FROM ended"
             ),
             // Giving up tokens (`$3`, or NULL for all the run's): the row goes, freeing the
             // token, unless retained past now; then it stays, inactive, until a claim after
@@ -697,13 +677,17 @@ fn statements(s: &str) -> Statements {
                      WHERE run_id = $1 AND active AND ($2::text[] IS NULL OR token = ANY($2))"
                 ),
             ],
+            // Announced only when acquirable now: telling every worker about a run due later
+            // would only make them look in vain. `$5` channel.
             release: format!(
-                "UPDATE {s}.runs SET lease_until = NULL,
-                     wake_at = CASE
-                         WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
-                         THEN $4 ELSE $2 END
-                 WHERE id = $1
-                 RETURNING wake_at"
+                "WITH released AS (
+                     UPDATE {s}.runs SET lease_until = NULL,
+                         wake_at = CASE
+                             WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
+                             THEN $4 ELSE $2 END
+                     WHERE id = $1
+                     RETURNING wake_at)
+                 SELECT pg_notify($5, '{NOTE_READY}') FROM released WHERE wake_at <= $4"
             ),
             // One statement, so one round trip and an implicit transaction: take the inbox
             // lock (see `PostgresStore::resume_hook`), queue the payload if the token has an
@@ -766,15 +750,7 @@ fn statements(s: &str) -> Statements {
                  ORDER BY created_at DESC, token COLLATE \"C\"
                  LIMIT $3"
             ),
-            dialect: PostgresOnly {
-                // The fence: the row is locked until commit, so no takeover, cancel or other
-                // write to the run interleaves with the caller's.
-                hold: format!(
-                    "SELECT 1 FROM {s}.runs
-                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL
-                 FOR UPDATE"
-                ),
-            },
+            dialect: (),
         }
     }
 }
@@ -786,29 +762,6 @@ struct Pg<'a> {
     sql: &'a Statements,
     /// The schema's notification channel.
     channel: &'a str,
-}
-
-impl Pg<'_> {
-    /// True while `epoch` holds the run's lease; the row is then locked until commit.
-    async fn hold(&mut self, run: &str, epoch: i64) -> Result<bool, StoreError> {
-        let held = sqlx::query(&self.sql.dialect.hold)
-            .bind(run)
-            .bind(epoch)
-            .fetch_optional(&mut *self.conn)
-            .await?;
-        Ok(held.is_some())
-    }
-
-    /// Queues notifications on this schema's channel; they go out when the transaction
-    /// commits.
-    async fn notify(&mut self, notes: Vec<String>) -> Result<(), StoreError> {
-        sqlx::query(NOTIFY)
-            .bind(self.channel)
-            .bind(notes)
-            .execute(&mut *self.conn)
-            .await?;
-        Ok(())
-    }
 }
 
 impl Tx for Pg<'_> {
@@ -920,9 +873,10 @@ impl Tx for Pg<'_> {
             .bind(output)
             .bind(error)
             .bind(now)
+            .bind(self.channel)
             .execute(&mut *self.conn)
             .await?;
-        self.notify(vec![format!("{NOTE_ENDED}{run}")]).await
+        Ok(())
     }
 }
 
@@ -1031,10 +985,10 @@ fn lock_key(what: &str, schema: &str) -> i64 {
     stable_hash(key.as_bytes()) as i64
 }
 
-/// Creates or migrates the schema in one transaction that holds an advisory lock keyed by the
-/// schema: processes connecting at once take turns, and each later one finds the work done.
+/// Creates or migrates the schema (see [`migrations::migrate`]) in one transaction that holds
+/// an advisory lock keyed by the schema: processes connecting at once take turns, and each
+/// later one finds the work done.
 async fn migrate(conn: &mut PgConnection, schema: &str, target: &str) -> Result<(), StoreError> {
-    let quoted = quote_ident(schema);
     let place = Place {
         shown: format!("schema `{schema}` at {target}"),
         kind: "schema",
@@ -1047,65 +1001,73 @@ async fn migrate(conn: &mut PgConnection, schema: &str, target: &str) -> Result<
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
-    // Read after the lock: this statement's snapshot includes a concurrent migration's commit.
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-         ORDER BY 1",
-    )
-    .bind(schema)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(fail)?;
-    let version = if tables.iter().any(|t| t == "workflow_migrations") {
-        let sql =
-            format!("SELECT COALESCE(MAX(version), 0)::bigint FROM {quoted}.workflow_migrations");
-        Some(
-            sqlx::query_scalar(&sql)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(fail)?,
-        )
-    } else {
-        None
+    // Read after the lock: the next statement's snapshot includes a concurrent migration's
+    // commit.
+    let mut migrating = Migrating {
+        conn: &mut tx,
+        schema,
+        quoted: quote_ident(schema),
+        created: false,
     };
-    let pending = migrations::pending(MIGRATIONS, TABLES, &place, &tables, version)?;
-    if pending.is_empty() {
-        // Nothing to do, and nothing that would need the right to create a schema.
-        return tx.commit().await.map_err(fail);
+    migrations::migrate(&mut migrating, MIGRATIONS, TABLES, &place).await?;
+    tx.commit().await.map_err(fail)
+}
+
+/// The statements of preparing a schema.
+struct Migrating<'a> {
+    conn: &'a mut PgConnection,
+    schema: &'a str,
+    quoted: String,
+    /// Whether `CREATE SCHEMA` ran: only a store that needs migrating needs that right.
+    created: bool,
+}
+
+impl migrations::Schema for Migrating<'_> {
+    async fn tables(&mut self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             ORDER BY 1",
+        )
+        .bind(self.schema)
+        .fetch_all(&mut *self.conn)
+        .await?)
     }
 
-    let bootstrap = format!(
-        "CREATE SCHEMA IF NOT EXISTS {quoted}; {};",
-        MIGRATIONS_TABLE.replace("{schema}", &format!("{quoted}."))
-    );
-    // Several statements: a query without arguments goes over the simple protocol, which
-    // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in general,
-    // sqlx issue #3150.)
-    (&mut *tx).execute(bootstrap.as_str()).await.map_err(fail)?;
-    let record = format!(
-        "INSERT INTO {quoted}.workflow_migrations (version, name, applied_at) VALUES ($1, $2, $3)"
-    );
-    for m in pending {
-        let ddl = m.ddl.replace("{schema}", &quoted);
-        (&mut *tx).execute(ddl.as_str()).await.map_err(|e| {
-            with_source(
-                format!("cannot migrate {place} to version {}: {e}", m.version),
-                e,
-            )
-        })?;
-        sqlx::query(&record)
+    async fn recorded(&mut self) -> Result<i64, StoreError> {
+        let sql = format!(
+            "SELECT COALESCE(MAX(version), 0)::bigint FROM {}.workflow_migrations",
+            self.quoted
+        );
+        Ok(sqlx::query_scalar(&sql).fetch_one(&mut *self.conn).await?)
+    }
+
+    async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
+        let mut sql = ddl.replace("{schema}", &self.quoted);
+        if !std::mem::replace(&mut self.created, true) {
+            sql = format!("CREATE SCHEMA IF NOT EXISTS {}; {sql}", self.quoted);
+        }
+        // Several statements: a query without arguments goes over the simple protocol, which
+        // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in
+        // general, sqlx issue #3150.)
+        (&mut *self.conn).execute(sql.as_str()).await?;
+        Ok(())
+    }
+
+    async fn record(&mut self, m: &Migration) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {}.workflow_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            self.quoted
+        );
+        sqlx::query(&sql)
             .bind(i32::try_from(m.version).unwrap_or(i32::MAX))
             .bind(m.name)
             .bind(sql_time(SystemTime::now()))
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
     }
-    tx.commit().await.map_err(fail)?;
-    migrations::migrated(&place, version.unwrap_or(0), pending);
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ use rusqlite::{
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::sql::migrations::{self, Migration, Place, MIGRATIONS_TABLE};
+use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
 use super::sql::rows::{
     decode_events, decode_payload, decode_payload_run, EventRow, HookRow, LeasedRow, Picked, RunRow,
@@ -224,8 +224,13 @@ const SQL: Statements = Statements {
     payloads_since: "SELECT id, run_id FROM hook_inbox WHERE id > ?1 ORDER BY id LIMIT ?2",
     last_payload_id: "SELECT COALESCE(MAX(id), 0) FROM hook_inbox",
     get_hook: "SELECT token, run_id, created_at FROM hooks WHERE token = ?1 AND active = 1",
-    heartbeat: "UPDATE runs SET lease_until = ?3
-                WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+    // `?1`: the leases as a JSON array of `[id, epoch]`.
+    heartbeat: "UPDATE runs SET lease_until = ?2
+                FROM (SELECT value ->> 0 AS held_id, value ->> 1 AS held_epoch
+                      FROM json_each(?1)) AS l
+                WHERE id = l.held_id AND epoch = l.held_epoch AND status = 'running'
+                  AND lease_until IS NOT NULL
+                RETURNING id, epoch",
     // A NULL filter matches everything.
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                        hook_token
@@ -594,19 +599,19 @@ impl Store for SqliteStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let leases = leases.to_vec();
-        let until = lease_end(now, lease);
-        self.write(move |tx| {
-            let mut renew = tx.prepare_cached(SQL.heartbeat)?;
-            let mut lost = Vec::new();
-            for l in leases {
-                if renew.execute(params![l.run_id.to_string(), sql_epoch(l.epoch), until])? == 0 {
-                    lost.push(l.run_id);
-                }
-            }
-            Ok(lost)
-        })
-        .await
+        let held: Vec<_> = leases
+            .iter()
+            .map(|l| (l.run_id.to_string(), sql_epoch(l.epoch)))
+            .collect();
+        let (held, until) = (to_json(&held, "the leases")?, lease_end(now, lease));
+        let renewed = self
+            .write(move |tx| {
+                all(tx, SQL.heartbeat, params![held, until], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await?;
+        Ok(policy::lost(leases, renewed))
     }
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
@@ -982,73 +987,74 @@ fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// Creates the schema in an empty database, accepts (and migrates) our own, and rejects
-/// anything else, inside the caller's transaction: another process opening the file
-/// meanwhile waits, then sees it migrated.
+/// Creates or migrates the schema (see [`migrations::migrate`]) inside the caller's
+/// transaction: another process opening the file meanwhile waits, then sees it migrated.
 fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     let place = Place {
         shown: path.display().to_string(),
         kind: "file",
         foreign: "is a SQLite database but not a workflow-rs store",
     };
-    let fail = |e: rusqlite::Error| open_error(path, e);
-    let tables: Vec<String> = tx
-        .prepare(SQL.dialect.tables)
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(fail)?;
-    let has = |name: &str| tables.iter().any(|t| t == name);
-    let (version, legacy) = if has("workflow_migrations") {
-        let v = tx.query_row(SQL.dialect.migration_version, [], |r| r.get(0));
-        (Some(v.map_err(fail)?), false)
-    } else if has("workflow_meta") {
-        (Some(legacy_version(tx, &place)?), true)
-    } else {
-        (None, false)
-    };
-    let pending = migrations::pending(MIGRATIONS, TABLES, &place, &tables, version)?;
-    if pending.is_empty() {
-        return Ok(());
+    let mut opening = Opening { tx, path };
+    now(migrations::migrate(
+        &mut opening,
+        MIGRATIONS,
+        TABLES,
+        &place,
+    ))
+}
+
+/// The statements of opening a file.
+struct Opening<'a> {
+    tx: &'a Transaction<'a>,
+    path: &'a Path,
+}
+
+impl migrations::Schema for Opening<'_> {
+    async fn tables(&mut self) -> Result<Vec<String>, StoreError> {
+        // The first read of the file: where a file that is no database is found out.
+        let tables = self
+            .tx
+            .prepare(SQL.dialect.tables)
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect());
+        tables.map_err(|e| open_error(self.path, e))
     }
-    let from = version.unwrap_or(0);
-    tx.execute_batch(&MIGRATIONS_TABLE.replace("{schema}", ""))
-        .map_err(fail)?;
-    let record = |m: &Migration| {
+
+    async fn recorded(&mut self) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_row(SQL.dialect.migration_version, [], |r| r.get(0))?)
+    }
+
+    async fn legacy(&mut self, tables: &[String]) -> Result<Option<i64>, StoreError> {
+        if !tables.iter().any(|t| t == "workflow_meta") {
+            return Ok(None);
+        }
+        let place = self.path.display();
+        legacy_version(self.tx, &place).map(Some)
+    }
+
+    async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
+        Ok(self.tx.execute_batch(&ddl.replace("{schema}", "main"))?)
+    }
+
+    async fn record(&mut self, m: &Migration) -> Result<(), StoreError> {
         let args = params![m.version, m.name, sql_time(SystemTime::now())];
-        tx.execute(SQL.dialect.record_migration, args).map_err(fail)
-    };
-    if legacy {
-        // What `workflow_meta` said, as rows: the migrations this file already had.
-        MIGRATIONS
-            .iter()
-            .take_while(|m| m.version <= from)
-            .try_for_each(|m| record(m).map(drop))?;
+        self.tx.execute(SQL.dialect.record_migration, args)?;
+        Ok(())
     }
-    for m in pending {
-        tx.execute_batch(m.ddl).map_err(|e| {
-            StoreError::Database(database_error(
-                format!(
-                    "{place}: cannot migrate the workflow-rs store to schema version {}: {e}",
-                    m.version
-                ),
-                e,
-            ))
-        })?;
-        record(m)?;
-    }
-    migrations::migrated(&place, from, pending);
-    Ok(())
 }
 
 /// The schema version of a file from before `workflow_migrations`, which kept its version
 /// in the key-value table `workflow_meta`, next to the name marking the file as ours.
-fn legacy_version(tx: &Transaction<'_>, place: &Place) -> Result<i64, StoreError> {
+fn legacy_version(tx: &Transaction<'_>, place: &dyn fmt::Display) -> Result<i64, StoreError> {
+    let foreign = "is a SQLite database but not a workflow-rs store";
     let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
         tx.query_row(SQL.dialect.legacy_meta, [key], |row| row.get(0))
             .optional()
             .map_err(|e| {
                 StoreError::Incompatible(format!(
-                    "{place} {} (its `workflow_meta` table is not ours: {e})",
-                    place.foreign
+                    "{place} {foreign} (its `workflow_meta` table is not ours: {e})"
                 ))
             })
     };
@@ -1056,8 +1062,7 @@ fn legacy_version(tx: &Transaction<'_>, place: &Place) -> Result<i64, StoreError
         Some(Sql::Text(s)) if s == "workflow-rs" => {}
         other => {
             return Err(StoreError::Incompatible(format!(
-                "{place} {} (its `workflow_meta` table names schema {other:?})",
-                place.foreign,
+                "{place} {foreign} (its `workflow_meta` table names schema {other:?})"
             )))
         }
     }

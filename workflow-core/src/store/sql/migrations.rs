@@ -6,6 +6,7 @@
 //! other processes opening the same store wait for.
 
 use std::fmt;
+use std::future::Future;
 
 use crate::error::StoreError;
 
@@ -19,9 +20,9 @@ pub(in crate::store) struct Migration {
     pub ddl: &'static str,
 }
 
-/// The table recording migrations (`{schema}` stands for the dialect's schema prefix).
+/// The table recording migrations (`{schema}` stands for the dialect's schema).
 pub(in crate::store) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS \
-     {schema}workflow_migrations (
+     {schema}.workflow_migrations (
          version    INTEGER PRIMARY KEY,
          name       TEXT NOT NULL,
          applied_at BIGINT NOT NULL
@@ -94,14 +95,68 @@ pub(in crate::store) fn pending<'m>(
     Ok(&migrations[first..])
 }
 
-/// Logs a finished migration.
-pub(in crate::store) fn migrated(place: &Place, from: i64, to: &[Migration]) {
-    if let Some(last) = to.last() {
-        tracing::info!(
-            store = %place,
-            from,
-            to = last.version,
-            "migrated the workflow-rs store"
-        );
+/// What opening a store runs, inside the dialect's transaction.
+pub(in crate::store) trait Schema {
+    /// The tables and views in the store's place, by name.
+    fn tables(&mut self) -> impl Future<Output = Result<Vec<String>, StoreError>>;
+
+    /// The last version `workflow_migrations` records (the table exists).
+    fn recorded(&mut self) -> impl Future<Output = Result<i64, StoreError>>;
+
+    /// The version of a store that keeps its bookkeeping in an older layout, if `tables` are
+    /// one (SQLite's `workflow_meta`); nothing is converted yet.
+    fn legacy(
+        &mut self,
+        tables: &[String],
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>> {
+        let _ = tables;
+        async { Ok(None) }
     }
+
+    /// Runs `ddl` (several statements; `{schema}` stands for the store's schema).
+    fn execute(&mut self, ddl: &str) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Records migration `m` as applied now.
+    fn record(&mut self, m: &Migration) -> impl Future<Output = Result<(), StoreError>>;
+}
+
+/// Creates the schema in an empty place, accepts (and migrates) a workflow-rs store, and
+/// rejects anything else, writing nothing then.
+pub(in crate::store) async fn migrate(
+    schema: &mut impl Schema,
+    migrations: &[Migration],
+    required: &[(&str, i64)],
+    place: &Place,
+) -> Result<(), StoreError> {
+    let tables = schema.tables().await?;
+    let (version, legacy) = if tables.iter().any(|t| t == "workflow_migrations") {
+        (Some(schema.recorded().await?), false)
+    } else {
+        let legacy = schema.legacy(&tables).await?;
+        (legacy, legacy.is_some())
+    };
+    let pending = pending(migrations, required, place, &tables, version)?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let from = version.unwrap_or(0);
+    schema.execute(MIGRATIONS_TABLE).await?;
+    if legacy {
+        // What the old layout said, as rows: the migrations the store already had.
+        for m in migrations.iter().take_while(|m| m.version <= from) {
+            schema.record(m).await?;
+        }
+    }
+    for m in pending {
+        schema.execute(m.ddl).await.map_err(|e| match e {
+            StoreError::Database(e) => StoreError::Database(e.context(format!(
+                "cannot migrate {place} to schema version {}",
+                m.version
+            ))),
+            e => e,
+        })?;
+        schema.record(m).await?;
+    }
+    tracing::info!(store = %place, from, to = ?pending.last().map(|m| m.version), "migrated the workflow-rs store");
+    Ok(())
 }

@@ -255,6 +255,17 @@ pub(in crate::store) async fn cancel(
     Ok(CancelOutcome::Cancelled)
 }
 
+/// The runs among `leases` a heartbeat did not renew (`renewed`: the `(id, epoch)` of each
+/// row its statement updated): their worker no longer holds them.
+pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> Vec<RunId> {
+    let renewed: std::collections::HashSet<(String, i64)> = renewed.into_iter().collect();
+    leases
+        .iter()
+        .filter(|l| !renewed.contains(&(l.run_id.to_string(), sql_epoch(l.epoch))))
+        .map(|l| l.run_id)
+        .collect()
+}
+
 /// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run) and the
 /// limit. Inspection, not a hot path: one statement serves every combination.
 pub(in crate::store) fn run_filter(
