@@ -27,7 +27,7 @@ use super::sql::rows::{
 };
 use super::sql::{
     lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
-    EncodedEvents,
+    EncodedEnd, EncodedEvents,
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
@@ -775,15 +775,17 @@ impl Tx for Pg<'_> {
 
     async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
         let token = run.hook.as_ref().map(|h| h.0.as_str());
-        let insert = match run.lease_until {
-            None => sqlx::query(&self.sql.insert_run).bind(&run.key),
-            Some(_) => sqlx::query(&self.sql.insert_leased_run).bind(&run.key),
+        let sql = match run.lease_until {
+            None => &self.sql.insert_run,
+            Some(_) => &self.sql.insert_leased_run,
         };
-        let insert = insert
+        let insert = sqlx::query(sql)
+            .bind(&run.key)
             .bind(&run.workflow)
             .bind(&run.input)
             .bind(run.created_at)
             .bind(token);
+        // `$6`: whom to tell about a run nobody leased, or until when it is leased.
         let insert = match run.lease_until {
             None => insert.bind(self.channel),
             Some(until) => insert.bind(until),
@@ -859,19 +861,12 @@ impl Tx for Pg<'_> {
             .await?)
     }
 
-    async fn end_run(
-        &mut self,
-        run: &str,
-        status: RunStatus,
-        output: Option<&str>,
-        error: Option<&str>,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
         sqlx::query(&self.sql.end_run)
             .bind(run)
-            .bind(status.as_str())
-            .bind(output)
-            .bind(error)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
             .bind(now)
             .bind(self.channel)
             .execute(&mut *self.conn)

@@ -33,7 +33,9 @@ use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
 use super::sql::rows::{
     decode_events, decode_payload, decode_payload_run, EventRow, HookRow, LeasedRow, Picked, RunRow,
 };
-use super::sql::{lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEvents};
+use super::sql::{
+    lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
+};
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
     HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunRecord, RunStatus, Store,
@@ -431,7 +433,7 @@ impl Store for SqliteStore {
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| {
-            let row = one(conn, SQL.get_run, [id], run_row)?;
+            let row = one(conn, SQL.get_run, [id], RunRow::from_sqlite)?;
             row.map(RunRow::decode).transpose()
         })
         .await
@@ -439,7 +441,7 @@ impl Store for SqliteStore {
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         let id = id.to_string();
-        self.read(move |conn| decode_events(all(conn, SQL.events, [id], event_row)?))
+        self.read(move |conn| decode_events(all(conn, SQL.events, [id], EventRow::from_sqlite)?))
             .await
     }
 
@@ -448,28 +450,18 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         }
         let workflows = to_json(&req.workflows, "workflow names")?;
-        let args = (
-            lease_end(req.now, req.lease),
-            sql_time(req.now),
-            sql_id(req.limit),
-        );
+        let until = lease_end(req.now, req.lease);
+        let (at, limit) = (sql_time(req.now), sql_id(req.limit));
         self.write(move |tx| {
-            let (until, now, limit) = args;
             let rows = all(
                 tx,
                 SQL.acquire,
-                params![until, now, workflows, limit],
-                |r| {
-                    // A row that cannot even be read is skipped like one that cannot be decoded.
-                    Ok(leased_row(r).map_err(|e| {
-                        let id = r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());
-                        (id, e.into())
-                    }))
-                },
+                params![until, at, workflows, limit],
+                leased_row,
             )?;
             let picked = Picked::new(rows);
             let ids = to_json(&picked.ids(), "run ids")?;
-            Ok(picked.attach(all(tx, SQL.events_of, [ids], event_row)?))
+            Ok(picked.attach(all(tx, SQL.events_of, [ids], EventRow::from_sqlite)?))
         })
         .await
     }
@@ -585,7 +577,7 @@ impl Store for SqliteStore {
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
         let token = token.to_owned();
         let row = self
-            .read(move |conn| one(conn, SQL.get_hook, [token], hook_row))
+            .read(move |conn| one(conn, SQL.get_hook, [token], HookRow::from_sqlite))
             .await?;
         row.map(HookRow::decode).transpose()
     }
@@ -629,7 +621,7 @@ impl Store for SqliteStore {
                     conn,
                     SQL.list_runs,
                     params![args.0, args.1, args.2],
-                    run_row,
+                    RunRow::from_sqlite,
                 )
             })
             .await?;
@@ -645,7 +637,7 @@ impl Store for SqliteStore {
                     conn,
                     SQL.list_hooks,
                     params![args.0, args.1, args.2],
-                    hook_row,
+                    HookRow::from_sqlite,
                 )
             })
             .await?;
@@ -738,18 +730,12 @@ impl Tx for Lite<'_> {
         one(self.0, SQL.run_status, [run], |r| r.get(0))
     }
 
-    async fn end_run(
-        &mut self,
-        run: &str,
-        status: RunStatus,
-        output: Option<&str>,
-        error: Option<&str>,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
+        let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
         exec(
             self.0,
             SQL.end_run,
-            params![run, status.as_str(), output, error, now],
+            params![run, status, output, error, now],
         )?;
         Ok(())
     }
@@ -790,43 +776,19 @@ fn all<T>(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-fn run_row(r: &Row<'_>) -> rusqlite::Result<RunRow> {
-    Ok(RunRow {
-        id: r.get(0)?,
-        workflow: r.get(1)?,
-        status: r.get(2)?,
-        input: r.get(3)?,
-        output: r.get(4)?,
-        error: r.get(5)?,
-        created_at: r.get(6)?,
-        updated_at: r.get(7)?,
-        hook_token: r.get(8)?,
-    })
-}
-
-fn leased_row(r: &Row<'_>) -> rusqlite::Result<LeasedRow> {
-    Ok(LeasedRow {
-        run: run_row(r)?,
-        epoch: r.get(9)?,
-        wake_at: r.get(10)?,
-    })
-}
-
-fn event_row(r: &Row<'_>) -> rusqlite::Result<EventRow> {
-    Ok(EventRow {
-        run_id: r.get(0)?,
-        seq: r.get(1)?,
-        at: r.get(2)?,
-        data: r.get(3)?,
-    })
-}
-
-fn hook_row(r: &Row<'_>) -> rusqlite::Result<HookRow> {
-    Ok(HookRow {
-        token: r.get(0)?,
-        run_id: r.get(1)?,
-        created_at: r.get(2)?,
-    })
+/// A row `acquire` leased, or why it cannot even be read, with the run id for the log: such
+/// a row is skipped like one that cannot be decoded.
+fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
+    let row = RunRow::from_sqlite(r).and_then(|run| {
+        let (epoch, wake_at) = (r.get(9)?, r.get(10)?);
+        Ok(LeasedRow {
+            run,
+            epoch,
+            wake_at,
+        })
+    });
+    let id = || r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());
+    Ok(row.map_err(|e| (id(), e.into())))
 }
 
 /// A value of the wrong type is a corrupt record; anything else is the database's error,

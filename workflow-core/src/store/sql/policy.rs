@@ -19,7 +19,7 @@ use crate::store::{
 
 use super::{
     lease_end, owner_of, sql_epoch, sql_id, sql_time, status_of, to_json, EncodedAppend,
-    EncodedEvents,
+    EncodedEnd, EncodedEvents,
 };
 
 /// A run to insert, as its columns.
@@ -99,13 +99,11 @@ pub(in crate::store) trait Tx {
     fn run_status(&mut self, run: &str)
         -> impl Future<Output = Result<Option<String>, StoreError>>;
 
-    /// Ends the run: `status`, `output`, `error`, no lease; announces the end.
+    /// Ends the run as `end` says, at `now`, without a lease; announces the end.
     fn end_run(
         &mut self,
         run: &str,
-        status: RunStatus,
-        output: Option<&str>,
-        error: Option<&str>,
+        end: &EncodedEnd,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
 }
@@ -173,9 +171,7 @@ pub(in crate::store) async fn append(
             .await?;
     }
     if let Some(end) = &write.end {
-        let (output, error) = (end.output.as_deref(), end.error.as_deref());
-        tx.end_run(&run, end.status, output, error, write.now)
-            .await?;
+        tx.end_run(&run, end, write.now).await?;
         tx.release_tokens(&run, None, write.now).await?;
     }
     Ok(())
@@ -217,7 +213,7 @@ pub(in crate::store) async fn claim_hook(
 pub(in crate::store) struct EncodedCancel {
     pub id: RunId,
     pub event: EncodedEvents,
-    pub error: String,
+    pub end: EncodedEnd,
     pub now: i64,
 }
 
@@ -229,7 +225,11 @@ impl EncodedCancel {
                 at: now,
                 event: Event::RunCancelled,
             }])?,
-            error: to_json(&Error::cancelled(id), "the cancellation error")?,
+            end: EncodedEnd {
+                status: RunStatus::Cancelled,
+                output: None,
+                error: Some(to_json(&Error::cancelled(id), "the cancellation error")?),
+            },
             now: sql_time(now),
         })
     }
@@ -249,8 +249,7 @@ pub(in crate::store) async fn cancel(
         return Ok(CancelOutcome::AlreadyEnded(status));
     }
     tx.append_events(&key, None, &c.event).await?;
-    tx.end_run(&key, RunStatus::Cancelled, None, Some(&c.error), c.now)
-        .await?;
+    tx.end_run(&key, &c.end, c.now).await?;
     tx.release_tokens(&key, None, c.now).await?;
     Ok(CancelOutcome::Cancelled)
 }

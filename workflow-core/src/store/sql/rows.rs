@@ -11,20 +11,47 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{EventRecord, HookRecord, Lease, LeasedRun, Payload, RunRecord};
 
-/// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-/// hook_token`, in this order.
-#[derive(Debug)]
-#[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
-pub(in crate::store) struct RunRow {
-    pub id: String,
-    pub workflow: String,
-    pub status: String,
-    pub input: String,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub created_at: i64,
-    pub updated_at: i64,
-    pub hook_token: Option<String>,
+/// Declares a row struct whose fields are the statement's columns in order, readable by
+/// each driver: by name in PostgreSQL (`sqlx::FromRow`), by position in SQLite.
+macro_rules! row {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        #[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
+        pub(in crate::store) struct $name {
+            $(pub $field: $ty,)*
+        }
+
+        #[cfg(feature = "sqlite")]
+        impl $name {
+            /// The row's columns from the start of `row`.
+            pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+                let mut column = 0;
+                Ok($name {
+                    $($field: {
+                        column += 1;
+                        row.get(column - 1)?
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+row! {
+    /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
+    /// hook_token`.
+    RunRow {
+        id: String,
+        workflow: String,
+        status: String,
+        input: String,
+        output: Option<String>,
+        error: Option<String>,
+        created_at: i64,
+        updated_at: i64,
+        hook_token: Option<String>,
+    }
 }
 
 impl RunRow {
@@ -54,14 +81,14 @@ pub(in crate::store) struct LeasedRow {
     pub wake_at: i64,
 }
 
-/// An `events` row: `run_id, seq, at, data`.
-#[derive(Debug)]
-#[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
-pub(in crate::store) struct EventRow {
-    pub run_id: String,
-    pub seq: i64,
-    pub at: i64,
-    pub data: String,
+row! {
+    /// An `events` row: `run_id, seq, at, data`.
+    EventRow {
+        run_id: String,
+        seq: i64,
+        at: i64,
+        data: String,
+    }
 }
 
 impl EventRow {
@@ -80,13 +107,13 @@ pub(in crate::store) fn decode_events(rows: Vec<EventRow>) -> Result<Vec<EventRe
     rows.into_iter().map(EventRow::decode).collect()
 }
 
-/// A `hooks` row of an active hook: `token, run_id, created_at`.
-#[derive(Debug)]
-#[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
-pub(in crate::store) struct HookRow {
-    pub token: String,
-    pub run_id: String,
-    pub created_at: i64,
+row! {
+    /// A `hooks` row of an active hook: `token, run_id, created_at`.
+    HookRow {
+        token: String,
+        run_id: String,
+        created_at: i64,
+    }
 }
 
 impl HookRow {
