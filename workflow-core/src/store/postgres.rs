@@ -31,7 +31,7 @@ use super::sql::{
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, RunStatus, Store,
+    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -1173,7 +1173,7 @@ fn parse_notice(payload: &str) -> Option<Notice> {
 mod tests {
     use serde_json::json;
 
-    use super::super::{from_millis, RunOutcome};
+    use super::super::{from_millis, RunOutcome, RunStatus};
     use super::*;
     use crate::store::conformance::{
         acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,

@@ -38,7 +38,7 @@ use super::sql::{
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunRecord, RunStatus, Store,
+    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
@@ -1203,7 +1203,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 mod tests {
     use serde_json::json;
 
-    use super::super::from_millis;
+    use super::super::{from_millis, RunStatus};
     use super::*;
     use crate::store::conformance::{
         acquire, ap, conformance_tests, create, lease_one, names, owner, start, step_done, storm,
