@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, oneshot};
 use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
 use super::sql::rows::{
-    decode_events, decode_payload, decode_payload_run, EventRow, HookRow, LeasedRow, Picked, RunRow,
+    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
 };
 use super::sql::{
     lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
@@ -453,12 +453,12 @@ impl Store for PostgresStore {
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
         let key = run.to_string();
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(&self.inner.sql.payloads)
+        let rows: Vec<PayloadRow> = sqlx::query_as(&self.inner.sql.payloads)
             .bind(&key)
             .bind(sql_id(after))
             .fetch_all(&self.inner.pool)
             .await?;
-        rows.into_iter().map(|p| decode_payload(&key, p)).collect()
+        rows.into_iter().map(|p| p.decode(&key)).collect()
     }
 
     async fn payloads_since(
@@ -466,12 +466,12 @@ impl Store for PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(&self.inner.sql.payloads_since)
+        let rows: Vec<InboxRow> = sqlx::query_as(&self.inner.sql.payloads_since)
             .bind(sql_id(after))
             .bind(sql_id(limit))
             .fetch_all(&self.inner.pool)
             .await?;
-        rows.into_iter().map(decode_payload_run).collect()
+        rows.into_iter().map(InboxRow::decode).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {

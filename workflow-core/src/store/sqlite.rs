@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
 use super::sql::rows::{
-    decode_events, decode_payload, decode_payload_run, EventRow, HookRow, LeasedRow, Picked, RunRow,
+    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
 };
 use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
@@ -432,11 +432,10 @@ impl Store for SqliteStore {
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         let id = id.to_string();
-        self.read(move |conn| {
-            let row = one(conn, SQL.get_run, [id], RunRow::from_sqlite)?;
-            row.map(RunRow::decode).transpose()
-        })
-        .await
+        let row = self
+            .read(move |conn| one(conn, SQL.get_run, [id], RunRow::from_sqlite))
+            .await?;
+        row.map(RunRow::decode).transpose()
     }
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
@@ -480,13 +479,9 @@ impl Store for SqliteStore {
         payloads_seen: u64,
     ) -> Result<(), StoreError> {
         let lease = lease.clone();
-        let args = (
-            sql_time(wake_at),
-            sql_id(payloads_seen),
-            sql_time(SystemTime::now()),
-        );
+        let (wake_at, seen) = (sql_time(wake_at), sql_id(payloads_seen));
+        let now = sql_time(SystemTime::now());
         self.write(move |tx| {
-            let (wake_at, seen, now) = args;
             let (run, epoch) = (lease.run_id.to_string(), sql_epoch(lease.epoch));
             match exec(tx, SQL.release, params![run, epoch, wake_at, seen, now])? {
                 0 => Err(StoreError::LeaseLost(lease.run_id)),
@@ -504,17 +499,9 @@ impl Store for SqliteStore {
         at: SystemTime,
     ) -> Result<ClaimOutcome, StoreError> {
         let lease = lease.clone();
-        let (hook_key, token) = (hook_key.to_owned(), token.to_owned());
-        self.write(move |tx| {
-            now(policy::claim_hook(
-                &mut Lite(tx),
-                &lease,
-                &hook_key,
-                &token,
-                at,
-            ))
-        })
-        .await
+        let (key, token) = (hook_key.to_owned(), token.to_owned());
+        self.write(move |tx| now(policy::claim_hook(&mut Lite(tx), &lease, &key, &token, at)))
+            .await
     }
 
     async fn resume_hook(
@@ -527,14 +514,17 @@ impl Store for SqliteStore {
         let payload = to_json(&payload, "the payload")?;
         let at = sql_time(at);
         self.write(move |tx| {
-            let queued = one(tx, SQL.resume, params![token, payload, at], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
-            let Some((id, owner)) = queued else {
+            let queued = one(
+                tx,
+                SQL.resume,
+                params![token, payload, at],
+                InboxRow::from_sqlite,
+            )?;
+            let Some(queued) = queued else {
                 return Ok(None);
             };
-            exec(tx, SQL.dialect.wake, params![owner, at])?;
-            decode_payload_run((id, owner)).map(|(id, run)| Some((run, id)))
+            exec(tx, SQL.dialect.wake, params![queued.run_id, at])?;
+            queued.decode().map(|(id, run)| Some((run, id)))
         })
         .await
     }
@@ -543,10 +533,13 @@ impl Store for SqliteStore {
         let run = run.to_string();
         let after = sql_id(after);
         self.read(move |conn| {
-            let rows = all(conn, SQL.payloads, params![run, after], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })?;
-            rows.into_iter().map(|p| decode_payload(&run, p)).collect()
+            let rows = all(
+                conn,
+                SQL.payloads,
+                params![run, after],
+                PayloadRow::from_sqlite,
+            )?;
+            rows.into_iter().map(|p| p.decode(&run)).collect()
         })
         .await
     }
@@ -559,12 +552,15 @@ impl Store for SqliteStore {
         let (after, limit) = (sql_id(after), sql_id(limit));
         let rows = self
             .read(move |conn| {
-                all(conn, SQL.payloads_since, [after, limit], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+                all(
+                    conn,
+                    SQL.payloads_since,
+                    [after, limit],
+                    InboxRow::from_sqlite,
+                )
             })
             .await?;
-        rows.into_iter().map(decode_payload_run).collect()
+        rows.into_iter().map(InboxRow::decode).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {
@@ -613,33 +609,17 @@ impl Store for SqliteStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit) = policy::run_filter(filter);
-        let args = (status, workflow.map(str::to_owned), limit);
+        let args = policy::run_filter(filter);
         let rows = self
-            .read(move |conn| {
-                all(
-                    conn,
-                    SQL.list_runs,
-                    params![args.0, args.1, args.2],
-                    RunRow::from_sqlite,
-                )
-            })
+            .read(move |conn| all(conn, SQL.list_runs, args, RunRow::from_sqlite))
             .await?;
         rows.into_iter().map(RunRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
-        let (token, run, limit) = policy::hook_filter(filter);
-        let args = (token.map(str::to_owned), run, limit);
+        let args = policy::hook_filter(filter);
         let rows = self
-            .read(move |conn| {
-                all(
-                    conn,
-                    SQL.list_hooks,
-                    params![args.0, args.1, args.2],
-                    HookRow::from_sqlite,
-                )
-            })
+            .read(move |conn| all(conn, SQL.list_hooks, args, HookRow::from_sqlite))
             .await?;
         rows.into_iter().map(HookRow::decode).collect()
     }
@@ -988,12 +968,44 @@ impl migrations::Schema for Opening<'_> {
             .query_row(SQL.dialect.migration_version, [], |r| r.get(0))?)
     }
 
+    /// A file from before `workflow_migrations` kept its version in the key-value table
+    /// `workflow_meta`, next to the name marking the file as ours.
     async fn legacy(&mut self, tables: &[String]) -> Result<Option<i64>, StoreError> {
         if !tables.iter().any(|t| t == "workflow_meta") {
             return Ok(None);
         }
-        let place = self.path.display();
-        legacy_version(self.tx, &place).map(Some)
+        let (tx, place) = (self.tx, self.path.display());
+        let foreign = "is a SQLite database but not a workflow-rs store";
+        let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
+            tx.query_row(SQL.dialect.legacy_meta, [key], |row| row.get(0))
+                .optional()
+                .map_err(|e| {
+                    StoreError::Incompatible(format!(
+                        "{place} {foreign} (its `workflow_meta` table is not ours: {e})"
+                    ))
+                })
+        };
+        match meta("schema")? {
+            Some(Sql::Text(s)) if s == "workflow-rs" => {}
+            other => {
+                return Err(StoreError::Incompatible(format!(
+                    "{place} {foreign} (its `workflow_meta` table names schema {other:?})"
+                )))
+            }
+        }
+        let version = match meta("version")? {
+            Some(Sql::Integer(v)) => Some(v),
+            Some(Sql::Text(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        let unknown = || {
+            StoreError::Incompatible(format!(
+                "{place} holds a workflow-rs store with an unknown schema version \
+                 (this build reads schema versions 1 to {})",
+                MIGRATIONS.len()
+            ))
+        };
+        version.filter(|v| *v >= 1).map(Some).ok_or_else(unknown)
     }
 
     async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
@@ -1005,41 +1017,6 @@ impl migrations::Schema for Opening<'_> {
         self.tx.execute(SQL.dialect.record_migration, args)?;
         Ok(())
     }
-}
-
-/// The schema version of a file from before `workflow_migrations`, which kept its version
-/// in the key-value table `workflow_meta`, next to the name marking the file as ours.
-fn legacy_version(tx: &Transaction<'_>, place: &dyn fmt::Display) -> Result<i64, StoreError> {
-    let foreign = "is a SQLite database but not a workflow-rs store";
-    let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
-        tx.query_row(SQL.dialect.legacy_meta, [key], |row| row.get(0))
-            .optional()
-            .map_err(|e| {
-                StoreError::Incompatible(format!(
-                    "{place} {foreign} (its `workflow_meta` table is not ours: {e})"
-                ))
-            })
-    };
-    match meta("schema")? {
-        Some(Sql::Text(s)) if s == "workflow-rs" => {}
-        other => {
-            return Err(StoreError::Incompatible(format!(
-                "{place} {foreign} (its `workflow_meta` table names schema {other:?})"
-            )))
-        }
-    }
-    let version = match meta("version")? {
-        Some(Sql::Integer(v)) => Some(v),
-        Some(Sql::Text(s)) => s.trim().parse().ok(),
-        _ => None,
-    };
-    version.filter(|v| *v >= 1).ok_or_else(|| {
-        StoreError::Incompatible(format!(
-            "{place} holds a workflow-rs store with an unknown schema version \
-             (this build reads schema versions 1 to {})",
-            MIGRATIONS.len()
-        ))
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

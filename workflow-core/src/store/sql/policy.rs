@@ -267,22 +267,20 @@ pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> V
 
 /// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run) and the
 /// limit. Inspection, not a hot path: one statement serves every combination.
-pub(in crate::store) fn run_filter(
-    filter: &RunFilter,
-) -> (Option<&'static str>, Option<&str>, i64) {
+pub(in crate::store) fn run_filter(f: &RunFilter) -> (Option<&'static str>, Option<String>, i64) {
     (
-        filter.status.map(RunStatus::as_str),
-        filter.workflow.as_deref(),
-        sql_id(filter.limit),
+        f.status.map(RunStatus::as_str),
+        f.workflow.clone(),
+        sql_id(f.limit),
     )
 }
 
 /// A [`HookFilter`] as statement arguments: token, run (NULL matches every hook) and the
 /// limit.
-pub(in crate::store) fn hook_filter(filter: &HookFilter) -> (Option<&str>, Option<String>, i64) {
+pub(in crate::store) fn hook_filter(f: &HookFilter) -> (Option<String>, Option<String>, i64) {
     (
-        filter.token.as_deref(),
-        filter.run_id.map(|id| id.to_string()),
-        sql_id(filter.limit),
+        f.token.clone(),
+        f.run_id.map(|id| id.to_string()),
+        sql_id(f.limit),
     )
 }

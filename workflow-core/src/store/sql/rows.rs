@@ -127,26 +127,42 @@ impl HookRow {
     }
 }
 
-/// A `hook_inbox` row of run `run`: `id, token, payload`.
-pub(in crate::store) fn decode_payload(
-    run: &str,
-    (id, token, payload): (i64, String, String),
-) -> Result<Payload, StoreError> {
-    Ok(Payload {
-        id: payload_id_of(id)?,
-        payload: json(&payload, run, &format!("payload {id}"))?,
-        token,
-    })
+row! {
+    /// A `hook_inbox` row of one run: `id, token, payload`.
+    PayloadRow {
+        id: i64,
+        token: String,
+        payload: String,
+    }
 }
 
-/// A `hook_inbox` row as `payloads_since` reads it: `id, run_id`.
-pub(in crate::store) fn decode_payload_run(
-    (id, run): (i64, String),
-) -> Result<(u64, RunId), StoreError> {
-    let run = run
-        .parse::<RunId>()
-        .map_err(|e| StoreError::Corrupt(format!("payload {id}: run_id: {e}")))?;
-    Ok((payload_id_of(id)?, run))
+impl PayloadRow {
+    /// The payload of run `run`.
+    pub fn decode(self, run: &str) -> Result<Payload, StoreError> {
+        Ok(Payload {
+            id: payload_id_of(self.id)?,
+            payload: json(&self.payload, run, &format!("payload {}", self.id))?,
+            token: self.token,
+        })
+    }
+}
+
+row! {
+    /// A `hook_inbox` row by its id and run: `id, run_id`.
+    InboxRow {
+        id: i64,
+        run_id: String,
+    }
+}
+
+impl InboxRow {
+    pub fn decode(self) -> Result<(u64, RunId), StoreError> {
+        let run = self
+            .run_id
+            .parse::<RunId>()
+            .map_err(|e| StoreError::Corrupt(format!("payload {}: run_id: {e}", self.id)))?;
+        Ok((payload_id_of(self.id)?, run))
+    }
 }
 
 /// The runs one `acquire` leased, decoded and ordered, waiting for their histories.
