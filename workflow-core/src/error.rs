@@ -2,6 +2,7 @@
 //! and the per-concern errors of the client API ([`StartError`], [`StoreError`], [`RunError`]).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -159,8 +160,12 @@ where
         let mut message = e.to_string();
         let mut source = e.source();
         while let Some(s) = source {
-            message.push_str(": ");
-            message.push_str(&s.to_string());
+            // Many errors already end their message with their cause's: say it once.
+            let cause = s.to_string();
+            if !message.ends_with(&cause) {
+                message.push_str(": ");
+                message.push_str(&cause);
+            }
             source = s.source();
         }
         Error::retryable(message)
@@ -203,25 +208,151 @@ pub struct HookConflictError {
 }
 
 /// A failure of the storage backend.
-#[derive(Debug, thiserror::Error)]
+///
+/// A [`StoreError::Database`] keeps the driver's own error (rusqlite's, sqlx's) as its
+/// [`source`](std::error::Error::source), so callers can inspect it beyond the message.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The database could not be opened, read or written.
-    #[error("database error: {0}")]
-    Database(String),
+    Database(DatabaseError),
     /// The file or database exists but does not hold a workflow-rs store.
-    #[error("{0}")]
     Incompatible(String),
     /// Recorded data could not be decoded.
-    #[error("corrupt record: {0}")]
     Corrupt(String),
     /// This worker no longer holds the run's lease (it expired and another worker took the
     /// run over, or the run was cancelled or ended): the write was refused.
-    #[error("lease on run {0} was lost; the write was refused")]
     LeaseLost(RunId),
     /// No run has this id.
-    #[error("run {0} not found")]
     RunNotFound(RunId),
+}
+
+impl StoreError {
+    /// A [`StoreError::Database`] with `message` and no underlying error.
+    pub fn database(message: impl Into<String>) -> Self {
+        StoreError::Database(DatabaseError::new(message))
+    }
+
+    /// True when retrying the same call later may succeed: the connection was lost, the
+    /// database was busy or locked by another process, or no pooled connection was free in
+    /// time. Refusals ([`StoreError::LeaseLost`]), bad data and bad input are not transient.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Database(e) if e.is_transient())
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Database(e) => write!(f, "database error: {e}"),
+            StoreError::Incompatible(m) => f.write_str(m),
+            StoreError::Corrupt(m) => write!(f, "corrupt record: {m}"),
+            StoreError::LeaseLost(id) => {
+                write!(f, "lease on run {id} was lost; the write was refused")
+            }
+            StoreError::RunNotFound(id) => write!(f, "run {id} not found"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    /// The driver's error behind a [`StoreError::Database`], if there was one.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Database(e) => std::error::Error::source(e),
+            _ => None,
+        }
+    }
+}
+
+/// What a [`StoreError::Database`] says: a message for people (which names the driver's error
+/// too), the driver's error itself, and whether retrying may help.
+///
+/// ```
+/// use std::error::Error as _;
+/// use workflow_core::{DatabaseError, StoreError};
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+/// let e = StoreError::Database(DatabaseError::with_source("cannot read runs: reset by peer", io));
+/// assert_eq!(e.to_string(), "database error: cannot read runs: reset by peer");
+/// assert!(e.source().unwrap().downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Debug, Clone)]
+pub struct DatabaseError {
+    message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+    transient: bool,
+}
+
+impl DatabaseError {
+    /// An error with only a message (the store itself found the problem).
+    pub fn new(message: impl Into<String>) -> Self {
+        DatabaseError {
+            message: message.into(),
+            source: None,
+            transient: false,
+        }
+    }
+
+    /// An error the driver reported as `source`, described by `message`.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        DatabaseError {
+            message: message.into(),
+            source: Some(Arc::new(source)),
+            transient: false,
+        }
+    }
+
+    /// Marks the error as worth retrying (see [`StoreError::is_transient`]).
+    pub fn transient(mut self, transient: bool) -> Self {
+        self.transient = transient;
+        self
+    }
+
+    /// The same error, its message prefixed with what was being done.
+    pub(crate) fn context(mut self, doing: impl fmt::Display) -> Self {
+        self.message = format!("{doing}: {}", self.message);
+        self
+    }
+
+    /// The message, without the `database error: ` prefix.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// See [`StoreError::is_transient`].
+    pub fn is_transient(&self) -> bool {
+        self.transient
+    }
+}
+
+impl fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DatabaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<String> for DatabaseError {
+    fn from(message: String) -> Self {
+        DatabaseError::new(message)
+    }
+}
+
+impl From<&str> for DatabaseError {
+    fn from(message: &str) -> Self {
+        DatabaseError::new(message)
+    }
 }
 
 /// Why `workflow_core::api` calls fail outside any runtime.

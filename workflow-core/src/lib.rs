@@ -74,8 +74,8 @@ pub use context::{
     WorkflowMetadata,
 };
 pub use error::{
-    BuildError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError, ResumeHookError,
-    RunError, StartError, StoreError,
+    BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
+    ResumeHookError, RunError, StartError, StoreError,
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};

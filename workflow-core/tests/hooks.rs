@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use workflow_core::prelude::*;
 use workflow_core::store::Event;
 
+/// A hook payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Note {
     text: String,
@@ -24,9 +25,12 @@ fn note(text: impl Into<String>) -> Note {
     Note { text: text.into() }
 }
 
+/// What an order run returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
+    /// It handled the order, with these notes.
     Processed(String),
+    /// Another run owns the order.
     Duplicate(RunId),
 }
 

@@ -106,7 +106,7 @@ impl State {
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let (id, created_at) = (run.id, run.created_at);
         if self.runs.contains_key(&run.id) {
-            return Err(StoreError::Database(format!(
+            return Err(StoreError::database(format!(
                 "run {} already exists",
                 run.id
             )));

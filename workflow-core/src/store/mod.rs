@@ -458,8 +458,8 @@ pub trait Store: Send + Sync + 'static {
     /// runtime; stores that cannot list keep this default, which refuses.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let _ = filter;
-        Err(StoreError::Database(
-            "list_runs is not supported by this store".into(),
+        Err(StoreError::database(
+            "list_runs is not supported by this store",
         ))
     }
 
@@ -467,8 +467,8 @@ pub trait Store: Send + Sync + 'static {
     /// by the runtime; stores that cannot list keep this default, which refuses.
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let _ = filter;
-        Err(StoreError::Database(
-            "list_hooks is not supported by this store".into(),
+        Err(StoreError::database(
+            "list_hooks is not supported by this store",
         ))
     }
 

@@ -1,35 +1,39 @@
 //! [`PostgresStore`]: the store for deployments where many worker processes on many machines
-//! share one PostgreSQL database. It owns the tables in one schema (created and migrated on
-//! connect), the translation of every [`Store`] decision into one transaction whose outcome the
-//! database decides (row locks, unique keys, `FOR UPDATE SKIP LOCKED`), and the `LISTEN`
-//! connection that turns other processes' commits into [`Notice`]s.
+//! share one PostgreSQL database. It owns the PostgreSQL statements ([`Statements`]), the
+//! tables in one schema (created and migrated on connect), the connection pool, and the
+//! `LISTEN` connection that turns other processes' commits into [`Notice`]s; what it decides
+//! in each transaction is the shared SQL layer's ([`super::sql`]), made atomic by the
+//! database (row locks, unique keys, `FOR UPDATE SKIP LOCKED`).
 //!
 //! Every statement names its tables through the quoted schema, so several stores (say, one per
 //! test, or one per tenant) share a database without seeing each other. Writers send
 //! `pg_notify` on a channel named after the schema inside their transaction, so a notice goes
 //! out exactly when the change it announces becomes visible.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Connection, Executor, PgConnection, Postgres, Row, Transaction};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
+use super::sql::migrations::{self, Migration, Place};
+use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
+use super::sql::rows::{
+    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+};
 use super::sql::{
-    corrupt, event_columns, lease_end, outcome_columns, payload_id_of, sql_epoch, sql_id, sql_time,
-    status_of, time_of, to_json,
+    lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
+    EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RunFilter, RunRecord,
-    RunStatus, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
 };
-use crate::error::{Error, StoreError};
+use crate::error::{DatabaseError, StoreError};
 use crate::ids::{stable_hash, RunId};
 
 /// Connections per store. Each operation holds one for a few round trips; the listener has
@@ -45,15 +49,8 @@ const NOTICE_CAPACITY: usize = 1024;
 const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// One step of the schema's history. Released migrations are frozen: change the schema by
-/// appending to [`MIGRATIONS`]. `{schema}` stands for the quoted schema name.
-struct Migration {
-    version: i32,
-    name: &'static str,
-    ddl: &'static str,
-}
-
-/// Applied in order on connect, each recorded in `workflow_migrations`.
+/// The schema's history, applied in order on connect. `{schema}` stands for the quoted
+/// schema name.
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -66,9 +63,8 @@ const MIGRATIONS: &[Migration] = &[
         ddl: MIGRATION_2,
     },
 ];
-
-/// The schema version this build reads and writes.
-const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+/// The tables each version must have (from the version that created them on).
+const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 1), ("hook_inbox", 1)];
 
 const MIGRATION_1: &str = r#"
 CREATE TABLE {schema}.runs (
@@ -140,8 +136,6 @@ WHERE e.run_id = r.id;
 ALTER TABLE {schema}.runs SET (fillfactor = 80);
 "#;
 
-/// Sends each element of `$2` as a notification on channel `$1`; delivered at commit.
-const NOTIFY: &str = "SELECT pg_notify($1, n) FROM UNNEST($2::text[]) AS n";
 /// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
 /// kind of lock on its own key inside its statement.)
 const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
@@ -218,17 +212,18 @@ impl PostgresStore {
     pub async fn connect(url: &str, schema: &str) -> Result<PostgresStore, StoreError> {
         check_schema_name(schema)?;
         let options = PgConnectOptions::from_str(url)
-            .map_err(|e| StoreError::Database(format!("invalid PostgreSQL URL: {e}")))?
+            .map_err(|e| with_source(format!("invalid PostgreSQL URL: {e}"), e))?
             // Tells the store's connections apart in `pg_stat_activity`.
             .application_name(&application_name(schema));
         let target = describe_target(&options);
-        let unreachable = |why: String| {
-            StoreError::Database(format!("cannot connect to PostgreSQL at {target}: {why}"))
-        };
+        let unreachable = format!("cannot connect to PostgreSQL at {target}");
         let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
             .await
-            .map_err(|_| unreachable(format!("no answer within {CONNECT_TIMEOUT:?}")))?
-            .map_err(|e| unreachable(e.to_string()))?;
+            .map_err(|e| {
+                let why = format!("{unreachable}: no answer within {CONNECT_TIMEOUT:?}");
+                StoreError::Database(DatabaseError::with_source(why, e).transient(true))
+            })?
+            .map_err(|e| with_source(format!("{unreachable}: {e}"), e))?;
         migrate(&mut conn, schema, &target).await?;
         // The pool opens its own connections on demand; this one was only for migrating.
         let _ = conn.close().await;
@@ -247,7 +242,7 @@ impl PostgresStore {
                 schema: schema.to_owned(),
                 target,
                 options,
-                sql: Statements::new(&quoted),
+                sql: statements(&quoted),
                 inbox_lock: lock_key("inbox", schema),
                 runtime: tokio::runtime::Handle::current(),
                 notices: OnceLock::new(),
@@ -267,10 +262,7 @@ impl PostgresStore {
             "DROP SCHEMA IF EXISTS {} CASCADE",
             quote_ident(&self.inner.schema)
         );
-        sqlx::query(&sql)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(db)?;
+        sqlx::query(&sql).execute(&self.inner.pool).await?;
         self.inner.pool.close().await;
         Ok(())
     }
@@ -281,97 +273,30 @@ impl PostgresStore {
         run: NewRun,
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
-        let s = self.sql();
-        let id = run.id.to_string();
-        let input = to_json(&run.input, "the run's input")?;
-        let at = sql_time(run.created_at);
-        let exists = || StoreError::Database(format!("run {} already exists", run.id));
-        let leased = lease.map(|_| Lease {
-            run_id: run.id,
-            epoch: 1,
-        });
-        let lease_until = lease.map(|l| lease_end(run.created_at, l));
-        // Inserted (and, unless leased, announced), or no row: the id exists.
-        let insert = |token: Option<String>| match lease_until {
-            None => sqlx::query(&s.create)
-                .bind(&id)
-                .bind(&run.workflow)
-                .bind(&input)
-                .bind(at)
-                .bind(token)
-                .bind(&self.inner.schema),
-            Some(until) => sqlx::query(&s.create_leased)
-                .bind(&id)
-                .bind(&run.workflow)
-                .bind(&input)
-                .bind(at)
-                .bind(token)
-                .bind(until),
-        };
-
-        let Some(hook) = run.hook.as_ref() else {
-            // One statement.
-            let inserted = insert(None).fetch_optional(self.pool()).await.map_err(db)?;
-            return match inserted {
-                Some(_) => Ok((Admission::Admitted, leased)),
-                None => Err(exists()),
-            };
-        };
-
-        let mut tx = self.begin().await?;
-        let admitted = async {
-            // An existing id is an error before any claim, as in the other stores.
-            if sqlx::query(&s.run_exists)
-                .bind(&id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?
-                .is_some()
-            {
-                return Err(exists());
-            }
-            // The claim goes first: when it loses, nothing at all is written.
-            let retain_until = hook.retain_until.map(sql_time);
-            if let Some(owner) = claim_token(&mut tx, s, &hook.token, &id, at, retain_until).await?
-            {
-                return Ok((Admission::Conflict(owner), None));
-            }
-            let inserted = insert(Some(hook.token.clone()))
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-            // None: the same id admitted meanwhile by another connection.
-            inserted
-                .map(|_| (Admission::Admitted, leased.clone()))
-                .ok_or_else(exists)
+        let row = NewRunRow::new(run, lease)?;
+        if row.hook.is_none() {
+            // One statement (the insert), so no transaction.
+            let mut conn = self.inner.pool.acquire().await?;
+            return policy::admit(&mut self.tx(&mut conn), &row).await;
         }
-        .await;
+        let mut tx = self.begin().await?;
+        let admitted = policy::admit(&mut self.tx(&mut tx), &row).await;
         // A conflict wrote nothing: ending the transaction at once frees the token's row
         // lock for the next contender.
         settle(tx, admitted).await
     }
 
-    fn pool(&self) -> &PgPool {
-        &self.inner.pool
-    }
-
-    fn sql(&self) -> &Statements {
-        &self.inner.sql
-    }
-
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.inner.pool.begin().await.map_err(db)
+        Ok(self.inner.pool.begin().await?)
     }
 
-    /// Queues notifications on this schema's channel; they go out when `tx` commits.
-    async fn notify(&self, tx: &mut PgConnection, notes: Vec<String>) -> Result<(), StoreError> {
-        sqlx::query(NOTIFY)
-            .bind(&self.inner.schema)
-            .bind(notes)
-            .execute(tx)
-            .await
-            .map_err(db)?;
-        Ok(())
+    /// The policies' statements on `conn`.
+    fn tx<'a>(&'a self, conn: &'a mut PgConnection) -> Pg<'a> {
+        Pg {
+            conn,
+            sql: &self.inner.sql,
+            channel: &self.inner.schema,
+        }
     }
 }
 
@@ -390,149 +315,63 @@ impl Store for PostgresStore {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(&self.sql().get_run)
+        let row: Option<RunRow> = sqlx::query_as(&self.inner.sql.get_run)
             .bind(id.to_string())
-            .fetch_optional(self.pool())
-            .await
-            .map_err(db)?;
-        row.as_ref().map(decode_run).transpose()
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        row.map(RunRow::decode).transpose()
     }
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        let key = id.to_string();
-        let rows = sqlx::query(&self.sql().events)
-            .bind(&key)
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        rows.iter().map(|row| decode_event(row, &key)).collect()
+        let rows: Vec<EventRow> = sqlx::query_as(&self.inner.sql.events)
+            .bind(id.to_string())
+            .fetch_all(&self.inner.pool)
+            .await?;
+        decode_events(rows)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         if req.limit == 0 || req.workflows.is_empty() {
             return Ok(Vec::new());
         }
-        let s = self.sql();
-        let now = sql_time(req.now);
-        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        let s = &self.inner.sql;
         let mut tx = self.begin().await?;
         let leased = async {
             // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
             // process, pass over each other's picks instead of waiting or sharing them.
-            let rows = sqlx::query(&s.acquire)
+            let rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
                 .bind(lease_end(req.now, req.lease))
-                .bind(now)
-                .bind(req.workflows.to_vec())
-                .bind(limit)
+                .bind(sql_time(req.now))
+                .bind(req.workflows)
+                .bind(sql_id(req.limit))
                 .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
-            let mut picked = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let label = row
-                    .try_get::<String, _>("id")
-                    .unwrap_or_else(|e| format!("<unreadable id: {e}>"));
-                let decoded = decode_run(row).and_then(|run| {
-                    let epoch: i64 = column(row, "epoch", &label)?;
-                    let wake_at: i64 = column(row, "wake_at", &label)?;
-                    let epoch = u64::try_from(epoch).map_err(|e| corrupt(&label, "epoch", e))?;
-                    Ok((wake_at, label.clone(), run, epoch))
-                });
-                match decoded {
-                    Ok(p) => picked.push(p),
-                    // Failing the whole call would stall every run behind one bad row. The run
-                    // keeps its new lease, so it is retried (and reported again) only after
-                    // the lease expires.
-                    Err(e) => skip_run(&label, &e),
-                }
-            }
-            if picked.is_empty() {
+                .await?;
+            let picked = Picked::new(rows.into_iter().map(Ok).collect());
+            let ids = picked.ids();
+            if ids.is_empty() {
                 return Ok((picked, Vec::new()));
             }
             // All histories in one query, not one round trip per run.
-            let ids: Vec<String> = picked.iter().map(|p| p.1.clone()).collect();
-            let events = sqlx::query(&s.events_of)
+            let events = sqlx::query_as(&s.events_of)
                 .bind(&ids)
                 .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
+                .await?;
             Ok((picked, events))
         }
         .await;
-        let (mut picked, event_rows) = settle(tx, leased).await?;
-        // RETURNING gives no order; hand runs out earliest wake time first.
-        picked.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-
-        let mut histories: HashMap<String, Result<Vec<EventRecord>, StoreError>> = HashMap::new();
-        for row in &event_rows {
-            let run: String = column(row, "run_id", "?")?;
-            let entry = histories
-                .entry(run.clone())
-                .or_insert_with(|| Ok(Vec::new()));
-            if let Ok(events) = entry {
-                match decode_event(row, &run) {
-                    Ok(e) => events.push(e),
-                    Err(e) => *entry = Err(e),
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(picked.len());
-        for (_, key, run, epoch) in picked {
-            match histories.remove(&key).unwrap_or_else(|| Ok(Vec::new())) {
-                Ok(events) => out.push(LeasedRun {
-                    lease: Lease {
-                        run_id: run.id,
-                        epoch,
-                    },
-                    run,
-                    events,
-                }),
-                Err(e) => skip_run(&key, &e),
-            }
-        }
-        Ok(out)
+        let (picked, events) = settle(tx, leased).await?;
+        Ok(picked.attach(events))
     }
 
     async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
-        let s = self.sql();
-        let Append {
-            events,
-            release_tokens,
-            outcome,
-        } = write;
-        // The time of the write: its last event's, as the memory store has it.
-        let now = sql_time(events.last().map_or_else(SystemTime::now, |e| e.at));
-        let events = EncodedEvents::new(&events)?;
-        let outcome = outcome.as_ref().map(outcome_columns).transpose()?;
-        let run = lease.run_id.to_string();
-
-        if release_tokens.is_empty() && outcome.is_none() {
+        let write = EncodedAppend::new(write)?;
+        if write.events_only() {
             // A step's result, a timer, a payload...: one statement, its own transaction.
-            return append_fenced(self.pool(), s, lease, &run, events).await;
+            let mut conn = self.inner.pool.acquire().await?;
+            return policy::append(&mut self.tx(&mut conn), lease, &write).await;
         }
         let mut tx = self.begin().await?;
-        let written = async {
-            append_fenced(&mut *tx, s, lease, &run, events).await?;
-            if !release_tokens.is_empty() {
-                give_up(&mut tx, s, &run, now, release_tokens).await?;
-            }
-            if let Some((status, output, error)) = outcome {
-                sqlx::query(&s.finish)
-                    .bind(&run)
-                    .bind(status.as_str())
-                    .bind(output)
-                    .bind(error)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
-                release_all(&mut tx, s, &run, now).await?;
-                self.notify(&mut tx, vec![format!("{NOTE_ENDED}{run}")])
-                    .await?;
-            }
-            Ok(())
-        }
-        .await;
+        let written = policy::append(&mut self.tx(&mut tx), lease, &write).await;
         settle(tx, written).await
     }
 
@@ -542,27 +381,26 @@ impl Store for PostgresStore {
         wake_at: SystemTime,
         payloads_seen: u64,
     ) -> Result<(), StoreError> {
-        let s = self.sql();
         let now = sql_time(SystemTime::now());
         let mut tx = self.begin().await?;
         let released = async {
-            // Locked first, checked for unseen payloads in the next statement: its fresh
-            // snapshot sees every payload committed before the lock was granted, and a payload
-            // committed later finds the released row and lowers its wake time itself.
-            hold(&mut tx, s, lease).await?;
-            let woken: i64 = sqlx::query_scalar(&s.release)
-                .bind(lease.run_id.to_string())
+            // Fenced and locked first (an append of no events), checked for unseen payloads in
+            // the next statement: its fresh snapshot sees every payload committed before the
+            // lock was granted, and a payload committed later finds the released row and
+            // lowers its wake time itself.
+            let (run, fence) = (lease.run_id.to_string(), Some(sql_epoch(lease.epoch)));
+            let none = EncodedEvents::default();
+            if !self.tx(&mut tx).append_events(&run, fence, &none).await? {
+                return Err(StoreError::LeaseLost(lease.run_id));
+            }
+            sqlx::query(&self.inner.sql.release)
+                .bind(&run)
                 .bind(sql_time(wake_at))
                 .bind(sql_id(payloads_seen))
                 .bind(now)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
-            // A run due later is not acquirable now; telling every worker would only make
-            // them look in vain.
-            if woken <= now {
-                self.notify(&mut tx, vec![NOTE_READY.to_owned()]).await?;
-            }
+                .bind(&self.inner.schema)
+                .execute(&mut *tx)
+                .await?;
             Ok(())
         }
         .await;
@@ -576,27 +414,8 @@ impl Store for PostgresStore {
         token: &str,
         at: SystemTime,
     ) -> Result<ClaimOutcome, StoreError> {
-        let s = self.sql();
-        let run = lease.run_id.to_string();
         let mut tx = self.begin().await?;
-        let claimed = async {
-            hold(&mut tx, s, lease).await?;
-            let conflict = claim_token(&mut tx, s, token, &run, sql_time(at), None).await?;
-            let event = EncodedEvents::new(&[NewEvent {
-                at,
-                event: Event::HookRegistered {
-                    hook_key: hook_key.to_owned(),
-                    token: token.to_owned(),
-                    conflict,
-                },
-            }])?;
-            insert_events(&mut tx, s, &run, event).await?;
-            Ok(match conflict {
-                None => ClaimOutcome::Claimed,
-                Some(owner) => ClaimOutcome::Conflict(owner),
-            })
-        }
-        .await;
+        let claimed = policy::claim_hook(&mut self.tx(&mut tx), lease, hook_key, token, at).await;
         settle(tx, claimed).await
     }
 
@@ -617,43 +436,29 @@ impl Store for PostgresStore {
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError> {
         let payload = to_json(&payload, "the payload")?;
-        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.sql().resume)
+        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.inner.sql.resume)
             .bind(token)
             .bind(&payload)
             .bind(sql_time(at))
             .bind(self.inner.inbox_lock)
             .bind(sql_time(SystemTime::now()))
             .bind(&self.inner.schema)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(db)?;
+            .fetch_optional(&self.inner.pool)
+            .await?;
         let Some((payload_id, owner, _notes)) = queued else {
             return Ok(None);
         };
-        Ok(Some((
-            parse_owner(&owner, token)?,
-            payload_id_of(payload_id)?,
-        )))
+        Ok(Some((owner_of(&owner, token)?, payload_id_of(payload_id)?)))
     }
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
         let key = run.to_string();
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(&self.sql().payloads)
+        let rows: Vec<PayloadRow> = sqlx::query_as(&self.inner.sql.payloads)
             .bind(&key)
             .bind(sql_id(after))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        rows.into_iter()
-            .map(|(id, token, payload)| {
-                Ok(Payload {
-                    id: payload_id_of(id)?,
-                    token,
-                    payload: serde_json::from_str(&payload)
-                        .map_err(|e| corrupt(&key, &format!("payload {id}"), e))?,
-                })
-            })
-            .collect()
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(|p| p.decode(&key)).collect()
     }
 
     async fn payloads_since(
@@ -661,44 +466,27 @@ impl Store for PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(&self.sql().payloads_since)
+        let rows: Vec<InboxRow> = sqlx::query_as(&self.inner.sql.payloads_since)
             .bind(sql_id(after))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        rows.into_iter()
-            .map(|(id, run)| {
-                let run = run
-                    .parse::<RunId>()
-                    .map_err(|e| StoreError::Corrupt(format!("payload {id}: run_id: {e}")))?;
-                Ok((payload_id_of(id)?, run))
-            })
-            .collect()
+            .bind(sql_id(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(InboxRow::decode).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {
-        let last: i64 = sqlx::query_scalar(&self.sql().last_payload_id)
-            .fetch_one(self.pool())
-            .await
-            .map_err(db)?;
+        let last: i64 = sqlx::query_scalar(&self.inner.sql.last_payload_id)
+            .fetch_one(&self.inner.pool)
+            .await?;
         payload_id_of(last)
     }
 
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
-        let row: Option<(String, i64)> = sqlx::query_as(&self.sql().get_hook)
+        let row: Option<HookRow> = sqlx::query_as(&self.inner.sql.get_hook)
             .bind(token)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(db)?;
-        let Some((owner, created_at)) = row else {
-            return Ok(None);
-        };
-        Ok(Some(HookRecord {
-            run_id: parse_owner(&owner, token)?,
-            created_at: time_of(created_at, &owner, &format!("hook {token:?}: created_at"))?,
-            token: token.to_owned(),
-        }))
+            .fetch_optional(&self.inner.pool)
+            .await?;
+        row.map(HookRow::decode).transpose()
     }
 
     async fn heartbeat(
@@ -713,94 +501,42 @@ impl Store for PostgresStore {
         let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
         let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
         // One statement renews every lease still held; the rest are lost.
-        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.sql().heartbeat)
+        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.inner.sql.heartbeat)
             .bind(&ids)
             .bind(&epochs)
             .bind(lease_end(now, lease))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        let renewed: HashSet<(String, i64)> = renewed.into_iter().collect();
-        Ok(leases
-            .iter()
-            .zip(ids)
-            .zip(epochs)
-            .filter(|((_, id), epoch)| !renewed.contains(&(id.clone(), *epoch)))
-            .map(|((l, _), _)| l.run_id)
-            .collect())
+            .fetch_all(&self.inner.pool)
+            .await?;
+        Ok(policy::lost(leases, renewed))
     }
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        let s = self.sql();
-        let key = id.to_string();
-        let event = EncodedEvents::new(&[NewEvent {
-            at: now,
-            event: Event::RunCancelled,
-        }])?;
-        let error = to_json(&Error::cancelled(id), "the cancellation error")?;
-        let now = sql_time(now);
+        let cancel = EncodedCancel::new(id, now)?;
         let mut tx = self.begin().await?;
-        let cancelled = async {
-            // The row lock orders this against the worker's own writes: whichever commits
-            // second sees the other.
-            let status: Option<String> = sqlx::query_scalar(&s.lock_run)
-                .bind(&key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db)?;
-            let status = status_of(&status.ok_or(StoreError::RunNotFound(*id))?, &key)?;
-            if status.is_terminal() {
-                return Ok(CancelOutcome::AlreadyEnded(status));
-            }
-            insert_events(&mut tx, s, &key, event).await?;
-            sqlx::query(&s.cancel)
-                .bind(&key)
-                .bind(error)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            release_all(&mut tx, s, &key, now).await?;
-            self.notify(&mut tx, vec![format!("{NOTE_ENDED}{key}")])
-                .await?;
-            Ok(CancelOutcome::Cancelled)
-        }
-        .await;
+        let cancelled = policy::cancel(&mut self.tx(&mut tx), &cancel).await;
         settle(tx, cancelled).await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(&self.sql().list_runs)
-            .bind(filter.status.map(RunStatus::as_str))
-            .bind(filter.workflow.as_deref())
-            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        rows.iter().map(decode_run).collect()
+        let (status, workflow, limit) = policy::run_filter(filter);
+        let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
+            .bind(status)
+            .bind(workflow)
+            .bind(limit)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(RunRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(&self.sql().list_hooks)
-            .bind(filter.token.as_deref())
-            .bind(filter.run_id.map(|id| id.to_string()))
-            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        rows.into_iter()
-            .map(|(token, owner, created_at)| {
-                Ok(HookRecord {
-                    run_id: parse_owner(&owner, &token)?,
-                    created_at: time_of(
-                        created_at,
-                        &owner,
-                        &format!("hook {token:?}: created_at"),
-                    )?,
-                    token,
-                })
-            })
-            .collect()
+        let (token, run, limit) = policy::hook_filter(filter);
+        let rows: Vec<HookRow> = sqlx::query_as(&self.inner.sql.list_hooks)
+            .bind(token)
+            .bind(run)
+            .bind(limit)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(HookRow::decode).collect()
     }
 
     fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
@@ -828,44 +564,20 @@ impl Store for PostgresStore {
 // Statements
 
 /// Every statement with the schema spelled in, built once per store: sqlx prepares each one
-/// once per connection and reuses it (its cache is keyed by the SQL text).
-struct Statements {
-    create: String,
-    create_leased: String,
-    run_exists: String,
-    claim: String,
-    hook_owner: String,
-    get_run: String,
-    events: String,
-    events_of: String,
-    acquire: String,
-    hold: String,
-    lock_run: String,
-    insert_events: String,
-    append: String,
-    finish: String,
-    cancel: String,
-    release_tokens: [String; 2],
-    release_all: [String; 2],
-    release: String,
-    resume: String,
-    payloads: String,
-    payloads_since: String,
-    last_payload_id: String,
-    get_hook: String,
-    heartbeat: String,
-    list_runs: String,
-    list_hooks: String,
-}
+/// once per connection and reuses it (its cache is keyed by the SQL text). Read it side by
+/// side with SQLite's.
+type Statements = super::sql::Statements<String, ()>;
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token";
 
-impl Statements {
-    fn new(s: &str) -> Statements {
+/// The statements for the tables in schema `s` (quoted).
+fn statements(s: &str) -> Statements {
+    {
         Statements {
+            run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
             // Inserted and announced, or nothing (the id exists): one row or none.
-            create: format!(
+            insert_run: format!(
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token)
@@ -876,7 +588,7 @@ impl Statements {
             ),
             // Admitted and leased to the admitting worker (epoch 1, lease until `$6`): nobody
             // else may take it, so nobody is told it is ready.
-            create_leased: format!(
+            insert_leased_run: format!(
                 "INSERT INTO {s}.runs
                      (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
                       epoch, lease_until)
@@ -884,7 +596,6 @@ impl Statements {
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
-            run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
             // The decision is the upsert's own WHERE on the token's primary key: of any number
             // of claims, in any process, exactly one takes a free token. A taken token's row
             // is locked all the same, so the owner read next is the owner.
@@ -898,7 +609,9 @@ impl Statements {
             ),
             hook_owner: format!("SELECT run_id FROM {s}.hooks WHERE token = $1"),
             get_run: format!("SELECT {RUN_COLUMNS} FROM {s}.runs WHERE id = $1"),
-            events: format!("SELECT seq, at, data FROM {s}.events WHERE run_id = $1 ORDER BY seq"),
+            events: format!(
+                "SELECT run_id, seq, at, data FROM {s}.events WHERE run_id = $1 ORDER BY seq"
+            ),
             events_of: format!(
                 "SELECT run_id, seq, at, data FROM {s}.events
                  WHERE run_id = ANY($1) ORDER BY run_id, seq"
@@ -920,34 +633,17 @@ impl Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.epoch, r.wake_at"
             ),
-            // The fence: the row is locked until commit, so no takeover, cancel or other
-            // write to the run interleaves with the caller's.
-            hold: format!(
-                "SELECT 1 FROM {s}.runs
-                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL
-                 FOR UPDATE"
-            ),
-            lock_run: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Numbered after the run's last event (`runs.last_seq`, bumped in the same
-            // statement). `$1` run, `$2` times, `$3` kinds, `$4` data.
-            insert_events: format!(
-                "WITH numbered AS (
-                     UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
-                     WHERE id = $1
-                     RETURNING last_seq - cardinality($2::bigint[]) AS base)
-                 INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                 SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
-                 FROM numbered,
-                      UNNEST($2::bigint[], $3::text[], $4::text[])
-                          WITH ORDINALITY AS e(at, kind, data, n)"
-            ),
-            // The common append (events only) as one statement: fenced like `hold`, numbered
-            // and inserted like `insert_events`; no row when the lease is lost. `$5` epoch.
+            // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
+            // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
+            // run's row stays locked until commit, so no takeover, cancel or other write to
+            // the run interleaves with the caller's. No row when the lease is lost. `$2`
+            // times, `$3` kinds, `$4` data.
             append: format!(
                 "WITH numbered AS (
                      UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
-                     WHERE id = $1 AND epoch = $5 AND status = 'running'
-                         AND lease_until IS NOT NULL
+                     WHERE id = $1
+                       AND ($5::bigint IS NULL
+                            OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
                      RETURNING last_seq - cardinality($2::bigint[]) AS base),
                  inserted AS (
                      INSERT INTO {s}.events (run_id, seq, at, kind, data)
@@ -957,50 +653,50 @@ impl Statements {
                               WITH ORDINALITY AS e(at, kind, data, n))
                  SELECT base FROM numbered"
             ),
-            finish: format!(
-                "UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
-                     lease_until = NULL
-                 WHERE id = $1"
+            run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
+            // Ended and announced. `$6` channel.
+            end_run: format!(
+                "WITH ended AS (
+                     UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
+                         lease_until = NULL
+                     WHERE id = $1
+                     RETURNING id)
+                 SELECT pg_notify($6, '{NOTE_ENDED}' || id) FROM ended"
             ),
-            cancel: format!(
-                "UPDATE {s}.runs SET status = 'cancelled', error = $2, updated_at = $3,
-                     lease_until = NULL
-                 WHERE id = $1"
-            ),
-            // Giving up a token: the row goes (freeing the token) unless retained past now,
-            // in which case it stays, inactive, until a claim after its retention replaces it.
+            // Giving up tokens (`$3`, or NULL for all the run's): the row goes, freeing the
+            // token, unless retained past now; then it stays, inactive, until a claim after
+            // its retention replaces it.
             release_tokens: [
                 format!(
                     "DELETE FROM {s}.hooks
                      WHERE run_id = $1 AND active AND COALESCE(retain_until, 0) <= $2
-                       AND token = ANY($3)"
+                       AND ($3::text[] IS NULL OR token = ANY($3))"
                 ),
                 format!(
                     "UPDATE {s}.hooks SET active = FALSE
-                     WHERE run_id = $1 AND active AND token = ANY($2)"
+                     WHERE run_id = $1 AND active AND ($2::text[] IS NULL OR token = ANY($2))"
                 ),
             ],
-            release_all: [
-                format!(
-                    "DELETE FROM {s}.hooks
-                     WHERE run_id = $1 AND active AND COALESCE(retain_until, 0) <= $2"
-                ),
-                format!("UPDATE {s}.hooks SET active = FALSE WHERE run_id = $1 AND active"),
-            ],
+            // Announced only when acquirable now: telling every worker about a run due later
+            // would only make them look in vain. `$5` channel.
             release: format!(
-                "UPDATE {s}.runs SET lease_until = NULL,
-                     wake_at = CASE
-                         WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
-                         THEN $4 ELSE $2 END
-                 WHERE id = $1
-                 RETURNING wake_at"
+                "WITH released AS (
+                     UPDATE {s}.runs SET lease_until = NULL,
+                         wake_at = CASE
+                             WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
+                             THEN $4 ELSE $2 END
+                     WHERE id = $1
+                     RETURNING wake_at)
+                 SELECT pg_notify($5, '{NOTE_READY}') FROM released WHERE wake_at <= $4"
             ),
             // One statement, so one round trip and an implicit transaction: take the inbox
             // lock (see `PostgresStore::resume_hook`), queue the payload if the token has an
             // owner, lower the owner's wake time, and announce the payload (and, when nobody
             // drives the run, that it is ready). The insert's rows come from the join with
-            // `locked`, so its identity value is drawn only after the lock is held. `$1`
-            // token, `$2` payload, `$3` at, `$4` lock key, `$5` now, `$6` channel.
+            // `locked`, so its identity value is drawn only after the lock is held. `notes` is
+            // read only so that it runs: PostgreSQL skips a `WITH` query that does not modify
+            // data unless something reads it. `$1` token, `$2` payload, `$3` at, `$4` lock
+            // key, `$5` now, `$6` channel.
             resume: format!(
                 "WITH locked AS (SELECT pg_advisory_xact_lock($4)),
                  queued AS (
@@ -1019,8 +715,7 @@ impl Statements {
                      UNNEST(CASE WHEN w.idle
                          THEN ARRAY['{NOTE_PAYLOAD}' || q.run_id, '{NOTE_READY}']
                          ELSE ARRAY['{NOTE_PAYLOAD}' || q.run_id] END) AS n)
-                 SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q" // (`notes` is read only so that it runs: PostgreSQL skips a `WITH` query that
-                                                                                    // does not modify data unless something reads it.)
+                 SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q"
             ),
             payloads: format!(
                 "SELECT id, token, payload FROM {s}.hook_inbox
@@ -1031,7 +726,7 @@ impl Statements {
             ),
             last_payload_id: format!("SELECT COALESCE(MAX(id), 0) FROM {s}.hook_inbox"),
             get_hook: format!(
-                "SELECT run_id, created_at FROM {s}.hooks WHERE token = $1 AND active"
+                "SELECT token, run_id, created_at FROM {s}.hooks WHERE token = $1 AND active"
             ),
             heartbeat: format!(
                 "UPDATE {s}.runs AS r SET lease_until = $3
@@ -1040,7 +735,7 @@ impl Statements {
                    AND r.lease_until IS NOT NULL
                  RETURNING r.id, r.epoch"
             ),
-            // A NULL filter matches everything; inspection, not a hot path.
+            // A NULL filter matches everything.
             list_runs: format!(
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
@@ -1055,12 +750,130 @@ impl Statements {
                  ORDER BY created_at DESC, token COLLATE \"C\"
                  LIMIT $3"
             ),
+            dialect: (),
         }
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Steps shared by several operations (all inside the caller's transaction)
+/// The policies' statements on one connection: inside a transaction, or in autocommit when
+/// the policy runs a single statement.
+struct Pg<'a> {
+    conn: &'a mut PgConnection,
+    sql: &'a Statements,
+    /// The schema's notification channel.
+    channel: &'a str,
+}
+
+impl Tx for Pg<'_> {
+    async fn run_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        let row = sqlx::query(&self.sql.run_exists)
+            .bind(id)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
+        let token = run.hook.as_ref().map(|h| h.0.as_str());
+        let sql = match run.lease_until {
+            None => &self.sql.insert_run,
+            Some(_) => &self.sql.insert_leased_run,
+        };
+        let insert = sqlx::query(sql)
+            .bind(&run.key)
+            .bind(&run.workflow)
+            .bind(&run.input)
+            .bind(run.created_at)
+            .bind(token);
+        // `$6`: whom to tell about a run nobody leased, or until when it is leased.
+        let insert = match run.lease_until {
+            None => insert.bind(self.channel),
+            Some(until) => insert.bind(until),
+        };
+        Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
+    }
+
+    async fn claim(
+        &mut self,
+        token: &str,
+        run: &str,
+        at: i64,
+        retain_until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let claimed = sqlx::query(&self.sql.claim)
+            .bind(token)
+            .bind(run)
+            .bind(at)
+            .bind(retain_until)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(claimed.rows_affected() > 0)
+    }
+
+    async fn hook_owner(&mut self, token: &str) -> Result<String, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.hook_owner)
+            .bind(token)
+            .fetch_one(&mut *self.conn)
+            .await?)
+    }
+
+    async fn append_events(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+    ) -> Result<bool, StoreError> {
+        let base: Option<i64> = sqlx::query_scalar(&self.sql.append)
+            .bind(run)
+            .bind(&events.at)
+            .bind(&events.kind)
+            .bind(&events.data)
+            .bind(fence)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(base.is_some())
+    }
+
+    async fn release_tokens(
+        &mut self,
+        run: &str,
+        tokens: Option<&[String]>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.release_tokens[0])
+            .bind(run)
+            .bind(now)
+            .bind(tokens)
+            .execute(&mut *self.conn)
+            .await?;
+        sqlx::query(&self.sql.release_tokens[1])
+            .bind(run)
+            .bind(tokens)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.run_status)
+            .bind(run)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.end_run)
+            .bind(run)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
+            .bind(now)
+            .bind(self.channel)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+}
 
 /// Ends `tx` the way `result` says: commit on success, roll back on error. Every transaction
 /// ends here, at once, so an error never leaves a connection holding locks until its next use.
@@ -1071,7 +884,7 @@ async fn settle<T>(
 ) -> Result<T, StoreError> {
     match result {
         Ok(v) => {
-            tx.commit().await.map_err(db)?;
+            tx.commit().await?;
             Ok(v)
         }
         Err(e) => {
@@ -1084,135 +897,31 @@ async fn settle<T>(
     }
 }
 
-/// Locks the run's row if `lease` still holds it; [`StoreError::LeaseLost`] otherwise.
-async fn hold(tx: &mut PgConnection, s: &Statements, lease: &Lease) -> Result<(), StoreError> {
-    let held = sqlx::query(&s.hold)
-        .bind(lease.run_id.to_string())
-        .bind(sql_epoch(lease.epoch))
-        .fetch_optional(tx)
-        .await
-        .map_err(db)?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(StoreError::LeaseLost(lease.run_id)),
+/// A value of the wrong type is a corrupt record; anything else is the database's error.
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            e => with_source(e.to_string(), e),
+        }
     }
 }
 
-/// Appends `events` while `lease` holds the run (fenced like [`hold`], and locking the run's
-/// row the same way); [`StoreError::LeaseLost`] otherwise.
-async fn append_fenced<'c>(
-    conn: impl sqlx::PgExecutor<'c>,
-    s: &Statements,
-    lease: &Lease,
-    run: &str,
-    events: EncodedEvents,
-) -> Result<(), StoreError> {
-    let held: Option<i64> = sqlx::query_scalar(&s.append)
-        .bind(run)
-        .bind(events.at)
-        .bind(events.kind)
-        .bind(events.data)
-        .bind(sql_epoch(lease.epoch))
-        .fetch_optional(conn)
-        .await
-        .map_err(db)?;
-    held.map(|_| ()).ok_or(StoreError::LeaseLost(lease.run_id))
-}
-
-/// Appends after the run's last event, numbering them from the run's row (which the
-/// statement locks, if the caller has not already).
-async fn insert_events(
-    tx: &mut PgConnection,
-    s: &Statements,
-    run: &str,
-    events: EncodedEvents,
-) -> Result<(), StoreError> {
-    if events.at.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(&s.insert_events)
-        .bind(run)
-        .bind(events.at)
-        .bind(events.kind)
-        .bind(events.data)
-        .execute(tx)
-        .await
-        .map_err(db)?;
-    Ok(())
-}
-
-/// Claims `token` for `run` at `at` if it is free; returns the owner (writing nothing) if not.
-async fn claim_token(
-    tx: &mut PgConnection,
-    s: &Statements,
-    token: &str,
-    run: &str,
-    at: i64,
-    retain_until: Option<i64>,
-) -> Result<Option<RunId>, StoreError> {
-    let claimed = sqlx::query(&s.claim)
-        .bind(token)
-        .bind(run)
-        .bind(at)
-        .bind(retain_until)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-    if claimed > 0 {
-        return Ok(None);
-    }
-    let owner: String = sqlx::query_scalar(&s.hook_owner)
-        .bind(token)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db)?;
-    parse_owner(&owner, token).map(Some)
-}
-
-/// Gives up `tokens` if `run` owns them.
-async fn give_up(
-    tx: &mut PgConnection,
-    s: &Statements,
-    run: &str,
-    now: i64,
-    tokens: Vec<String>,
-) -> Result<(), StoreError> {
-    sqlx::query(&s.release_tokens[0])
-        .bind(run)
-        .bind(now)
-        .bind(&tokens)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    sqlx::query(&s.release_tokens[1])
-        .bind(run)
-        .bind(&tokens)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    Ok(())
-}
-
-/// Gives up every token `run` owns.
-async fn release_all(
-    tx: &mut PgConnection,
-    s: &Statements,
-    run: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(&s.release_all[0])
-        .bind(run)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    sqlx::query(&s.release_all[1])
-        .bind(run)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    Ok(())
+/// A [`StoreError::Database`] reporting `e`: transient when the connection failed, no pooled
+/// connection was free in time, or PostgreSQL asked for a retry (serialization failure,
+/// deadlock, shutdown, too many connections).
+fn with_source(message: String, e: sqlx::Error) -> StoreError {
+    let transient = match &e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            c.starts_with("08")
+                || ["40001", "40P01", "53300", "57P01", "57P02", "57P03"].contains(&&*c)
+        }),
+        _ => false,
+    };
+    StoreError::Database(DatabaseError::with_source(message, e).transient(transient))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1230,7 +939,7 @@ fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     if valid {
         Ok(())
     } else {
-        Err(StoreError::Database(format!(
+        Err(StoreError::database(format!(
             "invalid PostgreSQL schema name {schema:?}: use 1 to 63 ASCII letters, digits and \
              underscores, starting with a letter or underscore and not with `pg_`"
         )))
@@ -1271,103 +980,89 @@ fn lock_key(what: &str, schema: &str) -> i64 {
     stable_hash(key.as_bytes()) as i64
 }
 
-/// Creates or migrates the schema in one transaction that holds an advisory lock keyed by the
-/// schema: processes connecting at once take turns, and each later one finds the work done.
+/// Creates or migrates the schema (see [`migrations::migrate`]) in one transaction that holds
+/// an advisory lock keyed by the schema: processes connecting at once take turns, and each
+/// later one finds the work done.
 async fn migrate(conn: &mut PgConnection, schema: &str, target: &str) -> Result<(), StoreError> {
-    let quoted = quote_ident(schema);
-    let fail = |e: sqlx::Error| {
-        StoreError::Database(format!("cannot prepare schema `{schema}` at {target}: {e}"))
+    let place = Place {
+        shown: format!("schema `{schema}` at {target}"),
+        kind: "schema",
+        foreign: "is not a workflow-rs store",
     };
+    let fail = |e: sqlx::Error| with_source(format!("cannot prepare {place}: {e}"), e);
     let mut tx = conn.begin().await.map_err(fail)?;
     sqlx::query(XACT_LOCK)
         .bind(lock_key("migrate", schema))
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
-    // Read after the lock: this statement's snapshot includes a concurrent migration's commit.
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT c.relname::text FROM pg_catalog.pg_class c
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-         ORDER BY 1",
-    )
-    .bind(schema)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(fail)?;
-
-    let version = if tables.iter().any(|t| t == "workflow_migrations") {
-        let sql = format!("SELECT MAX(version) FROM {quoted}.workflow_migrations");
-        let v: Option<i32> = sqlx::query_scalar(&sql)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(fail)?;
-        v.unwrap_or(0)
-    } else if tables.is_empty() {
-        0
-    } else {
-        let list = tables
-            .iter()
-            .map(|t| format!("`{t}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(StoreError::Incompatible(format!(
-            "schema `{schema}` at {target} is not a workflow-rs store (it has tables {list}); \
-             give the store a schema of its own"
-        )));
+    // Read after the lock: the next statement's snapshot includes a concurrent migration's
+    // commit.
+    let mut migrating = Migrating {
+        conn: &mut tx,
+        schema,
+        quoted: quote_ident(schema),
+        created: false,
     };
-    if version > SCHEMA_VERSION {
-        return Err(StoreError::Incompatible(format!(
-            "schema `{schema}` at {target} holds a workflow-rs store of schema version \
-             {version}, written by a newer workflow-rs; this build knows schema versions up to \
-             {SCHEMA_VERSION}; upgrade workflow-rs to use it"
-        )));
-    }
-    if version == SCHEMA_VERSION {
-        // Nothing to do, and nothing that would need the right to create a schema.
-        return tx.commit().await.map_err(fail);
+    migrations::migrate(&mut migrating, MIGRATIONS, TABLES, &place).await?;
+    tx.commit().await.map_err(fail)
+}
+
+/// The statements of preparing a schema.
+struct Migrating<'a> {
+    conn: &'a mut PgConnection,
+    schema: &'a str,
+    quoted: String,
+    /// Whether `CREATE SCHEMA` ran: only a store that needs migrating needs that right.
+    created: bool,
+}
+
+impl migrations::Schema for Migrating<'_> {
+    async fn tables(&mut self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT c.relname::text FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             ORDER BY 1",
+        )
+        .bind(self.schema)
+        .fetch_all(&mut *self.conn)
+        .await?)
     }
 
-    let bootstrap = format!(
-        "CREATE SCHEMA IF NOT EXISTS {quoted};
-         CREATE TABLE IF NOT EXISTS {quoted}.workflow_migrations (
-             version    INTEGER PRIMARY KEY,
-             name       TEXT NOT NULL,
-             applied_at BIGINT NOT NULL
-         );"
-    );
-    // Several statements: a query without arguments goes over the simple protocol, which
-    // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in general,
-    // sqlx issue #3150.)
-    (&mut *tx).execute(bootstrap.as_str()).await.map_err(fail)?;
-    let record = format!(
-        "INSERT INTO {quoted}.workflow_migrations (version, name, applied_at) VALUES ($1, $2, $3)"
-    );
-    for m in MIGRATIONS.iter().filter(|m| m.version > version) {
-        let ddl = m.ddl.replace("{schema}", &quoted);
-        (&mut *tx).execute(ddl.as_str()).await.map_err(|e| {
-            StoreError::Database(format!(
-                "cannot migrate schema `{schema}` at {target} to version {}: {e}",
-                m.version
-            ))
-        })?;
-        sqlx::query(&record)
-            .bind(m.version)
+    async fn recorded(&mut self) -> Result<i64, StoreError> {
+        let sql = format!(
+            "SELECT COALESCE(MAX(version), 0)::bigint FROM {}.workflow_migrations",
+            self.quoted
+        );
+        Ok(sqlx::query_scalar(&sql).fetch_one(&mut *self.conn).await?)
+    }
+
+    async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
+        let mut sql = ddl.replace("{schema}", &self.quoted);
+        if !std::mem::replace(&mut self.created, true) {
+            sql = format!("CREATE SCHEMA IF NOT EXISTS {}; {sql}", self.quoted);
+        }
+        // Several statements: a query without arguments goes over the simple protocol, which
+        // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in
+        // general, sqlx issue #3150.)
+        (&mut *self.conn).execute(sql.as_str()).await?;
+        Ok(())
+    }
+
+    async fn record(&mut self, m: &Migration) -> Result<(), StoreError> {
+        let sql = format!(
+            "INSERT INTO {}.workflow_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            self.quoted
+        );
+        sqlx::query(&sql)
+            .bind(i32::try_from(m.version).unwrap_or(i32::MAX))
             .bind(m.name)
             .bind(sql_time(SystemTime::now()))
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
     }
-    tx.commit().await.map_err(fail)?;
-    tracing::info!(
-        schema,
-        target,
-        from = version,
-        to = SCHEMA_VERSION,
-        "prepared the workflow-rs schema"
-    );
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1474,101 +1169,11 @@ fn parse_notice(payload: &str) -> Option<Notice> {
     None
 }
 
-// ---------------------------------------------------------------------------------------------
-// Rows and values
-
-/// Events ready for `insert_events`, as the three arrays it unnests.
-struct EncodedEvents {
-    at: Vec<i64>,
-    kind: Vec<String>,
-    data: Vec<String>,
-}
-
-impl EncodedEvents {
-    fn new(events: &[NewEvent]) -> Result<Self, StoreError> {
-        let mut out = EncodedEvents {
-            at: Vec::with_capacity(events.len()),
-            kind: Vec::with_capacity(events.len()),
-            data: Vec::with_capacity(events.len()),
-        };
-        for e in events {
-            let (at, kind, data) = event_columns(e)?;
-            out.at.push(at);
-            out.kind.push(kind);
-            out.data.push(data);
-        }
-        Ok(out)
-    }
-}
-
-fn decode_run(row: &PgRow) -> Result<RunRecord, StoreError> {
-    let key: String = column(row, "id", "?")?;
-    let run = key.as_str();
-    let output: Option<String> = column(row, "output", run)?;
-    let error: Option<String> = column(row, "error", run)?;
-    Ok(RunRecord {
-        id: key.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?,
-        workflow: column(row, "workflow", run)?,
-        status: status_of(&column::<String>(row, "status", run)?, run)?,
-        input: json(&column::<String>(row, "input", run)?, run, "input")?,
-        output: output.map(|v| json(&v, run, "output")).transpose()?,
-        error: error.map(|v| json(&v, run, "error")).transpose()?,
-        created_at: time_of(column(row, "created_at", run)?, run, "created_at")?,
-        updated_at: time_of(column(row, "updated_at", run)?, run, "updated_at")?,
-        hook_token: column(row, "hook_token", run)?,
-    })
-}
-
-fn decode_event(row: &PgRow, run: &str) -> Result<EventRecord, StoreError> {
-    let seq: i64 = column(row, "seq", run)?;
-    let what = format!("event {seq}");
-    Ok(EventRecord {
-        seq: u64::try_from(seq).map_err(|e| corrupt(run, &what, e))?,
-        at: time_of(column(row, "at", run)?, run, &what)?,
-        event: json(&column::<String>(row, "data", run)?, run, &what)?,
-    })
-}
-
-fn column<'r, T>(row: &'r PgRow, name: &str, run: &str) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
-{
-    row.try_get(name).map_err(|e| corrupt(run, name, e))
-}
-
-fn skip_run(run: &str, e: &StoreError) {
-    tracing::error!(
-        run_id = %run,
-        error = %e,
-        "skipping a run whose stored record cannot be decoded"
-    );
-}
-
-fn json<T: serde::de::DeserializeOwned>(s: &str, run: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| corrupt(run, what, e))
-}
-
-/// The owner column of hook `token` read back.
-fn parse_owner(owner: &str, token: &str) -> Result<RunId, StoreError> {
-    owner
-        .parse()
-        .map_err(|e| StoreError::Corrupt(format!("hook {token:?}: run_id: {e}")))
-}
-
-fn db(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
-            StoreError::Corrupt(e.to_string())
-        }
-        e => StoreError::Database(e.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
-    use super::super::{from_millis, RunOutcome};
+    use super::super::{from_millis, RunOutcome, RunStatus};
     use super::*;
     use crate::testing::store::{
         acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,
@@ -1782,7 +1387,7 @@ mod tests {
                 .await
                 .unwrap_err();
             assert!(
-                matches!(&err, StoreError::Database(m) if m.contains("invalid PostgreSQL schema name")),
+                matches!(&err, StoreError::Database(m) if m.message().contains("invalid PostgreSQL schema name")),
                 "{bad:?}: {err:?}"
             );
         }
@@ -1801,6 +1406,8 @@ mod tests {
         let StoreError::Database(msg) = &err else {
             panic!("expected Database, got {err:?}");
         };
+        assert!(err.is_transient(), "a refused connection may succeed later");
+        let msg = msg.message();
         assert!(
             msg.contains("cannot connect to PostgreSQL at alice@127.0.0.1:1/orders"),
             "{msg}"
@@ -1811,7 +1418,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            matches!(&err, StoreError::Database(m) if m.contains("invalid PostgreSQL URL")),
+            matches!(&err, StoreError::Database(m) if m.message().contains("invalid PostgreSQL URL")),
             "{err:?}"
         );
     }
@@ -1848,10 +1455,9 @@ mod tests {
         };
         let expected: Vec<(i32, String)> = MIGRATIONS
             .iter()
-            .map(|m| (m.version, m.name.to_owned()))
+            .map(|m| (m.version as i32, m.name.to_owned()))
             .collect();
         assert_eq!(versions().await, expected);
-        assert_eq!(expected.len(), SCHEMA_VERSION as usize);
 
         // Connecting again migrates nothing and keeps the data.
         let again = schema.connect().await;
@@ -1892,7 +1498,8 @@ mod tests {
     async fn refuses_a_schema_of_a_newer_version() {
         let (schema, store) = fresh!();
         drop(store);
-        let future = SCHEMA_VERSION + 1;
+        let newest = MIGRATIONS.len();
+        let future = newest + 1;
         schema
             .exec(&format!(
                 "INSERT INTO {} (version, name, applied_at) VALUES ({future}, 'from the future', 0)",
@@ -1907,11 +1514,8 @@ mod tests {
         };
         assert!(msg.contains(&format!("schema `{}`", schema.name)), "{msg}");
         assert!(msg.contains(&format!("schema version {future}")), "{msg}");
-        assert!(
-            msg.contains(&format!("versions up to {SCHEMA_VERSION}")),
-            "{msg}"
-        );
-        assert_eq!(schema.count("workflow_migrations").await, i64::from(future));
+        assert!(msg.contains(&format!("versions up to {newest}")), "{msg}");
+        assert_eq!(schema.count("workflow_migrations").await, future as i64);
     }
 
     /// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
@@ -1957,7 +1561,7 @@ mod tests {
         let store = schema.connect().await;
         assert_eq!(
             schema.count("workflow_migrations").await,
-            i64::from(SCHEMA_VERSION)
+            MIGRATIONS.len() as i64
         );
         within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
             .await
@@ -1969,6 +1573,129 @@ mod tests {
             .map(|e| e.seq)
             .collect();
         assert_eq!(seqs, [1, 2, 3]);
+    }
+
+    /// The schema as the release before the shared SQL layer created it (do not edit).
+    const RELEASED_DDL: &str = r#"
+        CREATE SCHEMA {s};
+        CREATE TABLE {s}.workflow_migrations (
+            version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL
+        );
+        CREATE TABLE {s}.runs (
+            id TEXT COLLATE "C" PRIMARY KEY, workflow TEXT NOT NULL, status TEXT NOT NULL
+                CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+            input TEXT NOT NULL, output TEXT, error TEXT, created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL, wake_at BIGINT NOT NULL,
+            epoch BIGINT NOT NULL DEFAULT 0, lease_until BIGINT, hook_token TEXT
+        );
+        CREATE INDEX runs_ready ON {s}.runs (wake_at, id) WHERE status IN ('pending', 'running');
+        CREATE INDEX runs_created ON {s}.runs (created_at, id);
+        CREATE TABLE {s}.events (
+            run_id TEXT NOT NULL, seq BIGINT NOT NULL, at BIGINT NOT NULL, kind TEXT NOT NULL,
+            data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+        );
+        CREATE TABLE {s}.hooks (
+            token TEXT PRIMARY KEY, run_id TEXT NOT NULL, created_at BIGINT NOT NULL,
+            active BOOLEAN NOT NULL, retain_until BIGINT
+        );
+        CREATE INDEX hooks_run ON {s}.hooks (run_id);
+        CREATE TABLE {s}.hook_inbox (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, run_id TEXT NOT NULL,
+            token TEXT NOT NULL, payload TEXT NOT NULL, at BIGINT NOT NULL
+        );
+        CREATE INDEX hook_inbox_run ON {s}.hook_inbox (run_id, id);
+        ALTER TABLE {s}.runs ADD COLUMN last_seq BIGINT NOT NULL DEFAULT 0;
+        ALTER TABLE {s}.runs SET (fillfactor = 80);
+        INSERT INTO {s}.workflow_migrations (version, name, applied_at) VALUES
+            (1, 'runs, events, hooks and the hook inbox', 0),
+            (2, 'each run keeps the number of its last event', 0);
+    "#;
+
+    /// A schema written by the previous release opens as it is: its migrations table already
+    /// has the shared layout, and its runs, events, hooks and payloads are kept, each run's
+    /// events numbered on from its last.
+    #[tokio::test]
+    async fn opens_a_schema_of_the_previous_release_and_keeps_its_data() {
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        let (done, live) = (RunId::new(), RunId::new());
+        let events = EncodedEvents::new(&[step_done(t(1), 1), step_done(t(2), 2)]).unwrap();
+        let mut sql = RELEASED_DDL.replace("{s}", &quote_ident(&schema.name));
+        for (run, status) in [(done, "completed"), (live, "running")] {
+            sql.push_str(&format!(
+                "INSERT INTO {runs} (id, workflow, status, input, output, created_at,
+                     updated_at, wake_at, epoch, hook_token, last_seq)
+                 VALUES ('{run}', 'orders', '{status}', '[1]', '7', 0, 0, 0, 1, 'tok-{status}', 2);",
+                runs = schema.table("runs")
+            ));
+            for i in 0..2 {
+                sql.push_str(&format!(
+                    "INSERT INTO {} (run_id, seq, at, kind, data) VALUES ('{run}', {}, {}, '{}', '{}');",
+                    schema.table("events"),
+                    i + 1,
+                    events.at[i],
+                    events.kind[i],
+                    events.data[i].replace('\'', "''"),
+                ));
+            }
+        }
+        sql.push_str(&format!(
+            "INSERT INTO {} (token, run_id, created_at, active) VALUES ('tok-running', '{live}', 0, TRUE);
+             INSERT INTO {} (run_id, token, payload, at) VALUES ('{live}', 'tok-running', '\"early\"', 0);",
+            schema.table("hooks"),
+            schema.table("hook_inbox"),
+        ));
+        schema.exec(&sql).await;
+
+        let store = schema.connect().await;
+        assert_eq!(
+            schema.count("workflow_migrations").await,
+            MIGRATIONS.len() as i64
+        );
+        let run = within(store.get_run(&done)).await.unwrap().unwrap();
+        assert_eq!(
+            (run.status, run.output, run.hook_token.as_deref()),
+            (RunStatus::Completed, Some(json!(7)), Some("tok-completed"))
+        );
+        for id in [done, live] {
+            let seqs: Vec<u64> = within(store.events(&id))
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(seqs, [1, 2]);
+        }
+        assert_eq!(
+            within(store.get_hook("tok-running"))
+                .await
+                .unwrap()
+                .map(|h| h.run_id),
+            Some(live)
+        );
+        let inbox = within(store.payloads(&live, 0)).await.unwrap();
+        assert_eq!(inbox.len(), 1);
+        assert_eq!(inbox[0].payload, json!("early"));
+        let lease = within(lease_one(&store, live, t(3))).await;
+        within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+            .await
+            .unwrap();
+        let last = within(store.events(&live)).await.unwrap().pop().unwrap();
+        assert_eq!((last.seq, last.at), (3, t(4)));
+    }
+
+    #[tokio::test]
+    async fn a_database_error_keeps_sqlx_s_error_as_its_source() {
+        use std::error::Error as _;
+        let err = within(PostgresStore::connect(
+            "postgres://nobody@127.0.0.1:1/none",
+            "wf",
+        ))
+        .await
+        .unwrap_err();
+        let source = err.source().expect("a source");
+        assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! [`SqliteStore`]: the embedded default store, one SQLite file in WAL mode that several
-//! processes may share. It owns the file's schema, the threads that talk to SQLite, and the
-//! translation of every [`Store`] decision into one SQL transaction.
+//! processes may share. It owns the SQLite statements ([`Statements`]), the file's schema
+//! and its migrations, and the threads that talk to SQLite; what it decides in each
+//! transaction is the shared SQL layer's ([`super::sql`]).
 //!
 //! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync.
 //! So all writes go to one thread that drains every request queued while it was busy and runs
@@ -11,33 +12,37 @@
 //! serialize the writers, and every check-then-write happens inside one such transaction.
 
 use std::fmt;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use futures::FutureExt;
 use rusqlite::types::Value as Sql;
 use rusqlite::{
-    params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
+    params, Connection, ErrorCode, OpenFlags, OptionalExtension, Params, Row, Transaction,
+    TransactionBehavior,
 };
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::sql::migrations::{self, Migration, Place};
+use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
+use super::sql::rows::{
+    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+};
 use super::sql::{
-    corrupt, event_columns, lease_end, outcome_columns, payload_id_of, sql_epoch, sql_id, sql_time,
-    status_of, time_of, to_json,
+    lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, RunFilter, RunRecord, RunStatus,
-    Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
+    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunRecord, Store,
 };
-use crate::error::{Error, StoreError};
+use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
 
-/// The value of `workflow_meta.schema` that marks a file as ours.
-const SCHEMA_NAME: &str = "workflow-rs";
 /// How long one SQLite call waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a write keeps retrying when the lock is still held after `BUSY_TIMEOUT`.
@@ -47,12 +52,24 @@ const MAX_BATCH: usize = 1024;
 /// Reader threads, each with its own connection.
 const READERS: usize = 4;
 
-/// The file format's history: `MIGRATIONS[n]` turns a version `n` file into version `n + 1`
-/// (version 0 is an empty file). Opening applies the missing ones in the transaction that
-/// checks the file. Released versions are frozen: change the format by appending.
-const MIGRATIONS: &[&str] = &[SCHEMA_V1, SCHEMA_V2];
-/// The schema this build writes and reads.
-const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+/// The file format's history, applied on open in the transaction that checks the file.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "runs and events",
+        ddl: SCHEMA_V1,
+    },
+    Migration {
+        version: 2,
+        name: "hooks, the hook inbox and the token claimed at admission",
+        ddl: SCHEMA_V2,
+    },
+    Migration {
+        version: 3,
+        name: "each run keeps the number of its last event; migrations are recorded one per row",
+        ddl: SCHEMA_V3,
+    },
+];
 /// The tables each version must have (from the version that created them on), checked
 /// before migrating so a damaged file is reported, not half-migrated.
 const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 2), ("hook_inbox", 2)];
@@ -114,8 +131,130 @@ CREATE TABLE hook_inbox (
 CREATE INDEX hook_inbox_run ON hook_inbox (run_id, id);
 ";
 
-const RUN_COLUMNS: &str =
-    "id, workflow, status, input, output, error, created_at, updated_at, hook_token";
+/// The layout PostgreSQL has: appends number their events from the run's row, which the
+/// fence reads anyway, and `workflow_migrations` (filled before this runs) replaces the
+/// key-value `workflow_meta`.
+const SCHEMA_V3: &str = "
+ALTER TABLE runs ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET last_seq = (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = runs.id);
+DROP TABLE workflow_meta;
+";
+
+/// Every statement the store runs (beside the schema's), as SQLite spells it; read it side
+/// by side with PostgreSQL's. `?n` are the arguments in the order bound.
+type Statements = super::sql::Statements<&'static str, SqliteOnly>;
+
+/// The statements PostgreSQL does without: it inserts events with the append, wakes the
+/// owner inside `resume`, and keeps its catalog queries with its migrations.
+struct SqliteOnly {
+    insert_event: &'static str,
+    wake: &'static str,
+    tables: &'static str,
+    migration_version: &'static str,
+    record_migration: &'static str,
+    legacy_meta: &'static str,
+}
+
+const SQL: Statements = Statements {
+    run_exists: "SELECT 1 FROM runs WHERE id = ?1",
+    insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
+                                   hook_token)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5)
+                 ON CONFLICT (id) DO NOTHING",
+    insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
+                                          wake_at, hook_token, epoch, lease_until)
+                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6)
+                        ON CONFLICT (id) DO NOTHING",
+    claim: "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
+            VALUES (?1, ?2, ?3, 1, ?4)
+            ON CONFLICT (token) DO UPDATE SET
+                run_id = excluded.run_id, created_at = excluded.created_at, active = 1,
+                retain_until = excluded.retain_until
+            WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
+    hook_owner: "SELECT run_id FROM hooks WHERE token = ?1",
+    get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
+                     hook_token
+              FROM runs WHERE id = ?1",
+    events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
+    // `?1`: the run ids as a JSON array.
+    events_of: "SELECT run_id, seq, at, data FROM events
+                WHERE run_id IN (SELECT value FROM json_each(?1)) ORDER BY run_id, seq",
+    // One statement picks and leases; the IMMEDIATE transaction around it keeps every other
+    // connection, in any process, from leasing the same rows meanwhile.
+    acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1
+              WHERE id IN (
+                  SELECT id FROM runs
+                  WHERE status IN ('pending', 'running')
+                    AND wake_at <= ?2
+                    AND (lease_until IS NULL OR lease_until <= ?2)
+                    AND workflow IN (SELECT value FROM json_each(?3))
+                  ORDER BY wake_at, id
+                  LIMIT ?4)
+              RETURNING id, workflow, status, input, output, error, created_at, updated_at,
+                        hook_token, epoch, wake_at",
+    // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
+    // `?2` events from, or no row when the lease is lost.
+    append: "UPDATE runs SET last_seq = last_seq + ?2
+             WHERE id = ?1
+               AND (?3 IS NULL OR (epoch = ?3 AND status = 'running' AND lease_until IS NOT NULL))
+             RETURNING last_seq - ?2",
+    run_status: "SELECT status FROM runs WHERE id = ?1",
+    end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
+                  lease_until = NULL
+              WHERE id = ?1",
+    // `?3`: the tokens as a JSON array, or NULL for all the run's.
+    release_tokens: [
+        "DELETE FROM hooks
+         WHERE run_id = ?1 AND active = 1 AND COALESCE(retain_until, 0) <= ?2
+           AND (?3 IS NULL OR token IN (SELECT value FROM json_each(?3)))",
+        "UPDATE hooks SET active = 0
+         WHERE run_id = ?1 AND active = 1
+           AND (?2 IS NULL OR token IN (SELECT value FROM json_each(?2)))",
+    ],
+    // A payload committed after the worker last looked wakes the run at once; the check and
+    // the release are one statement, so none slips in between.
+    release: "UPDATE runs SET lease_until = NULL,
+                  wake_at = CASE
+                      WHEN EXISTS (SELECT 1 FROM hook_inbox WHERE run_id = ?1 AND id > ?4)
+                      THEN ?5 ELSE ?3 END
+              WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+    // Finding the owner and queueing the payload is one statement: no row, no payload.
+    resume: "INSERT INTO hook_inbox (run_id, token, payload, at)
+             SELECT run_id, token, ?2, ?3 FROM hooks WHERE token = ?1 AND active = 1
+             RETURNING id, run_id",
+    payloads: "SELECT id, token, payload FROM hook_inbox WHERE run_id = ?1 AND id > ?2 ORDER BY id",
+    payloads_since: "SELECT id, run_id FROM hook_inbox WHERE id > ?1 ORDER BY id LIMIT ?2",
+    last_payload_id: "SELECT COALESCE(MAX(id), 0) FROM hook_inbox",
+    get_hook: "SELECT token, run_id, created_at FROM hooks WHERE token = ?1 AND active = 1",
+    // `?1`: the leases as a JSON array of `[id, epoch]`.
+    heartbeat: "UPDATE runs SET lease_until = ?2
+                FROM (SELECT value ->> 0 AS held_id, value ->> 1 AS held_epoch
+                      FROM json_each(?1)) AS l
+                WHERE id = l.held_id AND epoch = l.held_epoch AND status = 'running'
+                  AND lease_until IS NOT NULL
+                RETURNING id, epoch",
+    // A NULL filter matches everything.
+    list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
+                       hook_token
+                FROM runs
+                WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
+                ORDER BY created_at DESC, id DESC LIMIT ?3",
+    list_hooks: "SELECT token, run_id, created_at FROM hooks
+                 WHERE active = 1 AND (?1 IS NULL OR token = ?1) AND (?2 IS NULL OR run_id = ?2)
+                 ORDER BY created_at DESC, token LIMIT ?3",
+    dialect: SqliteOnly {
+        insert_event:
+            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+        wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1",
+        tables: "SELECT name FROM sqlite_schema
+                 WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+                 ORDER BY name",
+        migration_version: "SELECT COALESCE(MAX(version), 0) FROM workflow_migrations",
+        record_migration: "INSERT INTO workflow_migrations (version, name, applied_at)
+                           VALUES (?1, ?2, ?3)",
+        legacy_meta: "SELECT value FROM workflow_meta WHERE key = ?1",
+    },
+};
 
 /// A [`Store`] in one SQLite file, safe to share between threads, runtimes and processes.
 ///
@@ -179,43 +318,26 @@ impl SqliteStore {
 
         // Opening can wait on other processes' locks, so it happens on the writer thread too.
         let (writer, write_jobs) = mpsc::channel::<Box<dyn WriteJob>>();
-        let (ready, opened) = oneshot::channel();
-        spawn_thread("workflow-sqlite-writer", {
-            let path = path.clone();
-            let stats = stats.clone();
-            move || match open_writer(&path) {
-                Ok(conn) => {
-                    let _ = ready.send(Ok(()));
-                    writer_loop(conn, write_jobs, stats);
-                }
-                Err(e) => {
-                    let _ = ready.send(Err(e));
-                }
-            }
-        })?;
-        opened.await.map_err(|_| thread_gone("writer"))??;
+        let (path2, stats2) = (path.clone(), stats.clone());
+        start_thread(
+            "workflow-sqlite-writer".to_owned(),
+            move || open_writer(&path2),
+            move |conn| writer_loop(conn, write_jobs, stats2),
+        )?
+        .await
+        .map_err(|_| thread_gone("writer"))??;
 
         // Readers open after the writer has validated the file and switched it to WAL.
         let (readers, read_jobs) = mpsc::channel::<ReadJob>();
         let read_jobs = Arc::new(Mutex::new(read_jobs));
         let mut opened = Vec::with_capacity(READERS);
         for i in 0..READERS {
-            let (ready, done) = oneshot::channel();
-            spawn_thread(&format!("workflow-sqlite-reader-{i}"), {
-                let path = path.clone();
-                let jobs = read_jobs.clone();
-                let stats = stats.clone();
-                move || match open_reader(&path) {
-                    Ok(conn) => {
-                        let _ = ready.send(Ok(()));
-                        reader_loop(conn, jobs, stats);
-                    }
-                    Err(e) => {
-                        let _ = ready.send(Err(e));
-                    }
-                }
-            })?;
-            opened.push(done);
+            let (path, jobs, stats) = (path.clone(), read_jobs.clone(), stats.clone());
+            opened.push(start_thread(
+                format!("workflow-sqlite-reader-{i}"),
+                move || open_reader(&path),
+                move |conn| reader_loop(conn, jobs, stats),
+            )?);
         }
         drop(read_jobs);
         for done in opened {
@@ -268,7 +390,7 @@ impl SqliteStore {
         let (reply, answer) = oneshot::channel();
         let job: ReadJob = Box::new(move |conn| {
             let result = catch_unwind(AssertUnwindSafe(|| work(conn))).unwrap_or_else(|p| {
-                Err(StoreError::Database(format!(
+                Err(StoreError::database(format!(
                     "internal error: a store read panicked: {}",
                     panic_message(p.as_ref())
                 )))
@@ -281,61 +403,16 @@ impl SqliteStore {
             .map_err(|_| thread_gone("reader"))?;
         answer.await.map_err(|_| thread_gone("reader"))?
     }
-}
 
-impl SqliteStore {
     /// Admits `run`; with `lease`, leased to the caller in the same transaction.
     async fn admit(
         &self,
         run: NewRun,
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
-        let lease_until = lease.map(|l| lease_end(run.created_at, l));
-        let input = to_json(&run.input, "the run's input")?;
-        let at = sql_time(run.created_at);
-        let hook = run.hook.map(|h| (h.token, h.retain_until.map(sql_time)));
-        self.write(move |tx| {
-            let id = run.id.to_string();
-            let exists = tx
-                .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")
-                .map_err(db)?
-                .exists([&id])
-                .map_err(db)?;
-            if exists {
-                return Err(StoreError::Database(format!(
-                    "run {} already exists",
-                    run.id
-                )));
-            }
-            // The claim goes first: when it loses, nothing at all has been written.
-            if let Some((token, retain_until)) = &hook {
-                if let Some(owner) = claim_token(tx, token, &id, at, *retain_until)? {
-                    return Ok((Admission::Conflict(owner), None));
-                }
-            }
-            tx.prepare_cached(
-                "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
-                                   hook_token, epoch, lease_until)
-                 VALUES (?1, ?2, CASE WHEN ?6 IS NULL THEN 'pending' ELSE 'running' END,
-                         ?3, ?4, ?4, ?4, ?5, CASE WHEN ?6 IS NULL THEN 0 ELSE 1 END, ?6)",
-            )
-            .map_err(db)?
-            .execute(params![
-                id,
-                run.workflow,
-                input,
-                at,
-                hook.as_ref().map(|h| &h.0),
-                lease_until
-            ])
-            .map_err(db)?;
-            let lease = lease_until.map(|_| Lease {
-                run_id: run.id,
-                epoch: 1,
-            });
-            Ok((Admission::Admitted, lease))
-        })
-        .await
+        let row = NewRunRow::new(run, lease)?;
+        self.write(move |tx| now(policy::admit(&mut Lite(tx), &row)))
+            .await
     }
 }
 
@@ -354,119 +431,45 @@ impl Store for SqliteStore {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        let id = *id;
-        self.read(move |conn| {
-            let raw = conn
-                .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))
-                .map_err(db)?
-                .query_row([id.to_string()], RawRun::from_row)
-                .optional()
-                .map_err(db)?;
-            raw.map(RawRun::decode).transpose()
-        })
-        .await
+        let id = id.to_string();
+        let row = self
+            .read(move |conn| one(conn, SQL.get_run, [id], RunRow::from_sqlite))
+            .await?;
+        row.map(RunRow::decode).transpose()
     }
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         let id = id.to_string();
-        self.read(move |conn| load_events(conn, &id)).await
+        self.read(move |conn| decode_events(all(conn, SQL.events, [id], EventRow::from_sqlite)?))
+            .await
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         if req.limit == 0 || req.workflows.is_empty() {
             return Ok(Vec::new());
         }
-        let workflows = serde_json::to_string(req.workflows)
-            .map_err(|e| StoreError::Database(format!("cannot encode workflow names: {e}")))?;
-        let now = sql_time(req.now);
+        let workflows = to_json(&req.workflows, "workflow names")?;
         let until = lease_end(req.now, req.lease);
-        let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+        let (at, limit) = (sql_time(req.now), sql_id(req.limit));
         self.write(move |tx| {
-            // One statement picks and leases; the IMMEDIATE transaction around it keeps every
-            // other connection, in any process, from leasing the same rows meanwhile.
-            let mut leased = tx
-                .prepare_cached(&format!(
-                    "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1
-                     WHERE id IN (
-                         SELECT id FROM runs
-                         WHERE status IN ('pending', 'running')
-                           AND wake_at <= ?2
-                           AND (lease_until IS NULL OR lease_until <= ?2)
-                           AND workflow IN (SELECT value FROM json_each(?3))
-                         ORDER BY wake_at, id
-                         LIMIT ?4)
-                     RETURNING {RUN_COLUMNS}, epoch, wake_at"
-                ))
-                .map_err(db)?
-                .query_map(params![until, now, workflows, limit], |row| {
-                    Ok((
-                        RawRun::from_row(row)?,
-                        row.get::<_, Sql>(RawRun::COLUMNS)?,
-                        row.get::<_, Sql>(RawRun::COLUMNS + 1)?,
-                    ))
-                })
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            // RETURNING gives no order; hand runs out earliest wake time first.
-            leased.sort_by(|a, b| order_key(&a.2, &a.0.id).cmp(&order_key(&b.2, &b.0.id)));
-
-            let mut out = Vec::with_capacity(leased.len());
-            for (raw, epoch, _) in leased {
-                let shown = raw.label();
-                match decode_leased(tx, raw, epoch) {
-                    Ok(run) => out.push(run),
-                    // Failing the whole call would stall every run in the store behind one
-                    // bad row. The run keeps its new lease, so it is retried (and reported
-                    // again) only after the lease expires.
-                    Err(e) => tracing::error!(
-                        run_id = %shown,
-                        error = %e,
-                        "skipping a run whose stored record cannot be decoded"
-                    ),
-                }
-            }
-            Ok(out)
+            let rows = all(
+                tx,
+                SQL.acquire,
+                params![until, at, workflows, limit],
+                leased_row,
+            )?;
+            let picked = Picked::new(rows);
+            let ids = to_json(&picked.ids(), "run ids")?;
+            Ok(picked.attach(all(tx, SQL.events_of, [ids], EventRow::from_sqlite)?))
         })
         .await
     }
 
     async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
         let lease = lease.clone();
-        let Append {
-            events,
-            release_tokens,
-            outcome,
-        } = write;
-        // The time of the write: its last event's, as the memory store has it.
-        let now = sql_time(events.last().map_or_else(SystemTime::now, |e| e.at));
-        // Encode here, not on the writer thread, which every run's writes queue behind.
-        let events = events
-            .iter()
-            .map(EncodedEvent::new)
-            .collect::<Result<Vec<_>, _>>()?;
-        let outcome = outcome.as_ref().map(outcome_columns).transpose()?;
-        self.write(move |tx| {
-            let id = lease.run_id.to_string();
-            let last = held(tx, &id, lease.epoch)?.ok_or(StoreError::LeaseLost(lease.run_id))?;
-            insert_events_after(tx, &id, last, &events)?;
-            for token in &release_tokens {
-                release_token(tx, &id, token, now)?;
-            }
-            if let Some((status, output, error)) = outcome {
-                tx.prepare_cached(
-                    "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
-                         lease_until = NULL
-                     WHERE id = ?1",
-                )
-                .map_err(db)?
-                .execute(params![id, status.as_str(), output, error, now])
-                .map_err(db)?;
-                release_all(tx, &id, now)?;
-            }
-            Ok(())
-        })
-        .await
+        let write = EncodedAppend::new(write)?;
+        self.write(move |tx| now(policy::append(&mut Lite(tx), &lease, &write)))
+            .await
     }
 
     async fn release(
@@ -476,34 +479,14 @@ impl Store for SqliteStore {
         payloads_seen: u64,
     ) -> Result<(), StoreError> {
         let lease = lease.clone();
-        let wake_at = sql_time(wake_at);
-        let seen = sql_id(payloads_seen);
+        let (wake_at, seen) = (sql_time(wake_at), sql_id(payloads_seen));
         let now = sql_time(SystemTime::now());
         self.write(move |tx| {
-            // A payload committed after the worker last looked wakes the run at once; the
-            // check and the release are one statement, so none slips in between.
-            let changed = tx
-                .prepare_cached(
-                    "UPDATE runs SET lease_until = NULL,
-                         wake_at = CASE
-                             WHEN EXISTS (SELECT 1 FROM hook_inbox WHERE run_id = ?1 AND id > ?4)
-                             THEN ?5 ELSE ?3 END
-                     WHERE id = ?1 AND epoch = ?2 AND status = 'running'
-                       AND lease_until IS NOT NULL",
-                )
-                .map_err(db)?
-                .execute(params![
-                    lease.run_id.to_string(),
-                    sql_epoch(lease.epoch),
-                    wake_at,
-                    seen,
-                    now
-                ])
-                .map_err(db)?;
-            if changed == 0 {
-                return Err(StoreError::LeaseLost(lease.run_id));
+            let (run, epoch) = (lease.run_id.to_string(), sql_epoch(lease.epoch));
+            match exec(tx, SQL.release, params![run, epoch, wake_at, seen, now])? {
+                0 => Err(StoreError::LeaseLost(lease.run_id)),
+                _ => Ok(()),
             }
-            Ok(())
         })
         .await
     }
@@ -516,27 +499,9 @@ impl Store for SqliteStore {
         at: SystemTime,
     ) -> Result<ClaimOutcome, StoreError> {
         let lease = lease.clone();
-        let hook_key = hook_key.to_owned();
-        let token = token.to_owned();
-        self.write(move |tx| {
-            let id = lease.run_id.to_string();
-            let last = held(tx, &id, lease.epoch)?.ok_or(StoreError::LeaseLost(lease.run_id))?;
-            let conflict = claim_token(tx, &token, &id, sql_time(at), None)?;
-            let event = EncodedEvent::new(&NewEvent {
-                at,
-                event: Event::HookRegistered {
-                    hook_key,
-                    token,
-                    conflict,
-                },
-            })?;
-            insert_events_after(tx, &id, last, std::slice::from_ref(&event))?;
-            Ok(match conflict {
-                None => ClaimOutcome::Claimed,
-                Some(owner) => ClaimOutcome::Conflict(owner),
-            })
-        })
-        .await
+        let (key, token) = (hook_key.to_owned(), token.to_owned());
+        self.write(move |tx| now(policy::claim_hook(&mut Lite(tx), &lease, &key, &token, at)))
+            .await
     }
 
     async fn resume_hook(
@@ -549,28 +514,17 @@ impl Store for SqliteStore {
         let payload = to_json(&payload, "the payload")?;
         let at = sql_time(at);
         self.write(move |tx| {
-            // Finding the owner and queueing the payload is one statement: no row, no payload.
-            let queued = tx
-                .prepare_cached(
-                    "INSERT INTO hook_inbox (run_id, token, payload, at)
-                     SELECT run_id, token, ?2, ?3 FROM hooks WHERE token = ?1 AND active = 1
-                     RETURNING id, run_id",
-                )
-                .map_err(db)?
-                .query_row(params![token, payload, at], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, Sql>(1)?))
-                })
-                .optional()
-                .map_err(db)?;
-            let Some((payload_id, owner)) = queued else {
+            let queued = one(
+                tx,
+                SQL.resume,
+                params![token, payload, at],
+                InboxRow::from_sqlite,
+            )?;
+            let Some(queued) = queued else {
                 return Ok(None);
             };
-            let (owner_key, run) = hook_owner(owner, &token)?;
-            tx.prepare_cached("UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1")
-                .map_err(db)?
-                .execute(params![owner_key, at])
-                .map_err(db)?;
-            Ok(Some((run, payload_id_of(payload_id)?)))
+            exec(tx, SQL.dialect.wake, params![queued.run_id, at])?;
+            queued.decode().map(|(id, run)| Some((run, id)))
         })
         .await
     }
@@ -579,32 +533,13 @@ impl Store for SqliteStore {
         let run = run.to_string();
         let after = sql_id(after);
         self.read(move |conn| {
-            let rows = conn
-                .prepare_cached(
-                    "SELECT id, token, payload FROM hook_inbox
-                     WHERE run_id = ?1 AND id > ?2 ORDER BY id",
-                )
-                .map_err(db)?
-                .query_map(params![run, after], |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, Sql>(1)?,
-                        row.get::<_, Sql>(2)?,
-                    ))
-                })
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            rows.into_iter()
-                .map(|(id, token, payload)| {
-                    let what = format!("payload {id}");
-                    Ok(Payload {
-                        id: payload_id_of(id)?,
-                        token: text(token, &run, &what)?,
-                        payload: json(payload, &run, &what)?,
-                    })
-                })
-                .collect()
+            let rows = all(
+                conn,
+                SQL.payloads,
+                params![run, after],
+                PayloadRow::from_sqlite,
+            )?;
+            rows.into_iter().map(|p| p.decode(&run)).collect()
         })
         .await
     }
@@ -614,70 +549,33 @@ impl Store for SqliteStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        let after = sql_id(after);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.read(move |conn| {
-            let rows = conn
-                .prepare_cached(
-                    "SELECT id, run_id FROM hook_inbox WHERE id > ?1 ORDER BY id LIMIT ?2",
+        let (after, limit) = (sql_id(after), sql_id(limit));
+        let rows = self
+            .read(move |conn| {
+                all(
+                    conn,
+                    SQL.payloads_since,
+                    [after, limit],
+                    InboxRow::from_sqlite,
                 )
-                .map_err(db)?
-                .query_map(params![after, limit], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, Sql>(1)?))
-                })
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
-            rows.into_iter()
-                .map(|(id, run)| {
-                    let run = match run {
-                        Sql::Text(s) => s.parse::<RunId>().map_err(|e| e.to_string()),
-                        other => Err(format!("{} is not text", describe(Some(&other)))),
-                    }
-                    .map_err(|why| StoreError::Corrupt(format!("payload {id}: run_id: {why}")))?;
-                    Ok((payload_id_of(id)?, run))
-                })
-                .collect()
-        })
-        .await
+            })
+            .await?;
+        rows.into_iter().map(InboxRow::decode).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {
-        self.read(|conn| {
-            let last: i64 = conn
-                .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM hook_inbox")
-                .map_err(db)?
-                .query_row([], |row| row.get(0))
-                .map_err(db)?;
-            payload_id_of(last)
-        })
-        .await
+        let last = self
+            .read(|conn| one(conn, SQL.last_payload_id, [], |r| r.get(0)))
+            .await?;
+        super::sql::payload_id_of(last.unwrap_or(0))
     }
 
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
         let token = token.to_owned();
-        self.read(move |conn| {
-            let row = conn
-                .prepare_cached(
-                    "SELECT run_id, created_at FROM hooks WHERE token = ?1 AND active = 1",
-                )
-                .map_err(db)?
-                .query_row([&token], |row| {
-                    Ok((row.get::<_, Sql>(0)?, row.get::<_, Sql>(1)?))
-                })
-                .optional()
-                .map_err(db)?;
-            let Some((run, created_at)) = row else {
-                return Ok(None);
-            };
-            let (key, run_id) = hook_owner(run, &token)?;
-            Ok(Some(HookRecord {
-                run_id,
-                created_at: time(created_at, &key, &format!("hook {token:?}: created_at"))?,
-                token,
-            }))
-        })
-        .await
+        let row = self
+            .read(move |conn| one(conn, SQL.get_hook, [token], HookRow::from_sqlite))
+            .await?;
+        row.map(HookRow::decode).transpose()
     }
 
     async fn heartbeat(
@@ -689,174 +587,241 @@ impl Store for SqliteStore {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let leases = leases.to_vec();
-        let until = lease_end(now, lease);
-        self.write(move |tx| {
-            let mut renew = tx
-                .prepare_cached(
-                    "UPDATE runs SET lease_until = ?3
-                     WHERE id = ?1 AND epoch = ?2 AND status = 'running'
-                       AND lease_until IS NOT NULL",
-                )
-                .map_err(db)?;
-            let mut lost = Vec::new();
-            for l in leases {
-                let renewed = renew
-                    .execute(params![l.run_id.to_string(), sql_epoch(l.epoch), until])
-                    .map_err(db)?;
-                if renewed == 0 {
-                    lost.push(l.run_id);
-                }
-            }
-            Ok(lost)
-        })
-        .await
+        let held: Vec<_> = leases
+            .iter()
+            .map(|l| (l.run_id.to_string(), sql_epoch(l.epoch)))
+            .collect();
+        let (held, until) = (to_json(&held, "the leases")?, lease_end(now, lease));
+        let renewed = self
+            .write(move |tx| {
+                all(tx, SQL.heartbeat, params![held, until], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await?;
+        Ok(policy::lost(leases, renewed))
     }
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        let id = *id;
-        let event = EncodedEvent::new(&NewEvent {
-            at: now,
-            event: Event::RunCancelled,
-        })?;
-        let error = to_json(&Error::cancelled(&id), "the cancellation error")?;
-        let now = sql_time(now);
-        self.write(move |tx| {
-            let key = id.to_string();
-            let status: Option<Sql> = tx
-                .prepare_cached("SELECT status FROM runs WHERE id = ?1")
-                .map_err(db)?
-                .query_row([&key], |row| row.get(0))
-                .optional()
-                .map_err(db)?;
-            let status = status.ok_or(StoreError::RunNotFound(id))?;
-            let status = decode_status(status, &key)?;
-            if status.is_terminal() {
-                return Ok(CancelOutcome::AlreadyEnded(status));
-            }
-            insert_events(tx, &key, std::slice::from_ref(&event))?;
-            tx.prepare_cached(
-                "UPDATE runs SET status = 'cancelled', error = ?2, updated_at = ?3,
-                     lease_until = NULL
-                 WHERE id = ?1",
-            )
-            .map_err(db)?
-            .execute(params![key, error, now])
-            .map_err(db)?;
-            release_all(tx, &key, now)?;
-            Ok(CancelOutcome::Cancelled)
-        })
-        .await
+        let cancel = EncodedCancel::new(id, now)?;
+        self.write(move |tx| self::now(policy::cancel(&mut Lite(tx), &cancel)))
+            .await
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        // Only the conditions in use are written, so each variant gets its own cached plan.
-        let mut conditions = Vec::new();
-        let mut args: Vec<Sql> = Vec::new();
-        if let Some(status) = filter.status {
-            args.push(Sql::Text(status.as_str().to_owned()));
-            conditions.push(format!("status = ?{}", args.len()));
-        }
-        if let Some(workflow) = &filter.workflow {
-            args.push(Sql::Text(workflow.clone()));
-            conditions.push(format!("workflow = ?{}", args.len()));
-        }
-        args.push(Sql::Integer(
-            i64::try_from(filter.limit).unwrap_or(i64::MAX),
-        ));
-        let sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs {} ORDER BY created_at DESC, id DESC LIMIT ?{}",
-            where_clause(&conditions),
-            args.len()
-        );
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args), RawRun::from_row)
-                .map_err(db)?;
-            let mut runs = Vec::new();
-            for raw in rows {
-                runs.push(raw.map_err(db)?.decode()?);
-            }
-            Ok(runs)
-        })
-        .await
+        let args = policy::run_filter(filter);
+        let rows = self
+            .read(move |conn| all(conn, SQL.list_runs, args, RunRow::from_sqlite))
+            .await?;
+        rows.into_iter().map(RunRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
-        let mut conditions = vec!["active = 1".to_owned()];
-        let mut args: Vec<Sql> = Vec::new();
-        if let Some(token) = &filter.token {
-            args.push(Sql::Text(token.clone()));
-            conditions.push(format!("token = ?{}", args.len()));
-        }
-        if let Some(run) = filter.run_id {
-            args.push(Sql::Text(run.to_string()));
-            conditions.push(format!("run_id = ?{}", args.len()));
-        }
-        args.push(Sql::Integer(
-            i64::try_from(filter.limit).unwrap_or(i64::MAX),
-        ));
-        let sql = format!(
-            "SELECT token, run_id, created_at FROM hooks {} \
-             ORDER BY created_at DESC, token LIMIT ?{}",
-            where_clause(&conditions),
-            args.len()
-        );
-        self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args), |row| {
-                    Ok((
-                        row.get::<_, Sql>(0)?,
-                        row.get::<_, Sql>(1)?,
-                        row.get::<_, Sql>(2)?,
-                    ))
-                })
-                .map_err(db)?;
-            let mut hooks = Vec::new();
-            for row in rows {
-                let (token, run, created_at) = row.map_err(db)?;
-                let token = match token {
-                    Sql::Text(t) => t,
-                    other => {
-                        return Err(StoreError::Corrupt(format!(
-                            "hooks: token: {} is not text",
-                            describe(Some(&other))
-                        )))
-                    }
-                };
-                let (key, run_id) = hook_owner(run, &token)?;
-                hooks.push(HookRecord {
-                    run_id,
-                    created_at: time(created_at, &key, &format!("hook {token:?}: created_at"))?,
-                    token,
-                });
-            }
-            Ok(hooks)
-        })
-        .await
+        let args = policy::hook_filter(filter);
+        let rows = self
+            .read(move |conn| all(conn, SQL.list_hooks, args, HookRow::from_sqlite))
+            .await?;
+        rows.into_iter().map(HookRow::decode).collect()
     }
 }
 
-/// `WHERE a AND b ..`, or nothing without conditions.
-fn where_clause(conditions: &[String]) -> String {
-    if conditions.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", conditions.join(" AND "))
+// ---------------------------------------------------------------------------------------------
+// Statements
+
+/// The policies' statements on the writer's transaction. They run synchronously, so every
+/// future they return is ready at once; [`now`] takes its value.
+struct Lite<'a>(&'a Connection);
+
+impl Tx for Lite<'_> {
+    async fn run_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.0.prepare_cached(SQL.run_exists)?.exists([id])?)
     }
+
+    async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
+        let token = run.hook.as_ref().map(|h| &h.0);
+        let (id, wf, input, at) = (&run.key, &run.workflow, &run.input, run.created_at);
+        let inserted = match run.lease_until {
+            None => exec(self.0, SQL.insert_run, params![id, wf, input, at, token])?,
+            Some(until) => exec(
+                self.0,
+                SQL.insert_leased_run,
+                params![id, wf, input, at, token, until],
+            )?,
+        };
+        Ok(inserted > 0)
+    }
+
+    async fn claim(
+        &mut self,
+        token: &str,
+        run: &str,
+        at: i64,
+        retain_until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        Ok(exec(self.0, SQL.claim, params![token, run, at, retain_until])? > 0)
+    }
+
+    async fn hook_owner(&mut self, token: &str) -> Result<String, StoreError> {
+        Ok(self
+            .0
+            .prepare_cached(SQL.hook_owner)?
+            .query_row([token], |r| r.get(0))?)
+    }
+
+    async fn append_events(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+    ) -> Result<bool, StoreError> {
+        let n = sql_id(events.len());
+        let Some(base) = one(self.0, SQL.append, params![run, n, fence], |r| {
+            r.get::<_, i64>(0)
+        })?
+        else {
+            return Ok(false);
+        };
+        let mut insert = self.0.prepare_cached(SQL.dialect.insert_event)?;
+        for (i, seq) in (base + 1..).take(events.len()).enumerate() {
+            insert.execute(params![
+                run,
+                seq,
+                events.at[i],
+                events.kind[i],
+                events.data[i]
+            ])?;
+        }
+        Ok(true)
+    }
+
+    async fn release_tokens(
+        &mut self,
+        run: &str,
+        tokens: Option<&[String]>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let tokens = tokens.map(|t| to_json(&t, "tokens")).transpose()?;
+        exec(self.0, SQL.release_tokens[0], params![run, now, tokens])?;
+        exec(self.0, SQL.release_tokens[1], params![run, tokens])?;
+        Ok(())
+    }
+
+    async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
+        one(self.0, SQL.run_status, [run], |r| r.get(0))
+    }
+
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
+        let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
+        exec(
+            self.0,
+            SQL.end_run,
+            params![run, status, output, error, now],
+        )?;
+        Ok(())
+    }
+}
+
+/// The value of a policy run on the writer thread, whose statements never wait.
+fn now<T>(policy: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    policy.now_or_never().unwrap_or_else(|| {
+        Err(StoreError::database(
+            "internal error: a SQLite statement did not complete at once",
+        ))
+    })
+}
+
+fn exec(conn: &Connection, sql: &str, args: impl Params) -> Result<usize, StoreError> {
+    Ok(conn.prepare_cached(sql)?.execute(args)?)
+}
+
+/// The first row `sql` returns, if any.
+fn one<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Option<T>, StoreError> {
+    Ok(conn.prepare_cached(sql)?.query_row(args, f).optional()?)
+}
+
+/// Every row `sql` returns.
+fn all<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl Params,
+    f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(args, f)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A row `acquire` leased, or why it cannot even be read, with the run id for the log: such
+/// a row is skipped like one that cannot be decoded.
+fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
+    let row = RunRow::from_sqlite(r).and_then(|run| {
+        let (epoch, wake_at) = (r.get(9)?, r.get(10)?);
+        Ok(LeasedRow {
+            run,
+            epoch,
+            wake_at,
+        })
+    });
+    let id = || r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());
+    Ok(row.map_err(|e| (id(), e.into())))
+}
+
+/// A value of the wrong type is a corrupt record; anything else is the database's error,
+/// transient when another connection holds the lock.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::Error::{
+            FromSqlConversionFailure, IntegralValueOutOfRange, InvalidColumnType,
+        };
+        match e {
+            InvalidColumnType(..) | IntegralValueOutOfRange(..) | FromSqlConversionFailure(..) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            e => StoreError::Database(database_error(e.to_string(), e)),
+        }
+    }
+}
+
+fn database_error(message: String, e: rusqlite::Error) -> DatabaseError {
+    let busy = matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    );
+    DatabaseError::with_source(message, e).transient(busy)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Opening
 
-fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(f)
-        .map(drop)
-        .map_err(|e| StoreError::Database(format!("cannot start thread {name}: {e}")))
+/// Starts thread `name`, which opens its connection with `open`, says whether it could,
+/// and then serves with it until `serve` returns.
+fn start_thread(
+    name: String,
+    open: impl FnOnce() -> Result<Connection, StoreError> + Send + 'static,
+    serve: impl FnOnce(Connection) + Send + 'static,
+) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    let (ready, opened) = oneshot::channel();
+    let thread = move || match open() {
+        Ok(conn) => {
+            let _ = ready.send(Ok(()));
+            serve(conn);
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+        }
+    };
+    match std::thread::Builder::new().name(name.clone()).spawn(thread) {
+        Ok(_) => Ok(opened),
+        Err(e) => Err(StoreError::Database(DatabaseError::with_source(
+            format!("cannot start thread {name}: {e}"),
+            e,
+        ))),
+    }
 }
 
 /// The writer's connection: validates the file, creates the schema if the file is new, and
@@ -883,7 +848,7 @@ fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     })
     .map_err(fail)?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Database(format!(
+        return Err(StoreError::database(format!(
             "{}: SQLite cannot use WAL mode for this file (it stays in `{mode}` mode); \
              put the file on a local file system",
             path.display()
@@ -957,138 +922,100 @@ fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
                 path.display()
             ))
         }
-        _ => StoreError::Database(format!("cannot open {}: {e}", path.display())),
+        _ => StoreError::Database(database_error(
+            format!("cannot open {}: {e}", path.display()),
+            e,
+        )),
     }
 }
 
-/// Creates the schema in an empty database, accepts (and migrates) our own, and rejects
-/// anything else.
-fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
-    let shown = path.display();
-    let fail = |e: rusqlite::Error| open_error(path, e);
-    let tables = tx
-        .prepare(
-            "SELECT name FROM sqlite_schema
-             WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
-             ORDER BY name",
-        )
-        .map_err(fail)?
-        .query_map([], |row| row.get::<_, String>(0))
-        .map_err(fail)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(fail)?;
-
-    if tables.is_empty() {
-        return migrate(tx, 0, path);
-    }
-
-    if !tables.iter().any(|t| t == "workflow_meta") {
-        let list = tables
-            .iter()
-            .map(|t| format!("`{t}`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(StoreError::Incompatible(format!(
-            "{shown} is a SQLite database but not a workflow-rs store (it has tables {list}); \
-             give the store a file of its own"
-        )));
-    }
-
-    let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
-        tx.query_row(
-            "SELECT value FROM workflow_meta WHERE key = ?1",
-            [key],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(|e| {
-            StoreError::Incompatible(format!(
-                "{shown} is a SQLite database but not a workflow-rs store \
-                 (its `workflow_meta` table is not ours: {e})"
-            ))
-        })
-    };
-    match meta("schema")? {
-        Some(Sql::Text(s)) if s == SCHEMA_NAME => {}
-        other => {
-            return Err(StoreError::Incompatible(format!(
-                "{shown} is a SQLite database but not a workflow-rs store \
-                 (its `workflow_meta` table names schema {})",
-                describe(other.as_ref())
-            )))
-        }
-    }
-    let version = match meta("version")? {
-        Some(Sql::Integer(v)) => Some(v),
-        Some(Sql::Text(s)) => s.trim().parse().ok(),
-        _ => None,
-    };
-    let version = match version {
-        Some(v) if (1..=SCHEMA_VERSION).contains(&v) => v,
-        Some(v) if v > SCHEMA_VERSION => {
-            return Err(StoreError::Incompatible(format!(
-                "{shown} holds a workflow-rs store of schema version {v}, written by a newer \
-                 workflow-rs; this build reads schema versions up to {SCHEMA_VERSION}; \
-                 upgrade workflow-rs to open it"
-            )))
-        }
-        _ => {
-            return Err(StoreError::Incompatible(format!(
-                "{shown} holds a workflow-rs store with an unknown schema version \
-                 (this build reads schema versions 1 to {SCHEMA_VERSION})"
-            )))
-        }
-    };
-    for (needed, since) in TABLES {
-        if *since <= version && !tables.iter().any(|t| t == needed) {
-            return Err(StoreError::Incompatible(format!(
-                "{shown} holds a damaged workflow-rs store: table `{needed}` is missing"
-            )));
-        }
-    }
-    migrate(tx, version, path)
-}
-
-/// Brings a file of schema version `from` to `SCHEMA_VERSION`, inside the caller's
+/// Creates or migrates the schema (see [`migrations::migrate`]) inside the caller's
 /// transaction: another process opening the file meanwhile waits, then sees it migrated.
-fn migrate(tx: &Transaction<'_>, from: i64, path: &Path) -> Result<(), StoreError> {
-    if from == SCHEMA_VERSION {
-        return Ok(());
-    }
-    let first = usize::try_from(from).unwrap_or(usize::MAX);
-    for (step, ddl) in (from + 1..).zip(MIGRATIONS.iter().skip(first)) {
-        tx.execute_batch(ddl).map_err(|e| {
-            StoreError::Database(format!(
-                "{}: cannot migrate the workflow-rs store to schema version {step}: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    tx.execute(
-        "INSERT INTO workflow_meta (key, value) VALUES ('schema', ?1), ('version', ?2)
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        params![SCHEMA_NAME, SCHEMA_VERSION],
-    )
-    .map_err(|e| open_error(path, e))?;
-    if from > 0 {
-        tracing::info!(
-            path = %path.display(),
-            from,
-            to = SCHEMA_VERSION,
-            "migrated the workflow-rs store"
-        );
-    }
-    Ok(())
+fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+    let place = Place {
+        shown: path.display().to_string(),
+        kind: "file",
+        foreign: "is a SQLite database but not a workflow-rs store",
+    };
+    let mut opening = Opening { tx, path };
+    now(migrations::migrate(
+        &mut opening,
+        MIGRATIONS,
+        TABLES,
+        &place,
+    ))
 }
 
-fn describe(v: Option<&Sql>) -> String {
-    match v {
-        None => "nothing".to_owned(),
-        Some(Sql::Text(s)) => format!("`{s}`"),
-        Some(Sql::Integer(i)) => format!("`{i}`"),
-        Some(Sql::Real(r)) => format!("`{r}`"),
-        Some(Sql::Null) => "NULL".to_owned(),
-        Some(Sql::Blob(_)) => "a blob".to_owned(),
+/// The statements of opening a file.
+struct Opening<'a> {
+    tx: &'a Transaction<'a>,
+    path: &'a Path,
+}
+
+impl migrations::Schema for Opening<'_> {
+    async fn tables(&mut self) -> Result<Vec<String>, StoreError> {
+        // The first read of the file: where a file that is no database is found out.
+        let tables = self
+            .tx
+            .prepare(SQL.dialect.tables)
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect());
+        tables.map_err(|e| open_error(self.path, e))
+    }
+
+    async fn recorded(&mut self) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_row(SQL.dialect.migration_version, [], |r| r.get(0))?)
+    }
+
+    /// A file from before `workflow_migrations` kept its version in the key-value table
+    /// `workflow_meta`, next to the name marking the file as ours.
+    async fn legacy(&mut self, tables: &[String]) -> Result<Option<i64>, StoreError> {
+        if !tables.iter().any(|t| t == "workflow_meta") {
+            return Ok(None);
+        }
+        let (tx, place) = (self.tx, self.path.display());
+        let foreign = "is a SQLite database but not a workflow-rs store";
+        let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
+            tx.query_row(SQL.dialect.legacy_meta, [key], |row| row.get(0))
+                .optional()
+                .map_err(|e| {
+                    StoreError::Incompatible(format!(
+                        "{place} {foreign} (its `workflow_meta` table is not ours: {e})"
+                    ))
+                })
+        };
+        match meta("schema")? {
+            Some(Sql::Text(s)) if s == "workflow-rs" => {}
+            other => {
+                return Err(StoreError::Incompatible(format!(
+                    "{place} {foreign} (its `workflow_meta` table names schema {other:?})"
+                )))
+            }
+        }
+        let version = match meta("version")? {
+            Some(Sql::Integer(v)) => Some(v),
+            Some(Sql::Text(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        let unknown = || {
+            StoreError::Incompatible(format!(
+                "{place} holds a workflow-rs store with an unknown schema version \
+                 (this build reads schema versions 1 to {})",
+                MIGRATIONS.len()
+            ))
+        };
+        version.filter(|v| *v >= 1).map(Some).ok_or_else(unknown)
+    }
+
+    async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
+        Ok(self.tx.execute_batch(&ddl.replace("{schema}", "main"))?)
+    }
+
+    async fn record(&mut self, m: &Migration) -> Result<(), StoreError> {
+        let args = params![m.version, m.name, sql_time(SystemTime::now())];
+        self.tx.execute(SQL.dialect.record_migration, args)?;
+        Ok(())
     }
 }
 
@@ -1101,7 +1028,7 @@ trait WriteJob: Send {
     /// Runs the request; false if it failed (its savepoint is then rolled back).
     fn run(&mut self, tx: &Transaction<'_>) -> bool;
     /// Answers the caller. `commit` is how the whole transaction ended.
-    fn finish(self: Box<Self>, commit: Result<(), &str>);
+    fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>);
 }
 
 struct Job<F, R> {
@@ -1120,7 +1047,7 @@ where
             return false;
         };
         let result = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|p| {
-            Err(StoreError::Database(format!(
+            Err(StoreError::database(format!(
                 "internal error: a store write panicked: {}",
                 panic_message(p.as_ref())
             )))
@@ -1130,14 +1057,14 @@ where
         ok
     }
 
-    fn finish(self: Box<Self>, commit: Result<(), &str>) {
+    fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>) {
         let answer = match (self.result, commit) {
             // A refused request wrote nothing, so its own answer holds whatever the commit did.
             (Some(Err(e)), _) => Err(e),
             (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(why)) => Err(StoreError::Database(why.to_owned())),
-            (None, Ok(())) => Err(StoreError::Database(
-                "internal error: a store write was never run".to_owned(),
+            (_, Err(why)) => Err(StoreError::Database(why.clone())),
+            (None, Ok(())) => Err(StoreError::database(
+                "internal error: a store write was never run",
             )),
         };
         // The caller may have stopped waiting; the write stands either way.
@@ -1162,7 +1089,7 @@ fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>, stats:
             }
             Err(why) => tracing::error!(requests = batch.len(), error = %why, "store write failed"),
         }
-        let commit = outcome.as_ref().map(|_| ()).map_err(String::as_str);
+        let commit = outcome.as_ref().map(|_| ());
         for job in batch {
             job.finish(commit);
         }
@@ -1170,8 +1097,9 @@ fn writer_loop(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>, stats:
 }
 
 /// One group transaction. Err only when the transaction as a whole did not commit.
-fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteJob>]) -> Result<(), String> {
-    let failed = |e: rusqlite::Error| format!("the write transaction failed: {e}");
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteJob>]) -> Result<(), DatabaseError> {
+    let failed =
+        |e: rusqlite::Error| database_error(format!("the write transaction failed: {e}"), e);
     let tx = begin_immediate(conn).map_err(failed)?;
     for job in batch.iter_mut() {
         tx.prepare_cached("SAVEPOINT request")
@@ -1180,7 +1108,9 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn WriteJob>]) -> Result<(), S
         let ok = job.run(&tx);
         if tx.is_autocommit() {
             // Some errors (disk full, I/O) make SQLite roll back the whole transaction.
-            return Err("the write transaction was rolled back by SQLite".to_owned());
+            return Err(DatabaseError::new(
+                "the write transaction was rolled back by SQLite",
+            ));
         }
         let end = if ok {
             "RELEASE request"
@@ -1236,330 +1166,9 @@ fn reader_loop(conn: Connection, jobs: Arc<Mutex<mpsc::Receiver<ReadJob>>>, _sta
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Rows
-
-/// A `runs` row as stored; decoded separately so a bad value is reported, not a type error.
-struct RawRun {
-    id: Sql,
-    workflow: Sql,
-    status: Sql,
-    input: Sql,
-    output: Sql,
-    error: Sql,
-    created_at: Sql,
-    updated_at: Sql,
-    hook_token: Sql,
-}
-
-impl RawRun {
-    /// How many `RUN_COLUMNS` there are.
-    const COLUMNS: usize = 9;
-
-    /// Reads the `RUN_COLUMNS` at the start of `row`.
-    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(RawRun {
-            id: row.get(0)?,
-            workflow: row.get(1)?,
-            status: row.get(2)?,
-            input: row.get(3)?,
-            output: row.get(4)?,
-            error: row.get(5)?,
-            created_at: row.get(6)?,
-            updated_at: row.get(7)?,
-            hook_token: row.get(8)?,
-        })
-    }
-
-    /// The run id for messages, readable or not.
-    fn label(&self) -> String {
-        match &self.id {
-            Sql::Text(s) => s.clone(),
-            other => format!("<unreadable id {}>", describe(Some(other))),
-        }
-    }
-
-    fn decode(self) -> Result<RunRecord, StoreError> {
-        let label = self.label();
-        let run = label.as_str();
-        let id = label.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?;
-        Ok(RunRecord {
-            id,
-            workflow: text(self.workflow, run, "workflow")?,
-            status: decode_status(self.status, run)?,
-            input: json(self.input, run, "input")?,
-            output: match self.output {
-                Sql::Null => None,
-                v => Some(json(v, run, "output")?),
-            },
-            error: match self.error {
-                Sql::Null => None,
-                v => Some(json(v, run, "error")?),
-            },
-            created_at: time(self.created_at, run, "created_at")?,
-            updated_at: time(self.updated_at, run, "updated_at")?,
-            hook_token: match self.hook_token {
-                Sql::Null => None,
-                v => Some(text(v, run, "hook_token")?),
-            },
-        })
-    }
-}
-
-fn decode_leased(tx: &Transaction<'_>, raw: RawRun, epoch: Sql) -> Result<LeasedRun, StoreError> {
-    let run = raw.decode()?;
-    let key = run.id.to_string();
-    let epoch = match epoch {
-        Sql::Integer(e) => u64::try_from(e).map_err(|err| corrupt(&key, "epoch", err))?,
-        other => {
-            return Err(corrupt(
-                &key,
-                "epoch",
-                format!("{} is not an integer", describe(Some(&other))),
-            ))
-        }
-    };
-    let events = load_events(tx, &key)?;
-    Ok(LeasedRun {
-        lease: Lease {
-            run_id: run.id,
-            epoch,
-        },
-        run,
-        events,
-    })
-}
-
-fn order_key<'a>(wake_at: &Sql, id: &'a Sql) -> (i64, Option<&'a str>) {
-    let wake = match wake_at {
-        Sql::Integer(w) => *w,
-        _ => i64::MAX,
-    };
-    let id = match id {
-        Sql::Text(s) => Some(s.as_str()),
-        _ => None,
-    };
-    (wake, id)
-}
-
-fn load_events(conn: &Connection, run: &str) -> Result<Vec<EventRecord>, StoreError> {
-    let mut stmt = conn
-        .prepare_cached("SELECT seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq")
-        .map_err(db)?;
-    let rows = stmt
-        .query_map([run], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, Sql>(1)?,
-                row.get::<_, Sql>(2)?,
-            ))
-        })
-        .map_err(db)?;
-    let mut events = Vec::new();
-    for row in rows {
-        let (seq, at, data) = row.map_err(|e| match e {
-            rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..) => corrupt(run, "events.seq", e),
-            e => db(e),
-        })?;
-        let what = format!("event {seq}");
-        let seq = u64::try_from(seq).map_err(|e| corrupt(run, &what, e))?;
-        events.push(EventRecord {
-            seq,
-            at: time(at, run, &what)?,
-            event: json(data, run, &what)?,
-        });
-    }
-    Ok(events)
-}
-
-/// True if `epoch` is the run's current lease and the run may still be written.
-/// The number of the run's last event while `epoch` holds its lease; `None` when the lease
-/// is lost (one statement for the fence and the numbering).
-fn held(tx: &Transaction<'_>, run: &str, epoch: u64) -> Result<Option<i64>, StoreError> {
-    tx.prepare_cached(
-        "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1) FROM runs
-         WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
-    )
-    .map_err(db)?
-    .query_row(params![run, sql_epoch(epoch)], |row| row.get(0))
-    .optional()
-    .map_err(db)
-}
-
-/// Appends after the run's last event.
-fn insert_events(
-    tx: &Transaction<'_>,
-    run: &str,
-    events: &[EncodedEvent],
-) -> Result<(), StoreError> {
-    if events.is_empty() {
-        return Ok(());
-    }
-    let last: i64 = tx
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1")
-        .map_err(db)?
-        .query_row([run], |row| row.get(0))
-        .map_err(db)?;
-    insert_events_after(tx, run, last, events)
-}
-
-/// Appends `events` numbered from `last + 1`.
-fn insert_events_after(
-    tx: &Transaction<'_>,
-    run: &str,
-    last: i64,
-    events: &[EncodedEvent],
-) -> Result<(), StoreError> {
-    let mut insert = tx
-        .prepare_cached(
-            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .map_err(db)?;
-    for (seq, e) in (last + 1..).zip(events) {
-        insert
-            .execute(params![run, seq, e.at, e.kind, e.data])
-            .map_err(db)?;
-    }
-    Ok(())
-}
-
-/// Claims `token` for `run` at time `at` if it is free: no row, or a row neither active nor
-/// retained past `at`. The decision is the upsert's own WHERE clause on the token's primary
-/// key, so of any number of claims, in any process, exactly one takes a free token. Returns
-/// the owner when the token is taken (and then writes nothing).
-fn claim_token(
-    tx: &Transaction<'_>,
-    token: &str,
-    run: &str,
-    at: i64,
-    retain_until: Option<i64>,
-) -> Result<Option<RunId>, StoreError> {
-    let claimed = tx
-        .prepare_cached(
-            "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
-             VALUES (?1, ?2, ?3, 1, ?4)
-             ON CONFLICT (token) DO UPDATE SET
-                 run_id = excluded.run_id, created_at = excluded.created_at, active = 1,
-                 retain_until = excluded.retain_until
-             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
-        )
-        .map_err(db)?
-        .execute(params![token, run, at, retain_until])
-        .map_err(db)?;
-    if claimed > 0 {
-        return Ok(None);
-    }
-    let owner: Sql = tx
-        .prepare_cached("SELECT run_id FROM hooks WHERE token = ?1")
-        .map_err(db)?
-        .query_row([token], |row| row.get(0))
-        .map_err(db)?;
-    Ok(Some(hook_owner(owner, token)?.1))
-}
-
-/// Gives up `token` if `run` owns it: the row stays (inactive) while retained past `now`, and
-/// goes otherwise, freeing the token at once.
-fn release_token(tx: &Transaction<'_>, run: &str, token: &str, now: i64) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "DELETE FROM hooks
-         WHERE token = ?1 AND run_id = ?2 AND active = 1 AND COALESCE(retain_until, 0) <= ?3",
-    )
-    .map_err(db)?
-    .execute(params![token, run, now])
-    .map_err(db)?;
-    tx.prepare_cached(
-        "UPDATE hooks SET active = 0 WHERE token = ?1 AND run_id = ?2 AND active = 1",
-    )
-    .map_err(db)?
-    .execute(params![token, run])
-    .map_err(db)?;
-    Ok(())
-}
-
-/// [`release_token`] for every token `run` owns.
-fn release_all(tx: &Transaction<'_>, run: &str, now: i64) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "DELETE FROM hooks WHERE run_id = ?1 AND active = 1 AND COALESCE(retain_until, 0) <= ?2",
-    )
-    .map_err(db)?
-    .execute(params![run, now])
-    .map_err(db)?;
-    tx.prepare_cached("UPDATE hooks SET active = 0 WHERE run_id = ?1 AND active = 1")
-        .map_err(db)?
-        .execute([run])
-        .map_err(db)?;
-    Ok(())
-}
-
-/// The owner recorded in a `hooks` row: as stored (for SQL) and parsed.
-fn hook_owner(v: Sql, token: &str) -> Result<(String, RunId), StoreError> {
-    let bad = |why: String| StoreError::Corrupt(format!("hook {token:?}: run_id: {why}"));
-    match v {
-        Sql::Text(s) => {
-            let id = s.parse::<RunId>().map_err(|e| bad(e.to_string()))?;
-            Ok((s, id))
-        }
-        other => Err(bad(format!("{} is not text", describe(Some(&other))))),
-    }
-}
-
-/// An event ready for its row.
-struct EncodedEvent {
-    at: i64,
-    kind: String,
-    data: String,
-}
-
-impl EncodedEvent {
-    fn new(e: &NewEvent) -> Result<Self, StoreError> {
-        let (at, kind, data) = event_columns(e)?;
-        Ok(EncodedEvent { at, kind, data })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Values
-
-fn text(v: Sql, run: &str, what: &str) -> Result<String, StoreError> {
-    match v {
-        Sql::Text(s) => Ok(s),
-        other => Err(corrupt(
-            run,
-            what,
-            format!("{} is not text", describe(Some(&other))),
-        )),
-    }
-}
-
-fn json<T: serde::de::DeserializeOwned>(v: Sql, run: &str, what: &str) -> Result<T, StoreError> {
-    let s = text(v, run, what)?;
-    serde_json::from_str(&s).map_err(|e| corrupt(run, what, e))
-}
-
-fn time(v: Sql, run: &str, what: &str) -> Result<SystemTime, StoreError> {
-    match v {
-        Sql::Integer(ms) => time_of(ms, run, what),
-        other => Err(corrupt(
-            run,
-            what,
-            format!("{} is not a time", describe(Some(&other))),
-        )),
-    }
-}
-
-fn decode_status(v: Sql, run: &str) -> Result<RunStatus, StoreError> {
-    status_of(&text(v, run, "status")?, run)
-}
-
-fn db(e: rusqlite::Error) -> StoreError {
-    StoreError::Database(e.to_string())
-}
-
 fn thread_gone(which: &str) -> StoreError {
-    StoreError::Database(format!("the store's {which} thread has stopped"))
+    StoreError::database(format!("the store's {which} thread has stopped"))
 }
-
 fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
     p.downcast_ref::<&str>()
         .copied()
@@ -1571,7 +1180,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 mod tests {
     use serde_json::json;
 
-    use super::super::from_millis;
+    use super::super::{from_millis, RunStatus};
     use super::*;
     use crate::testing::store::{
         acquire, ap, conformance_tests, create, lease_one, names, owner, start, step_done, storm,
@@ -1588,6 +1197,24 @@ mod tests {
 
     fn raw(path: &Path) -> Connection {
         Connection::open(path).unwrap()
+    }
+
+    /// The migrations a file records, by version and name.
+    fn migrations(conn: &Connection) -> Vec<(i64, String)> {
+        conn.prepare("SELECT version, name FROM workflow_migrations ORDER BY version")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// What [`migrations`] reads from a file of version `n`.
+    fn recorded(n: usize) -> Vec<(i64, String)> {
+        MIGRATIONS[..n]
+            .iter()
+            .map(|m| (m.version, m.name.to_owned()))
+            .collect()
     }
 
     fn count(path: &Path, table: &str) -> i64 {
@@ -1708,20 +1335,7 @@ mod tests {
         drop(store);
 
         let conn = raw(&path);
-        let meta: Vec<(String, Sql)> = conn
-            .prepare("SELECT key, value FROM workflow_meta ORDER BY key")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(
-            meta,
-            vec![
-                ("schema".to_owned(), Sql::Text("workflow-rs".to_owned())),
-                ("version".to_owned(), Sql::Integer(2)),
-            ]
-        );
+        assert_eq!(migrations(&conn), recorded(3));
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -1731,10 +1345,7 @@ mod tests {
         let store = within(SqliteStore::open(&path)).await.unwrap();
         let (synchronous, busy): (i64, i64) = within(store.write(|tx| {
             let pragma = |name: &str| tx.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
-            Ok((
-                pragma("synchronous").map_err(db)?,
-                pragma("busy_timeout").map_err(db)?,
-            ))
+            Ok((pragma("synchronous")?, pragma("busy_timeout")?))
         }))
         .await
         .unwrap();
@@ -1766,10 +1377,7 @@ mod tests {
             assert!(within(store.get_run(&id)).await.unwrap().is_some());
         }
         let conn = raw(&path);
-        let metas: i64 = conn
-            .query_row("SELECT count(*) FROM workflow_meta", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(metas, 2);
+        assert_eq!(migrations(&conn), recorded(3));
     }
 
     #[tokio::test]
@@ -1859,7 +1467,8 @@ mod tests {
         let path = dir.path().join("wf.db");
         let conn = raw(&path);
         conn.execute(
-            "UPDATE workflow_meta SET value = 3 WHERE key = 'version'",
+            "INSERT INTO workflow_migrations (version, name, applied_at)
+             VALUES (4, 'from the future', 0)",
             [],
         )
         .unwrap();
@@ -1872,8 +1481,8 @@ mod tests {
         let StoreError::Incompatible(msg) = &err else {
             panic!("expected Incompatible, got {err:?}");
         };
-        assert!(msg.contains("schema version 3"), "{msg}");
-        assert!(msg.contains("schema versions up to 2"), "{msg}");
+        assert!(msg.contains("schema version 4"), "{msg}");
+        assert!(msg.contains("schema versions up to 3"), "{msg}");
         assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
@@ -1884,7 +1493,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            matches!(&err, StoreError::Database(m) if m.contains("cannot open")),
+            matches!(&err, StoreError::Database(m) if m.message().contains("cannot open")),
             "{err:?}"
         );
     }
@@ -1920,10 +1529,10 @@ mod tests {
             params![old.to_string(), sql_time(t(0))],
         )
         .unwrap();
-        let event = EncodedEvent::new(&step_done(t(1), 1)).unwrap();
+        let event = EncodedEvents::new(&[step_done(t(1), 1)]).unwrap();
         conn.execute(
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, ?2, ?3, ?4)",
-            params![old.to_string(), event.at, event.kind, event.data],
+            params![old.to_string(), event.at[0], event.kind[0], event.data[0]],
         )
         .unwrap();
         drop(conn);
@@ -1960,19 +1569,128 @@ mod tests {
         assert_eq!(admitted, Admission::Admitted);
         drop(store);
 
-        let version: i64 = raw(&path)
-            .query_row(
-                "SELECT value FROM workflow_meta WHERE key = 'version'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
-        assert_eq!(count(&path, "workflow_meta"), 2);
+        assert_eq!(migrations(&raw(&path)), recorded(3));
         // Reopening a migrated file migrates nothing.
         let store = within(SqliteStore::open(&path)).await.unwrap();
         assert_eq!(within(owner(&store, "fresh")).await, Some(new));
         assert_eq!(within(owner(&store, "migrated")).await, Some(old));
+    }
+
+    /// The version 2 file format, key-value bookkeeping in `workflow_meta` included, as the
+    /// release before `workflow_migrations` wrote it (do not edit).
+    const V2_DDL: &str = "
+        CREATE TABLE workflow_meta (key TEXT PRIMARY KEY NOT NULL, value NOT NULL);
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,
+            input TEXT NOT NULL, output TEXT, error TEXT, created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL, wake_at INTEGER NOT NULL,
+            epoch INTEGER NOT NULL DEFAULT 0, lease_until INTEGER
+        );
+        CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+        CREATE TABLE events (
+            run_id TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL,
+            data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID;
+        ALTER TABLE runs ADD COLUMN hook_token TEXT;
+        CREATE TABLE hooks (
+            token TEXT PRIMARY KEY NOT NULL, run_id TEXT NOT NULL, created_at INTEGER NOT NULL,
+            active INTEGER NOT NULL, retain_until INTEGER
+        );
+        CREATE INDEX hooks_run ON hooks (run_id);
+        CREATE TABLE hook_inbox (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, token TEXT NOT NULL,
+            payload TEXT NOT NULL, at INTEGER NOT NULL
+        );
+        CREATE INDEX hook_inbox_run ON hook_inbox (run_id, id);
+        INSERT INTO workflow_meta (key, value) VALUES ('schema', 'workflow-rs'), ('version', 2);
+    ";
+
+    /// A file of the previous layout (version 2, `workflow_meta`) opens: its bookkeeping
+    /// becomes `workflow_migrations` rows, and its runs, events, hooks and payloads are kept,
+    /// with each run's events numbered on from its last.
+    #[tokio::test]
+    async fn migrates_a_version_2_file_to_the_migrations_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v2.db");
+        let (done, live) = (RunId::new(), RunId::new());
+        let conn = raw(&path);
+        conn.execute_batch(V2_DDL).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        let event = EncodedEvents::new(&[step_done(t(1), 1), step_done(t(2), 2)]).unwrap();
+        for (run, status) in [(done, "completed"), (live, "running")] {
+            conn.execute(
+                "INSERT INTO runs (id, workflow, status, input, output, created_at, updated_at,
+                                   wake_at, epoch, lease_until, hook_token)
+                 VALUES (?1, 'orders', ?2, '[1]', '7', ?3, ?3, ?3, 1, NULL, 'tok-' || ?2)",
+                params![run.to_string(), status, sql_time(t(0))],
+            )
+            .unwrap();
+            for i in 0..2 {
+                conn.execute(
+                    "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        run.to_string(),
+                        i + 1,
+                        event.at[i],
+                        event.kind[i],
+                        event.data[i]
+                    ],
+                )
+                .unwrap();
+            }
+        }
+        conn.execute(
+            "INSERT INTO hooks (token, run_id, created_at, active) VALUES ('tok-running', ?1, 0, 1)",
+            [live.to_string()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO hook_inbox (run_id, token, payload, at)
+             VALUES (?1, 'tok-running', '\"early\"', 0)",
+            [live.to_string()],
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = within(SqliteStore::open(&path)).await.unwrap();
+        let conn = raw(&path);
+        assert_eq!(migrations(&conn), recorded(3));
+        let meta: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'workflow_meta'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(meta, 0, "the old bookkeeping is gone");
+        drop(conn);
+
+        let run = within(store.get_run(&done)).await.unwrap().unwrap();
+        assert_eq!(
+            (run.status, run.output, run.hook_token.as_deref()),
+            (RunStatus::Completed, Some(json!(7)), Some("tok-completed"))
+        );
+        for id in [done, live] {
+            let seqs: Vec<u64> = within(store.events(&id))
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            assert_eq!(seqs, [1, 2]);
+        }
+        assert_eq!(within(owner(&store, "tok-running")).await, Some(live));
+        let inbox = within(store.payloads(&live, 0)).await.unwrap();
+        assert_eq!(inbox.len(), 1);
+        assert_eq!(inbox[0].payload, json!("early"));
+        // The live run's history continues after its last event.
+        let lease = within(lease_one(&store, live, t(3))).await;
+        assert_eq!(lease.epoch, 2);
+        within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+            .await
+            .unwrap();
+        let last = within(store.events(&live)).await.unwrap().pop().unwrap();
+        assert_eq!((last.seq, last.at), (3, t(4)));
     }
 
     #[tokio::test]
@@ -2000,7 +1718,7 @@ mod tests {
                 "hooks_run",
                 "runs",
                 "runs_ready",
-                "workflow_meta"
+                "workflow_migrations"
             ]
         );
         let has_token: bool = conn
@@ -2009,6 +1727,12 @@ mod tests {
             .exists([])
             .unwrap();
         assert!(has_token);
+        let has_last_seq: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'last_seq'")
+            .unwrap()
+            .exists([])
+            .unwrap();
+        assert!(has_last_seq);
     }
 
     #[tokio::test]
@@ -2133,7 +1857,7 @@ mod tests {
         let (_dir, store) = fresh().await;
         let result: Result<(), _> = within(store.write(|_| panic!("boom"))).await;
         assert!(
-            matches!(&result, Err(StoreError::Database(m)) if m.contains("boom")),
+            matches!(&result, Err(StoreError::Database(m)) if m.message().contains("boom")),
             "{result:?}"
         );
         let id = within(create(&store, "orders", t(0))).await;
@@ -2182,6 +1906,26 @@ mod tests {
             used < 200,
             "200 starts took {used} commits: no group commit"
         );
+    }
+
+    #[tokio::test]
+    async fn a_database_error_keeps_rusqlite_s_error_as_its_source() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let err = within(SqliteStore::open(dir.path().join("missing/dir/wf.db")))
+            .await
+            .unwrap_err();
+        let source = err.source().expect("a source");
+        assert!(
+            source.downcast_ref::<rusqlite::Error>().is_some(),
+            "{source:?}"
+        );
+        assert!(err.to_string().ends_with(&source.to_string()), "{err}");
+        assert!(!err.is_transient());
+        // Converted to a step's error, the message names the cause once.
+        let cause = source.to_string();
+        let step = crate::Error::from(err);
+        assert_eq!(step.message().matches(&cause).count(), 1);
     }
 
     // -----------------------------------------------------------------------------------------

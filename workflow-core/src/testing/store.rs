@@ -720,7 +720,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
                 hook: None,
             })
             .await,
-        Err(StoreError::Database(m)) if m.contains("already exists")
+        Err(StoreError::Database(m)) if m.message().contains("already exists")
     ));
     assert!(store.events(&id).await.unwrap().is_empty());
     assert!(store.get_run(&RunId::new()).await.unwrap().is_none());
@@ -1238,7 +1238,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
         })
         .await;
     assert!(
-        matches!(&again, Err(StoreError::Database(m)) if m.contains("already exists")),
+        matches!(&again, Err(StoreError::Database(m)) if m.message().contains("already exists")),
         "{again:?}"
     );
     assert_eq!(owner(store, "order:2").await, None);

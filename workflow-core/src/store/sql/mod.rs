@@ -1,0 +1,50 @@
+//! What the SQL stores ([`super::sqlite`], [`super::postgres`]) share, written once in plain
+//! Rust: how values become columns and back ([`values`]), the rows both dialects read and
+//! their decoding, including what `acquire` does with the rows it leased ([`rows`]), the
+//! bookkeeping of schema migrations ([`migrations`]), and the write policies — admission,
+//! token claims, fenced appends, cancellation — over the statements each dialect supplies
+//! ([`policy`]).
+//!
+//! Each dialect keeps its SQL in one `Statements` table and its connection handling; the
+//! tables, the event numbering (`runs.last_seq`) and the `workflow_migrations` layout are
+//! the same in both.
+
+pub(super) mod migrations;
+pub(super) mod policy;
+pub(super) mod rows;
+mod values;
+
+pub(super) use values::*;
+
+/// Every statement the shared layer and the stores run, one field per statement, so that
+/// each dialect's table (SQLite's `&'static str`s, PostgreSQL's strings with the schema
+/// spelled in) has the same entries and the two read side by side. `X` holds the
+/// statements only one dialect needs.
+pub(super) struct Statements<S, X> {
+    pub run_exists: S,
+    pub insert_run: S,
+    pub insert_leased_run: S,
+    pub claim: S,
+    pub hook_owner: S,
+    pub get_run: S,
+    pub events: S,
+    /// The histories of several runs, each in order.
+    pub events_of: S,
+    pub acquire: S,
+    /// Fences, numbers and (PostgreSQL) inserts the events of an append.
+    pub append: S,
+    pub run_status: S,
+    pub end_run: S,
+    /// Deletes the rows of given-up tokens that are not retained, then deactivates the rest.
+    pub release_tokens: [S; 2],
+    pub release: S,
+    pub resume: S,
+    pub payloads: S,
+    pub payloads_since: S,
+    pub last_payload_id: S,
+    pub get_hook: S,
+    pub heartbeat: S,
+    pub list_runs: S,
+    pub list_hooks: S,
+    pub dialect: X,
+}

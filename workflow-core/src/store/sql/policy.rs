@@ -1,0 +1,286 @@
+//! The write policies of the SQL stores, written once over the statements each dialect
+//! supplies ([`Tx`]): admission with its token claim, the claim of a token for a hook,
+//! fenced appends (event numbering from `runs.last_seq`, token releases, the run's end) and
+//! cancellation. Each policy runs inside one transaction the dialect opened; the decisions
+//! that must be atomic across processes are still single statements (the claim's upsert,
+//! the fence's `UPDATE`), so the database, not this code, decides between contenders.
+//!
+//! Also the shape of the listing filters, which both dialects bind the same way.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use crate::error::{Error, StoreError};
+use crate::ids::RunId;
+use crate::store::{
+    Admission, CancelOutcome, ClaimOutcome, Event, HookFilter, Lease, NewEvent, NewRun, RunFilter,
+    RunStatus,
+};
+
+use super::{
+    lease_end, owner_of, sql_epoch, sql_id, sql_time, status_of, to_json, EncodedAppend,
+    EncodedEnd, EncodedEvents,
+};
+
+/// A run to insert, as its columns.
+#[derive(Debug)]
+pub(in crate::store) struct NewRunRow {
+    pub id: RunId,
+    pub key: String,
+    pub workflow: String,
+    pub input: String,
+    pub created_at: i64,
+    /// The token to claim with the admission, and until when it stays retained.
+    pub hook: Option<(String, Option<i64>)>,
+    /// Leased to the admitting worker (epoch 1) until then.
+    pub lease_until: Option<i64>,
+}
+
+impl NewRunRow {
+    /// `run`, leased to the admitting worker for `lease` if given.
+    pub fn new(run: NewRun, lease: Option<Duration>) -> Result<Self, StoreError> {
+        Ok(NewRunRow {
+            id: run.id,
+            key: run.id.to_string(),
+            input: to_json(&run.input, "the run's input")?,
+            workflow: run.workflow,
+            created_at: sql_time(run.created_at),
+            hook: run.hook.map(|h| (h.token, h.retain_until.map(sql_time))),
+            lease_until: lease.map(|l| lease_end(run.created_at, l)),
+        })
+    }
+}
+
+/// The statements the policies run, inside one transaction of the dialect (SQLite's run
+/// synchronously and are ready at once). Runs are named by their id as stored.
+pub(in crate::store) trait Tx {
+    /// True when a run has id `id`.
+    fn run_exists(&mut self, id: &str) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Inserts `run` (status `pending`, or `running` with epoch 1 when it has a lease) unless
+    /// its id exists; false then. A run nobody leased is announced as ready.
+    fn insert_run(&mut self, run: &NewRunRow) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Claims `token` for `run` at `at` if it is free: no row, or a row neither active nor
+    /// retained past `at` (one upsert on the token's primary key). True when claimed.
+    fn claim(
+        &mut self,
+        token: &str,
+        run: &str,
+        at: i64,
+        retain_until: Option<i64>,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// The run recorded as the owner of `token` (which has a row).
+    fn hook_owner(&mut self, token: &str) -> impl Future<Output = Result<String, StoreError>>;
+
+    /// Appends `events` numbered after the run's last (`runs.last_seq`, advanced by the same
+    /// statement), only while `fence` (an epoch) holds the lease and the run may still be
+    /// written, when given; false, writing nothing, when it does not. The statement updates
+    /// the run's row, so where the dialect has row locks it stays locked until the
+    /// transaction ends: no takeover, cancel or other write to the run interleaves.
+    fn append_events(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Gives up `tokens` if `run` owns them: a row retained past `now` stays, inactive; the
+    /// others go, freeing their tokens at once. `None`: every token the run owns.
+    fn release_tokens(
+        &mut self,
+        run: &str,
+        tokens: Option<&[String]>,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// The run's status, the row locked against other writes where the dialect can.
+    fn run_status(&mut self, run: &str)
+        -> impl Future<Output = Result<Option<String>, StoreError>>;
+
+    /// Ends the run as `end` says, at `now`, without a lease; announces the end.
+    fn end_run(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+}
+
+fn exists(id: &RunId) -> StoreError {
+    StoreError::database(format!("run {id} already exists"))
+}
+
+/// Admits `run`. With a token, the claim goes first: when it loses, nothing at all is
+/// written. Without one, the insert alone decides (one statement).
+pub(in crate::store) async fn admit(
+    tx: &mut impl Tx,
+    run: &NewRunRow,
+) -> Result<(Admission, Option<Lease>), StoreError> {
+    if let Some((token, retain_until)) = &run.hook {
+        // An existing id is an error before any claim, as in the memory store.
+        if tx.run_exists(&run.key).await? {
+            return Err(exists(&run.id));
+        }
+        if let Some(owner) = claim_token(tx, token, &run.key, run.created_at, *retain_until).await?
+        {
+            return Ok((Admission::Conflict(owner), None));
+        }
+    }
+    if !tx.insert_run(run).await? {
+        return Err(exists(&run.id));
+    }
+    let lease = run.lease_until.map(|_| Lease {
+        run_id: run.id,
+        epoch: 1,
+    });
+    Ok((Admission::Admitted, lease))
+}
+
+/// Claims `token` for `run`; the owner when it is taken (and then nothing was written).
+async fn claim_token(
+    tx: &mut impl Tx,
+    token: &str,
+    run: &str,
+    at: i64,
+    retain_until: Option<i64>,
+) -> Result<Option<RunId>, StoreError> {
+    if tx.claim(token, run, at, retain_until).await? {
+        return Ok(None);
+    }
+    let owner = tx.hook_owner(token).await?;
+    owner_of(&owner, token).map(Some)
+}
+
+/// The worker's write under `lease`: all of it, or [`StoreError::LeaseLost`] and nothing.
+pub(in crate::store) async fn append(
+    tx: &mut impl Tx,
+    lease: &Lease,
+    write: &EncodedAppend,
+) -> Result<(), StoreError> {
+    let run = lease.run_id.to_string();
+    if !tx
+        .append_events(&run, Some(sql_epoch(lease.epoch)), &write.events)
+        .await?
+    {
+        return Err(StoreError::LeaseLost(lease.run_id));
+    }
+    if !write.release_tokens.is_empty() {
+        tx.release_tokens(&run, Some(&write.release_tokens), write.now)
+            .await?;
+    }
+    if let Some(end) = &write.end {
+        tx.end_run(&run, end, write.now).await?;
+        tx.release_tokens(&run, None, write.now).await?;
+    }
+    Ok(())
+}
+
+/// Claims `token` for hook `hook_key` of the leased run and records the decision.
+pub(in crate::store) async fn claim_hook(
+    tx: &mut impl Tx,
+    lease: &Lease,
+    hook_key: &str,
+    token: &str,
+    at: SystemTime,
+) -> Result<ClaimOutcome, StoreError> {
+    let run = lease.run_id.to_string();
+    let fence = Some(sql_epoch(lease.epoch));
+    if !tx
+        .append_events(&run, fence, &EncodedEvents::default())
+        .await?
+    {
+        return Err(StoreError::LeaseLost(lease.run_id));
+    }
+    let conflict = claim_token(tx, token, &run, sql_time(at), None).await?;
+    let event = EncodedEvents::new(&[NewEvent {
+        at,
+        event: Event::HookRegistered {
+            hook_key: hook_key.to_owned(),
+            token: token.to_owned(),
+            conflict,
+        },
+    }])?;
+    tx.append_events(&run, None, &event).await?;
+    Ok(match conflict {
+        None => ClaimOutcome::Claimed,
+        Some(owner) => ClaimOutcome::Conflict(owner),
+    })
+}
+
+/// What [`cancel`] writes, encoded before the transaction.
+pub(in crate::store) struct EncodedCancel {
+    pub id: RunId,
+    pub event: EncodedEvents,
+    pub end: EncodedEnd,
+    pub now: i64,
+}
+
+impl EncodedCancel {
+    pub fn new(id: &RunId, now: SystemTime) -> Result<Self, StoreError> {
+        Ok(EncodedCancel {
+            id: *id,
+            event: EncodedEvents::new(&[NewEvent {
+                at: now,
+                event: Event::RunCancelled,
+            }])?,
+            end: EncodedEnd {
+                status: RunStatus::Cancelled,
+                output: None,
+                error: Some(to_json(&Error::cancelled(id), "the cancellation error")?),
+            },
+            now: sql_time(now),
+        })
+    }
+}
+
+/// Cancels the run unless it already ended. The status is read with the row locked (where
+/// the dialect locks rows), so this and the worker's own writes are ordered: whichever
+/// commits second sees the other.
+pub(in crate::store) async fn cancel(
+    tx: &mut impl Tx,
+    c: &EncodedCancel,
+) -> Result<CancelOutcome, StoreError> {
+    let key = c.id.to_string();
+    let status = tx.run_status(&key).await?;
+    let status = status_of(&status.ok_or(StoreError::RunNotFound(c.id))?, &key)?;
+    if status.is_terminal() {
+        return Ok(CancelOutcome::AlreadyEnded(status));
+    }
+    tx.append_events(&key, None, &c.event).await?;
+    tx.end_run(&key, &c.end, c.now).await?;
+    tx.release_tokens(&key, None, c.now).await?;
+    Ok(CancelOutcome::Cancelled)
+}
+
+/// The runs among `leases` a heartbeat did not renew (`renewed`: the `(id, epoch)` of each
+/// row its statement updated): their worker no longer holds them.
+pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> Vec<RunId> {
+    let renewed: std::collections::HashSet<(String, i64)> = renewed.into_iter().collect();
+    leases
+        .iter()
+        .filter(|l| !renewed.contains(&(l.run_id.to_string(), sql_epoch(l.epoch))))
+        .map(|l| l.run_id)
+        .collect()
+}
+
+/// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run) and the
+/// limit. Inspection, not a hot path: one statement serves every combination.
+pub(in crate::store) fn run_filter(f: &RunFilter) -> (Option<&'static str>, Option<String>, i64) {
+    (
+        f.status.map(RunStatus::as_str),
+        f.workflow.clone(),
+        sql_id(f.limit),
+    )
+}
+
+/// A [`HookFilter`] as statement arguments: token, run (NULL matches every hook) and the
+/// limit.
+pub(in crate::store) fn hook_filter(f: &HookFilter) -> (Option<String>, Option<String>, i64) {
+    (
+        f.token.clone(),
+        f.run_id.map(|id| id.to_string()),
+        sql_id(f.limit),
+    )
+}

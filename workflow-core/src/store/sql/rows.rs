@@ -1,0 +1,245 @@
+//! The rows both dialects read, as plain values, and their decoding into the store's records:
+//! a column that does not hold what this crate writes there is reported as
+//! [`StoreError::Corrupt`] naming the run, never as a panic or a silently wrong value. Also
+//! what `acquire` does with the rows it leased: skip the undecodable ones, order the rest,
+//! and attach each run's history.
+
+use std::collections::HashMap;
+
+use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of};
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::store::{EventRecord, HookRecord, Lease, LeasedRun, Payload, RunRecord};
+
+/// Declares a row struct whose fields are the statement's columns in order, readable by
+/// each driver: by name in PostgreSQL (`sqlx::FromRow`), by position in SQLite.
+macro_rules! row {
+    ($(#[$doc:meta])* $name:ident { $($field:ident: $ty:ty,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        #[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
+        pub(in crate::store) struct $name {
+            $(pub $field: $ty,)*
+        }
+
+        #[cfg(feature = "sqlite")]
+        impl $name {
+            /// The row's columns from the start of `row`.
+            pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+                let mut column = 0;
+                Ok($name {
+                    $($field: {
+                        column += 1;
+                        row.get(column - 1)?
+                    },)*
+                })
+            }
+        }
+    };
+}
+
+row! {
+    /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
+    /// hook_token`.
+    RunRow {
+        id: String,
+        workflow: String,
+        status: String,
+        input: String,
+        output: Option<String>,
+        error: Option<String>,
+        created_at: i64,
+        updated_at: i64,
+        hook_token: Option<String>,
+    }
+}
+
+impl RunRow {
+    pub fn decode(self) -> Result<RunRecord, StoreError> {
+        let run = self.id.as_str();
+        Ok(RunRecord {
+            id: run.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?,
+            status: status_of(&self.status, run)?,
+            input: json(&self.input, run, "input")?,
+            output: self.output.map(|v| json(&v, run, "output")).transpose()?,
+            error: self.error.map(|v| json(&v, run, "error")).transpose()?,
+            created_at: time_of(self.created_at, run, "created_at")?,
+            updated_at: time_of(self.updated_at, run, "updated_at")?,
+            workflow: self.workflow,
+            hook_token: self.hook_token,
+        })
+    }
+}
+
+/// A run `acquire` just leased: its row, then `epoch, wake_at`.
+#[derive(Debug)]
+#[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
+pub(in crate::store) struct LeasedRow {
+    #[cfg_attr(feature = "postgres", sqlx(flatten))]
+    pub run: RunRow,
+    pub epoch: i64,
+    pub wake_at: i64,
+}
+
+row! {
+    /// An `events` row: `run_id, seq, at, data`.
+    EventRow {
+        run_id: String,
+        seq: i64,
+        at: i64,
+        data: String,
+    }
+}
+
+impl EventRow {
+    pub fn decode(self) -> Result<EventRecord, StoreError> {
+        let (run, what) = (self.run_id.as_str(), format!("event {}", self.seq));
+        Ok(EventRecord {
+            seq: u64::try_from(self.seq).map_err(|e| corrupt(run, &what, e))?,
+            at: time_of(self.at, run, &what)?,
+            event: json(&self.data, run, &what)?,
+        })
+    }
+}
+
+/// A history, in order.
+pub(in crate::store) fn decode_events(rows: Vec<EventRow>) -> Result<Vec<EventRecord>, StoreError> {
+    rows.into_iter().map(EventRow::decode).collect()
+}
+
+row! {
+    /// A `hooks` row of an active hook: `token, run_id, created_at`.
+    HookRow {
+        token: String,
+        run_id: String,
+        created_at: i64,
+    }
+}
+
+impl HookRow {
+    pub fn decode(self) -> Result<HookRecord, StoreError> {
+        let what = format!("hook {:?}: created_at", self.token);
+        Ok(HookRecord {
+            run_id: owner_of(&self.run_id, &self.token)?,
+            created_at: time_of(self.created_at, &self.run_id, &what)?,
+            token: self.token,
+        })
+    }
+}
+
+row! {
+    /// A `hook_inbox` row of one run: `id, token, payload`.
+    PayloadRow {
+        id: i64,
+        token: String,
+        payload: String,
+    }
+}
+
+impl PayloadRow {
+    /// The payload of run `run`.
+    pub fn decode(self, run: &str) -> Result<Payload, StoreError> {
+        Ok(Payload {
+            id: payload_id_of(self.id)?,
+            payload: json(&self.payload, run, &format!("payload {}", self.id))?,
+            token: self.token,
+        })
+    }
+}
+
+row! {
+    /// A `hook_inbox` row by its id and run: `id, run_id`.
+    InboxRow {
+        id: i64,
+        run_id: String,
+    }
+}
+
+impl InboxRow {
+    pub fn decode(self) -> Result<(u64, RunId), StoreError> {
+        let run = self
+            .run_id
+            .parse::<RunId>()
+            .map_err(|e| StoreError::Corrupt(format!("payload {}: run_id: {e}", self.id)))?;
+        Ok((payload_id_of(self.id)?, run))
+    }
+}
+
+/// The runs one `acquire` leased, decoded and ordered, waiting for their histories.
+///
+/// A row that cannot be decoded is skipped (and logged): failing the whole call would stall
+/// every run in the store behind one bad row. The run keeps its new lease, so it is retried
+/// (and reported again) only after the lease expires.
+pub(in crate::store) struct Picked {
+    /// `(wake_at, id, run, epoch)`, earliest wake time first.
+    runs: Vec<(i64, String, RunRecord, u64)>,
+}
+
+impl Picked {
+    /// `rows` as the acquire statement returned them (in no particular order); an `Err` is a
+    /// row that could not even be read, with the run id for the log.
+    pub fn new(rows: Vec<Result<LeasedRow, (String, StoreError)>>) -> Picked {
+        let mut runs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let decoded = row.and_then(|row| {
+                let key = row.run.id.clone();
+                let epoch = u64::try_from(row.epoch).map_err(|e| corrupt(&key, "epoch", e));
+                let run = epoch.and_then(|epoch| Ok((row.run.decode()?, epoch)));
+                run.map(|(run, epoch)| (row.wake_at, key.clone(), run, epoch))
+                    .map_err(|e| (key, e))
+            });
+            match decoded {
+                Ok(picked) => runs.push(picked),
+                Err((run, e)) => skip_run(&run, &e),
+            }
+        }
+        // The database hands leased rows back in no particular order.
+        runs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        Picked { runs }
+    }
+
+    /// The ids whose histories [`Picked::attach`] needs.
+    pub fn ids(&self) -> Vec<String> {
+        self.runs.iter().map(|p| p.1.clone()).collect()
+    }
+
+    /// The leased runs with their histories (`events`: the rows of every picked run, each
+    /// run's in order); a run whose history cannot be decoded is skipped like a bad row.
+    pub fn attach(self, events: Vec<EventRow>) -> Vec<LeasedRun> {
+        let mut histories: HashMap<String, Result<Vec<EventRecord>, StoreError>> = HashMap::new();
+        for row in events {
+            let entry = histories
+                .entry(row.run_id.clone())
+                .or_insert_with(|| Ok(Vec::new()));
+            if let Ok(events) = entry {
+                match row.decode() {
+                    Ok(e) => events.push(e),
+                    Err(e) => *entry = Err(e),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.runs.len());
+        for (_, key, run, epoch) in self.runs {
+            match histories.remove(&key).unwrap_or_else(|| Ok(Vec::new())) {
+                Ok(events) => out.push(LeasedRun {
+                    lease: Lease {
+                        run_id: run.id,
+                        epoch,
+                    },
+                    run,
+                    events,
+                }),
+                Err(e) => skip_run(&key, &e),
+            }
+        }
+        out
+    }
+}
+
+fn skip_run(run: &str, e: &StoreError) {
+    tracing::error!(
+        run_id = %run,
+        error = %e,
+        "skipping a run whose stored record cannot be decoded"
+    );
+}

@@ -1,0 +1,151 @@
+//! How values become columns and back, and how a column that does not hold what this crate
+//! writes there is reported.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::error::StoreError;
+use crate::store::{from_millis, to_millis, Append, NewEvent, RunOutcome, RunStatus};
+
+/// A time column: milliseconds since the Unix epoch.
+pub(in crate::store) fn sql_time(t: SystemTime) -> i64 {
+    i64::try_from(to_millis(t)).unwrap_or(i64::MAX)
+}
+
+/// The end of a lease taken at `now`, as a time column.
+pub(in crate::store) fn lease_end(now: SystemTime, lease: Duration) -> i64 {
+    let lease = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    sql_time(now).saturating_add(lease)
+}
+
+pub(in crate::store) fn sql_epoch(epoch: u64) -> i64 {
+    // An epoch past i64::MAX cannot be stored, so it matches no row: the lease is lost.
+    i64::try_from(epoch).unwrap_or(-1)
+}
+
+/// An id or a count as a column (ids never exceed i64::MAX, so "above" a larger id matches
+/// nothing either way).
+pub(in crate::store) fn sql_id(id: impl TryInto<i64>) -> i64 {
+    id.try_into().unwrap_or(i64::MAX)
+}
+
+pub(in crate::store) fn payload_id_of(id: i64) -> Result<u64, StoreError> {
+    u64::try_from(id).map_err(|e| StoreError::Corrupt(format!("payload id {id}: {e}")))
+}
+
+pub(in crate::store) fn to_json<T: serde::Serialize>(
+    v: &T,
+    what: &str,
+) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::database(format!("cannot encode {what}: {e}")))
+}
+
+/// A column of run `run` that does not hold what this crate writes there.
+pub(in crate::store) fn corrupt(run: &str, what: &str, why: impl fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("run {run}: {what}: {why}"))
+}
+
+/// A JSON column of run `run` read back.
+pub(in crate::store) fn json<T: serde::de::DeserializeOwned>(
+    s: &str,
+    run: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| corrupt(run, what, e))
+}
+
+/// A time column read back.
+pub(in crate::store) fn time_of(ms: i64, run: &str, what: &str) -> Result<SystemTime, StoreError> {
+    Ok(from_millis(
+        u64::try_from(ms).map_err(|e| corrupt(run, what, e))?,
+    ))
+}
+
+/// A status column read back.
+pub(in crate::store) fn status_of(s: &str, run: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| corrupt(run, "status", format!("unknown status `{s}`")))
+}
+
+/// The owner column of hook `token` read back.
+pub(in crate::store) fn owner_of(owner: &str, token: &str) -> Result<crate::RunId, StoreError> {
+    owner
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("hook {token:?}: run_id: {e}")))
+}
+
+/// Events ready for their rows, column by column (PostgreSQL binds each column as an array).
+#[derive(Debug, Default)]
+pub(in crate::store) struct EncodedEvents {
+    pub at: Vec<i64>,
+    /// The serde tag, e.g. `step_completed`, for SQL inspection.
+    pub kind: Vec<String>,
+    /// JSON of the event.
+    pub data: Vec<String>,
+}
+
+impl EncodedEvents {
+    pub fn new(events: &[NewEvent]) -> Result<Self, StoreError> {
+        let mut out = EncodedEvents::default();
+        for e in events {
+            out.at.push(sql_time(e.at));
+            out.kind.push(e.event.kind().to_owned());
+            out.data.push(to_json(&e.event, "an event")?);
+        }
+        Ok(out)
+    }
+
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+}
+
+/// A run's end as the columns of its row.
+#[derive(Debug)]
+pub(in crate::store) struct EncodedEnd {
+    pub status: RunStatus,
+    /// JSON of the return value.
+    pub output: Option<String>,
+    /// JSON of the error.
+    pub error: Option<String>,
+}
+
+/// An [`Append`] ready for the database. Encoded by the caller, not on SQLite's writer
+/// thread, which every run's writes queue behind.
+#[derive(Debug)]
+pub(in crate::store) struct EncodedAppend {
+    pub events: EncodedEvents,
+    pub release_tokens: Vec<String>,
+    pub end: Option<EncodedEnd>,
+    /// The time of the write: its last event's, as the memory store has it.
+    pub now: i64,
+}
+
+impl EncodedAppend {
+    pub fn new(write: Append) -> Result<Self, StoreError> {
+        let now = sql_time(write.events.last().map_or_else(SystemTime::now, |e| e.at));
+        let end = match write.outcome {
+            None => None,
+            Some(RunOutcome::Completed(v)) => Some(EncodedEnd {
+                status: RunStatus::Completed,
+                output: Some(to_json(&v, "the run's output")?),
+                error: None,
+            }),
+            Some(RunOutcome::Failed(e)) => Some(EncodedEnd {
+                status: RunStatus::Failed,
+                output: None,
+                error: Some(to_json(&e, "the run's error")?),
+            }),
+        };
+        Ok(EncodedAppend {
+            events: EncodedEvents::new(&write.events)?,
+            release_tokens: write.release_tokens,
+            end,
+            now,
+        })
+    }
+
+    /// True when the append only adds events (no tokens released, no end).
+    pub fn events_only(&self) -> bool {
+        self.release_tokens.is_empty() && self.end.is_none()
+    }
+}
