@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
 use crate::error::{Error, HookConflictError};
-use crate::history::never;
+use crate::history::after;
 use crate::ids::{step_id, RunId};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{Delivered, Delivery, Key, StepCall};
@@ -292,10 +292,7 @@ pub async fn sleep(duration: Duration) {
         Some(ctx) => {
             // As long as representable: a sleep past the end of time waits for a cancel.
             let clock = ctx.journal().clock;
-            let at = clock
-                .checked_add(duration)
-                .unwrap_or_else(never)
-                .min(never());
+            let at = after(clock, duration);
             timer(ctx, at).await;
         }
         None => tokio::time::sleep(duration).await,

@@ -155,6 +155,13 @@ pub fn never() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(253_402_300_799)
 }
 
+/// `t + d`, or the latest time every store can keep ([`never`]) when that is later or not
+/// representable: user-given durations mean "as long as representable", never a panic.
+pub(crate) fn after(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d)
+        .map_or_else(never, |later| later.min(never()))
+}
+
 /// The inverse of [`to_millis`].
 pub fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)

@@ -712,6 +712,65 @@ async fn a_driver_panic_releases_the_run(b: Backend) {
     .await;
 }
 
+#[workflow]
+async fn sleeps_forever() -> Result<u64> {
+    let one = add(0, 1).await?;
+    sleep(Duration::MAX).await;
+    Ok(one)
+}
+
+/// `Duration::MAX` wherever a user may pass a duration means "as long as representable": no
+/// panic, no zombie, the run sleeps until it is cancelled and its token stays retained.
+async fn huge_durations_saturate(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .lease(Duration::MAX)
+        .evict_after(Duration::MAX)
+        .poll_interval(Duration::MAX)
+        .retry_backoff(Duration::MAX)
+        .build()
+        .await
+        .unwrap();
+    let token = format!("forever:{}", RunId::new());
+    let run = bounded(
+        rt.start(sleeps_forever, ())
+            .hook(&token)
+            .min_retention(Duration::MAX)
+            .into_future(),
+    )
+    .await
+    .unwrap();
+    bounded(async {
+        loop {
+            let events = rt.store().events(&run.id()).await.unwrap();
+            if events
+                .iter()
+                .any(|e| matches!(e.event, Event::TimerScheduled { .. }))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(rt.active_runs(), 1, "the sleeping run is still driven here");
+    bounded(run.cancel()).await.unwrap();
+    let err = bounded(run.return_value()).await.unwrap_err();
+    assert!(err.is_cancelled(), "{err}");
+    let again = bounded(rt.start(sleeps_forever, ()).hook(&token).into_future()).await;
+    match again {
+        Err(StartError::HookConflict(c)) => assert_eq!(c.conflicting_run_id, run.id()),
+        other => panic!("the token is retained for as long as representable: {other:?}"),
+    }
+    bounded(async {
+        while rt.active_runs() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
 async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -744,6 +803,7 @@ on_every_store!(
     long_sleeps_are_evicted_and_resumed,
     a_start_can_be_awaited_outside_tokio,
     a_driver_panic_releases_the_run,
+    huge_durations_saturate,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
+use crate::history::{after, from_millis, to_millis, Event, EventRecord, NewEvent};
 use crate::ids::RunId;
 
 #[cfg(test)]
@@ -721,7 +721,7 @@ impl<S> Replay<S> {
             Err(e) => e,
         };
         let delay = error.retry_after_hint().unwrap_or(backoff);
-        let retry_at = now.checked_add(delay).unwrap_or_else(never).min(never());
+        let retry_at = after(now, delay);
         self.writes.push(NewEvent {
             at: now,
             event: Event::StepAttemptFailed {

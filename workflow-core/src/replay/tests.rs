@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::history::{Event, EventRecord};
+use crate::history::{never, Event, EventRecord};
 
 /// A fixed origin, so every time in these tests is exact.
 fn t(ms: u64) -> SystemTime {

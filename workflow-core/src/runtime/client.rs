@@ -16,6 +16,7 @@ use super::spawn_run;
 use super::{Inner, Runtime};
 use crate::context::invalid_token;
 use crate::error::{Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError};
+use crate::history::after;
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
@@ -185,7 +186,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             let created_at = SystemTime::now();
             let hook = self.hook.map(|token| StartHook {
                 token,
-                retain_until: self.retention.map(|d| created_at + d),
+                retain_until: self.retention.map(|d| after(created_at, d)),
             });
             let token = hook.as_ref().map(|h| h.token.clone());
             let inner = &self.rt.inner;

@@ -24,8 +24,8 @@ use tokio::sync::{watch, Notify};
 use crate::config::Config;
 use crate::driver::Host;
 use crate::error::Error;
-use crate::registry::BoxFuture;
 use crate::ids::RunId;
+use crate::registry::BoxFuture;
 use crate::registry::WorkflowRegistration;
 use crate::store::{Lease, Store};
 

@@ -14,6 +14,7 @@ use super::{
     Store,
 };
 use crate::error::{Error, StoreError};
+use crate::history::after;
 use crate::ids::RunId;
 
 /// An in-memory [`Store`]. Nothing survives the process.
@@ -150,7 +151,7 @@ impl State {
                 events: Vec::new(),
                 wake_at: run.created_at,
                 epoch: u64::from(lease.is_some()),
-                lease_until: lease.map(|l| created_at + l),
+                lease_until: lease.map(|l| after(created_at, l)),
                 due_at: None,
             },
         );
@@ -246,7 +247,7 @@ impl Store for MemoryStore {
         for id in ready {
             if let Some(r) = st.runs.get_mut(&id) {
                 r.epoch += 1;
-                r.lease_until = Some(req.now + req.lease);
+                r.lease_until = Some(after(req.now, req.lease));
                 r.record.status = RunStatus::Running;
                 leased.push(LeasedRun {
                     run: r.record.clone(),
@@ -434,7 +435,7 @@ impl Store for MemoryStore {
         let mut lost = Vec::new();
         for l in leases {
             match st.runs.get_mut(&l.run_id).filter(|r| r.holds(l)) {
-                Some(row) => row.lease_until = Some(now + lease),
+                Some(row) => row.lease_until = Some(after(now, lease)),
                 None => lost.push(l.run_id),
             }
         }
