@@ -771,6 +771,60 @@ async fn huge_durations_saturate(b: Backend) {
     .await;
 }
 
+#[step]
+async fn wait_for_attempt_gate(key: String) -> Result<u32> {
+    let attempt = step_metadata().attempt;
+    gate(&format!("{key}:entered:{attempt}")).notify_one();
+    gate(&format!("{key}:{attempt}")).notified().await;
+    Ok(attempt)
+}
+
+#[workflow]
+async fn attempt_gated(key: String) -> Result<u32> {
+    wait_for_attempt_gate(key).await
+}
+
+/// A worker that stalls past its lease and leases the same run again runs a second driver for
+/// it; the first one stops, and its leaving does not drop the second from the active runs.
+async fn a_second_driver_here_keeps_its_place(b: Backend) {
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .lease(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let key = format!("stall-{}", RunId::new());
+    let entered = |attempt: u32| gate(&format!("{key}:entered:{attempt}"));
+    let (first, second) = (entered(1), entered(2));
+    store.fail_heartbeats(true);
+    let run = bounded(rt.start(attempt_gated, (key.clone(),)).into_future())
+        .await
+        .unwrap();
+    bounded(first.notified()).await;
+    // No heartbeat: the lease expires and this worker takes the run again (attempt 2).
+    bounded(second.notified()).await;
+    // The first attempt finishes now; its driver must already have stopped.
+    gate(&format!("{key}:1")).notify_one();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(rt.active_runs(), 1, "the second driver is still listed");
+    store.fail_heartbeats(false);
+    gate(&format!("{key}:2")).notify_one();
+    assert_eq!(bounded(run.return_value()).await.unwrap(), 2);
+    let completions = rt
+        .store()
+        .events(&run.id())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.event, Event::StepCompleted { .. }))
+        .count();
+    assert_eq!(completions, 1, "the stale driver recorded nothing");
+}
+
 async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -804,6 +858,7 @@ on_every_store!(
     a_start_can_be_awaited_outside_tokio,
     a_driver_panic_releases_the_run,
     huge_durations_saturate,
+    a_second_driver_here_keeps_its_place,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left

@@ -113,10 +113,17 @@ impl Inner {
         crate::lock(&self.active)
     }
 
-    fn run_left(&self, id: &RunId) {
+    /// The driver holding `lease` stopped. A later driver of the same run (this process
+    /// leased it again after that lease expired) keeps its entry.
+    fn run_left(&self, lease: &Lease) {
         let mut active = self.active();
         let was_full = active.len() >= self.config.max_active_runs;
-        active.remove(id);
+        if active
+            .get(&lease.run_id)
+            .is_some_and(|a| a.lease.epoch == lease.epoch)
+        {
+            active.remove(&lease.run_id);
+        }
         drop(active);
         // Only a full worker may have left acquirable runs behind; otherwise the next
         // acquire would find nothing new and cost a write transaction per finished run.
@@ -249,7 +256,7 @@ impl Host for Inner {
     }
 
     fn left(&self, lease: &Lease, evicted: bool) {
-        self.run_left(&lease.run_id);
+        self.run_left(lease);
         if evicted {
             // A payload that arrived since the release made the run due, and found it still
             // listed here: now that it has left, any worker may take it.

@@ -132,7 +132,7 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
         stop: Arc::new(Notify::new()),
         inbox: Arc::new(Notify::new()),
     };
-    rt.active().insert(
+    let earlier = rt.active().insert(
         leased.run.id,
         Active {
             lease: leased.lease.clone(),
@@ -140,6 +140,11 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
             inbox: signals.inbox.clone(),
         },
     );
+    if let Some(earlier) = earlier {
+        // This process leased the run again after its earlier lease here expired (a stall):
+        // that driver's writes are refused from now on, so it stops.
+        earlier.stop.notify_one();
+    }
     tokio::spawn(Driver::run(rt.clone(), leased, reg, signals));
 }
 

@@ -392,6 +392,8 @@ pub struct Failing {
     failures: std::sync::atomic::AtomicUsize,
     /// How many of the next appends that carry events panic inside the store call.
     append_panics: std::sync::atomic::AtomicUsize,
+    /// Whether heartbeats fail (a worker that stalls: its leases expire).
+    heartbeats_fail: std::sync::atomic::AtomicBool,
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
     gate: tokio::sync::Semaphore,
@@ -410,6 +412,7 @@ impl FailingAdmissions {
             inner,
             failures: failures.into(),
             append_panics: 0.into(),
+            heartbeats_fail: false.into(),
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
         }))
@@ -419,6 +422,12 @@ impl FailingAdmissions {
     pub fn panic_on_appends(&self, n: usize) {
         self.append_panics
             .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes heartbeats fail (`true`) or reach the store again.
+    pub fn fail_heartbeats(&self, fail: bool) {
+        self.heartbeats_fail
+            .store(fail, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Lets the admissions waiting at the gate fail, and every later one through at once.
@@ -525,6 +534,12 @@ impl Store for FailingAdmissions {
         lease: Duration,
         now: SystemTime,
     ) -> Result<Vec<RunId>, StoreError> {
+        if self
+            .heartbeats_fail
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(StoreError::Database("injected heartbeat failure".into()));
+        }
         self.inner.heartbeat(leases, lease, now).await
     }
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
