@@ -140,7 +140,7 @@ fn web_address(
 ) -> Result<SocketAddr, CliError> {
     let addr = listen.unwrap_or_else(|| (Ipv4Addr::LOCALHOST, port.unwrap_or(8080)).into());
     match token {
-        Some(t) if t.is_empty() => Err(CliError::Usage(
+        Some("") => Err(CliError::Usage(
             "--token (or WORKFLOW_WEB_TOKEN) is empty; give it a secret or unset it".to_owned(),
         )),
         None if !addr.ip().is_loopback() => Err(CliError::Usage(format!(
