@@ -155,6 +155,8 @@ async fn foreign_hosts_are_refused_and_nothing_is_done() {
         // The right name on another port.
         format!("{cancel}\r\nHost: 127.0.0.1:{}", port.wrapping_add(1)),
         format!("{cancel}\r\nHost: 127.0.0.1"),
+        // A second name besides the right one.
+        format!("{cancel}\r\nHost: 127.0.0.1:{port}\r\nHost: evil.example:{port}"),
         // No name at all.
         cancel.clone(),
         format!("POST /runs/{}/cancel HTTP/1.0", f.sleeping),

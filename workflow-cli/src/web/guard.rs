@@ -67,7 +67,11 @@ impl Guard {
             .get_all(header::AUTHORIZATION)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .filter_map(|v| v.strip_prefix("Bearer "))
+            // The scheme's name is case-insensitive (RFC 9110, section 11.1).
+            .filter_map(|v| {
+                let (scheme, given) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then_some(given)
+            })
             .any(|given| same(given.trim().as_bytes(), token.as_bytes()));
         bearer
             || cookies(headers, &self.cookie)
@@ -152,15 +156,16 @@ struct Login {
 /// The middleware in front of every route: the `Host` check, then the token (with the login
 /// form, which answers here so that it needs no token itself).
 pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
-    let host = req
+    // Every `Host` a request carries, and the URI's authority (HTTP/2 and absolute-form
+    // requests name the host there): at least one, and all naming this dashboard.
+    let named: Vec<&str> = req
         .headers()
-        .get(header::HOST)
-        .map(|h| h.to_str().unwrap_or_default());
-    // HTTP/2 and absolute-form requests name the host in the URI; when both are present, both
-    // must name this dashboard.
-    let authority = req.uri().authority().map(|a| a.as_str());
-    let named = [host, authority];
-    if named.iter().all(Option::is_none) || named.iter().flatten().any(|h| !guard.host_allowed(h)) {
+        .get_all(header::HOST)
+        .iter()
+        .map(|h| h.to_str().unwrap_or_default())
+        .chain(req.uri().authority().map(|a| a.as_str()))
+        .collect();
+    if named.is_empty() || named.iter().any(|h| !guard.host_allowed(h)) {
         return refuse(
             StatusCode::FORBIDDEN,
             "refused: the Host header does not name this dashboard (open it at its own address)",
@@ -334,6 +339,7 @@ mod tests {
         };
         assert!(!g.authorized(&HeaderMap::new()));
         assert!(g.authorized(&with(header::AUTHORIZATION, "Bearer a b;c")));
+        assert!(g.authorized(&with(header::AUTHORIZATION, "bearer a b;c")));
         assert!(!g.authorized(&with(header::AUTHORIZATION, "Bearer a b;d")));
         assert!(!g.authorized(&with(header::AUTHORIZATION, "Basic a b;c")));
         let cookie = g.login_cookie("a b;c");
