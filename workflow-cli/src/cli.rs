@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::Read as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -106,13 +106,50 @@ pub enum Command {
     },
     /// Serve the dashboard: runs, a timeline per run, cancel and resume buttons.
     Web {
-        /// The port to listen on (0 picks a free one).
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// The address to listen on. The dashboard has no login: keep it on loopback.
-        #[arg(long, default_value = "127.0.0.1")]
-        bind: IpAddr,
+        /// Where to listen: IP:PORT, [IPv6]:PORT, or an IP alone for port 8080. An address other
+        /// than loopback needs --token.
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen, conflicts_with = "port")]
+        listen: Option<SocketAddr>,
+        /// Listen on 127.0.0.1:PORT (0 picks a free one); the default is 8080.
+        #[arg(long)]
+        port: Option<u16>,
+        /// A secret every request must carry (`Authorization: Bearer SECRET`, or the cookie the
+        /// login page sets). Prefer WORKFLOW_WEB_TOKEN: arguments show in `ps`.
+        #[arg(
+            long,
+            env = "WORKFLOW_WEB_TOKEN",
+            hide_env_values = true,
+            value_name = "SECRET"
+        )]
+        token: Option<String>,
     },
+}
+
+/// `--listen`: a socket address, or an IP alone meaning its port 8080.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .or_else(|_| s.parse::<IpAddr>().map(|ip| (ip, 8080).into()))
+        .map_err(|_| format!("`{s}` is not an address: use IP:PORT, e.g. 127.0.0.1:8080"))
+}
+
+/// Where `workflow web` listens, refusing what would expose runs to the network unguarded.
+fn web_address(
+    listen: Option<SocketAddr>,
+    port: Option<u16>,
+    token: Option<&str>,
+) -> Result<SocketAddr, CliError> {
+    let addr = listen.unwrap_or_else(|| (Ipv4Addr::LOCALHOST, port.unwrap_or(8080)).into());
+    match token {
+        Some("") => Err(CliError::Usage(
+            "--token (or WORKFLOW_WEB_TOKEN) is empty; give it a secret or unset it".to_owned(),
+        )),
+        None if !addr.ip().is_loopback() => Err(CliError::Usage(format!(
+            "--listen {addr} is reachable from other machines, and the dashboard shows every \
+             run and can cancel them: set a secret with --token or WORKFLOW_WEB_TOKEN, or \
+             listen on 127.0.0.1"
+        ))),
+        _ => Ok(addr),
+    }
 }
 
 impl Cli {
@@ -132,6 +169,12 @@ impl Cli {
 /// Runs the command; returns what to print on standard output.
 pub async fn run(cli: Cli) -> Result<String, CliError> {
     let target = cli.target();
+    execute(cli, &target)
+        .await
+        .map_err(|e| e.map_message(|m| target.scrub(m)))
+}
+
+async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
     // Arguments are checked before the database is opened, so a typo costs no connection.
     match &cli.command {
         Command::Runs { status, .. } => {
@@ -143,13 +186,20 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
         Command::Hooks { run: Some(id), .. } => {
             ops::parse_run_id(id)?;
         }
+        Command::Web {
+            listen,
+            port,
+            token,
+        } => {
+            web_address(*listen, *port, token.as_deref())?;
+        }
         _ => {}
     }
     let payload = match &cli.command {
         Command::Resume { payload, .. } => Some(ops::parse_payload(&read_payload(payload)?)?),
         _ => None,
     };
-    let rt = connect::open(&target).await?;
+    let rt = connect::open(target).await?;
     let json = cli.json;
     match cli.command {
         Command::Runs {
@@ -266,8 +316,13 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
                 done.run_id, done.token
             ))
         }
-        Command::Web { port, bind } => {
-            crate::web::serve(rt, target, (bind, port).into()).await?;
+        Command::Web {
+            listen,
+            port,
+            token,
+        } => {
+            let addr = web_address(listen, port, token.as_deref())?;
+            crate::web::serve(rt, target.clone(), addr, token).await?;
             Ok(String::new())
         }
     }
@@ -295,8 +350,9 @@ fn to_json<T: Serialize>(v: &T) -> Result<String, CliError> {
 fn run_text(d: &RunDetail) -> String {
     let r = &d.run;
     let mut out = String::new();
+    // One line per field, whatever the store holds: a newline in an error must not forge a field.
     let mut field = |name: &str, value: &str| {
-        let _ = writeln!(out, "{name:<10} {value}");
+        let _ = writeln!(out, "{name:<10} {}", text::printable(value, false));
     };
     field("run", &r.id.to_string());
     field("workflow", &r.workflow);
@@ -324,7 +380,7 @@ fn run_text(d: &RunDetail) -> String {
     if !d.waiting_on.is_empty() {
         let _ = writeln!(out, "waiting on");
         for w in &d.waiting_on {
-            let _ = writeln!(out, "  - {w}");
+            let _ = writeln!(out, "  - {}", text::printable(w, false));
         }
     }
 
@@ -414,4 +470,49 @@ fn run_text(d: &RunDetail) -> String {
         out.push_str(&t.to_string());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_listen_addresses() {
+        assert_eq!(
+            parse_listen("0.0.0.0:9000"),
+            Ok(([0, 0, 0, 0], 9000).into())
+        );
+        assert_eq!(parse_listen("0.0.0.0"), Ok(([0, 0, 0, 0], 8080).into()));
+        assert_eq!(
+            parse_listen("[::1]:81"),
+            Ok((std::net::Ipv6Addr::LOCALHOST, 81).into())
+        );
+        assert!(parse_listen("localhost:80").is_err());
+    }
+
+    #[test]
+    fn only_loopback_goes_without_a_token() {
+        let any: SocketAddr = ([0, 0, 0, 0], 8080).into();
+        let lan: SocketAddr = ([192, 168, 1, 5], 8080).into();
+        assert_eq!(
+            web_address(None, None, None).unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 8080))
+        );
+        assert_eq!(
+            web_address(None, Some(0), None).unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        );
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        assert_eq!(web_address(Some(v6), None, None).unwrap(), v6);
+        for addr in [any, lan, "[::]:8080".parse().unwrap()] {
+            let e = web_address(Some(addr), None, None).unwrap_err();
+            assert!(
+                matches!(&e, CliError::Usage(m) if m.contains("--token") && m.contains("WORKFLOW_WEB_TOKEN")),
+                "{e}"
+            );
+            assert_eq!(web_address(Some(addr), None, Some("s")).unwrap(), addr);
+        }
+        assert!(web_address(None, None, Some("")).is_err());
+        assert!(web_address(Some(any), None, Some("")).is_err());
+    }
 }

@@ -28,6 +28,16 @@ impl CliError {
             CliError::Database(_) => 3,
         }
     }
+
+    /// The same error with its message passed through `f` (to scrub secrets from it).
+    pub fn map_message(self, f: impl FnOnce(&str) -> String) -> Self {
+        match self {
+            CliError::Usage(m) => CliError::Usage(f(&m)),
+            CliError::NotFound(m) => CliError::NotFound(f(&m)),
+            CliError::Database(m) => CliError::Database(f(&m)),
+            CliError::Other(m) => CliError::Other(f(&m)),
+        }
+    }
 }
 
 impl From<workflow_core::StoreError> for CliError {

@@ -33,8 +33,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Everything printed passes through `printable`: run names, tokens, errors and payloads come
+    // from the store, and whoever wrote them must not get to drive the reader's terminal.
     match runtime.block_on(cli::run(cli)) {
         Ok(out) => {
+            let out = text::printable(&out, true);
             let mut stdout = std::io::stdout().lock();
             match stdout
                 .write_all(out.as_bytes())
@@ -49,7 +52,7 @@ fn main() -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", text::printable(&e.to_string(), true));
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }

@@ -1,4 +1,5 @@
-//! Text for people: times, durations, one-line JSON and aligned tables.
+//! Text for people: times, durations, one-line JSON, aligned tables, and the escaping that
+//! keeps what a store holds from steering the terminal it is printed on.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -68,7 +69,35 @@ pub fn cut(s: &str, max: usize) -> String {
     }
 }
 
-/// Columns aligned with spaces; the last column is never padded.
+/// Whether printing `c` raw could move the cursor, recolour or retitle the terminal, or reorder
+/// the text around it: C0 and C1 controls, DEL, and the bidirectional marks, embeddings,
+/// overrides and isolates (a token shown `abc` that is really `cba` is a lie on screen).
+fn unsafe_on_screen(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every character a terminal would act on written as `\uXXXX` instead, line breaks
+/// kept when `keep_newlines`. The escape is JSON's own, so JSON output stays valid and decodes to
+/// the same value: raw such characters can only sit inside its strings (serde_json already
+/// escapes C0 there; DEL, C1 and the bidi marks it leaves raw).
+pub fn printable(s: &str, keep_newlines: bool) -> String {
+    if !s.chars().any(unsafe_on_screen) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if unsafe_on_screen(c) && !(keep_newlines && c == '\n') {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Columns aligned with spaces; the last column is never padded. Cells are made
+/// [`printable`] on one line, so a value cannot break a row or forge one.
 pub struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
@@ -83,7 +112,8 @@ impl Table {
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows
+            .push(cells.iter().map(|c| printable(c, false)).collect());
     }
 
     pub fn is_empty(&self) -> bool {
@@ -157,5 +187,33 @@ mod tests {
             "ID  STATUS     NOTE\n1   completed  x\n22  failed\n"
         );
         assert_eq!(cut("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn escapes_what_a_terminal_would_act_on() {
+        assert_eq!(printable("plain, é, ✓", false), "plain, é, ✓");
+        assert_eq!(
+            printable("a\u{1b}[2Jb\u{7}c\rd\u{7f}e\u{9b}f", false),
+            "a\\u001b[2Jb\\u0007c\\u000dd\\u007fe\\u009bf"
+        );
+        assert_eq!(
+            printable("x\u{202e}y\u{2066}z\u{200f}", false),
+            "x\\u202ey\\u2066z\\u200f"
+        );
+        assert_eq!(printable("one\ntwo\tx", true), "one\ntwo\\u0009x");
+        assert_eq!(printable("one\ntwo", false), "one\\u000atwo");
+        // Inside JSON the escape is JSON's own: the text still decodes to the same string.
+        let raw = "tok\u{202e}en\u{85}";
+        let json = printable(&serde_json::to_string(raw).unwrap(), true);
+        assert!(json.is_ascii(), "{json}");
+        assert_eq!(serde_json::from_str::<String>(&json).unwrap(), raw);
+    }
+
+    #[test]
+    fn cells_cannot_forge_rows() {
+        let mut t = Table::new(["A", "B"]);
+        t.row(vec!["x\ny  fake".into(), "\u{1b}]0;title\u{7}".into()]);
+        assert_eq!(t.to_string().lines().count(), 2, "{t}");
+        assert!(!t.to_string().contains('\u{1b}'));
     }
 }

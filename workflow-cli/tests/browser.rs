@@ -413,6 +413,19 @@ async fn dashboard(chromium: &Path, driver: &Path) {
         numbers.push(b.attr("data-attempt").await.unwrap().unwrap());
     }
     assert_eq!(numbers, ["1", "1", "2", "3"]);
+    // The Content-Security-Policy still lets the timeline's style attributes place the bars (a
+    // blocked attribute leaves `style.width` empty) and runs the page's script.
+    let width = client
+        .execute(
+            "return document.querySelector('.timeline .bar.attempt').style.width",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        width.as_str().is_some_and(|w| w.ends_with('%')),
+        "bar width {width}"
+    );
     let badge = client.find(Locator::Css(".run-head .badge")).await.unwrap();
     assert_eq!(badge.text().await.unwrap(), "running");
     std::fs::write(

@@ -4,6 +4,7 @@
 mod common;
 
 use serde_json::{json, Value};
+use workflow_core::prelude::workflow;
 use workflow_core::RunStatus;
 
 use common::{cli, fixture, sqlite_args, until_status, Backend};
@@ -15,7 +16,16 @@ on_both_stores!(
     hooks_lists_the_open_ones,
     cancel_and_resume_move_runs_on,
     unknown_ids_and_tokens_are_reported,
+    output_escapes_control_characters,
 );
+
+/// Fails with a message that would clear the screen, retitle the terminal and forge a line.
+#[workflow]
+async fn garbled(label: String) -> workflow_core::Result<()> {
+    Err(workflow_core::Error::fatal(format!(
+        "\u{1b}[2J\u{1b}]0;pwned\u{7}boom\nFAKE ROW {label}"
+    )))
+}
 
 /// The rows of a table whose first column is `first`.
 fn row<'a>(table: &'a str, first: &str) -> &'a str {
@@ -354,16 +364,93 @@ async fn unusable_databases_are_reported() {
         "left untouched"
     );
 
-    // Nothing listens on port 1.
-    let url = "postgres://nobody:secret@127.0.0.1:1/none";
-    let out = cli(&[], &["--database-url", url, "runs"]).await;
-    if cfg!(feature = "postgres") {
-        // The password stays out of the message.
-        out.fails(
-            3,
-            "cannot open the database at postgres://nobody@127.0.0.1:1/none",
-        );
-    } else {
-        out.fails(2, "built without PostgreSQL support");
+    // Nothing listens on port 1. The password stays out of the message, however it is written.
+    for (url, shown) in [
+        (
+            "postgres://nobody:secret@127.0.0.1:1/none",
+            "postgres://nobody:***@127.0.0.1:1/none",
+        ),
+        (
+            "postgres://nobody:se@cret@127.0.0.1:1/none",
+            "postgres://nobody:***@127.0.0.1:1/none",
+        ),
+        (
+            "postgres://nobody@127.0.0.1:1/none?password=secret&connect_timeout=5",
+            "postgres://nobody@127.0.0.1:1/none?password=***&connect_timeout=5",
+        ),
+        (
+            "host=127.0.0.1 port=1 user=nobody password='se cret' dbname=none",
+            "host=127.0.0.1 port=1 user=nobody password=*** dbname=none",
+        ),
+    ] {
+        let out = cli(&[], &["--database-url", url, "runs"]).await;
+        assert!(!out.stderr.contains("cret"), "{out:?}");
+        if cfg!(feature = "postgres") {
+            out.fails(3, &format!("cannot open the database at {shown}"));
+        } else {
+            out.fails(2, "built without PostgreSQL support");
+        }
     }
+}
+
+/// What a terminal would act on: C0 but the line break, DEL, C1, the bidi controls.
+fn assert_inert(out: &str) {
+    let bad = out.chars().find(|&c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    });
+    assert_eq!(bad, None, "printed raw: {out:?}");
+}
+
+async fn output_escapes_control_characters(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    // C1's CSI and a right-to-left override in the input.
+    let label = "\u{9b}31m\u{202e}lab";
+    let run = f.rt.start(garbled, (label.to_owned(),)).await.unwrap();
+    tokio::time::timeout(common::WAIT, run.return_value())
+        .await
+        .expect("the run did not end in time")
+        .unwrap_err();
+    let id = run.id().to_string();
+
+    let text = cli(db, &["run", &id]).await.ok();
+    assert_inert(&text);
+    assert!(
+        row(&text, "error")
+            .contains("\\u001b[2J\\u001b]0;pwned\\u0007boom\\u000aFAKE ROW \\u009b31m\\u202elab"),
+        "{text}"
+    );
+    assert!(!text.lines().any(|l| l.starts_with("FAKE")), "{text}");
+    assert!(
+        row(&text, "input").contains("\\u009b31m\\u202elab"),
+        "{text}"
+    );
+    assert_inert(&cli(db, &["runs"]).await.ok());
+    let events = cli(db, &["events", &id]).await.ok();
+    assert_inert(&events);
+    assert!(events.contains("\\u000aFAKE ROW"), "{events}");
+    assert!(!events.lines().any(|l| l.starts_with("FAKE")), "{events}");
+
+    // JSON stays JSON, and decodes to what the store holds.
+    let out = cli(db, &["run", &id, "--json"]).await.ok();
+    assert_inert(&out);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["input"], json!([label]));
+    assert_eq!(
+        v["error"]["message"],
+        format!("\u{1b}[2J\u{1b}]0;pwned\u{7}boom\nFAKE ROW {label}")
+    );
+    let out = cli(db, &["runs", "--json"]).await.ok();
+    assert_inert(&out);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()[0]["input"],
+        json!([label])
+    );
+
+    // Errors too: the token is echoed back.
+    let out = cli(db, &["resume", "\u{1b}]0;pwned\u{7}\u{202e}", "true"]).await;
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(out.stderr.starts_with("error: "), "{out:?}");
+    assert_inert(&out.stderr);
 }

@@ -3,9 +3,10 @@
 //! compiled into the binary, so it works offline and without a front-end build.
 //!
 //! Actions are plain HTML forms (POST, then a redirect back), refused when another site posts
-//! them: the dashboard has no login, and a page on any site can make a browser post to
-//! `127.0.0.1`.
+//! them: a page on any site can make a browser post to `127.0.0.1`. [`guard`] stands in front of
+//! every route: the `Host` check against DNS rebinding, the token, and the security headers.
 
+mod guard;
 mod pages;
 mod timeline;
 
@@ -16,7 +17,7 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
 use serde::Deserialize;
 use workflow_core::store::{HookFilter, RunFilter};
 use workflow_core::Runtime;
@@ -37,12 +38,13 @@ struct App {
 
 type Shared = State<Arc<App>>;
 
-/// The dashboard's routes over `rt`.
-pub fn router(rt: Runtime, target: &Target) -> Router {
+/// The dashboard's routes over `rt`, for a server bound to `local`, asking for `token` if set.
+pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<String>) -> Router {
     let app = Arc::new(App {
         rt,
         database: target.describe(),
     });
+    let guard = Arc::new(guard::Guard::new(local, token));
     Router::new()
         .route("/", get(runs_page))
         .route("/runs/{id}", get(run_page))
@@ -56,11 +58,25 @@ pub fn router(rt: Runtime, target: &Target) -> Router {
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
         .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
         .route("/favicon.ico", get(|| asset("image/svg+xml", ICON)))
+        .fallback(not_found)
         .with_state(app)
+        // The last layer added runs first: headers go on every answer, the guard's refusals too.
+        .layer(middleware::from_fn_with_state(guard, guard::check))
+        .layer(middleware::map_response(guard::headers))
 }
 
-/// Listens on `addr` until interrupted (Ctrl-C or SIGTERM).
-pub async fn serve(rt: Runtime, target: Target, addr: SocketAddr) -> Result<(), CliError> {
+async fn not_found() -> WebError {
+    WebError::page(CliError::NotFound("no such page".to_owned()))
+}
+
+/// Listens on `addr` until interrupted (Ctrl-C or SIGTERM); with `token`, only requests
+/// carrying it are answered.
+pub async fn serve(
+    rt: Runtime,
+    target: Target,
+    addr: SocketAddr,
+    token: Option<String>,
+) -> Result<(), CliError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| CliError::Other(format!("cannot listen on {addr}: {e}")))?;
@@ -69,18 +85,18 @@ pub async fn serve(rt: Runtime, target: Target, addr: SocketAddr) -> Result<(), 
         .map_err(|e| CliError::Other(format!("cannot listen on {addr}: {e}")))?;
     if !local.ip().is_loopback() {
         eprintln!(
-            "warning: the dashboard has no login and can cancel runs; anyone who reaches \
-             {local} can use it"
+            "warning: the dashboard speaks plain HTTP: its token and pages cross the network \
+             unencrypted; it answers requests addressed to {local} or to localhost only"
         );
     }
     // Tests and scripts read this line to learn the port chosen for `--port 0`.
     println!(
         "workflow dashboard on http://{local}/ (database {})",
-        target.describe()
+        crate::text::printable(&target.describe(), false)
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    axum::serve(listener, router(rt, &target))
+    axum::serve(listener, router(rt, &target, local, token))
         .with_graceful_shutdown(shutdown_signal())
         .await
         .map_err(|e| CliError::Other(format!("the dashboard stopped: {e}")))
@@ -299,10 +315,7 @@ async fn resume(
 ) -> Result<Redirect, WebError> {
     same_origin(&headers).map_err(WebError::page)?;
     // Only local paths: a form must not turn the dashboard into a redirector.
-    let back = form
-        .back
-        .filter(|b| b.starts_with('/') && !b.starts_with("//") && !b.contains('\\'))
-        .unwrap_or_else(|| "/hooks".to_owned());
+    let back = guard::local_path(form.back.as_deref());
     // An empty box is a slip, not a payload: a workflow expecting `T` would fail on `null`.
     let result = match ops::parse_payload(&form.payload) {
         Ok(payload) => ops::resume(&app.rt, &form.token, payload).await,
@@ -310,14 +323,14 @@ async fn resume(
     };
     Ok(match result {
         Ok(done) => flash_redirect(
-            &back,
+            back,
             "notice",
             &format!(
                 "Payload delivered to hook {:?} of run {}.",
                 done.token, done.run_id
             ),
         ),
-        Err(e) => flash_redirect(&back, "error", &e.to_string()),
+        Err(e) => flash_redirect(back, "error", &e.to_string()),
     })
 }
 
@@ -372,8 +385,13 @@ fn same_origin(headers: &HeaderMap) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `path` (a local path, visible ASCII) with the message added to its query.
 fn flash_redirect(path: &str, kind: &str, message: &str) -> Redirect {
-    Redirect::to(&format!("{path}?{kind}={}", pages::url_encode(message)))
+    let join = if path.contains('?') { '&' } else { '?' };
+    Redirect::to(&format!(
+        "{path}{join}{kind}={}",
+        pages::url_encode(message)
+    ))
 }
 
 #[cfg(test)]

@@ -1,0 +1,383 @@
+//! The dashboard over raw HTTP, the way a hostile page or a rebound DNS name would reach it:
+//! requests naming another `Host` are refused before anything is done, every answer carries the
+//! security headers, forms send the browser back to local paths only, and an address other than
+//! loopback needs the token on every request.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+
+use workflow_core::RunStatus;
+
+use common::{binary, fixture, Backend, WAIT};
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    style-src-attr 'unsafe-inline'; img-src 'self'; connect-src 'self'; form-action 'self'; \
+    frame-ancestors 'none'; base-uri 'none'";
+
+/// Kills and reaps the dashboard when the test ends, however it ends.
+struct Dashboard {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `workflow <store..> web <args..>` with `env`; returns it once it printed its address.
+fn dashboard(store: &[String], args: &[&str], env: &[(&str, &str)]) -> Dashboard {
+    let mut child = Command::new(binary())
+        .args(store)
+        .arg("web")
+        .args(args)
+        .env_remove("WORKFLOW_WEB_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start `workflow web`");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let mut started = Dashboard {
+        child,
+        addr: ([127, 0, 0, 1], 0).into(),
+    };
+    let line = rx
+        .recv_timeout(WAIT)
+        .expect("`workflow web` printed no address in time");
+    let bound: SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .and_then(|a| a.trim_end_matches('/').parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    // Bound to every interface or to loopback, it is reached on 127.0.0.1.
+    started.addr = ([127, 0, 0, 1], bound.port()).into();
+    started
+}
+
+/// An answer: status, headers (names in lower case) and body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn assert_secure(&self) {
+        assert_eq!(
+            self.header("content-security-policy"),
+            Some(CSP),
+            "{self:?}"
+        );
+        assert_eq!(self.header("x-frame-options"), Some("DENY"), "{self:?}");
+        assert_eq!(
+            self.header("x-content-type-options"),
+            Some("nosniff"),
+            "{self:?}"
+        );
+    }
+}
+
+/// Sends `head` (request line and headers, without the blank line) and `body` as HTTP/1.1 with
+/// `Connection: close`; reads the whole answer.
+fn send(addr: SocketAddr, head: &str, body: &str) -> Answer {
+    let mut s = TcpStream::connect_timeout(&addr, WAIT).expect("cannot connect to the dashboard");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.set_write_timeout(Some(WAIT)).unwrap();
+    let mut req = format!("{head}\r\nConnection: close\r\n");
+    if !body.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("no complete answer in time");
+    let raw = String::from_utf8_lossy(&raw);
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {raw}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+fn get(addr: SocketAddr, path: &str, host: &str) -> Answer {
+    send(addr, &format!("GET {path} HTTP/1.1\r\nHost: {host}"), "")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_hosts_are_refused_and_nothing_is_done() {
+    let f = fixture(Backend::Sqlite).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let (addr, port) = (web.addr, web.addr.port());
+    let cancel = format!("POST /runs/{}/cancel HTTP/1.1", f.sleeping);
+
+    for head in [
+        // Another site's name.
+        format!("{cancel}\r\nHost: evil.example"),
+        // DNS rebinding: the attacker's name now resolves to 127.0.0.1, and the port is right.
+        format!("{cancel}\r\nHost: rebind.evil.example:{port}\r\nOrigin: http://rebind.evil.example:{port}"),
+        format!("{cancel}\r\nHost: localhost.evil.example:{port}"),
+        // The right name on another port.
+        format!("{cancel}\r\nHost: 127.0.0.1:{}", port.wrapping_add(1)),
+        format!("{cancel}\r\nHost: 127.0.0.1"),
+        // A second name besides the right one.
+        format!("{cancel}\r\nHost: 127.0.0.1:{port}\r\nHost: evil.example:{port}"),
+        // No name at all.
+        cancel.clone(),
+        format!("POST /runs/{}/cancel HTTP/1.0", f.sleeping),
+        // An absolute URI naming another host overrides nothing.
+        format!(
+            "POST http://evil.example:{port}/runs/{}/cancel HTTP/1.1\r\nHost: 127.0.0.1:{port}",
+            f.sleeping
+        ),
+    ] {
+        let a = send(addr, &head, "x=1");
+        assert_eq!(a.status, 403, "{head:?}: {a:?}");
+        assert!(a.body.starts_with("refused: the Host header"), "{a:?}");
+        a.assert_secure();
+    }
+    // Reading is refused too: the pages hold every run and token.
+    let a = get(addr, "/api/hooks", &format!("rebind.evil.example:{port}"));
+    assert_eq!(a.status, 403, "{a:?}");
+    assert!(!a.body.contains(&f.token), "{a:?}");
+    let a = get(addr, "/assets/app.js", "evil.example");
+    assert_eq!(a.status, 403, "{a:?}");
+
+    assert_eq!(
+        f.rt.get_run(&f.sleeping).status().await.unwrap(),
+        RunStatus::Running,
+        "a refused request cancelled the run"
+    );
+
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let a = get(addr, "/api/hooks", &host);
+        assert_eq!(a.status, 200, "{host}: {a:?}");
+        assert!(a.body.contains(&f.token), "{a:?}");
+    }
+
+    // The same cancel, addressed to the dashboard, goes through.
+    let a = send(
+        addr,
+        &format!("{cancel}\r\nHost: localhost:{port}\r\nOrigin: http://localhost:{port}"),
+        "x=1",
+    );
+    assert_eq!(a.status, 303, "{a:?}");
+    common::until_status(&f.rt, f.sleeping, RunStatus::Cancelled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_carries_the_security_headers() {
+    let f = fixture(Backend::Sqlite).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    for (path, status) in [
+        ("/".to_owned(), 200),
+        (format!("/runs/{}", f.waiting), 200),
+        ("/assets/style.css".to_owned(), 200),
+        ("/api/runs".to_owned(), 200),
+        ("/no/such/page".to_owned(), 404),
+        (format!("/runs/{}", workflow_core::RunId::new()), 404),
+        ("/runs/not-an-id".to_owned(), 400),
+    ] {
+        let a = get(web.addr, &path, &host);
+        assert_eq!(a.status, status, "{path}: {a:?}");
+        a.assert_secure();
+    }
+    let a = get(web.addr, "/", "evil.example");
+    assert_eq!(a.status, 403);
+    a.assert_secure();
+
+    // The pages need nothing the policy forbids: no inline script or <style>.
+    let page = get(web.addr, &format!("/runs/{}", f.waiting), &host).body;
+    assert!(page.contains(r#"<script src="/assets/app.js" defer></script>"#));
+    assert_eq!(page.matches("<script").count(), 1, "{page}");
+    assert!(!page.contains("<style"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_send_the_browser_back_to_local_paths_only() {
+    let f = fixture(Backend::Sqlite).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let port = web.addr.port();
+    let resume = |back: &str| {
+        // An empty payload is refused, so nothing reaches the run whatever `back` is.
+        let a = send(
+            web.addr,
+            &format!("POST /hooks/resume HTTP/1.1\r\nHost: 127.0.0.1:{port}"),
+            &format!("token=x&payload=&back={back}"),
+        );
+        assert_eq!(a.status, 303, "{back}: {a:?}");
+        a.assert_secure();
+        a.header("location").unwrap_or_default().to_owned()
+    };
+    let run_page = format!("/runs/{}", f.waiting);
+    assert!(resume(&run_page).starts_with(&format!("{run_page}?error=")));
+    assert!(resume("%2Fhooks%3Ftoken%3Dx").starts_with("/hooks?token=x&error="));
+    for back in [
+        "%2F%2Fevil.example",
+        "%2F%5Cevil.example",
+        "%2F%09%2Fevil.example",
+        "%2F%0D%0ASet-Cookie%3A+x%3D1",
+        "https%3A%2F%2Fevil.example",
+        "evil.example",
+        "",
+    ] {
+        let to = resume(back);
+        assert!(
+            to.starts_with("/?error="),
+            "{back} sent the browser to {to}"
+        );
+    }
+    assert_eq!(f.rt.store().payloads(&f.waiting, 0).await.unwrap(), []);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_addresses_than_loopback_need_the_token() {
+    let f = fixture(Backend::Sqlite).await;
+
+    let out = common::cli(&f.store, &["web", "--listen", "0.0.0.0:0"]).await;
+    out.fails(2, "--listen 0.0.0.0:0 is reachable from other machines");
+    let out = common::cli(&f.store, &["web", "--listen", "0.0.0.0"]).await;
+    out.fails(2, "set a secret with --token or WORKFLOW_WEB_TOKEN");
+    let out = common::cli(&f.store, &["web", "--listen", "0.0.0.0:0", "--token", ""]).await;
+    out.fails(2, "--token (or WORKFLOW_WEB_TOKEN) is empty");
+
+    for web in [
+        dashboard(
+            &f.store,
+            &["--listen", "0.0.0.0:0", "--token", "s3cret t0ken"],
+            &[],
+        ),
+        dashboard(
+            &f.store,
+            &["--listen", "0.0.0.0:0"],
+            &[("WORKFLOW_WEB_TOKEN", "s3cret t0ken")],
+        ),
+    ] {
+        let (addr, port) = (web.addr, web.addr.port());
+        let host = format!("Host: 127.0.0.1:{port}");
+        let cancel = format!("POST /runs/{}/cancel HTTP/1.1\r\n{host}", f.sleeping);
+        for auth in [
+            "",
+            "\r\nAuthorization: Bearer s3cret t0keN",
+            "\r\nAuthorization: Bearer s3cret",
+            "\r\nAuthorization: Basic s3cret t0ken",
+            "\r\nCookie: workflow_token_1=s3cret+t0ken",
+            &format!("\r\nCookie: workflow_token_{port}=s3cret"),
+        ] {
+            for head in [
+                format!("GET /api/hooks HTTP/1.1\r\n{host}{auth}"),
+                format!("{cancel}{auth}"),
+            ] {
+                let a = send(addr, &head, "x=1");
+                assert_eq!(a.status, 401, "{head:?}: {a:?}");
+                assert!(
+                    a.body.contains(r#"<form method="post" action="/login">"#),
+                    "{a:?}"
+                );
+                assert!(!a.body.contains(&f.token), "{a:?}");
+                a.assert_secure();
+            }
+        }
+        // Still the Host check first.
+        let a = send(
+            addr,
+            "GET /api/hooks HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer s3cret t0ken",
+            "",
+        );
+        assert_eq!(a.status, 403, "{a:?}");
+        assert_eq!(
+            f.rt.get_run(&f.sleeping).status().await.unwrap(),
+            RunStatus::Running
+        );
+
+        let a = send(
+            addr,
+            &format!("GET /api/hooks HTTP/1.1\r\n{host}\r\nAuthorization: Bearer s3cret t0ken"),
+            "",
+        );
+        assert_eq!(a.status, 200, "{a:?}");
+        assert!(a.body.contains(&f.token), "{a:?}");
+
+        // A browser logs in once and carries the cookie.
+        let login = format!("POST /login HTTP/1.1\r\n{host}");
+        let a = send(addr, &login, "token=s3cret");
+        assert_eq!(a.status, 401, "{a:?}");
+        assert!(a.header("set-cookie").is_none(), "{a:?}");
+        let a = send(addr, &login, "token=s3cret+t0ken");
+        assert_eq!(a.status, 303, "{a:?}");
+        let cookie = a.header("set-cookie").expect("no cookie").to_owned();
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        let pair = cookie.split(';').next().unwrap();
+        let a = send(
+            addr,
+            &format!("GET / HTTP/1.1\r\n{host}\r\nCookie: {pair}"),
+            "",
+        );
+        assert_eq!(a.status, 200, "{a:?}");
+        a.assert_secure();
+    }
+    assert_eq!(
+        f.rt.get_run(&f.sleeping).status().await.unwrap(),
+        RunStatus::Running,
+        "a request without the token cancelled the run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_loopback_too() {
+    let f = fixture(Backend::Sqlite).await;
+    let web = dashboard(&f.store, &["--port", "0", "--token", "t"], &[]);
+    let host = format!("Host: localhost:{}", web.addr.port());
+    let a = send(web.addr, &format!("GET / HTTP/1.1\r\n{host}"), "");
+    assert_eq!(a.status, 401, "{a:?}");
+    let a = send(
+        web.addr,
+        &format!("GET / HTTP/1.1\r\n{host}\r\nAuthorization: Bearer t"),
+        "",
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+}
