@@ -419,6 +419,13 @@ async fn wait_for_event(rt: &Runtime, id: RunId, pred: impl Fn(&Event) -> bool) 
     }
 }
 
+/// Returns once `rt` drives no run.
+async fn no_active_runs(rt: &Runtime) {
+    while rt.active_runs() != 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn replay_divergence_is_reported_and_history_kept(b: Backend) {
     let db = TestDb::new(b);
     let key = format!("div-{}", RunId::new());
@@ -704,12 +711,7 @@ async fn a_driver_panic_releases_the_run(b: Backend) {
     assert_eq!(out, 8 + 28 + 18 + 6);
     // The panic hit the scheduling write, before any attempt ran.
     assert_eq!(executed(run.id()).len(), 8, "each step body ran once");
-    bounded(async {
-        while rt.active_runs() != 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    bounded(no_active_runs(&rt)).await;
 }
 
 #[workflow]
@@ -741,18 +743,9 @@ async fn huge_durations_saturate(b: Backend) {
     )
     .await
     .unwrap();
-    bounded(async {
-        loop {
-            let events = rt.store().events(&run.id()).await.unwrap();
-            if events
-                .iter()
-                .any(|e| matches!(e.event, Event::TimerScheduled { .. }))
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    bounded(wait_for_event(&rt, run.id(), |e| {
+        matches!(e, Event::TimerScheduled { .. })
+    }))
     .await;
     assert_eq!(rt.active_runs(), 1, "the sleeping run is still driven here");
     bounded(run.cancel()).await.unwrap();
@@ -763,12 +756,7 @@ async fn huge_durations_saturate(b: Backend) {
         Err(StartError::HookConflict(c)) => assert_eq!(c.conflicting_run_id, run.id()),
         other => panic!("the token is retained for as long as representable: {other:?}"),
     }
-    bounded(async {
-        while rt.active_runs() != 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    bounded(no_active_runs(&rt)).await;
 }
 
 #[step]
