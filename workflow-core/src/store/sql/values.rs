@@ -145,6 +145,7 @@ impl EncodedAppend {
     }
 
     /// True when the append only adds events (no tokens released, no end).
+    #[cfg(feature = "postgres")]
     pub fn events_only(&self) -> bool {
         self.release_tokens.is_empty() && self.end.is_none()
     }
