@@ -423,7 +423,9 @@ pub fn workflow_metadata() -> WorkflowMetadata {
 /// Tokens are non-empty UTF-8 of at most this many bytes.
 pub(crate) const MAX_TOKEN_BYTES: usize = 1024;
 
-/// Why `token` cannot be a hook token, if it cannot.
+/// Why `token` cannot be a hook token, if it cannot: tokens are non-empty UTF-8 of at most
+/// [`MAX_TOKEN_BYTES`] without control characters (NUL, escapes, line breaks), which some
+/// databases refuse and terminals act on.
 pub(crate) fn invalid_token(token: &str) -> Option<String> {
     if token.is_empty() {
         Some("a hook token must not be empty".to_owned())
@@ -432,6 +434,10 @@ pub(crate) fn invalid_token(token: &str) -> Option<String> {
             "a hook token must be at most {MAX_TOKEN_BYTES} bytes; this one has {} (it starts with {:?})",
             token.len(),
             token.chars().take(32).collect::<String>()
+        ))
+    } else if let Some((at, c)) = token.char_indices().find(|(_, c)| c.is_control()) {
+        Some(format!(
+            "a hook token must not contain control characters; this one has {c:?} at byte {at}"
         ))
     } else {
         None

@@ -240,6 +240,41 @@ async fn resume_before_registration_and_the_route_pattern(b: Backend) {
     ));
 }
 
+/// A token with a control character is refused at every entry point with an error naming the
+/// rule, before anything is written; inside a workflow it fails the run instead of looping.
+async fn tokens_with_control_characters_are_refused(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    for bad in ["order\0:1", "order:\u{1b}[31m", "line\nbreak", "c1\u{85}"] {
+        match rt.resume_hook(bad, note("x")).await {
+            Err(HookError::InvalidToken(why)) => assert!(why.contains("control"), "{why}"),
+            other => panic!("resume_hook({bad:?}): {other:?}"),
+        }
+        assert!(matches!(
+            rt.get_hook_by_token(bad).await,
+            Err(HookError::InvalidToken(_))
+        ));
+        assert!(matches!(
+            rt.start(checked, (bad.to_owned(),)).hook(bad).await,
+            Err(StartError::InvalidToken(_))
+        ));
+    }
+    let listed = rt
+        .store()
+        .list_runs(&workflow_core::store::RunFilter::new())
+        .await
+        .unwrap();
+    assert!(
+        listed.is_empty(),
+        "a refused start writes nothing: {listed:?}"
+    );
+
+    let run = rt.start(checked, ("order\0:2".to_owned(),)).await.unwrap();
+    let err = common::bounded(run.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("control characters"), "{err}");
+    assert_eq!(run.status().await.unwrap(), RunStatus::Failed);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Atomic start
 
@@ -851,6 +886,7 @@ on_every_store!(
     two_runs_one_token,
     tokens_are_reused_after_completion_dispose_and_cancel,
     resume_before_registration_and_the_route_pattern,
+    tokens_with_control_characters_are_refused,
     atomic_start_under_contention,
     a_dropped_start_does_not_strand_its_duplicates,
     a_failed_start_hands_its_duplicates_to_the_store,
