@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::config::check_payload;
 use crate::error::{Error, HookConflictError};
 use crate::history::after;
 use crate::ids::{step_id, RunId};
@@ -52,6 +53,8 @@ pub(crate) struct RunCtx {
     pub(crate) started_at: SystemTime,
     /// The token claimed at admission (`start(..).hook(token)`).
     start_token: Option<String>,
+    /// The runtime's `max_payload_bytes`, for step arguments.
+    max_payload_bytes: usize,
     journal: Mutex<Journal>,
 }
 
@@ -80,12 +83,14 @@ impl RunCtx {
         workflow: &'static str,
         started_at: SystemTime,
         start_token: Option<String>,
+        max_payload_bytes: usize,
     ) -> Arc<Self> {
         Arc::new(RunCtx {
             run_id,
             workflow,
             started_at,
             start_token,
+            max_payload_bytes,
             journal: Mutex::new(Journal {
                 clock: started_at,
                 rng: ChaCha8Rng::seed_from_u64(run_id.seed()),
@@ -238,6 +243,10 @@ where
             def.name
         ))
     })?;
+    check_payload(&input, ctx.max_payload_bytes, || {
+        format!("the arguments of step `{}`", def.name)
+    })
+    .map_err(|e| Error::fatal(e.to_string()))?;
     let id = {
         let mut j = ctx.journal();
         let n = j.step_counters.entry(def.name).or_insert(0);

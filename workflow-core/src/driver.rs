@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
 use tracing::Instrument;
 
-use crate::config::Config;
+use crate::config::{check_payload, Config};
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
@@ -169,7 +169,13 @@ impl Driver {
         let replay = Replay::new(events);
         // A fresh run without a start token owns no hook yet, so its inbox is empty.
         let fresh = run.hook_token.is_none() && !replay.has_history();
-        let ctx = RunCtx::new(run_id, reg.name, run.created_at, run.hook_token);
+        let ctx = RunCtx::new(
+            run_id,
+            reg.name,
+            run.created_at,
+            run.hook_token,
+            host.config().max_payload_bytes,
+        );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
             host,
@@ -427,6 +433,7 @@ impl Driver {
             .clone()
             .enter_step(Box::pin(step_scope(meta, body)));
         let key = step_id.clone();
+        let limit = self.host.config().max_payload_bytes;
         let mut report = Report {
             done: self.done_tx.clone(),
             step_id: Some(step_id),
@@ -434,6 +441,11 @@ impl Driver {
         };
         let task = async move {
             let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
+                // A result too large to record fails the attempt for good: retrying would
+                // produce it again.
+                Ok(Ok(v)) => check_payload(&v, limit, || format!("the result of step `{name}`"))
+                    .map(|()| v)
+                    .map_err(|e| Error::fatal(e.to_string())),
                 Ok(outcome) => outcome,
                 Err(panic) => Err(Error::panicked(format!(
                     "step `{name}` panicked: {}",

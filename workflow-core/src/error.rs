@@ -378,6 +378,9 @@ pub enum HookError {
     /// The token is empty or longer than 1 KiB.
     #[error("invalid hook token: {0}")]
     InvalidToken(String),
+    /// The payload is larger than the runtime's `max_payload_bytes`; nothing was written.
+    #[error(transparent)]
+    TooLarge(PayloadTooLarge),
     /// The payload could not be serialized.
     #[error("the payload for hook {token:?} could not be serialized: {message}")]
     Serialize {
@@ -420,6 +423,9 @@ pub enum StartError {
     /// `workflow_core::api` was called where no runtime has been built.
     #[error("{}", NO_RUNTIME)]
     NoRuntime,
+    /// The arguments are larger than the runtime's `max_payload_bytes`; nothing was written.
+    #[error(transparent)]
+    TooLarge(PayloadTooLarge),
     /// The arguments could not be serialized.
     #[error("arguments of workflow `{workflow}` could not be serialized: {message}")]
     Serialize {
@@ -431,6 +437,20 @@ pub enum StartError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A value over the runtime's `max_payload_bytes` (see
+/// [`RuntimeBuilder::max_payload_bytes`](crate::RuntimeBuilder::max_payload_bytes)), refused
+/// before anything was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} is {size} bytes serialized, over the limit of {limit} bytes (`max_payload_bytes`)")]
+pub struct PayloadTooLarge {
+    /// Which value: "the arguments of workflow `x`", "the payload for hook \"t\"", ...
+    pub what: String,
+    /// Its size as serialized JSON, in bytes.
+    pub size: usize,
+    /// The limit, in bytes.
+    pub limit: usize,
 }
 
 /// Why a run handle's query failed.

@@ -75,7 +75,7 @@ pub use context::{
 };
 pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
-    ResumeHookError, RunError, StartError, StoreError,
+    PayloadTooLarge, ResumeHookError, RunError, StartError, StoreError,
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};

@@ -813,6 +813,80 @@ async fn a_second_driver_here_keeps_its_place(b: Backend) {
     assert_eq!(completions, 1, "the stale driver recorded nothing");
 }
 
+#[step]
+async fn measure(text: String) -> Result<usize> {
+    record("measure");
+    Ok(text.len())
+}
+
+#[step]
+async fn produce(len: usize) -> Result<String> {
+    record("produce");
+    Ok("x".repeat(len))
+}
+
+#[workflow]
+async fn limited(_note: String, len: usize) -> Result<(String, String)> {
+    let show = |r: Result<String>| r.unwrap_or_else(|e| format!("err: {e}"));
+    let args = show(measure("y".repeat(len)).await.map(|n| n.to_string()));
+    let result = show(produce(len).await.map(|s| s.len().to_string()));
+    Ok((args, result))
+}
+
+/// `max_payload_bytes` bounds workflow arguments, step arguments and results and hook
+/// payloads: a start or resume over it fails and writes nothing, a step call with larger
+/// arguments fails without running, and a larger result fails its attempt for good.
+async fn payloads_over_the_limit_are_refused(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .max_payload_bytes(1000)
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    match rt.start(limited, ("a".repeat(2000), 1)).await {
+        Err(StartError::TooLarge(e)) => {
+            assert_eq!(e.limit, 1000);
+            assert!(e.size > 2000, "{e}");
+            assert!(e.to_string().contains("arguments of workflow"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let runs = rt
+        .store()
+        .list_runs(&workflow_core::store::RunFilter::new())
+        .await
+        .unwrap();
+    assert!(runs.is_empty(), "nothing written: {runs:?}");
+    match rt.resume_hook("any-token", "z".repeat(2000)).await {
+        Err(workflow_core::HookError::TooLarge(e)) => {
+            assert!(e.to_string().contains("payload for hook"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let run = bounded(rt.start(limited, ("small".into(), 2000)).into_future())
+        .await
+        .unwrap();
+    let (args, result) = bounded(run.return_value()).await.unwrap();
+    assert!(args.contains("the arguments of step"), "{args}");
+    assert!(args.contains("over the limit of 1000 bytes"), "{args}");
+    assert!(result.contains("the result of step"), "{result}");
+    let ran: Vec<(String, u32)> = executed(run.id())
+        .into_iter()
+        .map(|(name, _, attempt)| (name, attempt))
+        .collect();
+    assert_eq!(ran, [("produce".to_owned(), 1)], "one attempt, no retry");
+
+    // Within the limit, the same workflow runs through.
+    let run = bounded(rt.start(limited, ("small".into(), 10)).into_future())
+        .await
+        .unwrap();
+    let out = bounded(run.return_value()).await.unwrap();
+    assert_eq!(out, ("10".to_owned(), "10".to_owned()));
+}
+
 async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -847,6 +921,7 @@ on_every_store!(
     a_driver_panic_releases_the_run,
     huge_durations_saturate,
     a_second_driver_here_keeps_its_place,
+    payloads_over_the_limit_are_refused,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left

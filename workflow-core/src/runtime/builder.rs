@@ -109,6 +109,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The largest workflow arguments, step arguments and results, and hook payloads accepted,
+    /// as serialized JSON (default 8 MiB). Over it, `start` and `resume_hook` fail with
+    /// `TooLarge` and write nothing; a step call with larger arguments fails without running,
+    /// and a larger step result fails its attempt as fatal.
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.config.max_payload_bytes = n;
+        self
+    }
+
     /// Whether this process executes runs (default `true`). A client-only runtime starts and
     /// inspects runs that worker processes execute.
     pub fn worker(mut self, enabled: bool) -> Self {

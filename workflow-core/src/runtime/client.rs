@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use super::flight::{Joined, StartFlight};
 use super::spawn_run;
 use super::{Inner, Runtime};
+use crate::config::check_payload;
 use crate::context::invalid_token;
 use crate::error::{Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError};
 use crate::history::after;
@@ -43,10 +44,18 @@ impl Runtime {
         let _ = workflow;
         // Serialized here, so that the pending start is `Send` whatever the arguments are: only
         // the macro's check reports arguments that cannot be recorded.
-        let input =
-            <F::Def as WorkflowDef>::encode_args(&args).map_err(|e| StartError::Serialize {
-                workflow: <F::Def as WorkflowDef>::NAME.to_owned(),
+        let name = <F::Def as WorkflowDef>::NAME;
+        let input = <F::Def as WorkflowDef>::encode_args(&args)
+            .map_err(|e| StartError::Serialize {
+                workflow: name.to_owned(),
                 message: e.to_string(),
+            })
+            .and_then(|input| {
+                check_payload(&input, self.inner.config.max_payload_bytes, || {
+                    format!("the arguments of workflow `{name}`")
+                })
+                .map_err(StartError::TooLarge)?;
+                Ok(input)
             });
         Start {
             rt: self.clone(),
@@ -85,6 +94,10 @@ impl Runtime {
             token: token.clone(),
             message: e.to_string(),
         })?;
+        check_payload(&payload, self.inner.config.max_payload_bytes, || {
+            format!("the payload for hook {token:?}")
+        })
+        .map_err(HookError::TooLarge)?;
         match self
             .inner
             .store
