@@ -23,7 +23,8 @@ workflows.db in the current directory. --db wins when both are set.
 Exit status: 0 done; 1 not found (no such run, no open hook for the token); 2 invalid
 arguments (including a malformed run id or JSON payload); 3 the database cannot be opened.";
 
-/// Inspect durable workflow runs, cancel them, resume their hooks, or serve a dashboard.
+/// Inspect durable workflow runs, cancel them, resume their hooks, prune the old ones, or
+/// serve a dashboard.
 #[derive(Debug, Parser)]
 #[command(name = "workflow", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -103,6 +104,14 @@ pub enum Command {
         token: String,
         /// The payload as JSON, e.g. '{"approved": true}'; `-` reads it from standard input.
         payload: String,
+    },
+    /// Delete runs that ended (completed, failed, cancelled) longer ago than --older-than,
+    /// with their events, payloads and released hooks. Runs that have not ended, and runs
+    /// whose hook token is still retained, are kept.
+    Prune {
+        /// How long ago a run must have ended: a number and a unit, e.g. 30d, 12h, 90m, 45s.
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
     },
     /// Serve the dashboard: runs, a timeline per run, cancel and resume buttons.
     Web {
@@ -185,6 +194,9 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         }
         Command::Hooks { run: Some(id), .. } => {
             ops::parse_run_id(id)?;
+        }
+        Command::Prune { older_than } => {
+            ops::parse_age(older_than)?;
         }
         Command::Web {
             listen,
@@ -314,6 +326,19 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             Ok(format!(
                 "delivered to run {} (hook {:?})\n",
                 done.run_id, done.token
+            ))
+        }
+        Command::Prune { older_than } => {
+            let done = ops::prune(&rt, ops::parse_age(&older_than)?).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(format!(
+                "deleted {} {} and {} {} (ended more than {older_than} ago)\n",
+                done.runs,
+                if done.runs == 1 { "run" } else { "runs" },
+                done.events,
+                if done.events == 1 { "event" } else { "events" },
             ))
         }
         Command::Web {

@@ -5,6 +5,7 @@
 //! workflow --db orders.db runs --status failed
 //! workflow --db orders.db run 01J9ZQ3K8V2X7B5N4M6P0R1S2T
 //! workflow --db orders.db resume order:42 '{"approved": true}'
+//! workflow --db orders.db prune --older-than 30d
 //! workflow --db orders.db web --port 8080
 //! ```
 

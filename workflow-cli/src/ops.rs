@@ -1,7 +1,8 @@
-//! What the commands and the dashboard do, on a client-only runtime: list, show, cancel and
-//! resume. Both front ends call these, so a run looks the same in a terminal and a browser.
+//! What the commands and the dashboard do, on a client-only runtime: list, show, cancel,
+//! resume and prune. Both front ends call these, so a run looks the same in a terminal and a
+//! browser.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -42,6 +43,35 @@ pub fn parse_payload(s: &str) -> Result<Value, CliError> {
             crate::text::cut(s, 60)
         ))
     })
+}
+
+/// An age typed by a person: a whole number and one unit, `d`, `h`, `m` or `s` (`30d`).
+pub fn parse_age(s: &str) -> Result<Duration, CliError> {
+    let invalid = |why: &str| {
+        CliError::Usage(format!(
+            "invalid age `{s}`: {why}; give a whole number and a unit, e.g. 30d, 12h, 90m or 45s"
+        ))
+    };
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    if number.is_empty() {
+        return Err(invalid("it does not start with a number"));
+    }
+    let seconds: u64 = match unit {
+        "d" => 24 * 3600,
+        "h" => 3600,
+        "m" => 60,
+        "s" => 1,
+        "" => return Err(invalid("the unit is missing")),
+        _ => return Err(invalid(&format!("unknown unit `{unit}`"))),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(seconds))
+        .map(Duration::from_secs)
+        .ok_or_else(|| invalid("too large"))
 }
 
 pub async fn list_runs(rt: &Runtime, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
@@ -131,6 +161,21 @@ pub async fn resume(rt: &Runtime, token: &str, payload: Value) -> Result<Resumed
         Err(HookError::Store(e)) => Err(e.into()),
         Err(e) => Err(CliError::Other(e.to_string())),
     }
+}
+
+/// What `prune` deleted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pruned {
+    pub runs: u64,
+    pub events: u64,
+}
+
+pub async fn prune(rt: &Runtime, older_than: Duration) -> Result<Pruned, CliError> {
+    let stats = rt.prune(older_than).await?;
+    Ok(Pruned {
+        runs: stats.runs,
+        events: stats.events,
+    })
 }
 
 fn not_found(id: RunId) -> CliError {

@@ -17,6 +17,7 @@ on_both_stores!(
     cancel_and_resume_move_runs_on,
     unknown_ids_and_tokens_are_reported,
     output_escapes_control_characters,
+    prune_deletes_old_ended_runs_only,
 );
 
 /// Fails with a message that would clear the screen, retitle the terminal and forge a line.
@@ -341,6 +342,62 @@ async fn unknown_ids_and_tokens_are_reported(b: Backend) {
     let out = cli(db, &["runs", "--status", "sleeping"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("invalid value 'sleeping'"), "{out:?}");
+}
+
+async fn prune_deletes_old_ended_runs_only(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let ended = [f.completed, f.failed, f.cancelled];
+    let mut events = 0;
+    for id in ended {
+        events += f.rt.store().events(&id).await.unwrap().len();
+    }
+
+    // Everything ended moments ago.
+    let out = cli(db, &["prune", "--older-than", "30d"]).await.ok();
+    assert_eq!(
+        out,
+        "deleted 0 runs and 0 events (ended more than 30d ago)\n"
+    );
+    assert_eq!(ids(&cli(db, &["runs", "--json"]).await.json()).len(), 5);
+
+    let out = cli(db, &["prune", "--older-than", "0s", "--json"])
+        .await
+        .json();
+    assert_eq!(out, json!({"runs": 3, "events": events}));
+    let left = cli(db, &["runs", "--json"]).await.json();
+    assert_eq!(
+        ids(&left),
+        [f.sleeping.to_string(), f.waiting.to_string()],
+        "the live runs stay"
+    );
+    for id in ended {
+        cli(db, &["run", &id.to_string()])
+            .await
+            .fails(1, &format!("run {id} not found"));
+    }
+    // The waiting run's hook still takes payloads.
+    let hooks = cli(db, &["hooks", "--json"]).await.json();
+    assert_eq!(hooks[0]["token"], f.token.as_str());
+    let out = cli(db, &["prune", "--older-than", "0s"]).await.ok();
+    assert_eq!(
+        out,
+        "deleted 0 runs and 0 events (ended more than 0s ago)\n"
+    );
+
+    for (age, why) in [
+        ("30", "the unit is missing"),
+        ("30x", "unknown unit `x`"),
+        ("d", "it does not start with a number"),
+        ("1.5h", "unknown unit `.5h`"),
+        ("99999999999999999999d", "too large"),
+    ] {
+        cli(db, &["prune", "--older-than", age])
+            .await
+            .fails(2, &format!("invalid age `{age}`: {why}"));
+    }
+    let out = cli(db, &["prune"]).await;
+    assert_eq!(out.code, 2, "--older-than is required: {out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

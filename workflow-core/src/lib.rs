@@ -80,7 +80,7 @@ pub use error::{
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{HookInfo, HookRef, Run, Runtime, RuntimeBuilder, Start};
-pub use store::{RunRecord, RunStatus};
+pub use store::{PruneStats, RunRecord, RunStatus};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`

@@ -16,12 +16,14 @@ use super::spawn_run;
 use super::{Inner, Runtime};
 use crate::config::check_payload;
 use crate::context::invalid_token;
-use crate::error::{Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError};
+use crate::error::{
+    Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError, StoreError,
+};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
-    Admission, CancelOutcome, LeasedRun, NewRun, RunRecord, RunStatus, StartHook, Store,
+    Admission, CancelOutcome, LeasedRun, NewRun, PruneStats, RunRecord, RunStatus, StartHook, Store,
 };
 
 impl Runtime {
@@ -133,6 +135,46 @@ impl Runtime {
                 token: token.to_owned(),
             })),
         }
+    }
+
+    /// Deletes the runs that ended (completed, failed or cancelled) more than `older_than`
+    /// ago, with everything recorded for them: events, hook payloads, released tokens. Runs
+    /// that have not ended are never touched, nor is a run whose token is still retained
+    /// (`min_retention`): the token keeps refusing duplicate starts and naming its run until
+    /// its retention ends, and a later prune takes the run. One atomic store operation;
+    /// returns how many runs and events it deleted.
+    ///
+    /// An `older_than` reaching back before the Unix epoch deletes nothing.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::store::memory::MemoryStore;
+    /// use workflow_core::PruneStats;
+    ///
+    /// #[workflow]
+    /// async fn greet(name: String) -> Result<String> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().store(MemoryStore::new()).build().await?;
+    /// let run = rt.start(greet, ("Ada".to_string(),)).await?;
+    /// run.return_value().await?;
+    ///
+    /// // Ended just now: a 30-day horizon keeps it.
+    /// let stats = rt.prune(Duration::from_secs(30 * 24 * 3600)).await?;
+    /// assert_eq!(stats, PruneStats { runs: 0, events: 0 });
+    /// assert_eq!(run.status().await?, RunStatus::Completed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn prune(&self, older_than: Duration) -> Result<PruneStats, StoreError> {
+        let now = SystemTime::now();
+        let ended_before = now
+            .checked_sub(older_than)
+            .map_or(SystemTime::UNIX_EPOCH, |t| t.max(SystemTime::UNIX_EPOCH));
+        self.inner.store.prune(ended_before, now).await
     }
 }
 

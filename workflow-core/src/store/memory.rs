@@ -2,7 +2,7 @@
 //! the whole state makes every operation atomic; clones share the state, so several runtimes in
 //! one process can act as competing workers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunOutcome, RunRecord, RunStatus,
-    Store,
+    HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunOutcome, RunRecord,
+    RunStatus, Store,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -33,6 +33,9 @@ struct State {
     hooks: HashMap<String, HookRow>,
     /// Every payload by id: (run, payload).
     inbox: BTreeMap<u64, (RunId, Payload)>,
+    /// The last payload id handed out: pruning deletes payloads, and their ids must never
+    /// come back (a worker's cursor may already be past them).
+    last_payload: u64,
 }
 
 struct Row {
@@ -365,7 +368,8 @@ impl Store for MemoryStore {
         let Some(run) = st.hooks.get(token).filter(|h| h.active).map(|h| h.run_id) else {
             return Ok(None);
         };
-        let id = st.inbox.last_key_value().map_or(1, |(k, _)| k + 1);
+        st.last_payload += 1;
+        let id = st.last_payload;
         st.inbox.insert(
             id,
             (
@@ -469,6 +473,40 @@ impl Store for MemoryStore {
             .collect();
         runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
         Ok(runs.into_iter().take(filter.limit).cloned().collect())
+    }
+
+    async fn prune(
+        &self,
+        ended_before: SystemTime,
+        now: SystemTime,
+    ) -> Result<PruneStats, StoreError> {
+        let mut st = self.lock();
+        let retaining: HashSet<RunId> = st
+            .hooks
+            .values()
+            .filter(|h| h.retain_until.is_some_and(|t| t > now))
+            .map(|h| h.run_id)
+            .collect();
+        let doomed: HashSet<RunId> = st
+            .runs
+            .iter()
+            .filter(|(id, row)| {
+                row.record.status.is_terminal()
+                    && row.record.updated_at < ended_before
+                    && !retaining.contains(*id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        let mut stats = PruneStats::default();
+        for id in &doomed {
+            if let Some(row) = st.runs.remove(id) {
+                stats.runs += 1;
+                stats.events += row.events.len() as u64;
+            }
+        }
+        st.hooks.retain(|_, h| !doomed.contains(&h.run_id));
+        st.inbox.retain(|_, (run, _)| !doomed.contains(run));
+        Ok(stats)
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {

@@ -337,6 +337,15 @@ pub enum CancelOutcome {
     AlreadyEnded(RunStatus),
 }
 
+/// What [`Store::prune`] deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PruneStats {
+    /// Ended runs deleted, each with everything recorded for it.
+    pub runs: u64,
+    /// Events of those runs deleted with them.
+    pub events: u64,
+}
+
 /// A change pushed by a store that can tell other processes about it (PostgreSQL's
 /// `LISTEN/NOTIFY`). Stores without push leave workers to poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -461,6 +470,21 @@ pub trait Store: Send + Sync + 'static {
         Err(StoreError::database(
             "list_runs is not supported by this store",
         ))
+    }
+
+    /// Deletes, in one act, every run that ended (completed, failed or cancelled) before
+    /// `ended_before` (its `updated_at`), with its events, inbox payloads and hook rows —
+    /// except a run that still owns a hook row retained past `now`: its token must keep
+    /// refusing duplicates and naming the run. A run that has not ended is never touched.
+    /// Payload ids are never reused after their payloads are deleted. Stores that cannot
+    /// prune keep this default, which refuses.
+    async fn prune(
+        &self,
+        ended_before: SystemTime,
+        now: SystemTime,
+    ) -> Result<PruneStats, StoreError> {
+        let _ = (ended_before, now);
+        Err(StoreError::database("prune is not supported by this store"))
     }
 
     /// Active hooks matching `filter`, the newest first: what inspection tools list. Not used

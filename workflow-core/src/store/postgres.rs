@@ -31,7 +31,7 @@ use super::sql::{
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
+    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, PruneStats, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -517,6 +517,12 @@ impl Store for PostgresStore {
         settle(tx, cancelled).await
     }
 
+    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
+        let mut tx = self.begin().await?;
+        let pruned = policy::prune(&mut self.tx(&mut tx), before, now).await;
+        settle(tx, pruned).await
+    }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let (status, workflow, limit) = policy::run_filter(filter);
         let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
@@ -750,6 +756,16 @@ fn statements(s: &str) -> Statements {
                  ORDER BY created_at DESC, token COLLATE \"C\"
                  LIMIT $3"
             ),
+            // `$1` ended before, `$2` now; then `$1`: the pruned ids.
+            prune_runs: format!(
+                "DELETE FROM {s}.runs r
+                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1
+                   AND NOT EXISTS (SELECT 1 FROM {s}.hooks h
+                                   WHERE h.run_id = r.id AND h.retain_until > $2)
+                 RETURNING id"
+            ),
+            prune_records: ["events", "hook_inbox", "hooks"]
+                .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
             dialect: (),
         }
     }
@@ -852,6 +868,20 @@ impl Tx for Pg<'_> {
             .execute(&mut *self.conn)
             .await?;
         Ok(())
+    }
+
+    async fn prune_runs(&mut self, before: i64, now: i64) -> Result<Vec<String>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.prune_runs).bind(before);
+        Ok(query.bind(now).fetch_all(&mut *self.conn).await?)
+    }
+
+    async fn prune_records(&mut self, runs: &[String]) -> Result<Vec<u64>, StoreError> {
+        let mut deleted = Vec::new();
+        for sql in &self.sql.prune_records {
+            let done = sqlx::query(sql).bind(runs).execute(&mut *self.conn).await?;
+            deleted.push(done.rows_affected());
+        }
+        Ok(deleted)
     }
 
     async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {

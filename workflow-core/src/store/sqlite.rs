@@ -38,7 +38,7 @@ use super::sql::{
 };
 use super::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Payload, RunFilter, RunRecord, Store,
+    HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
@@ -242,6 +242,16 @@ const SQL: Statements = Statements {
     list_hooks: "SELECT token, run_id, created_at FROM hooks
                  WHERE active = 1 AND (?1 IS NULL OR token = ?1) AND (?2 IS NULL OR run_id = ?2)
                  ORDER BY created_at DESC, token LIMIT ?3",
+    // `?1` ended before, `?2` now; then `?1`: the pruned ids as a JSON array.
+    prune_runs: "DELETE FROM runs
+                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ?1
+                   AND NOT EXISTS (SELECT 1 FROM hooks WHERE run_id = runs.id AND retain_until > ?2)
+                 RETURNING id",
+    prune_records: [
+        "DELETE FROM events WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM hook_inbox WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM hooks WHERE run_id IN (SELECT value FROM json_each(?1))",
+    ],
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -608,6 +618,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
+        self.write(move |tx| self::now(policy::prune(&mut Lite(tx), before, now)))
+            .await
+    }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let args = policy::run_filter(filter);
         let rows = self
@@ -704,6 +719,16 @@ impl Tx for Lite<'_> {
         exec(self.0, SQL.release_tokens[0], params![run, now, tokens])?;
         exec(self.0, SQL.release_tokens[1], params![run, tokens])?;
         Ok(())
+    }
+
+    async fn prune_runs(&mut self, before: i64, now: i64) -> Result<Vec<String>, StoreError> {
+        all(self.0, SQL.prune_runs, [before, now], |r| r.get(0))
+    }
+
+    async fn prune_records(&mut self, runs: &[String]) -> Result<Vec<u64>, StoreError> {
+        let runs = to_json(&runs, "run ids")?;
+        let deleted = SQL.prune_records.map(|sql| exec(self.0, sql, [&runs]));
+        deleted.into_iter().map(|n| Ok(n? as u64)).collect()
     }
 
     async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {

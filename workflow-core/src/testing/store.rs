@@ -171,6 +171,7 @@ macro_rules! __store_conformance_tests {
             listing_behaves_like_the_memory_store,
             lists_runs_newest_first_with_filters,
             lists_only_active_hooks,
+            prune_deletes_old_ended_runs_with_what_they_recorded,
         ] shared [
             concurrent_acquirers_never_share_a_run,
             payloads_reach_the_owner_in_commit_order,
@@ -185,6 +186,7 @@ macro_rules! __store_conformance_tests {
             run_end_and_cancel_release_tokens,
             a_resume_before_the_hook_exists_delivers_nothing,
             release_wakes_a_run_with_unseen_payloads,
+            prune_leaves_no_rows_of_a_pruned_run,
         ] shared [
             concurrent_starts_with_one_token_admit_exactly_one,
         ]);
@@ -1883,6 +1885,154 @@ pub async fn lists_only_active_hooks<S: Store>(store: &S) {
         listed(HookFilter::new().limit(1)).await,
         [("order:3".to_owned(), c)]
     );
+}
+
+/// `prune` deletes the runs that ended before the cutoff, with their events, payloads and
+/// hooks, and counts exactly what it deleted; it keeps runs that have not ended, runs that
+/// ended after the cutoff, and an ended run whose token retention is in force (the token
+/// still refuses duplicates and names it) until that retention is over. Pruning again
+/// deletes nothing more.
+pub async fn prune_deletes_old_ended_runs_with_what_they_recorded<S: Store>(store: &S) {
+    // Old and ended: a completed run that received a payload, a failed run, and a cancelled
+    // run whose token is retained only until before the prune.
+    let (completed, _) = start(store, "pa", None, t(0)).await;
+    store
+        .resume_hook("pa", json!("hi"), t(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let failed = create(store, "orders", t(0)).await;
+    let running = create(store, "orders", t(0)).await;
+    let leased = acquire(
+        store,
+        &names(&["hooked", "orders"]),
+        t(20),
+        Duration::from_secs(600),
+        10,
+    )
+    .await;
+    let lease = |id: RunId| {
+        leased
+            .iter()
+            .find(|r| r.run.id == id)
+            .unwrap()
+            .lease
+            .clone()
+    };
+    let done = Some(RunOutcome::Completed(json!(1)));
+    let write = ap(vec![step_done(t(100), 1)], done);
+    store.append(&lease(completed), write).await.unwrap();
+    let boom = Some(RunOutcome::Failed(Error::fatal("boom")));
+    let write = ap(vec![step_done(t(150), 1), step_done(t(200), 2)], boom);
+    store.append(&lease(failed), write).await.unwrap();
+    let write = ap(vec![step_done(t(200), 1)], None);
+    store.append(&lease(running), write).await.unwrap();
+    let (expired, _) = start(store, "c", Some(t(400)), t(0)).await;
+    store.cancel(&expired, t(300)).await.unwrap();
+    // Kept: ended before the cutoff but retaining its token past `now`; pending; ended
+    // after the cutoff.
+    let (retained, _) = start(store, "d", Some(t(5_000)), t(0)).await;
+    store.cancel(&retained, t(300)).await.unwrap();
+    let pending = create(store, "orders", t(0)).await;
+    let recent = create(store, "orders", t(0)).await;
+    store.cancel(&recent, t(900)).await.unwrap();
+
+    let events = |id: RunId| async move { store.events(&id).await.unwrap() };
+    let pruned = [completed, failed, expired];
+    let kept = [retained, running, pending, recent];
+    let mut doomed_events = 0;
+    for id in pruned {
+        doomed_events += events(id).await.len() as u64;
+    }
+    assert_eq!(doomed_events, 4, "one step, two steps, a cancellation");
+    let mut before = Vec::new();
+    for id in kept {
+        let run = store.get_run(&id).await.unwrap().unwrap();
+        before.push((run, events(id).await));
+    }
+    let inbox = store.payloads_since(0, 100).await.unwrap();
+    assert_eq!(inbox.iter().filter(|(_, r)| *r == completed).count(), 1);
+
+    let (cutoff, now) = (t(500), t(1_000));
+    assert_eq!(
+        store.prune(cutoff, now).await.unwrap(),
+        PruneStats {
+            runs: 3,
+            events: doomed_events
+        }
+    );
+    for id in pruned {
+        assert_eq!(store.get_run(&id).await.unwrap(), None, "run {id}");
+        assert!(events(id).await.is_empty(), "events of run {id}");
+        assert!(store.payloads(&id, 0).await.unwrap().is_empty());
+    }
+    let inbox = store.payloads_since(0, 100).await.unwrap();
+    assert!(inbox.iter().all(|(_, r)| *r != completed), "{inbox:?}");
+    for (id, (run, history)) in kept.iter().zip(&before) {
+        assert_eq!(store.get_run(id).await.unwrap().as_ref(), Some(run));
+        assert_eq!(&events(*id).await, history, "events of run {id}");
+    }
+    // The retained token still refuses a duplicate and names its run; the expired one is free.
+    assert_eq!(
+        start(store, "d", None, t(1_001)).await.1,
+        Admission::Conflict(retained)
+    );
+    assert_eq!(
+        start(store, "c", None, t(1_001)).await.1,
+        Admission::Admitted
+    );
+
+    assert_eq!(
+        store.prune(cutoff, now).await.unwrap(),
+        PruneStats::default()
+    );
+    // Once the retention is over, the run goes too.
+    let retained_events = before[0].1.len() as u64;
+    assert_eq!(
+        store.prune(cutoff, t(5_000)).await.unwrap(),
+        PruneStats {
+            runs: 1,
+            events: retained_events
+        }
+    );
+    assert_eq!(store.get_run(&retained).await.unwrap(), None);
+    assert_eq!(
+        start(store, "d", None, t(5_001)).await.1,
+        Admission::Admitted
+    );
+    for id in [running, pending, recent] {
+        assert!(store.get_run(&id).await.unwrap().is_some(), "run {id}");
+    }
+}
+
+/// A pruned run leaves no row behind: not its events, its payloads, nor the row of its
+/// retained token, once that retention is over (until then, nothing of it goes).
+pub async fn prune_leaves_no_rows_of_a_pruned_run<S: Store + Inspect>(store: &S) {
+    let (run, _) = start(store, "x", Some(t(100)), t(0)).await;
+    store
+        .resume_hook("x", json!(1), t(5))
+        .await
+        .unwrap()
+        .unwrap();
+    store.cancel(&run, t(10)).await.unwrap();
+    let tables = ["runs", "events", "hooks", "hook_inbox"];
+    for table in tables {
+        assert_eq!(store.count(table).await, 1, "{table}");
+    }
+    assert_eq!(
+        store.prune(t(50), t(99)).await.unwrap(),
+        PruneStats::default()
+    );
+    for table in tables {
+        assert_eq!(store.count(table).await, 1, "{table} while retained");
+    }
+    assert_eq!(
+        store.prune(t(50), t(100)).await.unwrap(),
+        PruneStats { runs: 1, events: 1 }
+    );
+    for table in tables {
+        assert_eq!(store.count(table).await, 0, "{table}");
+    }
 }
 
 #[cfg(test)]

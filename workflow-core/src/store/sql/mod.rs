@@ -2,7 +2,7 @@
 //! Rust: how values become columns and back ([`values`]), the rows both dialects read and
 //! their decoding, including what `acquire` does with the rows it leased ([`rows`]), the
 //! bookkeeping of schema migrations ([`migrations`]), and the write policies — admission,
-//! token claims, fenced appends, cancellation — over the statements each dialect supplies
+//! token claims, fenced appends, cancellation, pruning — over the statements each dialect supplies
 //! ([`policy`]).
 //!
 //! Each dialect keeps its SQL in one `Statements` table and its connection handling; the
@@ -46,5 +46,9 @@ pub(super) struct Statements<S, X> {
     pub heartbeat: S,
     pub list_runs: S,
     pub list_hooks: S,
+    /// Deletes the ended runs old enough to prune, returning their ids.
+    pub prune_runs: S,
+    /// Deletes the events, inbox payloads and hook rows of the runs given as ids.
+    pub prune_records: [S; 3],
     pub dialect: X,
 }

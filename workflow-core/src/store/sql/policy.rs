@@ -1,9 +1,9 @@
 //! The write policies of the SQL stores, written once over the statements each dialect
 //! supplies ([`Tx`]): admission with its token claim, the claim of a token for a hook,
-//! fenced appends (event numbering from `runs.last_seq`, token releases, the run's end) and
-//! cancellation. Each policy runs inside one transaction the dialect opened; the decisions
-//! that must be atomic across processes are still single statements (the claim's upsert,
-//! the fence's `UPDATE`), so the database, not this code, decides between contenders.
+//! fenced appends (event numbering from `runs.last_seq`, token releases, the run's end),
+//! cancellation and pruning. Each policy runs inside one transaction the dialect opened; the
+//! decisions that must be atomic across processes are still single statements (the claim's
+//! upsert, the fence's `UPDATE`), so the database, not this code, decides between contenders.
 //!
 //! Also the shape of the listing filters, which both dialects bind the same way.
 
@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 use crate::store::{
-    Admission, CancelOutcome, ClaimOutcome, Event, HookFilter, Lease, NewEvent, NewRun, RunFilter,
-    RunStatus,
+    Admission, CancelOutcome, ClaimOutcome, Event, HookFilter, Lease, NewEvent, NewRun, PruneStats,
+    RunFilter, RunStatus,
 };
 
 use super::{
@@ -98,6 +98,21 @@ pub(in crate::store) trait Tx {
     /// The run's status, the row locked against other writes where the dialect can.
     fn run_status(&mut self, run: &str)
         -> impl Future<Output = Result<Option<String>, StoreError>>;
+
+    /// Deletes the runs that ended before `before` and own no hook row retained past `now`;
+    /// their ids.
+    fn prune_runs(
+        &mut self,
+        before: i64,
+        now: i64,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>>;
+
+    /// Deletes what was recorded for `runs`, one statement per table (events first); the
+    /// number of rows each deleted.
+    fn prune_records(
+        &mut self,
+        runs: &[String],
+    ) -> impl Future<Output = Result<Vec<u64>, StoreError>>;
 
     /// Ends the run as `end` says, at `now`, without a lease; announces the end.
     fn end_run(
@@ -252,6 +267,26 @@ pub(in crate::store) async fn cancel(
     tx.end_run(&key, &c.end, c.now).await?;
     tx.release_tokens(&key, None, c.now).await?;
     Ok(CancelOutcome::Cancelled)
+}
+
+/// Deletes the runs that ended before `before`, except those retaining a token past `now`,
+/// and then what was recorded for them (by id: the same runs, whatever ends meanwhile). Only
+/// ended runs are deleted, so no worker writes to them any more: an append finds no run, and
+/// their hooks, released when they ended, take no payloads.
+pub(in crate::store) async fn prune(
+    tx: &mut impl Tx,
+    before: SystemTime,
+    now: SystemTime,
+) -> Result<PruneStats, StoreError> {
+    let runs = tx.prune_runs(sql_time(before), sql_time(now)).await?;
+    if runs.is_empty() {
+        return Ok(PruneStats::default());
+    }
+    let deleted = tx.prune_records(&runs).await?;
+    Ok(PruneStats {
+        runs: runs.len() as u64,
+        events: deleted.first().copied().unwrap_or(0),
+    })
 }
 
 /// The runs among `leases` a heartbeat did not renew (`renewed`: the `(id, epoch)` of each
