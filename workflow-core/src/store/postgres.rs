@@ -1203,11 +1203,11 @@ fn parse_notice(payload: &str) -> Option<Notice> {
 mod tests {
     use serde_json::json;
 
-    use super::super::{from_millis, RunOutcome, RunStatus};
+    use super::super::{from_millis, RunOutcome};
     use super::*;
     use crate::testing::store::{
-        acquire, ap, conformance_tests, create, lease_one, names, start, step_done, t, within,
-        Damage, Inspect,
+        acquire, ap, conformance_tests, create, event_seqs, lease_one, names,
+        previous_release_is_kept, start, step_done, t, within, Damage, Inspect,
     };
 
     /// How long a notice may take to arrive.
@@ -1596,13 +1596,7 @@ mod tests {
         within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
             .await
             .unwrap();
-        let seqs: Vec<u64> = within(store.events(&id))
-            .await
-            .unwrap()
-            .iter()
-            .map(|e| e.seq)
-            .collect();
-        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(event_seqs(&store, id).await, [1, 2, 3]);
     }
 
     /// The schema as the release before the shared SQL layer created it (do not edit).
@@ -1683,36 +1677,7 @@ mod tests {
             schema.count("workflow_migrations").await,
             MIGRATIONS.len() as i64
         );
-        let run = within(store.get_run(&done)).await.unwrap().unwrap();
-        assert_eq!(
-            (run.status, run.output, run.hook_token.as_deref()),
-            (RunStatus::Completed, Some(json!(7)), Some("tok-completed"))
-        );
-        for id in [done, live] {
-            let seqs: Vec<u64> = within(store.events(&id))
-                .await
-                .unwrap()
-                .iter()
-                .map(|e| e.seq)
-                .collect();
-            assert_eq!(seqs, [1, 2]);
-        }
-        assert_eq!(
-            within(store.get_hook("tok-running"))
-                .await
-                .unwrap()
-                .map(|h| h.run_id),
-            Some(live)
-        );
-        let inbox = within(store.payloads(&live, 0)).await.unwrap();
-        assert_eq!(inbox.len(), 1);
-        assert_eq!(inbox[0].payload, json!("early"));
-        let lease = within(lease_one(&store, live, t(3))).await;
-        within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
-            .await
-            .unwrap();
-        let last = within(store.events(&live)).await.unwrap().pop().unwrap();
-        assert_eq!((last.seq, last.at), (3, t(4)));
+        previous_release_is_kept(&store, done, live).await;
     }
 
     #[tokio::test]

@@ -655,6 +655,44 @@ pub(crate) async fn owner<S: Store>(store: &S, token: &str) -> Option<RunId> {
     store.get_hook(token).await.unwrap().map(|h| h.run_id)
 }
 
+/// The sequence numbers of run `id`'s events, in order.
+pub(crate) async fn event_seqs<S: Store>(store: &S, id: RunId) -> Vec<u64> {
+    let events = within(store.events(&id)).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
+
+/// What a SQL store migrated from the previous release's layout must still hold: the fixture
+/// both dialects' migration tests write (run `done` completed with output 7 and token
+/// `tok-completed`; run `live` running, owning `tok-running` with the payload "early"; two
+/// events each), and `live`'s history continuing after its last event. Returns the lease
+/// taken on `live`.
+#[cfg(test)]
+pub(crate) async fn previous_release_is_kept<S: Store>(
+    store: &S,
+    done: RunId,
+    live: RunId,
+) -> Lease {
+    let run = within(store.get_run(&done)).await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.output, run.hook_token.as_deref()),
+        (RunStatus::Completed, Some(json!(7)), Some("tok-completed"))
+    );
+    for id in [done, live] {
+        assert_eq!(event_seqs(store, id).await, [1, 2]);
+    }
+    assert_eq!(within(owner(store, "tok-running")).await, Some(live));
+    let inbox = within(store.payloads(&live, 0)).await.unwrap();
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(inbox[0].payload, json!("early"));
+    let lease = within(lease_one(store, live, t(3))).await;
+    within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+        .await
+        .unwrap();
+    let last = within(store.events(&live)).await.unwrap().pop().unwrap();
+    assert_eq!((last.seq, last.at), (3, t(4)));
+    lease
+}
+
 /// Starts `n` runs claiming `token` at once, spread over `stores` (handles on one database);
 /// checks that exactly one was admitted and every other start names it and wrote no run;
 /// returns the winner.
@@ -885,14 +923,7 @@ pub async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
         .append(&second.lease, ap(vec![step_done(t(10_002), 2)], None))
         .await
         .unwrap();
-    let seqs: Vec<u64> = store
-        .events(&id)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(seqs, [1, 2]);
+    assert_eq!(event_seqs(store, id).await, [1, 2]);
 }
 
 /// `acquire` hands out only due runs of the named workflows that nobody holds, oldest wake time
