@@ -303,7 +303,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
             ..Append::default()
         };
         let t = Instant::now();
-        store.append(&lease, write).await?;
+        store.append(&lease, &write).await?;
         if i >= 10 {
             times.push(us(t.elapsed()));
         }

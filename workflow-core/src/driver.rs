@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::task::AtomicWaker;
 use futures::FutureExt;
@@ -30,7 +30,14 @@ use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Divergence, Effect, End, Inbound, Replay, Writes};
-use crate::store::{Append, ClaimOutcome, Lease, LeasedRun, RunOutcome, Store};
+use crate::store::{
+    Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, RunOutcome, Store,
+};
+
+/// The first wait before a store call that failed on a transient error (connection lost,
+/// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What a driver needs from the runtime hosting it, and nothing more.
 pub(crate) trait Host: Send + Sync + 'static {
@@ -153,6 +160,12 @@ pub(crate) struct Driver {
     attempts: HashMap<String, tokio::task::AbortHandle>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: mpsc::UnboundedReceiver<AttemptDone>,
+    /// The number of the run's last event, as far as this driver knows (it is the run's only
+    /// writer while it holds the lease): what tells a write that failed on a transient error
+    /// but committed from one that did not.
+    last_seq: u64,
+    /// Told to stop (see [`Signals::stop`]); watched while a store call waits to be retried.
+    stop: Arc<Notify>,
 }
 
 impl Driver {
@@ -165,6 +178,7 @@ impl Driver {
     ) {
         let LeasedRun { run, lease, events } = leased;
         let run_id = run.id;
+        let last_seq = events.last().map_or(0, |e| e.seq);
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
         let replay = Replay::new(events);
         // A fresh run without a start token owns no hook yet, so its inbox is empty.
@@ -185,6 +199,8 @@ impl Driver {
             attempts: HashMap::new(),
             done_tx,
             done_rx,
+            last_seq,
+            stop: signals.stop.clone(),
         };
         let result = AssertUnwindSafe(
             async {
@@ -227,23 +243,121 @@ impl Driver {
                     .map(|()| Stop::Evicted)
             }
         };
-        let evicted = matches!(result, Ok(Stop::Evicted));
-        match result {
-            Ok(_) => {}
+        let evicted = match result {
+            Ok(stop) => matches!(stop, Stop::Evicted),
             Err(StoreError::LeaseLost(_)) => {
                 tracing::debug!(%run_id, "lease lost; the run is no longer driven here");
+                false
             }
-            Err(e) => tracing::warn!(%run_id, error = %e, "run driver stopped on a store error"),
-        }
+            Err(e) if e.is_transient() => {
+                tracing::warn!(%run_id, error = %e, "told to stop while the store was failing");
+                false
+            }
+            Err(e) => d.failed_try(e).await,
+        };
         d.host.left(&d.lease, evicted);
+    }
+
+    /// Records that this try at the run ended on store error `e`, which is not transient
+    /// (SPEC 8, poison runs): the store gives the run back for a later try, or fails it after
+    /// the last. Whether the run was given back.
+    async fn failed_try(&self, e: StoreError) -> bool {
+        let run_id = self.ctx.run_id;
+        let cause = Error::fatal(format!("store error: {e}"));
+        let recorded = self
+            .retry(|| {
+                self.host
+                    .store()
+                    .record_failure(&self.lease, &cause, SystemTime::now())
+            })
+            .await;
+        match recorded {
+            Ok(FailureOutcome::Retrying { tries, at }) => {
+                let due_in = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tracing::warn!(
+                    %run_id, error = %e, tries, ?due_in,
+                    "run driver stopped on a store error; the run is tried again later"
+                );
+                true
+            }
+            Ok(FailureOutcome::Failed) => {
+                tracing::error!(
+                    %run_id, error = %e,
+                    "run driver stopped on a store error again; the run failed"
+                );
+                self.host.ended(run_id);
+                false
+            }
+            Err(why) => {
+                tracing::warn!(
+                    %run_id, error = %e, record_error = %why,
+                    "run driver stopped on a store error, and could not record it; the lease \
+                     will expire"
+                );
+                false
+            }
+        }
+    }
+
+    /// Calls the store until the call does not fail on a transient error, waiting between
+    /// tries while the lease is kept (the heartbeat goes on renewing it). Returns the
+    /// transient error if the driver is told to stop meanwhile.
+    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut tries = 0;
+        loop {
+            match call().await {
+                Err(e) if e.is_transient() => self.back_off(e, &mut tries).await?,
+                done => return done,
+            }
+        }
+    }
+
+    /// Waits before try `tries + 1` of a store call that failed on transient error `e`;
+    /// `Err(e)` if the driver is told to stop meanwhile (the signal stays set for the loop).
+    async fn back_off(&self, e: StoreError, tries: &mut u32) -> Result<(), StoreError> {
+        let wait = RETRY_MIN
+            .saturating_mul(1 << (*tries).min(10))
+            .min(RETRY_MAX);
+        *tries += 1;
+        tracing::warn!(
+            run_id = %self.ctx.run_id, error = %e, tries = *tries, ?wait,
+            "transient store error; trying again with the lease kept"
+        );
+        tokio::select! {
+            _ = self.stop.notified() => {
+                self.stop.notify_one();
+                Err(e)
+            }
+            _ = tokio::time::sleep(wait) => Ok(()),
+        }
+    }
+
+    /// Whether a write of `n` events after event `before` (`ends`: with the run's end), whose
+    /// call failed on a transient error, committed after all. Nobody else writes the run's
+    /// events while this driver holds the lease, except a cancellation, which ends it.
+    async fn committed(&self, before: u64, n: u64, ends: bool) -> Result<bool, StoreError> {
+        let run_id = self.ctx.run_id;
+        if ends {
+            let run = self.host.store().get_run(&run_id).await?;
+            return Ok(run.is_some_and(|r| r.status.is_terminal()));
+        }
+        let events = self.host.store().events(&run_id).await?;
+        match events.last().map_or(0, |e| e.seq) {
+            last if last == before => Ok(false),
+            last if last == before + n => Ok(true),
+            _ => Err(StoreError::LeaseLost(run_id)),
+        }
     }
 
     /// Reads new payloads from the run's inbox.
     async fn fetch_payloads(&mut self) -> Result<(), StoreError> {
+        let (run, seen) = (self.ctx.run_id, self.replay.inbox_seen());
         let fresh = self
-            .host
-            .store()
-            .payloads(&self.ctx.run_id, self.replay.inbox_seen())
+            .retry(|| self.host.store().payloads(&run, seen))
             .await?;
         self.replay.add_payloads(fresh.into_iter().map(|p| Inbound {
             id: p.id,
@@ -387,11 +501,8 @@ impl Driver {
                 Effect::Attempt { step_id, attempt } => self.start_attempt(step_id, attempt),
                 Effect::Claim { hook_key, token } => {
                     let at = SystemTime::now();
-                    let outcome = self
-                        .host
-                        .store()
-                        .claim_hook(&self.lease, &hook_key, &token, at)
-                        .await?;
+                    let outcome = self.claim(&hook_key, &token, at).await?;
+                    self.last_seq += 1;
                     let conflict = match outcome {
                         ClaimOutcome::Claimed => None,
                         ClaimOutcome::Conflict(owner) => Some(owner),
@@ -403,6 +514,48 @@ impl Driver {
             }
         }
         Ok(false)
+    }
+
+    /// Claims `token` for hook `hook_key`. After a transient error, the history tells whether
+    /// the claim committed (its `HookRegistered` event holds the decision) before it is tried
+    /// again.
+    async fn claim(
+        &self,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let mut tries = 0;
+        loop {
+            let claimed = self
+                .host
+                .store()
+                .claim_hook(&self.lease, hook_key, token, at);
+            let e = match claimed.await {
+                Err(e) if e.is_transient() => e,
+                done => return done,
+            };
+            self.back_off(e, &mut tries).await?;
+            let run_id = self.ctx.run_id;
+            let events = self.retry(|| self.host.store().events(&run_id)).await?;
+            match events.last() {
+                Some(e) if e.seq == self.last_seq + 1 => {
+                    return match &e.event {
+                        Recorded::HookRegistered {
+                            hook_key: key,
+                            conflict,
+                            ..
+                        } if key == hook_key => Ok(match conflict {
+                            None => ClaimOutcome::Claimed,
+                            Some(owner) => ClaimOutcome::Conflict(*owner),
+                        }),
+                        _ => Err(StoreError::LeaseLost(run_id)),
+                    };
+                }
+                last if last.map_or(0, |e| e.seq) == self.last_seq => {}
+                _ => return Err(StoreError::LeaseLost(run_id)),
+            }
+        }
     }
 
     /// Runs one attempt of a step as a task of its own; its outcome comes back on `done_tx`.
@@ -471,7 +624,9 @@ impl Driver {
         self.write(writes).await
     }
 
-    async fn write(&self, writes: Writes) -> Result<(), StoreError> {
+    /// Appends `writes` under the lease. A transient error is retried, once the history
+    /// shows the failed call did not commit, so nothing is recorded twice.
+    async fn write(&mut self, writes: Writes) -> Result<(), StoreError> {
         let append = Append {
             events: writes.events,
             release_tokens: writes.releases,
@@ -480,7 +635,23 @@ impl Driver {
                 End::Failed(e) => RunOutcome::Failed(e),
             }),
         };
-        self.host.store().append(&self.lease, append).await
+        let (before, n) = (self.last_seq, append.events.len() as u64);
+        let ends = append.outcome.is_some();
+        let mut tries = 0;
+        loop {
+            match self.host.store().append(&self.lease, &append).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    self.back_off(e, &mut tries).await?;
+                    if self.retry(|| self.committed(before, n, ends)).await? {
+                        break;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.last_seq = before + n;
+        Ok(())
     }
 
     /// Fails a run whose recorded arguments do not fit this binary's workflow.
@@ -504,9 +675,8 @@ impl Driver {
     /// Writes what is pending and gives the run back until `wake_at` (or its next payload).
     async fn evict(&mut self, wake_at: SystemTime) -> Result<Stop, StoreError> {
         self.flush().await?;
-        self.host
-            .store()
-            .release(&self.lease, wake_at, self.replay.inbox_seen())
+        let seen = self.replay.inbox_seen();
+        self.retry(|| self.host.store().release(&self.lease, wake_at, seen))
             .await?;
         Ok(Stop::Evicted)
     }
@@ -519,16 +689,12 @@ impl Driver {
             self.ctx.run_id, self.ctx.workflow
         );
         tracing::error!(run_id = %self.ctx.run_id, "{msg}");
-        self.host
-            .store()
-            .append(
-                &self.lease,
-                Append {
-                    outcome: Some(RunOutcome::Failed(Error::diverged(msg))),
-                    ..Append::default()
-                },
-            )
-            .await?;
+        self.write(Writes {
+            events: Vec::new(),
+            releases: Vec::new(),
+            end: Some(End::Failed(Error::diverged(msg))),
+        })
+        .await?;
         self.host.ended(self.ctx.run_id);
         Ok(Stop::Ended)
     }

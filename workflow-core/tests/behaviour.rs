@@ -905,7 +905,106 @@ async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     assert_eq!(total, 12 + 32 + 22 + 6);
 }
 
+/// A store error that is not transient and repeats on the same run (here: every write of
+/// events is refused) fails the run after `MAX_FAILED_TRIES` tries, with an error naming the
+/// cause; the run is not leased and driven again forever.
+async fn a_store_error_that_repeats_fails_the_run(b: Backend) {
+    use workflow_core::store::MAX_FAILED_TRIES;
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    store.fail_appends(usize::MAX, common::AppendFailure::Refused);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let run = bounded(rt.start(arithmetic, (3,)).into_future())
+        .await
+        .unwrap();
+    let err = bounded(run.return_value())
+        .await
+        .expect_err("the run fails");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("after {MAX_FAILED_TRIES} failed tries"))
+            && message.contains("injected append failure"),
+        "{message}"
+    );
+    assert_eq!(run.status().await.unwrap(), RunStatus::Failed);
+    assert!(executed(run.id()).is_empty(), "no step was ever scheduled");
+    let events = rt.store().events(&run.id()).await.unwrap();
+    assert!(
+        matches!(&events[..], [e] if matches!(e.event, Event::RunFailed { .. })),
+        "{events:?}"
+    );
+    bounded(no_active_runs(&rt)).await;
+}
+
+/// Transient store errors (a lost connection) are retried with the lease kept, and a write
+/// whose answer was lost after it committed is not written twice: the run completes, each
+/// step body ran once, and each step is scheduled and completed once in the history.
+async fn transient_store_errors_are_retried_without_duplicates(b: Backend) {
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    for how in [
+        common::AppendFailure::Lost,
+        common::AppendFailure::LostAfterCommit,
+    ] {
+        store.fail_appends(3, how);
+        let run = bounded(rt.start(arithmetic, (3,)).into_future())
+            .await
+            .unwrap();
+        let out = bounded(run.return_value())
+            .await
+            .expect("the run completes");
+        assert_eq!(out, 8 + 28 + 18 + 6, "{how:?}");
+        assert_eq!(
+            executed(run.id()).len(),
+            8,
+            "{how:?}: each step body ran once"
+        );
+        let events = rt.store().events(&run.id()).await.unwrap();
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+        let mut scheduled = HashMap::new();
+        let mut completed = HashMap::new();
+        for e in &events {
+            match &e.event {
+                Event::StepScheduled { step_id, .. } => {
+                    *scheduled.entry(step_id.clone()).or_insert(0) += 1
+                }
+                Event::StepCompleted { step_id, .. } => {
+                    *completed.entry(step_id.clone()).or_insert(0) += 1
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(scheduled.len(), 8, "{how:?}");
+        assert!(
+            scheduled.values().all(|n| *n == 1),
+            "{how:?}: {scheduled:?}"
+        );
+        assert_eq!(completed.len(), 8, "{how:?}");
+        assert!(
+            completed.values().all(|n| *n == 1),
+            "{how:?}: {completed:?}"
+        );
+    }
+    bounded(no_active_runs(&rt)).await;
+}
+
 on_every_store!(
+    a_store_error_that_repeats_fails_the_run,
+    transient_store_errors_are_retried_without_duplicates,
     sequential_and_concurrent_steps,
     retries_follow_the_policy,
     panics_fail_the_run_and_the_worker_goes_on,

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunOutcome, RunRecord,
-    RunStatus, Store,
+    failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome,
+    Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewRun, Payload,
+    PruneStats, RunFilter, RunOutcome, RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -46,6 +46,8 @@ struct Row {
     lease_until: Option<SystemTime>,
     /// This run's key in [`State::due`], if it is there.
     due_at: Option<SystemTime>,
+    /// Tries in a row that ended in [`Store::record_failure`].
+    failed_tries: u32,
 }
 
 struct HookRow {
@@ -156,6 +158,7 @@ impl State {
                 epoch: u64::from(lease.is_some()),
                 lease_until: lease.map(|l| after(created_at, l)),
                 due_at: None,
+                failed_tries: 0,
             },
         );
         self.schedule(id);
@@ -265,28 +268,42 @@ impl Store for MemoryStore {
         Ok(leased)
     }
 
-    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         let mut st = self.lock();
         let row = st.held(lease)?;
         let mut now = SystemTime::now();
-        for e in write.events {
+        let mut received = Vec::new();
+        for e in &write.events {
             now = e.at;
-            row.push(e.at, e.event);
+            if let Event::HookReceived { payload_id, .. } = &e.event {
+                received.push(*payload_id);
+            }
+            row.push(e.at, e.event.clone());
         }
+
         let ended = write.outcome.is_some();
-        if let Some(outcome) = write.outcome {
+        if let Some(outcome) = &write.outcome {
             match outcome {
                 RunOutcome::Completed(v) => {
                     row.record.status = RunStatus::Completed;
-                    row.record.output = Some(v);
+                    row.record.output = Some(v.clone());
                 }
                 RunOutcome::Failed(e) => {
                     row.record.status = RunStatus::Failed;
-                    row.record.error = Some(e);
+                    row.record.error = Some(e.clone());
                 }
             }
             row.record.updated_at = now;
             row.lease_until = None;
+        }
+        for id in received {
+            if st
+                .inbox
+                .get(&id)
+                .is_some_and(|(run, _)| *run == lease.run_id)
+            {
+                st.inbox.remove(&id);
+            }
         }
         for token in &write.release_tokens {
             st.release_token(lease.run_id, token, now);
@@ -311,12 +328,48 @@ impl Store for MemoryStore {
             .any(|(_, (run, _))| *run == lease.run_id);
         let row = st.held(lease)?;
         row.lease_until = None;
+        row.failed_tries = 0;
         row.wake_at = if waiting { SystemTime::now() } else { wake_at };
         // A run given back is suspended (evicted) and its history may stay so for days:
         // hold only what it uses.
         row.events.shrink_to_fit();
         st.schedule(lease.run_id);
         Ok(())
+    }
+
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        cause: &Error,
+        now: SystemTime,
+    ) -> Result<FailureOutcome, StoreError> {
+        let mut st = self.lock();
+        let row = st.held(lease)?;
+        row.failed_tries = row.failed_tries.saturating_add(1);
+        row.lease_until = None;
+        let tries = row.failed_tries;
+        let outcome = if tries >= MAX_FAILED_TRIES {
+            let error = gave_up(cause);
+            row.push(
+                now,
+                Event::RunFailed {
+                    error: error.clone(),
+                },
+            );
+            row.record.status = RunStatus::Failed;
+            row.record.error = Some(error);
+            row.record.updated_at = now;
+            FailureOutcome::Failed
+        } else {
+            let at = after(now, failure_backoff(tries));
+            row.wake_at = at;
+            FailureOutcome::Retrying { tries, at }
+        };
+        st.schedule(lease.run_id);
+        if outcome == FailureOutcome::Failed {
+            st.release_all(lease.run_id, now);
+        }
+        Ok(outcome)
     }
 
     async fn claim_hook(

@@ -337,6 +337,41 @@ pub enum CancelOutcome {
     AlreadyEnded(RunStatus),
 }
 
+/// How many tries in a row a run gets when handling it keeps failing on a store error that is
+/// not transient (a value the database refuses, a row it cannot decode): on the last,
+/// [`Store::record_failure`] fails the run instead of giving it back (SPEC 8, poison runs).
+pub const MAX_FAILED_TRIES: u32 = 5;
+
+/// How long a run waits after its `tries`-th failed try in a row before it is handed out
+/// again: half a second, doubling, at most a minute.
+pub fn failure_backoff(tries: u32) -> Duration {
+    let doublings = tries.saturating_sub(1).min(7);
+    Duration::from_millis(500 << doublings).min(Duration::from_secs(60))
+}
+
+/// The error a run fails with when its last try failed on `cause`.
+pub(crate) fn gave_up(cause: &Error) -> Error {
+    Error::fatal(format!(
+        "gave up on the run after {MAX_FAILED_TRIES} failed tries in a row; the last failed \
+         with: {}",
+        cause.message()
+    ))
+}
+
+/// What [`Store::record_failure`] did with the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureOutcome {
+    /// Given back, due again at `at`; `tries` failed tries in a row so far.
+    Retrying {
+        /// Failed tries in a row, this one included.
+        tries: u32,
+        /// When the run is due again.
+        at: SystemTime,
+    },
+    /// The run failed: this was try [`MAX_FAILED_TRIES`].
+    Failed,
+}
+
 /// What [`Store::prune`] deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PruneStats {
@@ -397,12 +432,28 @@ pub trait Store: Send + Sync + 'static {
     /// Writes `write` — all or nothing, and only while `lease` is current and the run is
     /// `Running`; otherwise [`StoreError::LeaseLost`] and nothing is written. Released tokens
     /// whose retention has not ended stay unavailable (and unresumable) until it ends; others
-    /// become free at once. Ending a run also releases all its tokens and its lease.
-    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError>;
+    /// become free at once. Ending a run also releases all its tokens and its lease. A
+    /// [`Event::HookReceived`] among the events takes its payload out of the run's inbox (the
+    /// history holds it now), so a run picked up again reads only what it has not received.
+    async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError>;
+
+    /// Records that this try at the run (the lease's) ended on `cause`, a store error that is
+    /// not transient, at `now`. Below [`MAX_FAILED_TRIES`] failed tries in a row the run is
+    /// given back, due again after [`failure_backoff`]; on the last it fails with `cause`
+    /// (a `RunFailed` event, the run's end, its tokens released). [`StoreError::LeaseLost`]
+    /// if `lease` is not current. A store that cannot decode a run it is about to hand out
+    /// from [`Store::acquire`] records the failure itself, so such a run ends too.
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        cause: &Error,
+        now: SystemTime,
+    ) -> Result<FailureOutcome, StoreError>;
 
     /// Gives the run back without ending it: no lease holds it until another worker acquires
     /// it at or after `wake_at` — or at once if its inbox holds a payload with an id above
-    /// `payloads_seen` (so a payload sent during the release is not missed).
+    /// `payloads_seen` (so a payload sent during the release is not missed). A release ends a
+    /// try well, so the run's count of failed tries starts again from zero.
     /// [`StoreError::LeaseLost`] if `lease` is not current.
     async fn release(
         &self,

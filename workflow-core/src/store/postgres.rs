@@ -21,7 +21,7 @@ use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
+use super::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
 use super::sql::rows::{
     decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
 };
@@ -30,10 +30,11 @@ use super::sql::{
     EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, PruneStats, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
+    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, PruneStats, RunFilter,
+    RunRecord, Store,
 };
-use crate::error::{DatabaseError, StoreError};
+use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
 
 /// Connections per store. Each operation holds one for a few round trips; the listener has
@@ -61,6 +62,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "each run keeps the number of its last event",
         ddl: MIGRATION_2,
+    },
+    Migration {
+        version: 3,
+        name: "each run counts its failed tries in a row",
+        ddl: MIGRATION_3,
     },
 ];
 /// The tables each version must have (from the version that created them on).
@@ -134,6 +140,11 @@ FROM (SELECT run_id, MAX(seq) AS seq FROM {schema}.events GROUP BY run_id) AS e
 WHERE e.run_id = r.id;
 -- Room on each page for the appends' row updates to stay heap-only (no index writes).
 ALTER TABLE {schema}.runs SET (fillfactor = 80);
+"#;
+
+/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row.
+const MIGRATION_3: &str = r#"
+ALTER TABLE {schema}.runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
 "#;
 
 /// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
@@ -360,10 +371,14 @@ impl Store for PostgresStore {
         }
         .await;
         let (picked, events) = settle(tx, leased).await?;
-        Ok(picked.attach(events))
+        let acquired = picked.attach(events);
+        for (lease, why) in acquired.failed {
+            policy::undecodable(self, &lease, &why, req.now).await;
+        }
+        Ok(acquired.runs)
     }
 
-    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         let write = EncodedAppend::new(write)?;
         if write.events_only() {
             // A step's result, a timer, a payload...: one statement, its own transaction.
@@ -405,6 +420,20 @@ impl Store for PostgresStore {
         }
         .await;
         settle(tx, released).await
+    }
+
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        cause: &Error,
+        now: SystemTime,
+    ) -> Result<FailureOutcome, StoreError> {
+        let failure = EncodedFailure::new(cause, now)?;
+        let epoch = sql_epoch(lease.epoch);
+        let mut tx = self.begin().await?;
+        let run = &lease.run_id;
+        let recorded = policy::record_failure(&mut self.tx(&mut tx), run, epoch, &failure).await;
+        settle(tx, recorded).await
     }
 
     async fn claim_hook(
@@ -687,7 +716,7 @@ fn statements(s: &str) -> Statements {
             // would only make them look in vain. `$5` channel.
             release: format!(
                 "WITH released AS (
-                     UPDATE {s}.runs SET lease_until = NULL,
+                     UPDATE {s}.runs SET lease_until = NULL, failed_tries = 0,
                          wake_at = CASE
                              WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
                              THEN $4 ELSE $2 END
@@ -695,6 +724,13 @@ fn statements(s: &str) -> Statements {
                      RETURNING wake_at)
                  SELECT pg_notify($5, '{NOTE_READY}') FROM released WHERE wake_at <= $4"
             ),
+            count_failure: format!(
+                "UPDATE {s}.runs SET failed_tries = failed_tries + 1, lease_until = NULL
+                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL
+                 RETURNING failed_tries::bigint"
+            ),
+            retry_at: format!("UPDATE {s}.runs SET wake_at = $2 WHERE id = $1"),
+            forget_payloads: format!("DELETE FROM {s}.hook_inbox WHERE run_id = $1 AND id = ANY($2)"),
             // One statement, so one round trip and an implicit transaction: take the inbox
             // lock (see `PostgresStore::resume_hook`), queue the payload if the token has an
             // owner, lower the owner's wake time, and announce the payload (and, when nobody
@@ -882,6 +918,23 @@ impl Tx for Pg<'_> {
             deleted.push(done.rows_affected());
         }
         Ok(deleted)
+    }
+
+    async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.forget_payloads).bind(run).bind(ids);
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.count_failure).bind(run);
+        Ok(query.bind(epoch).fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.retry_at).bind(run).bind(at);
+        query.execute(&mut *self.conn).await?;
+        Ok(())
     }
 
     async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
@@ -1388,6 +1441,14 @@ mod tests {
             .execute(&self.inner.pool)
             .await
             .unwrap();
+            sqlx::query(&format!(
+                "UPDATE {} SET last_seq = 1 WHERE id = $1",
+                self.table("runs")
+            ))
+            .bind(run.to_string())
+            .execute(&self.inner.pool)
+            .await
+            .unwrap();
         }
     }
 
@@ -1574,7 +1635,7 @@ mod tests {
         let lease = leased[0].lease.clone();
         within(store.append(
             &lease,
-            ap(vec![step_done(t(2), 1), step_done(t(3), 2)], None),
+            &ap(vec![step_done(t(2), 1), step_done(t(3), 2)], None),
         ))
         .await
         .unwrap();
@@ -1583,6 +1644,7 @@ mod tests {
         schema
             .exec(&format!(
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
+                 ALTER TABLE {runs} DROP COLUMN failed_tries;
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
                 migrations = schema.table("workflow_migrations"),
@@ -1593,7 +1655,7 @@ mod tests {
             schema.count("workflow_migrations").await,
             MIGRATIONS.len() as i64
         );
-        within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+        within(store.append(&lease, &ap(vec![step_done(t(4), 3)], None)))
             .await
             .unwrap();
         assert_eq!(event_seqs(&store, id).await, [1, 2, 3]);
@@ -1801,7 +1863,7 @@ mod tests {
         // Completed: RunEnded too.
         let id = within(create(&b, "orders", t(0))).await;
         let lease = within(lease_one(&b, id, t(10))).await;
-        within(b.append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(1))))))
+        within(b.append(&lease, &ap(vec![], Some(RunOutcome::Completed(json!(1))))))
             .await
             .unwrap();
         let want = Notice::RunEnded(id);

@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, NewRunRow, Tx};
+use super::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
 use super::sql::rows::{
     decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
 };
@@ -37,10 +37,11 @@ use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
+    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunRecord,
+    Store,
 };
-use crate::error::{DatabaseError, StoreError};
+use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
 
 /// How long one SQLite call waits for another connection's lock.
@@ -68,6 +69,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "each run keeps the number of its last event; migrations are recorded one per row",
         ddl: SCHEMA_V3,
+    },
+    Migration {
+        version: 4,
+        name: "each run counts its failed tries in a row",
+        ddl: SCHEMA_V4,
     },
 ];
 /// The tables each version must have (from the version that created them on), checked
@@ -138,6 +144,11 @@ const SCHEMA_V3: &str = "
 ALTER TABLE runs ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
 UPDATE runs SET last_seq = (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = runs.id);
 DROP TABLE workflow_meta;
+";
+
+/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row.
+const SCHEMA_V4: &str = "
+ALTER TABLE runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// Every statement the store runs (beside the schema's), as SQLite spells it; read it side
@@ -213,11 +224,19 @@ const SQL: Statements = Statements {
     ],
     // A payload committed after the worker last looked wakes the run at once; the check and
     // the release are one statement, so none slips in between.
-    release: "UPDATE runs SET lease_until = NULL,
+    release: "UPDATE runs SET lease_until = NULL, failed_tries = 0,
                   wake_at = CASE
                       WHEN EXISTS (SELECT 1 FROM hook_inbox WHERE run_id = ?1 AND id > ?4)
                       THEN ?5 ELSE ?3 END
               WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+    count_failure: "UPDATE runs SET failed_tries = failed_tries + 1, lease_until = NULL
+                    WHERE id = ?1 AND epoch = ?2 AND status = 'running'
+                      AND lease_until IS NOT NULL
+                    RETURNING failed_tries",
+    retry_at: "UPDATE runs SET wake_at = ?2 WHERE id = ?1",
+    // `?2`: the payload ids as a JSON array.
+    forget_payloads: "DELETE FROM hook_inbox
+                      WHERE run_id = ?1 AND id IN (SELECT value FROM json_each(?2))",
     // Finding the owner and queueing the payload is one statement: no row, no payload.
     resume: "INSERT INTO hook_inbox (run_id, token, payload, at)
              SELECT run_id, token, ?2, ?3 FROM hooks WHERE token = ?1 AND active = 1
@@ -454,6 +473,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    /// Leases in the writer's transaction, then reads the histories on a reader connection:
+    /// the write lock, which every other writer (heartbeats included) waits for, is held only
+    /// for the lease itself, not for reading whole histories. The leases are committed first,
+    /// so nobody else writes to these runs meanwhile.
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         if req.limit == 0 || req.workflows.is_empty() {
             return Ok(Vec::new());
@@ -461,21 +484,24 @@ impl Store for SqliteStore {
         let workflows = to_json(&req.workflows, "workflow names")?;
         let until = lease_end(req.now, req.lease);
         let (at, limit) = (sql_time(req.now), sql_id(req.limit));
-        self.write(move |tx| {
-            let rows = all(
-                tx,
-                SQL.acquire,
-                params![until, at, workflows, limit],
-                leased_row,
-            )?;
-            let picked = Picked::new(rows);
-            let ids = to_json(&picked.ids(), "run ids")?;
-            Ok(picked.attach(all(tx, SQL.events_of, [ids], EventRow::from_sqlite)?))
-        })
-        .await
+        let picked = self
+            .write(move |tx| {
+                let args = params![until, at, workflows, limit];
+                Ok(Picked::new(all(tx, SQL.acquire, args, leased_row)?))
+            })
+            .await?;
+        let ids = to_json(&picked.ids(), "run ids")?;
+        let events = self
+            .read(move |conn| all(conn, SQL.events_of, [ids], EventRow::from_sqlite))
+            .await?;
+        let acquired = picked.attach(events);
+        for (lease, why) in acquired.failed {
+            policy::undecodable(self, &lease, &why, req.now).await;
+        }
+        Ok(acquired.runs)
     }
 
-    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         let lease = lease.clone();
         let write = EncodedAppend::new(write)?;
         self.write(move |tx| now(policy::append(&mut Lite(tx), &lease, &write)))
@@ -497,6 +523,20 @@ impl Store for SqliteStore {
                 0 => Err(StoreError::LeaseLost(lease.run_id)),
                 _ => Ok(()),
             }
+        })
+        .await
+    }
+
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        cause: &Error,
+        now: SystemTime,
+    ) -> Result<FailureOutcome, StoreError> {
+        let failure = EncodedFailure::new(cause, now)?;
+        let (run, epoch) = (lease.run_id, sql_epoch(lease.epoch));
+        self.write(move |tx| {
+            self::now(policy::record_failure(&mut Lite(tx), &run, epoch, &failure))
         })
         .await
     }
@@ -729,6 +769,21 @@ impl Tx for Lite<'_> {
         let runs = to_json(&runs, "run ids")?;
         let deleted = SQL.prune_records.map(|sql| exec(self.0, sql, [&runs]));
         deleted.into_iter().map(|n| Ok(n? as u64)).collect()
+    }
+
+    async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
+        let ids = to_json(&ids, "payload ids")?;
+        exec(self.0, SQL.forget_payloads, params![run, ids])?;
+        Ok(())
+    }
+
+    async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.count_failure, params![run, epoch], |r| r.get(0))
+    }
+
+    async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.retry_at, params![run, at])?;
+        Ok(())
     }
 
     async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
@@ -1288,11 +1343,14 @@ mod tests {
         }
 
         async fn add_undecodable_event(&self, run: RunId) {
-            raw(self.path())
-                .execute(
-                    "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, 0, 'x', '{}')",
-                    [run.to_string()],
-                )
+            let conn = raw(self.path());
+            let id = run.to_string();
+            conn.execute(
+                "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, 0, 'x', '{}')",
+                [&id],
+            )
+            .unwrap();
+            conn.execute("UPDATE runs SET last_seq = 1 WHERE id = ?1", [&id])
                 .unwrap();
         }
     }
@@ -1360,7 +1418,7 @@ mod tests {
         drop(store);
 
         let conn = raw(&path);
-        assert_eq!(migrations(&conn), recorded(3));
+        assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
         let mode: String = conn
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -1402,7 +1460,7 @@ mod tests {
             assert!(within(store.get_run(&id)).await.unwrap().is_some());
         }
         let conn = raw(&path);
-        assert_eq!(migrations(&conn), recorded(3));
+        assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
     }
 
     #[tokio::test]
@@ -1493,8 +1551,8 @@ mod tests {
         let conn = raw(&path);
         conn.execute(
             "INSERT INTO workflow_migrations (version, name, applied_at)
-             VALUES (4, 'from the future', 0)",
-            [],
+             VALUES (?1, 'from the future', 0)",
+            [MIGRATIONS.len() + 1],
         )
         .unwrap();
         conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
@@ -1506,8 +1564,15 @@ mod tests {
         let StoreError::Incompatible(msg) = &err else {
             panic!("expected Incompatible, got {err:?}");
         };
-        assert!(msg.contains("schema version 4"), "{msg}");
-        assert!(msg.contains("schema versions up to 3"), "{msg}");
+        let newest = MIGRATIONS.len();
+        assert!(
+            msg.contains(&format!("schema version {}", newest + 1)),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(&format!("schema versions up to {newest}")),
+            "{msg}"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
@@ -1594,7 +1659,7 @@ mod tests {
         assert_eq!(admitted, Admission::Admitted);
         drop(store);
 
-        assert_eq!(migrations(&raw(&path)), recorded(3));
+        assert_eq!(migrations(&raw(&path)), recorded(MIGRATIONS.len()));
         // Reopening a migrated file migrates nothing.
         let store = within(SqliteStore::open(&path)).await.unwrap();
         assert_eq!(within(owner(&store, "fresh")).await, Some(new));
@@ -1679,7 +1744,7 @@ mod tests {
 
         let store = within(SqliteStore::open(&path)).await.unwrap();
         let conn = raw(&path);
-        assert_eq!(migrations(&conn), recorded(3));
+        assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
         let meta: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_schema WHERE name = 'workflow_meta'",
@@ -1791,7 +1856,7 @@ mod tests {
                     store
                         .append(
                             &lease,
-                            ap(vec![step_done(t(2_000), 1), step_done(t(2_001), 2)], None),
+                            &ap(vec![step_done(t(2_000), 1), step_done(t(2_001), 2)], None),
                         )
                         .await
                 })
@@ -1831,7 +1896,7 @@ mod tests {
                 }
                 tokio::spawn(async move {
                     store
-                        .append(&lease, ap(vec![step_done(t(200), 1)], None))
+                        .append(&lease, &ap(vec![step_done(t(200), 1)], None))
                         .await
                 })
             })

@@ -172,6 +172,9 @@ macro_rules! __store_conformance_tests {
             lists_runs_newest_first_with_filters,
             lists_only_active_hooks,
             prune_deletes_old_ended_runs_with_what_they_recorded,
+            failed_tries_give_the_run_back_and_the_last_fails_it,
+            a_release_starts_the_count_of_failed_tries_again,
+            delivered_payloads_leave_the_inbox,
         ] shared [
             concurrent_acquirers_never_share_a_run,
             payloads_reach_the_owner_in_commit_order,
@@ -358,7 +361,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
         store
             .append(
                 &lease(2),
-                Append {
+                &Append {
                     events: vec![NewEvent {
                         at: t(30),
                         event: Event::HookReleased {
@@ -379,7 +382,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
         store
             .append(
                 &lease(0),
-                ap(
+                &ap(
                     vec![NewEvent {
                         at: t(40),
                         event: Event::RunCompleted { output: json!(0) },
@@ -456,7 +459,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
         store
             .append(
                 &lease,
-                ap(
+                &ap(
                     vec![NewEvent {
                         at: t(220),
                         event: Event::RunFailed {
@@ -544,14 +547,14 @@ pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(
         },
     };
     store
-        .append(&lease, ap(vec![step.clone()], None))
+        .append(&lease, &ap(vec![step.clone()], None))
         .await
         .unwrap();
     let taken = store.acquire(req(1500)).await.unwrap();
     assert_eq!(taken.len(), 1, "taken over after expiry");
     assert_eq!(taken[0].lease.epoch, 2);
     assert!(matches!(
-        store.append(&lease, ap(vec![step], None)).await,
+        store.append(&lease, &ap(vec![step], None)).await,
         Err(StoreError::LeaseLost(_))
     ));
 }
@@ -685,7 +688,7 @@ pub(crate) async fn previous_release_is_kept<S: Store>(
     assert_eq!(inbox.len(), 1);
     assert_eq!(inbox[0].payload, json!("early"));
     let lease = within(lease_one(store, live, t(3))).await;
-    within(store.append(&lease, ap(vec![step_done(t(4), 3)], None)))
+    within(store.append(&lease, &ap(vec![step_done(t(4), 3)], None)))
         .await
         .unwrap();
     let last = within(store.events(&live)).await.unwrap().pop().unwrap();
@@ -797,7 +800,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
     store
         .append(
             &leased.lease,
-            ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
+            &ap(vec![scheduled.clone(), step_done(t(12), 1)], None),
         )
         .await
         .unwrap();
@@ -810,7 +813,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
     store
         .append(
             &leased.lease,
-            ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
+            &ap(vec![done.clone()], Some(RunOutcome::Completed(json!("ok")))),
         )
         .await
         .unwrap();
@@ -835,7 +838,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
 
     // Ended: no more writes, not acquirable, and `kind` is queryable.
     assert!(matches!(
-        store.append(&leased.lease, ap(vec![step_done(t(14), 2)], None)).await,
+        store.append(&leased.lease, &ap(vec![step_done(t(14), 2)], None)).await,
         Err(StoreError::LeaseLost(r)) if r == id
     ));
     assert!(acquire(store, &wf, t(100_000), Duration::from_secs(30), 10)
@@ -854,7 +857,7 @@ pub async fn failure_outcome_records_the_error<S: Store>(store: &S) {
     store
         .append(
             &got[0].lease,
-            ap(
+            &ap(
                 vec![NewEvent {
                     at: t(5),
                     event: Event::RunFailed {
@@ -881,7 +884,7 @@ pub async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
 
     let first = acquire(store, &wf, t(0), lease, 1).await.remove(0);
     store
-        .append(&first.lease, ap(vec![step_done(t(1), 1)], None))
+        .append(&first.lease, &ap(vec![step_done(t(1), 1)], None))
         .await
         .unwrap();
     // Still live: nobody else gets it.
@@ -894,7 +897,7 @@ pub async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
     let stale = store
         .append(
             &first.lease,
-            ap(
+            &ap(
                 vec![step_done(t(10_001), 2)],
                 Some(RunOutcome::Completed(json!(1))),
             ),
@@ -920,7 +923,7 @@ pub async fn a_stale_epoch_cannot_write_after_a_takeover<S: Store>(store: &S) {
     );
 
     store
-        .append(&second.lease, ap(vec![step_done(t(10_002), 2)], None))
+        .append(&second.lease, &ap(vec![step_done(t(10_002), 2)], None))
         .await
         .unwrap();
     assert_eq!(event_seqs(store, id).await, [1, 2]);
@@ -1042,7 +1045,7 @@ pub async fn release_with_a_future_wake_time<S: Store>(store: &S) {
         [id]
     );
     assert!(matches!(
-        store.append(&first.lease, ap(vec![], None)).await,
+        store.append(&first.lease, &ap(vec![], None)).await,
         Err(StoreError::LeaseLost(_))
     ));
     let again = acquire(store, &wf, t(5_000), lease, 1).await.remove(0);
@@ -1087,7 +1090,7 @@ pub async fn heartbeat_extends_live_leases_and_reports_lost_ones<S: Store>(store
     store
         .append(
             &mine[3],
-            ap(vec![], Some(RunOutcome::Completed(json!(null)))),
+            &ap(vec![], Some(RunOutcome::Completed(json!(null)))),
         )
         .await
         .unwrap();
@@ -1127,7 +1130,7 @@ pub async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
         .await
         .remove(0);
     store
-        .append(&leased.lease, ap(vec![step_done(t(1), 1)], None))
+        .append(&leased.lease, &ap(vec![step_done(t(1), 1)], None))
         .await
         .unwrap();
 
@@ -1153,7 +1156,7 @@ pub async fn cancel_running_ended_and_unknown_runs<S: Store>(store: &S) {
     // The worker's lease is gone, and the run is never handed out again.
     assert!(matches!(
         store
-            .append(&leased.lease, ap(vec![step_done(t(3), 2)], None))
+            .append(&leased.lease, &ap(vec![step_done(t(3), 2)], None))
             .await,
         Err(StoreError::LeaseLost(_))
     ));
@@ -1184,7 +1187,7 @@ pub async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store: &S) {
     let id = create(store, "orders", t(0)).await;
     let lease = lease_one(store, id, t(0)).await;
     store
-        .append(&lease, ap(vec![], Some(RunOutcome::Completed(json!(7)))))
+        .append(&lease, &ap(vec![], Some(RunOutcome::Completed(json!(7)))))
         .await
         .unwrap();
     assert_eq!(
@@ -1195,33 +1198,181 @@ pub async fn cancel_of_a_completed_run_reports_its_status<S: Store>(store: &S) {
     assert_eq!((run.status, run.error), (RunStatus::Completed, None));
 }
 
-/// A row the store cannot decode is an error naming the run, and does not stall the others.
+/// A row the store cannot decode is an error naming the run, and does not stall the others;
+/// `acquire` does not hand such a run out, and fails it after [`MAX_FAILED_TRIES`] tries.
 pub async fn undecodable_rows_are_reported_as_corrupt<S: Store + Damage>(store: &S) {
-    let id = create(store, "orders", t(0)).await;
-    let good = create(store, "orders", t(1)).await;
-    store.corrupt_input(id).await;
-    store.add_undecodable_event(id).await;
+    let bad_input = create(store, "orders", t(0)).await;
+    let bad_history = create(store, "orders", t(1)).await;
+    let good = create(store, "orders", t(2)).await;
+    store.corrupt_input(bad_input).await;
+    store.add_undecodable_event(bad_history).await;
 
-    let err = store.get_run(&id).await.unwrap_err();
+    let err = store.get_run(&bad_input).await.unwrap_err();
     assert!(
-        matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("input")),
+        matches!(&err, StoreError::Corrupt(m) if m.contains(&bad_input.to_string()) && m.contains("input")),
         "{err:?}"
     );
-    let err = store.events(&id).await.unwrap_err();
+    let err = store.events(&bad_history).await.unwrap_err();
     assert!(
-        matches!(&err, StoreError::Corrupt(m) if m.contains(&id.to_string()) && m.contains("event 1")),
+        matches!(&err, StoreError::Corrupt(m) if m.contains(&bad_history.to_string()) && m.contains("event 1")),
         "{err:?}"
     );
-    // One bad run does not stall the others.
-    let got = acquire(
+    // One bad run does not stall the others, and neither comes back forever: each acquire
+    // counts a failed try, and the store fails the run on the last. (100 s apart: every
+    // backoff and the good run's lease are over by the next.)
+    let lease = Duration::from_secs(60);
+    let mut handed_out = Vec::new();
+    for i in 0..2 * u64::from(MAX_FAILED_TRIES) {
+        let got = acquire(
+            store,
+            &names(&["orders"]),
+            t(10_000 + i * 100_000),
+            lease,
+            10,
+        )
+        .await;
+        handed_out.extend(got.iter().map(|r| r.run.id));
+    }
+    assert!(handed_out.iter().all(|id| *id == good), "{handed_out:?}");
+    let run = store.get_run(&bad_history).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert!(
+        error.message().contains("gave up") && error.message().contains("event 1"),
+        "{error:?}"
+    );
+}
+
+/// A failed try gives the run back, due after [`failure_backoff`]; try
+/// [`MAX_FAILED_TRIES`] fails it with the cause, records `RunFailed`, releases its tokens, and
+/// the run is never handed out again. A stale lease cannot record a failure.
+pub async fn failed_tries_give_the_run_back_and_the_last_fails_it<S: Store>(store: &S) {
+    let (id, _) = start(store, "poison", None, t(0)).await;
+    let cause = Error::fatal("the database refused a value");
+    let mut now = t(10);
+    for tries in 1..MAX_FAILED_TRIES {
+        let lease = lease_one(store, id, now).await;
+        let outcome = store.record_failure(&lease, &cause, now).await.unwrap();
+        let due = now + failure_backoff(tries);
+        assert_eq!(outcome, FailureOutcome::Retrying { tries, at: due });
+        assert!(
+            store
+                .record_failure(&lease, &cause, now)
+                .await
+                .is_err_and(|e| matches!(e, StoreError::LeaseLost(r) if r == id)),
+            "a lease given back cannot record another failure"
+        );
+        let early = acquire(
+            store,
+            &names(&["hooked"]),
+            due - Duration::from_millis(1),
+            Duration::from_secs(60),
+            10,
+        )
+        .await;
+        assert!(early.is_empty(), "handed out before its backoff ended");
+        now = due;
+    }
+    let lease = lease_one(store, id, now).await;
+    let before = event_seqs(store, id).await.len();
+    assert_eq!(
+        store.record_failure(&lease, &cause, now).await.unwrap(),
+        FailureOutcome::Failed
+    );
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Failed);
+    let error = run.error.unwrap();
+    assert!(
+        error.message().contains("gave up") && error.message().contains("refused a value"),
+        "{error:?}"
+    );
+    let events = store.events(&id).await.unwrap();
+    assert_eq!(events.len(), before + 1);
+    assert!(matches!(&events[before].event, Event::RunFailed { error: e } if *e == error));
+    assert_eq!(
+        owner(store, "poison").await,
+        None,
+        "the token was not released"
+    );
+    let later = acquire(
         store,
-        &names(&["orders"]),
-        t(10),
+        &names(&["hooked"]),
+        t(10_000_000),
         Duration::from_secs(60),
         10,
     )
     .await;
-    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [good]);
+    assert!(later.is_empty());
+    assert!(matches!(
+        store.record_failure(&lease, &cause, now).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+}
+
+/// Failed tries count in a row: a try that ends well (the run given back with `release`)
+/// starts the count again.
+pub async fn a_release_starts_the_count_of_failed_tries_again<S: Store>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let cause = Error::fatal("refused");
+    let mut now = t(10);
+    for tries in 1..=2 {
+        let lease = lease_one(store, id, now).await;
+        let outcome = store.record_failure(&lease, &cause, now).await.unwrap();
+        assert!(matches!(outcome, FailureOutcome::Retrying { tries: n, .. } if n == tries));
+        now += Duration::from_secs(100);
+    }
+    let lease = lease_one(store, id, now).await;
+    store.release(&lease, now, 0).await.unwrap();
+    now += Duration::from_secs(100);
+    let lease = lease_one(store, id, now).await;
+    let outcome = store.record_failure(&lease, &cause, now).await.unwrap();
+    assert!(
+        matches!(outcome, FailureOutcome::Retrying { tries: 1, .. }),
+        "{outcome:?}"
+    );
+}
+
+/// An append recording a payload's delivery takes it out of the run's inbox, so a run picked
+/// up again reads only what it has not received; the others stay, in order.
+pub async fn delivered_payloads_leave_the_inbox<S: Store>(store: &S) {
+    let (id, _) = start(store, "inbox", None, t(0)).await;
+    let lease = lease_one(store, id, t(1)).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let (run, payload) = store
+            .resume_hook("inbox", json!(n), t(2 + n))
+            .await
+            .unwrap()
+            .expect("the token has an owner");
+        assert_eq!(run, id);
+        ids.push(payload);
+    }
+    let received = |n: usize| NewEvent {
+        at: t(10),
+        event: Event::HookReceived {
+            token: "inbox".to_owned(),
+            payload_id: ids[n],
+            payload: json!(n),
+        },
+    };
+    store
+        .append(&lease, &ap(vec![received(0), received(2)], None))
+        .await
+        .unwrap();
+    let left = store.payloads(&id, 0).await.unwrap();
+    assert_eq!(
+        left.iter()
+            .map(|p| (p.id, p.payload.clone()))
+            .collect::<Vec<_>>(),
+        [(ids[1], json!(1))]
+    );
+    // Ids are never reused, even once the newest payload left the inbox.
+    let (_, next) = store
+        .resume_hook("inbox", json!(3), t(11))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next > ids[2], "{next} reuses an id at or below {}", ids[2]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1335,7 +1486,7 @@ pub async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
     store
         .append(
             &keeper_lease,
-            ap(
+            &ap(
                 vec![NewEvent {
                     at: t(20),
                     event: Event::RunCompleted { output: json!(1) },
@@ -1423,7 +1574,7 @@ pub async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
         outcome: None,
     };
     store
-        .append(&lease, release_keep(vec![released.clone()]))
+        .append(&lease, &release_keep(vec![released.clone()]))
         .await
         .unwrap();
     assert_eq!(owner(store, "keep").await, None);
@@ -1431,11 +1582,11 @@ pub async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
     let (next, admitted) = start(store, "keep", None, t(1_002)).await;
     assert_eq!(admitted, Admission::Admitted);
     // Releasing a token one does not own changes nothing.
-    store.append(&lease, release_keep(vec![])).await.unwrap();
+    store.append(&lease, &release_keep(vec![])).await.unwrap();
     assert_eq!(owner(store, "keep").await, Some(next));
     // A fenced-off release releases nothing either.
     assert!(matches!(
-        store.append(&stale, release_keep(vec![])).await,
+        store.append(&stale, &release_keep(vec![])).await,
         Err(StoreError::LeaseLost(_))
     ));
     assert_eq!(owner(store, "keep").await, Some(next));
@@ -1457,7 +1608,7 @@ pub async fn run_end_and_cancel_release_tokens<S: Store + Inspect>(store: &S) {
     store
         .append(
             &lease,
-            ap(
+            &ap(
                 vec![NewEvent {
                     at: t(2),
                     event: Event::RunFailed {
@@ -1952,12 +2103,12 @@ pub async fn prune_deletes_old_ended_runs_with_what_they_recorded<S: Store>(stor
     };
     let done = Some(RunOutcome::Completed(json!(1)));
     let write = ap(vec![step_done(t(100), 1)], done);
-    store.append(&lease(completed), write).await.unwrap();
+    store.append(&lease(completed), &write).await.unwrap();
     let boom = Some(RunOutcome::Failed(Error::fatal("boom")));
     let write = ap(vec![step_done(t(150), 1), step_done(t(200), 2)], boom);
-    store.append(&lease(failed), write).await.unwrap();
+    store.append(&lease(failed), &write).await.unwrap();
     let write = ap(vec![step_done(t(200), 1)], None);
-    store.append(&lease(running), write).await.unwrap();
+    store.append(&lease(running), &write).await.unwrap();
     let (expired, _) = start(store, "c", Some(t(400)), t(0)).await;
     store.cancel(&expired, t(300)).await.unwrap();
     // Kept: ended before the cutoff but retaining its token past `now`; pending; ended

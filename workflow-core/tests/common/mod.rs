@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::store::memory::MemoryStore;
 use workflow_core::store::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, HookFilter,
-    HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
+    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
 };
 use workflow_core::{RunId, Runtime, StartError, StoreError};
 
@@ -381,6 +381,18 @@ pub fn read_log_timed(log: &Path) -> Vec<(String, u32, String, u32, u64)> {
         .collect()
 }
 
+/// How [`FailingAdmissions::fail_appends`] makes an append fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendFailure {
+    /// The database refuses the write (not transient): nothing is written.
+    Refused,
+    /// The connection is lost before the write (transient): nothing is written.
+    Lost,
+    /// The connection is lost after the commit, before the answer (transient): the write
+    /// is there.
+    LostAfterCommit,
+}
+
 /// A store that passes everything to another store, except that its next `failures`
 /// admissions wait at a gate and then fail: for tests of what the runtime does when the store
 /// refuses a start. Clones share the gate.
@@ -394,6 +406,9 @@ pub struct Failing {
     append_panics: std::sync::atomic::AtomicUsize,
     /// Whether heartbeats fail (a worker that stalls: its leases expire).
     heartbeats_fail: std::sync::atomic::AtomicBool,
+    /// How many of the next appends that carry events fail, and how ([`AppendFailure`]).
+    append_failures: std::sync::atomic::AtomicUsize,
+    append_failure: std::sync::Mutex<AppendFailure>,
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
     gate: tokio::sync::Semaphore,
@@ -413,6 +428,8 @@ impl FailingAdmissions {
             failures: failures.into(),
             append_panics: 0.into(),
             heartbeats_fail: false.into(),
+            append_failures: 0.into(),
+            append_failure: std::sync::Mutex::new(AppendFailure::Refused),
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
         }))
@@ -421,6 +438,13 @@ impl FailingAdmissions {
     /// Makes the next `n` appends carrying events panic (a bug in code the driver calls).
     pub fn panic_on_appends(&self, n: usize) {
         self.append_panics
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` appends carrying events fail as `how` says.
+    pub fn fail_appends(&self, n: usize, how: AppendFailure) {
+        *self.append_failure.lock().unwrap() = how;
+        self.append_failures
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
@@ -475,7 +499,7 @@ impl Store for FailingAdmissions {
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         self.inner.acquire(req).await
     }
-    async fn append(&self, lease: &Lease, write: Append) -> Result<(), StoreError> {
+    async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
         if !write.events.is_empty()
             && self
@@ -485,7 +509,36 @@ impl Store for FailingAdmissions {
         {
             panic!("injected panic in append");
         }
-        self.inner.append(lease, write).await
+        let fail = !write.events.is_empty()
+            && self
+                .append_failures
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if !fail {
+            return self.inner.append(lease, write).await;
+        }
+        let how = *self.append_failure.lock().unwrap();
+        let error = |transient| {
+            StoreError::Database(
+                workflow_core::DatabaseError::new("injected append failure").transient(transient),
+            )
+        };
+        match how {
+            AppendFailure::Refused => Err(error(false)),
+            AppendFailure::Lost => Err(error(true)),
+            AppendFailure::LostAfterCommit => {
+                self.inner.append(lease, write).await?;
+                Err(error(true))
+            }
+        }
+    }
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        cause: &workflow_core::Error,
+        now: SystemTime,
+    ) -> Result<FailureOutcome, StoreError> {
+        self.inner.record_failure(lease, cause, now).await
     }
     async fn release(
         &self,

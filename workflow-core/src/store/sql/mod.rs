@@ -38,6 +38,12 @@ pub(super) struct Statements<S, X> {
     /// Deletes the rows of given-up tokens that are not retained, then deactivates the rest.
     pub release_tokens: [S; 2],
     pub release: S,
+    /// Counts a failed try at a leased run (fenced) and takes its lease; the new count.
+    pub count_failure: S,
+    /// Sets when a run given back after a failed try is due again.
+    pub retry_at: S,
+    /// Takes the payloads an append delivered out of the run's inbox.
+    pub forget_payloads: S,
     pub resume: S,
     pub payloads: S,
     pub payloads_since: S,

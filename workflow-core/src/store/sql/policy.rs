@@ -1,20 +1,20 @@
 //! The write policies of the SQL stores, written once over the statements each dialect
-//! supplies ([`Tx`]): admission with its token claim, the claim of a token for a hook,
-//! fenced appends (event numbering from `runs.last_seq`, token releases, the run's end),
-//! cancellation and pruning. Each policy runs inside one transaction the dialect opened; the
-//! decisions that must be atomic across processes are still single statements (the claim's
-//! upsert, the fence's `UPDATE`), so the database, not this code, decides between contenders.
-//!
-//! Also the shape of the listing filters, which both dialects bind the same way.
+//! supplies ([`Tx`]): admission with its token claim, the claim of a token for a hook, fenced
+//! appends (event numbering from `runs.last_seq`, delivered payloads leaving the inbox, token
+//! releases, the run's end), failed tries, cancellation and pruning. Each policy runs inside
+//! one transaction the dialect opened; the decisions that must be atomic across processes are
+//! still single statements (the claim's upsert, the fence's `UPDATE`), so the database, not
+//! this code, decides between contenders.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, StoreError};
+use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    Admission, CancelOutcome, ClaimOutcome, Event, HookFilter, Lease, NewEvent, NewRun, PruneStats,
-    RunFilter, RunStatus,
+    failure_backoff, gave_up, Admission, CancelOutcome, ClaimOutcome, Event, FailureOutcome,
+    HookFilter, Lease, NewEvent, NewRun, PruneStats, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
 };
 
 use super::{
@@ -94,6 +94,24 @@ pub(in crate::store) trait Tx {
         tokens: Option<&[String]>,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Takes payloads `ids`, which an append delivered, out of the run's inbox.
+    fn forget_payloads(
+        &mut self,
+        run: &str,
+        ids: &[i64],
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Counts a failed try at `run` if `epoch` holds its lease, and takes the lease; the
+    /// run's count of failed tries in a row, or `None` when the lease is lost.
+    fn count_failure(
+        &mut self,
+        run: &str,
+        epoch: i64,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>>;
+
+    /// Makes the run (given back) due at `at`.
+    fn retry_at(&mut self, run: &str, at: i64) -> impl Future<Output = Result<(), StoreError>>;
 
     /// The run's status, the row locked against other writes where the dialect can.
     fn run_status(&mut self, run: &str)
@@ -181,6 +199,9 @@ pub(in crate::store) async fn append(
     {
         return Err(StoreError::LeaseLost(lease.run_id));
     }
+    if !write.events.received.is_empty() {
+        tx.forget_payloads(&run, &write.events.received).await?;
+    }
     if !write.release_tokens.is_empty() {
         tx.release_tokens(&run, Some(&write.release_tokens), write.now)
             .await?;
@@ -190,6 +211,84 @@ pub(in crate::store) async fn append(
         tx.release_tokens(&run, None, write.now).await?;
     }
     Ok(())
+}
+
+/// A failed try at a run (see [`crate::store::Store::record_failure`]), encoded before the
+/// transaction: the event and the end written should it be the last.
+pub(in crate::store) struct EncodedFailure {
+    pub now: SystemTime,
+    pub event: EncodedEvents,
+    pub end: EncodedEnd,
+}
+
+impl EncodedFailure {
+    pub fn new(cause: &Error, now: SystemTime) -> Result<Self, StoreError> {
+        let error = gave_up(cause);
+        Ok(EncodedFailure {
+            now,
+            event: EncodedEvents::new(&[NewEvent {
+                at: now,
+                event: Event::RunFailed {
+                    error: error.clone(),
+                },
+            }])?,
+            end: EncodedEnd {
+                status: RunStatus::Failed,
+                output: None,
+                error: Some(to_json(&error, "the run's error")?),
+            },
+        })
+    }
+}
+
+/// Counts a failed try at the run `epoch` leased: gives it back until it is due again, or,
+/// on the last try, fails it. [`StoreError::LeaseLost`] when `epoch` no longer holds it.
+pub(in crate::store) async fn record_failure(
+    tx: &mut impl Tx,
+    run: &RunId,
+    epoch: i64,
+    failure: &EncodedFailure,
+) -> Result<FailureOutcome, StoreError> {
+    let key = run.to_string();
+    let Some(tries) = tx.count_failure(&key, epoch).await? else {
+        return Err(StoreError::LeaseLost(*run));
+    };
+    let tries = u32::try_from(tries).unwrap_or(u32::MAX);
+    let now = sql_time(failure.now);
+    if tries >= MAX_FAILED_TRIES {
+        tx.append_events(&key, None, &failure.event).await?;
+        tx.end_run(&key, &failure.end, now).await?;
+        tx.release_tokens(&key, None, now).await?;
+        return Ok(FailureOutcome::Failed);
+    }
+    let at = after(failure.now, failure_backoff(tries));
+    tx.retry_at(&key, sql_time(at)).await?;
+    Ok(FailureOutcome::Retrying { tries, at })
+}
+
+/// Records the failed try at a run `acquire` leased but cannot hand out, because its row or
+/// history cannot be decoded. Logged, not returned: the other runs of the call go on.
+pub(in crate::store) async fn undecodable(
+    store: &impl Store,
+    lease: &Lease,
+    why: &StoreError,
+    now: SystemTime,
+) {
+    let cause = Error::fatal(why.to_string());
+    match store.record_failure(lease, &cause, now).await {
+        Ok(outcome) => tracing::error!(
+            run_id = %lease.run_id,
+            error = %why,
+            ?outcome,
+            "a leased run cannot be decoded"
+        ),
+        Err(e) => tracing::error!(
+            run_id = %lease.run_id,
+            error = %why,
+            record_error = %e,
+            "a leased run cannot be decoded, and its failed try could not be recorded"
+        ),
+    }
 }
 
 /// Claims `token` for hook `hook_key` of the leased run and records the decision.

@@ -167,35 +167,61 @@ impl InboxRow {
 
 /// The runs one `acquire` leased, decoded and ordered, waiting for their histories.
 ///
-/// A row that cannot be decoded is skipped (and logged): failing the whole call would stall
-/// every run in the store behind one bad row. The run keeps its new lease, so it is retried
-/// (and reported again) only after the lease expires.
+/// A run whose row or history cannot be decoded is not handed out: it is returned as
+/// [`Acquired::failed`], and the store records the failed try ([`super::policy::record_failure`]),
+/// so the run is retried a few times and then fails, instead of stalling the call for every
+/// other run or coming back forever. (A row whose id or epoch cannot be read at all is only
+/// logged: it cannot even be named to the database; its lease expires.)
 pub(in crate::store) struct Picked {
     /// `(wake_at, id, run, epoch)`, earliest wake time first.
     runs: Vec<(i64, String, RunRecord, u64)>,
+    failed: Vec<(Lease, StoreError)>,
+}
+
+/// What [`Picked::attach`] makes of one acquire.
+pub(in crate::store) struct Acquired {
+    /// The runs to hand out.
+    pub runs: Vec<LeasedRun>,
+    /// Leased runs that cannot be decoded, with why.
+    pub failed: Vec<(Lease, StoreError)>,
 }
 
 impl Picked {
     /// `rows` as the acquire statement returned them (in no particular order); an `Err` is a
     /// row that could not even be read, with the run id for the log.
     pub fn new(rows: Vec<Result<LeasedRow, (String, StoreError)>>) -> Picked {
-        let mut runs = Vec::with_capacity(rows.len());
+        let mut picked = Picked {
+            runs: Vec::with_capacity(rows.len()),
+            failed: Vec::new(),
+        };
         for row in rows {
-            let decoded = row.and_then(|row| {
-                let key = row.run.id.clone();
-                let epoch = u64::try_from(row.epoch).map_err(|e| corrupt(&key, "epoch", e));
-                let run = epoch.and_then(|epoch| Ok((row.run.decode()?, epoch)));
-                run.map(|(run, epoch)| (row.wake_at, key.clone(), run, epoch))
-                    .map_err(|e| (key, e))
-            });
-            match decoded {
-                Ok(picked) => runs.push(picked),
-                Err((run, e)) => skip_run(&run, &e),
+            let row = match row {
+                Ok(row) => row,
+                Err((run, e)) => {
+                    skip_run(&run, &e);
+                    continue;
+                }
+            };
+            let key = row.run.id.clone();
+            let lease = match (key.parse(), u64::try_from(row.epoch)) {
+                (Ok(run_id), Ok(epoch)) => Lease { run_id, epoch },
+                (Err(e), _) => {
+                    skip_run(&key, &corrupt(&key, "id", e));
+                    continue;
+                }
+                (_, Err(e)) => {
+                    skip_run(&key, &corrupt(&key, "epoch", e));
+                    continue;
+                }
+            };
+            match row.run.decode() {
+                Ok(run) => picked.runs.push((row.wake_at, key, run, lease.epoch)),
+                Err(e) => picked.failed.push((lease, e)),
             }
         }
         // The database hands leased rows back in no particular order.
-        runs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        Picked { runs }
+        picked.runs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        picked
     }
 
     /// The ids whose histories [`Picked::attach`] needs.
@@ -204,8 +230,8 @@ impl Picked {
     }
 
     /// The leased runs with their histories (`events`: the rows of every picked run, each
-    /// run's in order); a run whose history cannot be decoded is skipped like a bad row.
-    pub fn attach(self, events: Vec<EventRow>) -> Vec<LeasedRun> {
+    /// run's in order); a run whose history cannot be decoded fails like a bad row.
+    pub fn attach(self, events: Vec<EventRow>) -> Acquired {
         let mut histories: HashMap<String, Result<Vec<EventRecord>, StoreError>> = HashMap::new();
         for row in events {
             let entry = histories
@@ -218,18 +244,18 @@ impl Picked {
                 }
             }
         }
-        let mut out = Vec::with_capacity(self.runs.len());
+        let mut out = Acquired {
+            runs: Vec::with_capacity(self.runs.len()),
+            failed: self.failed,
+        };
         for (_, key, run, epoch) in self.runs {
+            let lease = Lease {
+                run_id: run.id,
+                epoch,
+            };
             match histories.remove(&key).unwrap_or_else(|| Ok(Vec::new())) {
-                Ok(events) => out.push(LeasedRun {
-                    lease: Lease {
-                        run_id: run.id,
-                        epoch,
-                    },
-                    run,
-                    events,
-                }),
-                Err(e) => skip_run(&key, &e),
+                Ok(events) => out.runs.push(LeasedRun { lease, run, events }),
+                Err(e) => out.failed.push((lease, e)),
             }
         }
         out
@@ -240,6 +266,6 @@ fn skip_run(run: &str, e: &StoreError) {
     tracing::error!(
         run_id = %run,
         error = %e,
-        "skipping a run whose stored record cannot be decoded"
+        "skipping a leased run whose id or epoch cannot be read; its lease will expire"
     );
 }

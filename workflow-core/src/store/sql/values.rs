@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::error::StoreError;
-use crate::store::{from_millis, to_millis, Append, NewEvent, RunOutcome, RunStatus};
+use crate::store::{from_millis, to_millis, Append, Event, NewEvent, RunOutcome, RunStatus};
 
 /// A time column: milliseconds since the Unix epoch.
 pub(in crate::store) fn sql_time(t: SystemTime) -> i64 {
@@ -81,6 +81,8 @@ pub(in crate::store) struct EncodedEvents {
     pub kind: Vec<String>,
     /// JSON of the event.
     pub data: Vec<String>,
+    /// The inbox ids of the payloads these events deliver (`HookReceived`).
+    pub received: Vec<i64>,
 }
 
 impl EncodedEvents {
@@ -90,6 +92,9 @@ impl EncodedEvents {
             out.at.push(sql_time(e.at));
             out.kind.push(e.event.kind().to_owned());
             out.data.push(to_json(&e.event, "an event")?);
+            if let Event::HookReceived { payload_id, .. } = &e.event {
+                out.received.push(sql_id(*payload_id));
+            }
         }
         Ok(out)
     }
@@ -121,32 +126,33 @@ pub(in crate::store) struct EncodedAppend {
 }
 
 impl EncodedAppend {
-    pub fn new(write: Append) -> Result<Self, StoreError> {
+    pub fn new(write: &Append) -> Result<Self, StoreError> {
         let now = sql_time(write.events.last().map_or_else(SystemTime::now, |e| e.at));
-        let end = match write.outcome {
+        let end = match &write.outcome {
             None => None,
             Some(RunOutcome::Completed(v)) => Some(EncodedEnd {
                 status: RunStatus::Completed,
-                output: Some(to_json(&v, "the run's output")?),
+                output: Some(to_json(v, "the run's output")?),
                 error: None,
             }),
             Some(RunOutcome::Failed(e)) => Some(EncodedEnd {
                 status: RunStatus::Failed,
                 output: None,
-                error: Some(to_json(&e, "the run's error")?),
+                error: Some(to_json(e, "the run's error")?),
             }),
         };
         Ok(EncodedAppend {
             events: EncodedEvents::new(&write.events)?,
-            release_tokens: write.release_tokens,
+            release_tokens: write.release_tokens.clone(),
             end,
             now,
         })
     }
 
-    /// True when the append only adds events (no tokens released, no end).
+    /// True when the append only adds events (no payload delivered, no tokens released, no
+    /// end).
     #[cfg(feature = "postgres")]
     pub fn events_only(&self) -> bool {
-        self.release_tokens.is_empty() && self.end.is_none()
+        self.events.received.is_empty() && self.release_tokens.is_empty() && self.end.is_none()
     }
 }
