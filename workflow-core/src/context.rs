@@ -24,7 +24,7 @@ use crate::error::{Error, HookConflictError};
 use crate::history::after;
 use crate::ids::{step_id, RunId};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
-use crate::replay::{Delivered, Delivery, Key, StepCall};
+use crate::replay::{Delivered, Delivery, Key, Patches, StepCall};
 
 tokio::task_local! {
     static WORKFLOW: Arc<RunCtx>;
@@ -73,8 +73,19 @@ struct Journal {
     /// Delivered, not yet received payloads per token.
     payloads: HashMap<String, VecDeque<Value>>,
     issued: Vec<Command>,
+    /// Commands matched against the history or recorded (releases aside) taken by the
+    /// driver so far: with those still in `issued`, the position of the next one.
+    taken: usize,
+    /// The history's patch markers, and the answers `patched` gave in this run.
+    patches: Patches,
+    patched: HashMap<String, bool>,
     ready: HashMap<Key, Ready>,
     waiters: HashMap<Key, Waker>,
+}
+
+/// Whether `cmd` takes a place among the recorded commands (a release does not).
+fn is_recorded(cmd: &Command) -> bool {
+    !matches!(cmd, Command::HookRelease { .. })
 }
 
 impl RunCtx {
@@ -84,6 +95,7 @@ impl RunCtx {
         started_at: SystemTime,
         start_token: Option<String>,
         max_payload_bytes: usize,
+        patches: Patches,
     ) -> Arc<Self> {
         Arc::new(RunCtx {
             run_id,
@@ -102,6 +114,9 @@ impl RunCtx {
                 abandoned: HashSet::new(),
                 payloads: HashMap::new(),
                 issued: Vec::new(),
+                taken: 0,
+                patches,
+                patched: HashMap::new(),
                 ready: HashMap::new(),
                 waiters: HashMap::new(),
             }),
@@ -119,7 +134,10 @@ impl RunCtx {
 
     /// Takes the commands issued since the last call, in issue order.
     pub(crate) fn take_issued(&self) -> Vec<Command> {
-        std::mem::take(&mut self.journal().issued)
+        let mut j = self.journal();
+        let issued = std::mem::take(&mut j.issued);
+        j.taken += issued.iter().filter(|c| is_recorded(c)).count();
+        issued
     }
 
     /// Hands `delivery` to the future waiting for it, advances the clock to its time, and
@@ -334,6 +352,62 @@ async fn timer(ctx: Arc<RunCtx>, fire_at: SystemTime) {
     };
     // A timer's delivery carries no value and cannot fail.
     let _ = ctx.wait(Key::Timer(id)).await;
+}
+
+/// Whether this run takes the path added by patch `id` (SPEC 9): lets a new build change a
+/// workflow while runs of the old code are in flight.
+///
+/// `true` when the run reaches this call live (a marker is recorded in its history) or
+/// replays a history holding the marker here; `false` when it replays a history recorded
+/// before the patch existed (nothing is recorded). Later calls with the same id in the same
+/// run give the same answer. Outside a workflow: `true`.
+///
+/// The recipe: put the new code under `if patched("id")` and keep the old path in the `else`,
+/// deploy, wait until no open run started before the deploy (`workflow runs --status
+/// running`), then remove the old path and the call (the marker stays in old histories and is
+/// ignored only if the call is gone from every code path that reaches it, so remove both
+/// together, in one deploy, after the last old run ended).
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[step]
+/// async fn charge(order: u64) -> Result<u64> { Ok(order) }
+/// #[step]
+/// async fn charge_with_tax(order: u64) -> Result<u64> { Ok(order * 2) }
+///
+/// #[workflow]
+/// async fn checkout(order: u64) -> Result<u64> {
+///     if patched("tax-2026") {
+///         charge_with_tax(order).await
+///     } else {
+///         charge(order).await
+///     }
+/// }
+/// # assert!(workflow_core::patched("outside a workflow"));
+/// ```
+pub fn patched(id: &str) -> bool {
+    let Some(ctx) = current() else {
+        return true;
+    };
+    let mut j = ctx.journal();
+    if let Some(answer) = j.patched.get(id) {
+        return *answer;
+    }
+    let at = j.taken + j.issued.iter().filter(|c| is_recorded(c)).count();
+    let answer = if at < j.patches.recorded {
+        // Replaying: the marker is here, or the history predates the patch.
+        j.patches.markers.get(&at).is_some_and(|m| m == id)
+    } else {
+        true
+    };
+    if answer {
+        j.issued.push(Command::Patch {
+            patch_id: id.to_owned(),
+        });
+    }
+    j.patched.insert(id.to_owned(), answer);
+    answer
 }
 
 /// The current time. Inside a workflow: the time of the last event delivered to it (the run's

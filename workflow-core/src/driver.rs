@@ -105,6 +105,8 @@ enum Stop {
     Abandoned,
     /// Evicted: given back to the store until its wake time or next payload.
     Evicted,
+    /// Blocked: its replay diverged; given back until a build that fits takes it.
+    Blocked,
 }
 
 /// An attempt's outcome, reported by its task.
@@ -189,6 +191,7 @@ impl Driver {
             run.created_at,
             run.hook_token,
             host.config().max_payload_bytes,
+            replay.patches(),
         );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
@@ -681,22 +684,26 @@ impl Driver {
         Ok(Stop::Evicted)
     }
 
-    /// Stops the run as failed without touching its history.
+    /// Blocks the run (SPEC 9) without touching its history: it waits for a build whose code
+    /// fits, tried again when a worker starts, with backoff, or on `retry()`.
     async fn diverge(&mut self, divergence: Divergence) -> Result<Stop, StoreError> {
         let msg = format!(
             "replay of run {} (workflow `{}`) diverged from its recorded history: {divergence}; \
-             the code changed under a running workflow. The history was left as recorded.",
+             the code changed under a running workflow. The run is blocked until a build whose \
+             code fits its history picks it up (or `retry()`); nothing was written.",
             self.ctx.run_id, self.ctx.workflow
         );
         tracing::error!(run_id = %self.ctx.run_id, "{msg}");
-        self.write(Writes {
-            events: Vec::new(),
-            releases: Vec::new(),
-            end: Some(End::Failed(Error::diverged(msg))),
-        })
-        .await?;
-        self.host.ended(self.ctx.run_id);
-        Ok(Stop::Ended)
+        let error = Error::diverged(msg);
+        let at = self
+            .retry(|| {
+                self.host
+                    .store()
+                    .block(&self.lease, &error, SystemTime::now())
+            })
+            .await?;
+        tracing::info!(run_id = %self.ctx.run_id, retry_at = ?at, "run blocked");
+        Ok(Stop::Blocked)
     }
 }
 

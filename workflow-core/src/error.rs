@@ -460,6 +460,22 @@ pub enum RunError {
     /// No run has this id.
     #[error("run {0} not found")]
     NotFound(RunId),
+    /// `retry()` on a run that did not fail and is not blocked; nothing was changed.
+    #[error("run {id} is {status}: only a failed or blocked run can be retried")]
+    NotRetryable {
+        /// The run.
+        id: RunId,
+        /// Its status.
+        status: crate::RunStatus,
+    },
+    /// `fork()` cannot copy the run's history up to the requested step; nothing was created.
+    #[error("cannot fork run {id}: {why}")]
+    CannotFork {
+        /// The run.
+        id: RunId,
+        /// Why.
+        why: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),

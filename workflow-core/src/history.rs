@@ -98,6 +98,16 @@ pub enum Event {
         /// Its token.
         token: String,
     },
+    /// The workflow reached `patched(patch_id)` live: from here on the run takes the patched
+    /// path, on every replay.
+    PatchMarked {
+        /// The id given to `patched`.
+        patch_id: String,
+    },
+    /// A failed run was re-opened with `retry()`: the end recorded before is void, and the
+    /// steps whose error ended the run (no command recorded after their result) get a fresh
+    /// set of attempts.
+    RunRetried,
 }
 
 impl Event {
@@ -117,6 +127,8 @@ impl Event {
             Event::HookRegistered { .. } => "hook_registered",
             Event::HookReceived { .. } => "hook_received",
             Event::HookReleased { .. } => "hook_released",
+            Event::PatchMarked { .. } => "patch_marked",
+            Event::RunRetried => "run_retried",
         }
     }
 }
@@ -140,6 +152,170 @@ pub struct EventRecord {
     pub at: SystemTime,
     /// What happened.
     pub event: Event,
+}
+
+/// The version of the history format: the events above, as `run.export()` writes them. A
+/// later version reads every earlier one.
+pub const HISTORY_FORMAT_VERSION: u32 = 1;
+
+/// The `format` field of an exported history.
+pub const HISTORY_FORMAT: &str = "workflow-rs/history";
+
+/// A run's history as `run.export()` gives it (serialized) and
+/// `workflow_core::testing::replay` reads it: documented, versioned JSON.
+///
+/// ```json
+/// {
+///   "format": "workflow-rs/history",
+///   "version": 1,
+///   "run": { "id": "01J…", "workflow": "checkout", "status": "completed",
+///            "input": [7], "created_at_ms": 1764547200000 },
+///   "events": [
+///     { "seq": 1, "at_ms": 1764547200001,
+///       "event": { "type": "step_scheduled", "step_id": "charge#0", "name": "charge", "input": [7] } }
+///   ]
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportedHistory {
+    /// Always [`HISTORY_FORMAT`].
+    pub format: String,
+    /// [`HISTORY_FORMAT_VERSION`] when written.
+    pub version: u32,
+    /// The run the history belongs to.
+    pub run: ExportedRun,
+    /// Its events, in order.
+    pub events: Vec<ExportedEvent>,
+}
+
+/// The run of an [`ExportedHistory`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportedRun {
+    /// The run's id.
+    pub id: RunId,
+    /// The workflow's registered name.
+    pub workflow: String,
+    /// Its status when exported (`RunStatus::as_str`).
+    pub status: String,
+    /// The serialized argument tuple.
+    pub input: Value,
+    /// When it was admitted (ms since the Unix epoch).
+    pub created_at_ms: u64,
+    /// The token claimed at admission (`start(..).hook(token)`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_token: Option<String>,
+}
+
+/// One event of an [`ExportedHistory`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportedEvent {
+    /// Position in the history, from 1.
+    pub seq: u64,
+    /// When it happened (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// What happened.
+    pub event: Event,
+}
+
+impl ExportedHistory {
+    /// Reads an exported history, checking its format and version.
+    pub fn from_json(json: &Value) -> Result<Self, String> {
+        let history: ExportedHistory = serde_json::from_value(json.clone())
+            .map_err(|e| format!("not an exported run history: {e}"))?;
+        if history.format != HISTORY_FORMAT {
+            return Err(format!(
+                "not an exported run history: format is {:?}, expected {HISTORY_FORMAT:?}",
+                history.format
+            ));
+        }
+        if history.version > HISTORY_FORMAT_VERSION {
+            return Err(format!(
+                "history format version {} is newer than this build reads (up to {})",
+                history.version, HISTORY_FORMAT_VERSION
+            ));
+        }
+        Ok(history)
+    }
+
+    /// The events as the replay core reads them.
+    pub fn records(&self) -> Vec<EventRecord> {
+        self.events
+            .iter()
+            .map(|e| EventRecord {
+                seq: e.seq,
+                at: from_millis(e.at_ms),
+                event: e.event.clone(),
+            })
+            .collect()
+    }
+}
+
+/// The history a fork of a run starts with (`run.fork(from_step)`, SPEC 9): the recorded
+/// results of its first `from_step` steps in scheduling order, with the timers and patch
+/// markers recorded before the next step was scheduled. `Err` with why not: fewer steps,
+/// or a hook registered before that point (a fork claims no token, so its replay could not
+/// match it).
+///
+/// Step ids name their run, so the copied events carry `fork`'s ids for them.
+pub(crate) fn fork_history(
+    events: &[EventRecord],
+    from_step: usize,
+    original: &RunId,
+    fork: &RunId,
+) -> Result<Vec<NewEvent>, String> {
+    let (old_prefix, new_prefix) = (format!("stp_{original}_"), format!("stp_{fork}_"));
+    let rename = |id: &mut String| {
+        if let Some(rest) = id.strip_prefix(&old_prefix) {
+            *id = format!("{new_prefix}{rest}");
+        }
+    };
+    let scheduled: Vec<&EventRecord> = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::StepScheduled { .. }))
+        .collect();
+    if from_step > scheduled.len() {
+        return Err(format!(
+            "the run scheduled {} steps; cannot fork from step {from_step}",
+            scheduled.len()
+        ));
+    }
+    let cut = scheduled.get(from_step).map_or(u64::MAX, |e| e.seq);
+    let mut steps = std::collections::HashSet::new();
+    let mut timers = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for e in events {
+        let keep = match &e.event {
+            Event::StepScheduled { step_id, .. } if e.seq < cut => steps.insert(step_id.clone()),
+            Event::StepAttemptStarted { step_id, .. }
+            | Event::StepAttemptFailed { step_id, .. }
+            | Event::StepCompleted { step_id, .. } => steps.contains(step_id),
+            Event::TimerScheduled { timer_id, .. } if e.seq < cut => {
+                timers.insert(timer_id.clone())
+            }
+            Event::TimerFired { timer_id } => timers.contains(timer_id),
+            Event::PatchMarked { .. } => e.seq < cut,
+            Event::HookRegistered { token, .. } if e.seq < cut => {
+                return Err(format!(
+                    "the run registered hook {token:?} before step {}; a fork claims no token, \
+                     so fork from an earlier step",
+                    from_step + 1
+                ))
+            }
+            _ => false,
+        };
+        if keep {
+            let mut event = e.event.clone();
+            match &mut event {
+                Event::StepScheduled { step_id, .. }
+                | Event::StepAttemptStarted { step_id, .. }
+                | Event::StepAttemptFailed { step_id, .. }
+                | Event::StepCompleted { step_id, .. } => rename(step_id),
+                _ => {}
+            }
+            out.push(NewEvent { at: e.at, event });
+        }
+    }
+    Ok(out)
 }
 
 /// Milliseconds since the Unix epoch (0 for earlier times), the stores' time format.
@@ -221,6 +397,8 @@ mod tests {
                 hook_key: s(),
                 token: s(),
             },
+            Event::PatchMarked { patch_id: s() },
+            Event::RunRetried,
         ];
         for e in events {
             let json = serde_json::to_value(&e).unwrap();

@@ -69,13 +69,16 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub use context::{
-    create_generated_hook, create_hook, now, random, sleep, sleep_until, step_metadata,
+    create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
     WorkflowMetadata,
 };
 pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
     PayloadTooLarge, ResumeHookError, RunError, StartError, StoreError,
+};
+pub use history::{
+    ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
@@ -90,9 +93,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything a workflow author needs: `use workflow_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        create_generated_hook, create_hook, now, random, sleep, sleep_until, step, step_metadata,
-        workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError, HookError,
-        HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata,
+        create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
+        step_metadata, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
+        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata,
         WorkflowMetadata,
     };
     pub use std::time::Duration;

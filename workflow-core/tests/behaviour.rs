@@ -13,6 +13,7 @@ use futures::future::Either;
 use serde_json::json;
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, NewRun};
+use workflow_core::{RunError, RunRecord};
 
 /// (step name, step id, attempt) of one step execution.
 type Execution = (String, String, u32);
@@ -426,30 +427,188 @@ async fn no_active_runs(rt: &Runtime) {
     }
 }
 
-async fn replay_divergence_is_reported_and_history_kept(b: Backend) {
+/// "Version 1" calls `step_a` first; "version 2" puts `step_b` under a patch.
+#[workflow]
+async fn patched_versions(key: String) -> Result<String> {
+    let version = versions().lock().unwrap().get(&key).copied().unwrap_or(1);
+    let first = if version == 1 || !patched("use-step-b") {
+        step_a(key.clone()).await?
+    } else {
+        step_b(key.clone()).await?
+    };
+    sleep(Duration::from_millis(1500)).await;
+    Ok(first)
+}
+
+/// Polls until the run has `status`.
+async fn until_status(rt: &Runtime, id: RunId, status: RunStatus) -> RunRecord {
+    loop {
+        let run = rt.get_run(&id).info().await.unwrap();
+        if run.status == status {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A deploy while runs sleep (SPEC 9): under the new build, the run whose code changed
+/// without a patch is blocked (divergence in its info, history untouched, `return_value`
+/// still waiting) and the patched workflow's old run completes on the old path while a new
+/// run takes the new one; `retry()` under a build that fits again lets the blocked run
+/// continue where it was.
+async fn deploys_block_divergent_runs_and_patches_keep_old_ones(b: Backend) {
     let db = TestDb::new(b);
-    let key = format!("div-{}", RunId::new());
+    let (key, pkey, fresh) = (
+        format!("div-{}", RunId::new()),
+        format!("pat-{}", RunId::new()),
+        format!("new-{}", RunId::new()),
+    );
     let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
     let run = rt1.start(versioned, (key.clone(),)).await.unwrap();
-    wait_for_event(&rt1, run.id(), |e| {
-        matches!(e, Event::TimerScheduled { .. })
-    })
-    .await;
+    let old = rt1.start(patched_versions, (pkey.clone(),)).await.unwrap();
+    for id in [run.id(), old.id()] {
+        bounded(wait_for_event(&rt1, id, |e| {
+            matches!(e, Event::TimerScheduled { .. })
+        }))
+        .await;
+    }
     rt1.shutdown();
     let before = rt1.store().events(&run.id()).await.unwrap();
 
-    versions().lock().unwrap().insert(key.clone(), 2);
+    // The new build.
+    for k in [&key, &pkey, &fresh] {
+        versions().lock().unwrap().insert(k.clone(), 2);
+    }
     let rt2 = db.runtime_with_lease(Duration::from_millis(300)).await;
-    let err = rt2.get_run(&run.id()).return_value().await.unwrap_err();
+    let blocked = bounded(until_status(&rt2, run.id(), RunStatus::Blocked)).await;
+    let err = blocked.error.expect("the divergence is shown");
     assert!(err.is_diverged(), "{err:?}");
     let msg = err.to_string();
     assert!(
-        msg.contains("step_a") && msg.contains("step_b"),
-        "names expected and found: {msg}"
+        msg.contains("step_a") && msg.contains("step_b") && msg.contains("at event 1"),
+        "names the event, expected and found: {msg}"
     );
-    let after = rt2.store().events(&run.id()).await.unwrap();
-    assert_eq!(before, after, "history untouched");
+    eprintln!("divergence as shown: {msg}");
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(200),
+        rt2.get_run(&run.id()).return_value(),
+    )
+    .await;
+    assert!(
+        waiting.is_err(),
+        "return_value keeps waiting on a blocked run"
+    );
+    assert_eq!(
+        rt2.store().events(&run.id()).await.unwrap(),
+        before,
+        "history untouched"
+    );
     assert_eq!(executed(run.id()).len(), 1, "step_b never ran");
+
+    let new = rt2.start(patched_versions, (fresh.clone(),)).await.unwrap();
+    let old_out: String = bounded(old.typed().return_value()).await.unwrap();
+    assert_eq!(
+        old_out,
+        format!("a:{pkey}"),
+        "the old run keeps the old path"
+    );
+    let new_out: String = bounded(new.clone().typed().return_value()).await.unwrap();
+    assert_eq!(
+        new_out,
+        format!("b:{fresh}"),
+        "a new run takes the patched path"
+    );
+    let marked = rt2.store().events(&new.id()).await.unwrap();
+    assert!(
+        marked.iter().any(
+            |e| matches!(&e.event, Event::PatchMarked { patch_id } if patch_id == "use-step-b")
+        ),
+        "{marked:?}"
+    );
+
+    // A build that fits the blocked run again, and `retry`.
+    versions().lock().unwrap().insert(key.clone(), 1);
+    rt2.get_run(&run.id()).retry().await.unwrap();
+    let out: String = bounded(run.clone().typed().return_value()).await.unwrap();
+    assert_eq!(out, format!("a:{key}"));
+    assert_eq!(
+        executed(run.id()).len(),
+        1,
+        "step_a ran once, before the deploy"
+    );
+}
+
+#[step(max_retries = 1)]
+async fn flaky_until_fixed(key: String) -> Result<String> {
+    record("flaky");
+    if versions().lock().unwrap().get(&key).copied().unwrap_or(1) == 1 {
+        return Err(Error::retryable("the service is down"));
+    }
+    Ok(format!("fixed:{key}"))
+}
+
+#[workflow]
+async fn fails_then_fixed(key: String) -> Result<String> {
+    let a = step_a(key.clone()).await?;
+    let b = flaky_until_fixed(key).await?;
+    Ok(format!("{a}+{b}"))
+}
+
+/// `retry()` re-opens a failed run: recorded steps do not run again, the step whose retries
+/// ran out gets a fresh set of attempts; a completed run cannot be retried. `fork(1)` starts
+/// a new run holding the first step's recorded result and running the rest again.
+async fn retry_reopens_failed_runs_and_fork_copies_a_prefix(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let key = format!("retry-{}", RunId::new());
+    let run = rt.start(fails_then_fixed, (key.clone(),)).await.unwrap();
+    let err = bounded(run.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("the service is down"), "{err}");
+    let flaky = |id| {
+        executed(id)
+            .iter()
+            .filter(|(name, _, _)| name == "flaky")
+            .count()
+    };
+    assert_eq!(flaky(run.id()), 2);
+
+    // The fix is deployed; a fork from the first step copies step_a's result.
+    versions().lock().unwrap().insert(key.clone(), 2);
+    let fork = bounded(run.fork(1)).await.unwrap();
+    bounded(run.retry()).await.unwrap();
+    let out = bounded(run.return_value()).await.unwrap();
+    assert_eq!(out, format!("a:{key}+fixed:{key}"));
+    let steps_a = |id| {
+        executed(id)
+            .iter()
+            .filter(|(name, _, _)| name == "step_a")
+            .count()
+    };
+    assert_eq!(steps_a(run.id()), 1, "the recorded step did not run again");
+    assert_eq!(flaky(run.id()), 3, "one fresh attempt succeeded");
+    let events = rt.store().events(&run.id()).await.unwrap();
+    assert!(events.iter().any(|e| matches!(e.event, Event::RunRetried)));
+    assert!(matches!(
+        bounded(run.retry()).await,
+        Err(RunError::NotRetryable {
+            status: RunStatus::Completed,
+            ..
+        })
+    ));
+
+    let forked = bounded(fork.return_value()).await.unwrap();
+    assert_eq!(forked, format!("a:{key}+fixed:{key}"));
+    assert_eq!(steps_a(fork.id()), 0, "the copied step did not run");
+    assert_eq!(flaky(fork.id()), 1);
+    assert!(matches!(
+        bounded(run.fork(5)).await,
+        Err(RunError::CannotFork { .. })
+    ));
 }
 
 #[step]
@@ -1010,7 +1169,8 @@ on_every_store!(
     panics_fail_the_run_and_the_worker_goes_on,
     durable_sleep_and_deterministic_helpers,
     cancel_stops_the_run,
-    replay_divergence_is_reported_and_history_kept,
+    deploys_block_divergent_runs_and_patches_keep_old_ones,
+    retry_reopens_failed_runs_and_fork_copies_a_prefix,
     races_replay_the_way_they_ran,
     takeover_after_lease_expiry_resumes_in_flight_step,
     bad_input_gives_clear_errors,

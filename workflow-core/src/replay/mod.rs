@@ -76,6 +76,11 @@ pub(crate) enum Command<S> {
         /// Its token.
         token: String,
     },
+    /// `patched(patch_id)` answered true: match the recorded marker, or record it.
+    Patch {
+        /// The id given to `patched`.
+        patch_id: String,
+    },
 }
 
 impl<S> Command<S> {
@@ -87,6 +92,7 @@ impl<S> Command<S> {
             Command::HookRelease { hook_key, token } => {
                 format!("release of hook {token:?} ({hook_key})")
             }
+            Command::Patch { patch_id } => format!("patch {patch_id:?}"),
         }
     }
 }
@@ -252,6 +258,15 @@ impl fmt::Display for Divergence {
     }
 }
 
+/// Where the patch markers of a history stand: what `patched` needs to answer at once.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Patches {
+    /// How many commands the history records.
+    pub(crate) recorded: usize,
+    /// The recorded commands that are patch markers, by position, with their ids.
+    pub(crate) markers: HashMap<usize, String>,
+}
+
 /// A recorded command, for matching.
 #[derive(Debug)]
 struct Recorded {
@@ -273,14 +288,19 @@ enum RecordedCommand {
         hook_key: String,
         token: String,
     },
+    Patch {
+        patch_id: String,
+    },
 }
 
 impl RecordedCommand {
-    fn key(&self) -> Key {
+    /// The key its result is delivered under (a patch marker has no result).
+    fn key(&self) -> Option<Key> {
         match self {
-            RecordedCommand::Step { step_id, .. } => Key::Step(step_id.clone()),
-            RecordedCommand::Timer { timer_id, .. } => Key::Timer(timer_id.clone()),
-            RecordedCommand::Hook { hook_key, .. } => Key::Hook(hook_key.clone()),
+            RecordedCommand::Step { step_id, .. } => Some(Key::Step(step_id.clone())),
+            RecordedCommand::Timer { timer_id, .. } => Some(Key::Timer(timer_id.clone())),
+            RecordedCommand::Hook { hook_key, .. } => Some(Key::Hook(hook_key.clone())),
+            RecordedCommand::Patch { .. } => None,
         }
     }
 
@@ -289,6 +309,7 @@ impl RecordedCommand {
             RecordedCommand::Step { step_id, name } => format!("step `{name}` ({step_id})"),
             RecordedCommand::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
             RecordedCommand::Hook { hook_key, token } => format!("hook {token:?} ({hook_key})"),
+            RecordedCommand::Patch { patch_id } => format!("patch {patch_id:?}"),
         }
     }
 
@@ -307,6 +328,7 @@ impl RecordedCommand {
                     token: t,
                 },
             ) => hook_key == k && token == t,
+            (RecordedCommand::Patch { patch_id }, Command::Patch { patch_id: p }) => patch_id == p,
             _ => false,
         }
     }
@@ -483,7 +505,34 @@ impl<S> Replay<S> {
             Event::HookReleased { hook_key, .. } => {
                 self.released.insert(hook_key);
             }
+            Event::PatchMarked { patch_id } => self.recorded.push(Recorded {
+                seq,
+                what: RecordedCommand::Patch { patch_id },
+            }),
+            Event::RunRetried => self.reopen(),
             Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
+        }
+    }
+
+    /// A failed run re-opened (`RunRetried`): the steps whose error ended it — their error is
+    /// recorded after the last recorded command, so the workflow did not go on from it — lose
+    /// that result and get a fresh set of attempts.
+    fn reopen(&mut self) {
+        let last_command = self.recorded.last().map_or(0, |r| r.seq);
+        let mut voided = HashSet::new();
+        self.history.retain(|(seq, d)| match &d.what {
+            Delivered::Step {
+                step_id,
+                result: Err(_),
+            } if *seq > last_command => {
+                voided.insert(step_id.clone());
+                false
+            }
+            _ => true,
+        });
+        for step_id in voided {
+            self.recorded_results.remove(&Key::Step(step_id.clone()));
+            self.attempts.insert(step_id, Attempts::default());
         }
     }
 
@@ -509,6 +558,10 @@ impl<S> Replay<S> {
         for cmd in commands {
             let (hook_key, token) = match cmd {
                 Command::HookRelease { hook_key, token } => (hook_key, token),
+                Command::Patch { patch_id } => {
+                    self.issue_patch(patch_id, now)?;
+                    continue;
+                }
                 cmd => {
                     self.issue_one(cmd, now)?;
                     continue;
@@ -529,12 +582,58 @@ impl<S> Replay<S> {
         Ok(())
     }
 
+    /// A patch marker: matched against the history, or recorded when the run is live.
+    fn issue_patch(&mut self, patch_id: String, now: SystemTime) -> Result<(), Divergence> {
+        let cmd: Command<S> = Command::Patch { patch_id };
+        match self.recorded.get(self.matched) {
+            Some(rec) if rec.what.matches(&cmd) => self.matched += 1,
+            Some(rec) => {
+                let divergence = Divergence {
+                    kind: DivergenceKind::Command,
+                    seq: rec.seq,
+                    expected: rec.what.describe(),
+                    found: cmd.describe(),
+                };
+                self.writes.clear();
+                self.releases.clear();
+                return Err(divergence);
+            }
+            None => {
+                let Command::Patch { patch_id } = cmd else {
+                    return Ok(());
+                };
+                self.writes.push(NewEvent {
+                    at: now,
+                    event: Event::PatchMarked { patch_id },
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the history's patch markers stand among its recorded commands, for the
+    /// workflow's `patched` to answer without waiting for the core.
+    pub(crate) fn patches(&self) -> Patches {
+        Patches {
+            recorded: self.recorded.len(),
+            markers: self
+                .recorded
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| match &r.what {
+                    RecordedCommand::Patch { patch_id } => Some((i, patch_id.clone())),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
     fn issue_one(&mut self, cmd: Command<S>, now: SystemTime) -> Result<(), Divergence> {
         let key = match &cmd {
             Command::Step(call) => Key::Step(call.step_id.clone()),
             Command::Timer { timer_id, .. } => Key::Timer(timer_id.clone()),
             Command::HookRegister { hook_key, .. } => Key::Hook(hook_key.clone()),
-            Command::HookRelease { .. } => return Ok(()),
+            Command::HookRelease { .. } | Command::Patch { .. } => return Ok(()),
         };
         let mut recorded_fire_at = None;
         let replayed = match self.recorded.get(self.matched) {
@@ -602,7 +701,7 @@ impl<S> Replay<S> {
             Command::HookRegister { hook_key, token } => {
                 self.effects.push_back(Effect::Claim { hook_key, token });
             }
-            Command::HookRelease { .. } => {}
+            Command::HookRelease { .. } | Command::Patch { .. } => {}
         }
         Ok(())
     }
@@ -861,7 +960,7 @@ impl<S> Replay<S> {
         let expected = self
             .recorded
             .iter()
-            .find(|c| c.what.key() == *key)
+            .find(|c| c.what.key().as_ref() == Some(key))
             .map(|c| c.what.describe())
             .unwrap_or_else(|| format!("`{key}`"));
         let mut waiting: Vec<String> = self.waiting.iter().map(Key::to_string).collect();
@@ -924,7 +1023,7 @@ impl<S> Replay<S> {
                     Some(key) => self
                         .recorded
                         .iter()
-                        .find(|c| c.what.key() == key)
+                        .find(|c| c.what.key() == Some(key.clone()))
                         .map(|c| format!("the result of {}", c.what.describe()))
                         .unwrap_or_else(|| format!("the result of `{key}`")),
                     None => "a result".to_owned(),

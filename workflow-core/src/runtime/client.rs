@@ -19,11 +19,15 @@ use crate::context::invalid_token;
 use crate::error::{
     Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError, StoreError,
 };
-use crate::history::after;
+use crate::history::{
+    after, fork_history, to_millis, ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT,
+    HISTORY_FORMAT_VERSION,
+};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
-    Admission, CancelOutcome, LeasedRun, NewRun, PruneStats, RunRecord, RunStatus, StartHook, Store,
+    Admission, CancelOutcome, LeasedRun, NewRun, PruneStats, RetryOutcome, RunRecord, RunStatus,
+    StartHook, Store,
 };
 
 impl Runtime {
@@ -418,6 +422,100 @@ impl<T> Run<T> {
         }
         Ok(())
     }
+
+    /// Tries the run again at once (SPEC 9). A blocked run is handed to a worker now (it
+    /// continues where it was if the code fits its history again, or blocks again). A failed
+    /// run is re-opened: its recorded steps are not run again; the steps whose error ended it
+    /// get a fresh set of attempts (or, if the workflow itself returned the error, it runs
+    /// again from its replay). A run that completed, was cancelled or has not ended is an
+    /// error ([`RunError::NotRetryable`]) and is left as it is.
+    ///
+    /// ```
+    /// # use workflow_core::prelude::*;
+    /// # use workflow_core::RunError;
+    /// #[step]
+    /// async fn fine() -> Result<u32> { Ok(1) }
+    /// #[workflow]
+    /// async fn done() -> Result<u32> { fine().await }
+    /// # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(done, ()).await?;
+    /// run.return_value().await?;
+    /// // A completed run has nothing to retry.
+    /// assert!(matches!(run.retry().await, Err(RunError::NotRetryable { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn retry(&self) -> Result<(), RunError> {
+        let inner = &self.rt.inner;
+        match inner.store.retry(&self.id, SystemTime::now()).await? {
+            RetryOutcome::Reopened | RetryOutcome::Unblocked => {
+                inner.work.notify_one();
+                Ok(())
+            }
+            RetryOutcome::NotRetryable(status) => Err(RunError::NotRetryable {
+                id: self.id,
+                status,
+            }),
+        }
+    }
+
+    /// Starts a new run of the same workflow with the same arguments whose history holds
+    /// this run's recorded results of its first `from_step` steps (in the order they were
+    /// scheduled); later steps run again, with this build's code (SPEC 9). The copy claims no
+    /// hook token, so a run that registered a hook before that step cannot be forked there
+    /// ([`RunError::CannotFork`], as for a `from_step` beyond the steps it scheduled).
+    pub async fn fork(&self, from_step: usize) -> Result<Run<T>, RunError> {
+        let inner = &self.rt.inner;
+        let run = self.info().await?;
+        let events = inner.store.events(&self.id).await?;
+        let id = RunId::new();
+        let history = fork_history(&events, from_step, &self.id, &id)
+            .map_err(|why| RunError::CannotFork { id: self.id, why })?;
+        let new = NewRun {
+            id,
+            workflow: run.workflow,
+            input: run.input,
+            created_at: SystemTime::now(),
+            hook: None,
+        };
+        inner.store.create_run_with_history(new, &history).await?;
+        inner.work.notify_one();
+        Ok(Run {
+            id,
+            rt: self.rt.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// The run's history as documented, versioned JSON ([`ExportedHistory`]): feed it to
+    /// `workflow_core::testing::replay` to check a new build against it, or keep it as a
+    /// test fixture. `workflow export <id>` writes the same.
+    pub async fn export(&self) -> Result<Value, RunError> {
+        let run = self.info().await?;
+        let events = self.rt.inner.store.events(&self.id).await?;
+        let history = ExportedHistory {
+            format: HISTORY_FORMAT.to_owned(),
+            version: HISTORY_FORMAT_VERSION,
+            run: ExportedRun {
+                id: run.id,
+                workflow: run.workflow,
+                status: run.status.as_str().to_owned(),
+                input: run.input,
+                created_at_ms: to_millis(run.created_at),
+                hook_token: run.hook_token,
+            },
+            events: events
+                .into_iter()
+                .map(|e| ExportedEvent {
+                    seq: e.seq,
+                    at_ms: to_millis(e.at),
+                    event: e.event,
+                })
+                .collect(),
+        };
+        serde_json::to_value(history)
+            .map_err(|e| RunError::Store(StoreError::database(format!("cannot export: {e}"))))
+    }
 }
 
 impl<T: DeserializeOwned> Run<T> {
@@ -445,7 +543,7 @@ impl<T: DeserializeOwned> Run<T> {
                         .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
                 }
                 RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
-                RunStatus::Pending | RunStatus::Running => {
+                RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => {
                     // Read again when this run ends here, when notices were missed, or after
                     // the poll interval (runs driven by processes that do not push).
                     let _ = tokio::time::timeout(

@@ -57,6 +57,12 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
     let mut failures = 0u32;
     // Payloads sent through other processes reach the runs driven here through this cursor.
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
+    // A worker starting may be a new build whose code fits the blocked runs (SPEC 9).
+    match rt.store.wake_blocked(SystemTime::now()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(runs = n, "trying blocked runs again with this build"),
+        Err(e) => tracing::warn!(error = %e, "could not wake the blocked runs"),
+    }
     // Stores that push changes wake the worker at once; the poll stays as a safety net.
     let pushed = rt.pushed;
     // Payloads sent in this process notify their runs directly: the cursor is only for other

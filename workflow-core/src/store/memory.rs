@@ -9,9 +9,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome,
-    Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewRun, Payload,
-    PruneStats, RunFilter, RunOutcome, RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
+    ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun,
+    NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome, RunRecord,
+    RunStatus, Store, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -48,6 +49,8 @@ struct Row {
     due_at: Option<SystemTime>,
     /// Tries in a row that ended in [`Store::record_failure`].
     failed_tries: u32,
+    /// Blocks in a row ([`Store::block`]).
+    blocked_tries: u32,
 }
 
 struct HookRow {
@@ -159,6 +162,7 @@ impl State {
                 lease_until: lease.map(|l| after(created_at, l)),
                 due_at: None,
                 failed_tries: 0,
+                blocked_tries: 0,
             },
         );
         self.schedule(id);
@@ -254,6 +258,10 @@ impl Store for MemoryStore {
             if let Some(r) = st.runs.get_mut(&id) {
                 r.epoch += 1;
                 r.lease_until = Some(after(req.now, req.lease));
+                if r.record.status == RunStatus::Blocked {
+                    // Tried again: the divergence is shown only while it blocks the run.
+                    r.record.error = None;
+                }
                 r.record.status = RunStatus::Running;
                 leased.push(LeasedRun {
                     run: r.record.clone(),
@@ -329,6 +337,7 @@ impl Store for MemoryStore {
         let row = st.held(lease)?;
         row.lease_until = None;
         row.failed_tries = 0;
+        row.blocked_tries = 0;
         row.wake_at = if waiting { SystemTime::now() } else { wake_at };
         // A run given back is suspended (evicted) and its history may stay so for days:
         // hold only what it uses.
@@ -370,6 +379,84 @@ impl Store for MemoryStore {
             st.release_all(lease.run_id, now);
         }
         Ok(outcome)
+    }
+
+    async fn block(
+        &self,
+        lease: &Lease,
+        divergence: &Error,
+        now: SystemTime,
+    ) -> Result<SystemTime, StoreError> {
+        let mut st = self.lock();
+        let row = st.held(lease)?;
+        row.blocked_tries = row.blocked_tries.saturating_add(1);
+        let at = after(now, block_backoff(row.blocked_tries));
+        row.record.status = RunStatus::Blocked;
+        row.record.error = Some(divergence.clone());
+        row.record.updated_at = now;
+        row.lease_until = None;
+        row.wake_at = at;
+        st.schedule(lease.run_id);
+        Ok(at)
+    }
+
+    async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
+        let mut st = self.lock();
+        let row = st.runs.get_mut(id).ok_or(StoreError::RunNotFound(*id))?;
+        let outcome = match row.record.status {
+            RunStatus::Blocked => RetryOutcome::Unblocked,
+            RunStatus::Failed => {
+                row.push(now, Event::RunRetried);
+                row.record.status = RunStatus::Pending;
+                row.record.error = None;
+                row.record.updated_at = now;
+                row.failed_tries = 0;
+                RetryOutcome::Reopened
+            }
+            other => return Ok(RetryOutcome::NotRetryable(other)),
+        };
+        row.blocked_tries = 0;
+        row.wake_at = now;
+        st.schedule(*id);
+        Ok(outcome)
+    }
+
+    async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
+        let mut st = self.lock();
+        let blocked: Vec<RunId> = st
+            .runs
+            .values_mut()
+            .filter(|r| r.record.status == RunStatus::Blocked)
+            .map(|r| {
+                r.wake_at = r.wake_at.min(now);
+                r.record.id
+            })
+            .collect();
+        for id in &blocked {
+            st.schedule(*id);
+        }
+        Ok(blocked.len() as u64)
+    }
+
+    async fn create_run_with_history(
+        &self,
+        run: NewRun,
+        history: &[NewEvent],
+    ) -> Result<(), StoreError> {
+        if run.hook.is_some() {
+            return Err(StoreError::database(
+                "a run created with a history cannot claim a token",
+            ));
+        }
+        let mut st = self.lock();
+        let id = run.id;
+        st.admit(run, None)?;
+        if let Some(row) = st.runs.get_mut(&id) {
+            for e in history {
+                row.push(e.at, e.event.clone());
+            }
+        }
+        Ok(())
     }
 
     async fn claim_hook(
@@ -435,7 +522,10 @@ impl Store for MemoryStore {
             ),
         );
         if let Some(r) = st.runs.get_mut(&run) {
-            r.wake_at = r.wake_at.min(at);
+            // A blocked run waits for a build that fits, not for payloads.
+            if r.record.status != RunStatus::Blocked {
+                r.wake_at = r.wake_at.min(at);
+            }
         }
         st.schedule(run);
         Ok(Some((run, id)))

@@ -38,6 +38,10 @@ pub enum RunStatus {
     Failed,
     /// Cancelled with `cancel()`.
     Cancelled,
+    /// Its replay does not match its history (the code changed under it): nothing more is
+    /// recorded until a build that fits picks it up (SPEC 9). The divergence is the run's
+    /// `error`; workers try it again when they start, with backoff, and on `retry()`.
+    Blocked,
 }
 
 impl RunStatus {
@@ -54,6 +58,7 @@ impl RunStatus {
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
+            Self::Blocked => "blocked",
         }
     }
 
@@ -65,6 +70,7 @@ impl RunStatus {
             "completed" => Self::Completed,
             "failed" => Self::Failed,
             "cancelled" => Self::Cancelled,
+            "blocked" => Self::Blocked,
             _ => return None,
         })
     }
@@ -358,6 +364,24 @@ pub(crate) fn gave_up(cause: &Error) -> Error {
     ))
 }
 
+/// How long a blocked run waits before a worker tries it again, after its `tries`-th block in
+/// a row: a minute, doubling, at most an hour (SPEC 9).
+pub fn block_backoff(tries: u32) -> Duration {
+    let doublings = tries.saturating_sub(1).min(6);
+    Duration::from_secs(60 << doublings).min(Duration::from_secs(3600))
+}
+
+/// What [`Store::retry`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// A failed run was re-opened (`RunRetried` recorded) and is due now.
+    Reopened,
+    /// A blocked run is due now.
+    Unblocked,
+    /// Nothing to retry: the run has this status (completed, cancelled, or not ended).
+    NotRetryable(RunStatus),
+}
+
 /// What [`Store::record_failure`] did with the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureOutcome {
@@ -460,6 +484,34 @@ pub trait Store: Send + Sync + 'static {
         lease: &Lease,
         wake_at: SystemTime,
         payloads_seen: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Blocks the run under `lease` (its replay diverged, SPEC 9): status
+    /// [`RunStatus::Blocked`] with `divergence` as its error, nothing added to its history,
+    /// the lease given back, due again after [`block_backoff`] of its blocks in a row.
+    /// Returns when it is due. [`StoreError::LeaseLost`] if `lease` is not current.
+    async fn block(
+        &self,
+        lease: &Lease,
+        divergence: &Error,
+        now: SystemTime,
+    ) -> Result<SystemTime, StoreError>;
+
+    /// `run.retry()`: a blocked run becomes due at `now`; a failed run is re-opened (a
+    /// `RunRetried` event, status pending, its error cleared, due at `now`). Any other status
+    /// changes nothing. [`StoreError::RunNotFound`] for an unknown run.
+    async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError>;
+
+    /// Makes every blocked run due at `now` (a worker started: maybe a build that fits);
+    /// how many.
+    async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError>;
+
+    /// Admits `run` (which must not carry a hook) with `history` already recorded, for
+    /// `run.fork()`. An existing id is an error.
+    async fn create_run_with_history(
+        &self,
+        run: NewRun,
+        history: &[NewEvent],
     ) -> Result<(), StoreError>;
 
     /// Claims `token` for hook `hook_key` of the leased run and appends the

@@ -30,9 +30,9 @@ use super::sql::{
     EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
-    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, PruneStats, RunFilter,
-    RunRecord, Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -65,7 +65,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        name: "each run counts its failed tries in a row",
+        name: "failed tries and blocks counted per run; blocked runs",
         ddl: MIGRATION_3,
     },
 ];
@@ -142,9 +142,19 @@ WHERE e.run_id = r.id;
 ALTER TABLE {schema}.runs SET (fillfactor = 80);
 "#;
 
-/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row.
+/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row. A run whose
+/// replay diverged is `blocked` (SPEC 9) and counts its blocks for its backoff; it is
+/// acquirable when due, so the ready index takes it in.
 const MIGRATION_3: &str = r#"
-ALTER TABLE {schema}.runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE {schema}.runs
+    ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0,
+    DROP CONSTRAINT runs_status_check,
+    ADD CONSTRAINT runs_status_check CHECK
+        (status IN ('pending', 'running', 'completed', 'failed', 'cancelled', 'blocked'));
+DROP INDEX {schema}.runs_ready;
+CREATE INDEX runs_ready ON {schema}.runs (wake_at, id)
+    WHERE status IN ('pending', 'running', 'blocked');
 "#;
 
 /// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
@@ -422,6 +432,51 @@ impl Store for PostgresStore {
         settle(tx, released).await
     }
 
+    async fn block(
+        &self,
+        lease: &Lease,
+        divergence: &Error,
+        now: SystemTime,
+    ) -> Result<SystemTime, StoreError> {
+        let error = to_json(divergence, "the divergence")?;
+        let epoch = sql_epoch(lease.epoch);
+        let mut tx = self.begin().await?;
+        let run = &lease.run_id;
+        let blocked = policy::block(&mut self.tx(&mut tx), run, epoch, &error, now).await;
+        settle(tx, blocked).await
+    }
+
+    async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
+        let retried = EncodedEvents::new(&[NewEvent {
+            at: now,
+            event: Event::RunRetried,
+        }])?;
+        let mut tx = self.begin().await?;
+        let done = policy::retry(&mut self.tx(&mut tx), id, &retried, sql_time(now)).await;
+        settle(tx, done).await
+    }
+
+    async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
+        let (woken, _notes): (i64, i64) = sqlx::query_as(&self.inner.sql.wake_blocked)
+            .bind(sql_time(now))
+            .bind(&self.inner.schema)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        Ok(woken.unsigned_abs())
+    }
+
+    async fn create_run_with_history(
+        &self,
+        run: NewRun,
+        history: &[NewEvent],
+    ) -> Result<(), StoreError> {
+        let row = NewRunRow::new(run, None)?;
+        let events = EncodedEvents::new(history)?;
+        let mut tx = self.begin().await?;
+        let created = policy::create_with_history(&mut self.tx(&mut tx), &row, &events).await;
+        settle(tx, created).await
+    }
+
     async fn record_failure(
         &self,
         lease: &Lease,
@@ -655,7 +710,7 @@ fn statements(s: &str) -> Statements {
             acquire: format!(
                 "WITH picked AS MATERIALIZED (
                      SELECT id FROM {s}.runs
-                     WHERE status IN ('pending', 'running')
+                     WHERE status IN ('pending', 'running', 'blocked')
                        AND wake_at <= $2
                        AND (lease_until IS NULL OR lease_until <= $2)
                        AND workflow = ANY($3)
@@ -663,7 +718,7 @@ fn statements(s: &str) -> Statements {
                      LIMIT $4
                      FOR UPDATE SKIP LOCKED)
                  UPDATE {s}.runs AS r
-                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1
+                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.epoch, r.wake_at"
@@ -730,6 +785,31 @@ fn statements(s: &str) -> Statements {
                  RETURNING failed_tries::bigint"
             ),
             retry_at: format!("UPDATE {s}.runs SET wake_at = $2 WHERE id = $1"),
+            block: format!(
+                "UPDATE {s}.runs SET status = 'blocked', error = $3, updated_at = $4,
+                     lease_until = NULL, blocked_tries = blocked_tries + 1
+                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL
+                 RETURNING blocked_tries::bigint"
+            ),
+            // Announced: the run is acquirable now. `$3` channel.
+            retry: format!(
+                "WITH retried AS (
+                     UPDATE {s}.runs SET
+                         status = CASE status WHEN 'failed' THEN 'pending' ELSE status END,
+                         error = CASE status WHEN 'failed' THEN NULL ELSE error END,
+                         updated_at = $2, wake_at = $2, failed_tries = 0, blocked_tries = 0
+                     WHERE id = $1 AND status IN ('failed', 'blocked')
+                     RETURNING id)
+                 SELECT pg_notify($3, '{NOTE_READY}') FROM retried"
+            ),
+            // `$2` channel.
+            wake_blocked: format!(
+                "WITH woken AS (
+                     UPDATE {s}.runs SET wake_at = LEAST(wake_at, $1) WHERE status = 'blocked'
+                     RETURNING id),
+                 notes AS (SELECT pg_notify($2, '{NOTE_READY}') FROM (SELECT 1 FROM woken LIMIT 1) w)
+                 SELECT (SELECT count(*) FROM woken), (SELECT count(*) FROM notes)"
+            ),
             forget_payloads: format!("DELETE FROM {s}.hook_inbox WHERE run_id = $1 AND id = ANY($2)"),
             // One statement, so one round trip and an implicit transaction: take the inbox
             // lock (see `PostgresStore::resume_hook`), queue the payload if the token has an
@@ -747,7 +827,8 @@ fn statements(s: &str) -> Statements {
                      WHERE h.token = $1 AND h.active
                      RETURNING id, run_id),
                  woken AS (
-                     UPDATE {s}.runs r SET wake_at = LEAST(r.wake_at, $3)
+                     UPDATE {s}.runs r SET wake_at = CASE r.status
+                         WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $3) END
                      FROM queued q WHERE r.id = q.run_id
                      RETURNING r.status IN ('pending', 'running')
                          AND (r.lease_until IS NULL OR r.lease_until <= $5) AS idle),
@@ -929,6 +1010,24 @@ impl Tx for Pg<'_> {
     async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
         let query = sqlx::query_scalar(&self.sql.count_failure).bind(run);
         Ok(query.bind(epoch).fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn block(
+        &mut self,
+        run: &str,
+        epoch: i64,
+        error: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.block).bind(run).bind(epoch);
+        let query = query.bind(error).bind(now);
+        Ok(query.fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn retry(&mut self, run: &str, now: i64) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.retry).bind(run).bind(now);
+        query.bind(self.channel).execute(&mut *self.conn).await?;
+        Ok(())
     }
 
     async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
@@ -1644,7 +1743,7 @@ mod tests {
         schema
             .exec(&format!(
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
-                 ALTER TABLE {runs} DROP COLUMN failed_tries;
+                 ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries;
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
                 migrations = schema.table("workflow_migrations"),

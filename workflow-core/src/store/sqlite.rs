@@ -37,9 +37,9 @@ use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
-    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Payload, PruneStats, RunFilter, RunRecord,
-    Store,
+    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -72,7 +72,7 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 4,
-        name: "each run counts its failed tries in a row",
+        name: "failed tries and blocks counted per run; blocked runs",
         ddl: SCHEMA_V4,
     },
 ];
@@ -146,9 +146,14 @@ UPDATE runs SET last_seq = (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_i
 DROP TABLE workflow_meta;
 ";
 
-/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row.
+/// Poison runs end (SPEC 8): a run counts the tries at it that failed in a row. A run whose
+/// replay diverged is `blocked` (SPEC 9) and counts its blocks for its backoff; it is
+/// acquirable when due, so the ready index takes it in.
 const SCHEMA_V4: &str = "
 ALTER TABLE runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0;
+DROP INDEX runs_ready;
+CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running', 'blocked');
 ";
 
 /// Every statement the store runs (beside the schema's), as SQLite spells it; read it side
@@ -192,10 +197,11 @@ const SQL: Statements = Statements {
                 WHERE run_id IN (SELECT value FROM json_each(?1)) ORDER BY run_id, seq",
     // One statement picks and leases; the IMMEDIATE transaction around it keeps every other
     // connection, in any process, from leasing the same rows meanwhile.
-    acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1
+    acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
+                  error = NULL
               WHERE id IN (
                   SELECT id FROM runs
-                  WHERE status IN ('pending', 'running')
+                  WHERE status IN ('pending', 'running', 'blocked')
                     AND wake_at <= ?2
                     AND (lease_until IS NULL OR lease_until <= ?2)
                     AND workflow IN (SELECT value FROM json_each(?3))
@@ -234,6 +240,15 @@ const SQL: Statements = Statements {
                       AND lease_until IS NOT NULL
                     RETURNING failed_tries",
     retry_at: "UPDATE runs SET wake_at = ?2 WHERE id = ?1",
+    block: "UPDATE runs SET status = 'blocked', error = ?3, updated_at = ?4, lease_until = NULL,
+                blocked_tries = blocked_tries + 1
+            WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL
+            RETURNING blocked_tries",
+    retry: "UPDATE runs SET status = CASE status WHEN 'failed' THEN 'pending' ELSE status END,
+                error = CASE status WHEN 'failed' THEN NULL ELSE error END,
+                updated_at = ?2, wake_at = ?2, failed_tries = 0, blocked_tries = 0
+            WHERE id = ?1 AND status IN ('failed', 'blocked')",
+    wake_blocked: "UPDATE runs SET wake_at = MIN(wake_at, ?1) WHERE status = 'blocked'",
     // `?2`: the payload ids as a JSON array.
     forget_payloads: "DELETE FROM hook_inbox
                       WHERE run_id = ?1 AND id IN (SELECT value FROM json_each(?2))",
@@ -274,7 +289,8 @@ const SQL: Statements = Statements {
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-        wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1",
+        // A blocked run waits for a build that fits, not for payloads.
+        wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1 AND status <> 'blocked'",
         tables: "SELECT name FROM sqlite_schema
                  WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
                  ORDER BY name",
@@ -525,6 +541,47 @@ impl Store for SqliteStore {
             }
         })
         .await
+    }
+
+    async fn block(
+        &self,
+        lease: &Lease,
+        divergence: &Error,
+        now: SystemTime,
+    ) -> Result<SystemTime, StoreError> {
+        let error = to_json(divergence, "the divergence")?;
+        let (run, epoch) = (lease.run_id, sql_epoch(lease.epoch));
+        self.write(move |tx| self::now(policy::block(&mut Lite(tx), &run, epoch, &error, now)))
+            .await
+    }
+
+    async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
+        let retried = EncodedEvents::new(&[NewEvent {
+            at: now,
+            event: Event::RunRetried,
+        }])?;
+        let (id, at) = (*id, sql_time(now));
+        self.write(move |tx| self::now(policy::retry(&mut Lite(tx), &id, &retried, at)))
+            .await
+    }
+
+    async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
+        let at = sql_time(now);
+        let woken = self
+            .write(move |tx| exec(tx, SQL.wake_blocked, [at]))
+            .await?;
+        Ok(woken as u64)
+    }
+
+    async fn create_run_with_history(
+        &self,
+        run: NewRun,
+        history: &[NewEvent],
+    ) -> Result<(), StoreError> {
+        let row = NewRunRow::new(run, None)?;
+        let events = EncodedEvents::new(history)?;
+        self.write(move |tx| self::now(policy::create_with_history(&mut Lite(tx), &row, &events)))
+            .await
     }
 
     async fn record_failure(
@@ -779,6 +836,23 @@ impl Tx for Lite<'_> {
 
     async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
         one(self.0, SQL.count_failure, params![run, epoch], |r| r.get(0))
+    }
+
+    async fn block(
+        &mut self,
+        run: &str,
+        epoch: i64,
+        error: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.block, params![run, epoch, error, now], |r| {
+            r.get(0)
+        })
+    }
+
+    async fn retry(&mut self, run: &str, now: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.retry, params![run, now])?;
+        Ok(())
     }
 
     async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
@@ -1470,7 +1544,7 @@ mod tests {
         let plan: Vec<String> = conn
             .prepare(
                 "EXPLAIN QUERY PLAN SELECT id FROM runs
-                 WHERE status IN ('pending', 'running')
+                 WHERE status IN ('pending', 'running', 'blocked')
                    AND wake_at <= 1 AND (lease_until IS NULL OR lease_until <= 1)
                    AND workflow IN (SELECT value FROM json_each('[\"a\"]'))
                  ORDER BY wake_at, id LIMIT 5",

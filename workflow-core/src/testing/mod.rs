@@ -2,6 +2,7 @@
 //! needs to hold its own code to the contracts this crate's code is held to.
 //!
 //! - [`store`]: the store conformance suite, for authors of a [`Store`](crate::store::Store).
+//! - [`replay()`]: replay tests of workflow code against exported run histories (SPEC 9).
 //!
 //! Enable it for tests only:
 //!
@@ -10,4 +11,7 @@
 //! workflow-core = { version = "0.1", features = ["testing"] }
 //! ```
 
+mod replay;
 pub mod store;
+
+pub use replay::{replay, ReplayError};

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use workflow_core::store::memory::MemoryStore;
 use workflow_core::store::{
     AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
-    HookFilter, HookRecord, Lease, LeasedRun, NewRun, Notice, Payload, RunFilter, RunRecord, Store,
+    HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RetryOutcome,
+    RunFilter, RunRecord, Store,
 };
 use workflow_core::{RunId, Runtime, StartError, StoreError};
 
@@ -539,6 +540,27 @@ impl Store for FailingAdmissions {
         now: SystemTime,
     ) -> Result<FailureOutcome, StoreError> {
         self.inner.record_failure(lease, cause, now).await
+    }
+    async fn block(
+        &self,
+        lease: &Lease,
+        divergence: &workflow_core::Error,
+        now: SystemTime,
+    ) -> Result<SystemTime, StoreError> {
+        self.inner.block(lease, divergence, now).await
+    }
+    async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
+        self.inner.retry(id, now).await
+    }
+    async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
+        self.inner.wake_blocked(now).await
+    }
+    async fn create_run_with_history(
+        &self,
+        run: NewRun,
+        history: &[NewEvent],
+    ) -> Result<(), StoreError> {
+        self.inner.create_run_with_history(run, history).await
     }
     async fn release(
         &self,

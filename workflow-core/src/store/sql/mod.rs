@@ -44,6 +44,12 @@ pub(super) struct Statements<S, X> {
     pub retry_at: S,
     /// Takes the payloads an append delivered out of the run's inbox.
     pub forget_payloads: S,
+    /// Blocks a leased run (fenced) with the divergence as its error; its count of blocks.
+    pub block: S,
+    /// Makes a failed run pending again, or a blocked one due, at once.
+    pub retry: S,
+    /// Makes every blocked run due.
+    pub wake_blocked: S,
     pub resume: S,
     pub payloads: S,
     pub payloads_since: S,

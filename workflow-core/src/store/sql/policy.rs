@@ -13,8 +13,9 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    failure_backoff, gave_up, Admission, CancelOutcome, ClaimOutcome, Event, FailureOutcome,
-    HookFilter, Lease, NewEvent, NewRun, PruneStats, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, Admission, CancelOutcome, ClaimOutcome, Event,
+    FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats, RetryOutcome, RunFilter,
+    RunStatus, Store, MAX_FAILED_TRIES,
 };
 
 use super::{
@@ -109,6 +110,21 @@ pub(in crate::store) trait Tx {
         run: &str,
         epoch: i64,
     ) -> impl Future<Output = Result<Option<i64>, StoreError>>;
+
+    /// Blocks `run` if `epoch` holds its lease: status `blocked`, `error` (JSON) as its error,
+    /// the lease taken, at `now`; its count of blocks in a row, or `None` when the lease is
+    /// lost.
+    fn block(
+        &mut self,
+        run: &str,
+        epoch: i64,
+        error: &str,
+        now: i64,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>>;
+
+    /// Makes `run`, failed or blocked, due at `now`: a failed one becomes pending with its
+    /// error cleared.
+    fn retry(&mut self, run: &str, now: i64) -> impl Future<Output = Result<(), StoreError>>;
 
     /// Makes the run (given back) due at `at`.
     fn retry_at(&mut self, run: &str, at: i64) -> impl Future<Output = Result<(), StoreError>>;
@@ -289,6 +305,62 @@ pub(in crate::store) async fn undecodable(
             "a leased run cannot be decoded, and its failed try could not be recorded"
         ),
     }
+}
+
+/// Blocks the run `epoch` leased, with `divergence` as its error; when it is due again.
+pub(in crate::store) async fn block(
+    tx: &mut impl Tx,
+    run: &RunId,
+    epoch: i64,
+    divergence: &str,
+    now: SystemTime,
+) -> Result<SystemTime, StoreError> {
+    let key = run.to_string();
+    let Some(tries) = tx.block(&key, epoch, divergence, sql_time(now)).await? else {
+        return Err(StoreError::LeaseLost(*run));
+    };
+    let at = after(now, block_backoff(u32::try_from(tries).unwrap_or(u32::MAX)));
+    tx.retry_at(&key, sql_time(at)).await?;
+    Ok(at)
+}
+
+/// `run.retry()`: re-opens a failed run (recording `RunRetried`) or makes a blocked one due.
+pub(in crate::store) async fn retry(
+    tx: &mut impl Tx,
+    run: &RunId,
+    retried: &EncodedEvents,
+    now: i64,
+) -> Result<RetryOutcome, StoreError> {
+    let key = run.to_string();
+    let status = tx.run_status(&key).await?;
+    let outcome = match status_of(&status.ok_or(StoreError::RunNotFound(*run))?, &key)? {
+        RunStatus::Failed => {
+            tx.append_events(&key, None, retried).await?;
+            RetryOutcome::Reopened
+        }
+        RunStatus::Blocked => RetryOutcome::Unblocked,
+        other => return Ok(RetryOutcome::NotRetryable(other)),
+    };
+    tx.retry(&key, now).await?;
+    Ok(outcome)
+}
+
+/// Admits `run` (no token) with `history` recorded.
+pub(in crate::store) async fn create_with_history(
+    tx: &mut impl Tx,
+    run: &NewRunRow,
+    history: &EncodedEvents,
+) -> Result<(), StoreError> {
+    if run.hook.is_some() {
+        return Err(StoreError::database(
+            "a run created with a history cannot claim a token",
+        ));
+    }
+    if !tx.insert_run(run).await? {
+        return Err(exists(&run.id));
+    }
+    tx.append_events(&run.key, None, history).await?;
+    Ok(())
 }
 
 /// Claims `token` for hook `hook_key` of the leased run and records the decision.

@@ -1,0 +1,165 @@
+//! Replay tests (SPEC 9): check a build's workflow code against histories recorded by runs in
+//! production, with no store, no runtime and no step bodies run.
+//!
+//! Export histories with `run.export()` or `workflow export <id>`, keep them as files, and
+//! replay each against the workflow in a test: a change that would block the runs in flight
+//! fails the test instead.
+//!
+//! ```
+//! use workflow_core::prelude::*;
+//! use workflow_core::testing::replay;
+//!
+//! #[step]
+//! async fn charge(order: u64) -> Result<u64> { Ok(order * 100) }
+//!
+//! #[workflow]
+//! async fn checkout(order: u64) -> Result<u64> {
+//!     charge(order).await
+//! }
+//!
+//! # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+//! // Recorded by a run (in a real test: read from a file `workflow export` wrote).
+//! let rt = Runtime::builder().in_memory().build().await?;
+//! let run = rt.start(checkout, (7,)).await?;
+//! run.return_value().await?;
+//! let history = run.export().await?;
+//!
+//! // This build's `checkout` fits the history.
+//! replay(checkout, &history)?;
+//! # Ok(()) }
+//! ```
+//!
+//! To test every history in a directory:
+//!
+//! ```no_run
+//! # use workflow_core::prelude::*;
+//! # #[step] async fn charge(order: u64) -> Result<u64> { Ok(order) }
+//! # #[workflow] async fn checkout(order: u64) -> Result<u64> { charge(order).await }
+//! #[test]
+//! fn this_build_replays_production_histories() {
+//!     for file in std::fs::read_dir("tests/histories").unwrap() {
+//!         let path = file.unwrap().path();
+//!         let history = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+//!         if let Err(e) = workflow_core::testing::replay(checkout, &history) {
+//!             panic!("{}: {e}", path.display());
+//!         }
+//!     }
+//! }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::task::{Context, Poll, Waker};
+
+use serde_json::Value;
+
+use crate::context::{RunCtx, StepExec};
+use crate::history::{from_millis, ExportedHistory};
+use crate::registry::{IntoWorkflow, WorkflowRegistration};
+use crate::replay::{Divergence, Replay};
+
+/// Why [`replay()`] did not accept a history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// The workflow's code does not fit the history: a run with this history would be
+    /// blocked by this build.
+    Diverged {
+        /// The history event where it happened (its `seq`).
+        event: u64,
+        /// What the history holds there.
+        expected: String,
+        /// What the code did instead.
+        found: String,
+        /// The whole message, as a blocked run shows it.
+        message: String,
+    },
+    /// The JSON is not an exported history this build reads.
+    Invalid(String),
+    /// The history is of another workflow, or its arguments do not fit this one.
+    Mismatch(String),
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::Diverged { message, .. } => f.write_str(message),
+            ReplayError::Invalid(why) | ReplayError::Mismatch(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<Divergence> for ReplayError {
+    fn from(d: Divergence) -> Self {
+        ReplayError::Diverged {
+            event: d.seq,
+            message: format!("the workflow diverged from the history: {d}"),
+            expected: d.expected,
+            found: d.found,
+        }
+    }
+}
+
+/// Replays `history` (as `run.export()` gives it) against workflow `wf` as this build has it:
+/// every recorded result is delivered in recorded order and every command the workflow issues
+/// is matched against the history; no step body runs and nothing is written anywhere.
+/// `Ok(())` when the whole history fits (the workflow may still be waiting at its end, as a
+/// run in flight does); the first divergence otherwise, naming the event, what the history
+/// expects and what the code did.
+pub fn replay<Args, W: IntoWorkflow<Args>>(wf: W, history: &Value) -> Result<(), ReplayError> {
+    let _ = wf;
+    let reg = WorkflowRegistration::of::<W::Def>();
+    let history = ExportedHistory::from_json(history).map_err(ReplayError::Invalid)?;
+    if history.run.workflow != reg.name {
+        return Err(ReplayError::Mismatch(format!(
+            "the history is of workflow `{}`, not `{}`",
+            history.run.workflow, reg.name
+        )));
+    }
+    let mut core: Replay<StepExec> = Replay::new(history.records());
+    let ctx = RunCtx::new(
+        history.run.id,
+        reg.name,
+        from_millis(history.run.created_at_ms),
+        history.run.hook_token.clone(),
+        usize::MAX,
+        core.patches(),
+    );
+    let body = (reg.run)(history.run.input.clone())
+        .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
+    let mut fut = Box::pin(ctx.scope(body));
+    let mut cx = Context::from_waker(Waker::noop());
+    let now = from_millis(
+        history
+            .events
+            .last()
+            .map_or(history.run.created_at_ms, |e| e.at_ms),
+    );
+    loop {
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a non-string panic payload");
+                Poll::Ready(Err(crate::Error::panicked(format!(
+                    "the workflow panicked: {what}"
+                ))))
+            });
+        core.issue(ctx.take_issued(), now)?;
+        if let Poll::Ready(result) = polled {
+            core.returned(result, now)?;
+            return Ok(());
+        }
+        match core.next_delivery() {
+            Some(Ok(delivery)) => ctx.deliver(delivery),
+            Some(Err(d)) => return Err(d.into()),
+            // The whole history is delivered; what the workflow waits on now is live.
+            None => return Ok(()),
+        }
+    }
+}
