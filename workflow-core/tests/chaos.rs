@@ -5,6 +5,9 @@
 //! often than the kills and stops explain. The worker processes are this test binary
 //! re-executed (`child_main`); they count step bodies in an append-only log file, so the
 //! executions of killed processes are counted too. Each test prints its figures.
+//!
+//! The killer's choices come from a seed it prints; `WF_CHAOS_SEED=<seed>` replays them
+//! (the timing of the processes, of course, differs from one try to the next).
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 
 mod common;
@@ -39,7 +42,7 @@ const CHAOS: Duration = Duration::from_secs(30);
 /// How long the runs may take to end once the chaos is over.
 const DRAIN: Duration = Duration::from_secs(45);
 /// The whole test, from its first line to its last check.
-const LIMIT: Duration = Duration::from_secs(150);
+const LIMIT: Duration = Duration::from_secs(120);
 const STEP_MS: u64 = 50;
 
 // ---------------------------------------------------------------------------------------------
@@ -213,7 +216,7 @@ impl Fleet {
         };
         fleet.workers = (0..n).map(|_| fleet.spawn()).collect();
         for w in &fleet.workers {
-            w.line("READY", Duration::from_secs(60));
+            w.line("READY", Duration::from_secs(20));
         }
         fleet
     }
@@ -246,10 +249,10 @@ impl Fleet {
         self.stopped = Some((w.pid(), until));
     }
 
-    /// Resumes the stopped worker, if any (when its time is up, unless `now`).
-    fn resume(&mut self, now: bool) {
+    /// Resumes the stopped worker, if any, once its time is up.
+    fn resume_when_due(&mut self) {
         if let Some((pid, until)) = self.stopped {
-            if now || Instant::now() >= until {
+            if Instant::now() >= until {
                 cont(pid);
                 self.stopped = None;
             }
@@ -365,7 +368,11 @@ async fn chaos(place: Place, files: &Path) {
     let mut fleet = Fleet::start(env, WORKERS);
 
     let done = run_chaos(&mut fleet, &*store).await;
-    fleet.resume(true);
+    // A stop that began near the end still lasts longer than the lease.
+    if let Some((_, until)) = fleet.stopped {
+        tokio::time::sleep_until(until.into()).await;
+    }
+    fleet.resume_when_due();
     let drained = Instant::now();
     loop {
         let (ended, _) = progress(&*store).await;
@@ -398,7 +405,7 @@ async fn chaos(place: Place, files: &Path) {
          step bodies executed {}, re-executed {} (bound (kills + stops) x {MAX_ACTIVE} = {bound}; \
          {} after a kill or stop of the process, {} in processes never killed or stopped), \
          duplicate completions {duplicates}\n  \
-         wall time {:.1} s",
+         wall time {:.1} s from the first start to the end of the last run",
         place.name(),
         LEASE.as_millis(),
         done.seed,
@@ -433,7 +440,6 @@ async fn chaos(place: Place, files: &Path) {
         problems.len(),
         problems.join("\n")
     );
-    assert_eq!(duplicates, 0);
 }
 
 /// Kills a random worker every [`KILL_EVERY`] and stops one every [`STOP_EVERY`], for
@@ -457,7 +463,7 @@ async fn run_chaos(fleet: &mut Fleet, store: &dyn Store) -> Chaos {
     while begin.elapsed() < CHAOS {
         tokio::time::sleep(KILL_EVERY).await;
         fleet.reap();
-        fleet.resume(false);
+        fleet.resume_when_due();
         let now = Instant::now();
         if fleet.stopped.is_none() && now >= next_stop {
             let i = fleet.pick(&mut rng);
