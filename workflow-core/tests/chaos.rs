@@ -41,6 +41,9 @@ const STOP_EVERY: Duration = Duration::from_millis(6000);
 const CHAOS: Duration = Duration::from_secs(30);
 /// How long the runs may take to end once the chaos is over.
 const DRAIN: Duration = Duration::from_secs(45);
+/// How long the probe for a write lock held by a stopped SQLite worker waits for it; the
+/// other workers hold it for milliseconds at a time.
+const PROBE: Duration = Duration::from_millis(500);
 /// The whole test, from its first line to its last check.
 const LIMIT: Duration = Duration::from_secs(120);
 const STEP_MS: u64 = 50;
@@ -136,6 +139,39 @@ impl Place {
             Place::Postgres { .. } => "PostgreSQL",
             #[cfg(feature = "sqlite")]
             Place::Sqlite { .. } => "SQLite",
+        }
+    }
+
+    /// Whether someone holds the store's write lock for all of [`PROBE`] (if not, the probe
+    /// takes it and gives it back at once). On SQLite a process stopped inside a write
+    /// transaction keeps every other process from writing, their lease renewals included,
+    /// until it resumes. (PostgreSQL has no such lock: a stopped worker holds only the rows
+    /// of its own runs.)
+    async fn write_lock_held(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Place::Postgres { .. } => false,
+            #[cfg(feature = "sqlite")]
+            Place::Sqlite { path } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || {
+                    let conn = rusqlite::Connection::open(path).unwrap();
+                    conn.busy_timeout(PROBE).unwrap();
+                    match conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK") {
+                        Ok(()) => false,
+                        Err(e) => {
+                            assert_eq!(
+                                e.sqlite_error_code(),
+                                Some(rusqlite::ErrorCode::DatabaseBusy),
+                                "{e}"
+                            );
+                            true
+                        }
+                    }
+                })
+                .await
+                .unwrap()
+            }
         }
     }
 
@@ -339,6 +375,11 @@ struct Chaos {
     stops: usize,
     /// Kills and stops per worker pid.
     faults: HashMap<u32, usize>,
+    /// Stops that froze every process (SQLite: stopped inside a write transaction).
+    freezes: usize,
+    /// Per worker pid, the freezes it lived through without being the stopped one: its
+    /// leases may lapse as if it had been stopped itself.
+    frozen: HashMap<u32, usize>,
     took: Duration,
     seed: u64,
 }
@@ -367,7 +408,7 @@ async fn chaos(place: Place, files: &Path) {
     env.push(("WF_PANICS", panics.to_str().unwrap().to_owned()));
     let mut fleet = Fleet::start(env, WORKERS);
 
-    let done = run_chaos(&mut fleet, &*store).await;
+    let done = run_chaos(&place, &mut fleet, &*store).await;
     // A stop that began near the end still lasts longer than the lease.
     if let Some((_, until)) = fleet.stopped {
         tokio::time::sleep_until(until.into()).await;
@@ -396,14 +437,17 @@ async fn chaos(place: Place, files: &Path) {
     let mut problems = Vec::new();
     check_results(&*store, &runs, &mut problems).await;
     let duplicates = check_histories(&*store, &runs, &mut problems).await;
-    let bodies = check_log(&log, &done.faults, &mut problems);
-    let bound = (done.kills + done.stops) * MAX_ACTIVE;
+    let bodies = check_log(&log, &done, &mut problems);
+    let frozen: usize = done.frozen.values().sum();
+    let bound = (done.kills + done.stops + frozen) * MAX_ACTIVE;
     println!(
         "chaos on {}: {RUNS} runs x {STEPS} steps on {WORKERS} worker processes \
          (max {MAX_ACTIVE} runs each, lease {} ms, seed {})\n  \
-         chaos {:.1} s: kills {}, stops {} ({} ms each)\n  \
-         step bodies executed {}, re-executed {} (bound (kills + stops) x {MAX_ACTIVE} = {bound}; \
-         {} after a kill or stop of the process, {} in processes never killed or stopped), \
+         chaos {:.1} s: kills {}, stops {} ({} ms each; {} of them froze the other \
+         processes, {frozen} in all, by holding the store's write lock)\n  \
+         step bodies executed {}, re-executed {} \
+         (bound (kills + stops + processes frozen) x {MAX_ACTIVE} = {bound}; \
+         {} after a kill, stop or freeze of the process, {} in processes that had none), \
          duplicate completions {duplicates}\n  \
          wall time {:.1} s from the first start to the end of the last run",
         place.name(),
@@ -413,6 +457,7 @@ async fn chaos(place: Place, files: &Path) {
         done.kills,
         done.stops,
         STOP_FOR.as_millis(),
+        done.freezes,
         bodies.executed,
         bodies.re_executed,
         bodies.re_executed - bodies.unexplained,
@@ -421,7 +466,8 @@ async fn chaos(place: Place, files: &Path) {
     );
     if bodies.re_executed > bound {
         problems.push(format!(
-            "{} step bodies ran again, more than (kills + stops) x {MAX_ACTIVE} = {bound}",
+            "{} step bodies ran again, more than (kills + stops + processes frozen) x \
+             {MAX_ACTIVE} = {bound}",
             bodies.re_executed
         ));
     }
@@ -444,7 +490,7 @@ async fn chaos(place: Place, files: &Path) {
 
 /// Kills a random worker every [`KILL_EVERY`] and stops one every [`STOP_EVERY`], for
 /// [`CHAOS`] or until every run ended.
-async fn run_chaos(fleet: &mut Fleet, store: &dyn Store) -> Chaos {
+async fn run_chaos(place: &Place, fleet: &mut Fleet, store: &dyn Store) -> Chaos {
     let seed = std::env::var("WF_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -467,10 +513,17 @@ async fn run_chaos(fleet: &mut Fleet, store: &dyn Store) -> Chaos {
         let now = Instant::now();
         if fleet.stopped.is_none() && now >= next_stop {
             let i = fleet.pick(&mut rng);
-            *chaos.faults.entry(fleet.workers[i].pid()).or_default() += 1;
+            let stopped = fleet.workers[i].pid();
+            *chaos.faults.entry(stopped).or_default() += 1;
             fleet.stop(i, now + STOP_FOR);
             chaos.stops += 1;
             next_stop = now + STOP_EVERY;
+            if place.write_lock_held().await {
+                chaos.freezes += 1;
+                for w in fleet.workers.iter().filter(|w| w.pid() != stopped) {
+                    *chaos.frozen.entry(w.pid()).or_default() += 1;
+                }
+            }
         }
         let i = fleet.pick(&mut rng);
         *chaos.faults.entry(fleet.workers[i].pid()).or_default() += 1;
@@ -587,8 +640,8 @@ struct Bodies {
 /// Every step's body ran at least once, each attempt at most once, and always for the same
 /// step (the label) under one step id. A body runs again only because an earlier attempt did
 /// not count: each such attempt is charged to the process that ran it, and a process may be
-/// charged at most [`MAX_ACTIVE`] per kill or stop it suffered (`faults`, by pid).
-fn check_log(log: &Path, faults: &HashMap<u32, usize>, problems: &mut Vec<String>) -> Bodies {
+/// charged at most [`MAX_ACTIVE`] per kill, stop or freeze it suffered.
+fn check_log(log: &Path, chaos: &Chaos, problems: &mut Vec<String>) -> Bodies {
     let lines = read_log(log);
     let mut label_of: HashMap<&str, &str> = HashMap::new();
     let mut attempts: HashMap<&str, Vec<(u32, u32)>> = HashMap::new();
@@ -632,13 +685,14 @@ fn check_log(log: &Path, faults: &HashMap<u32, usize>, problems: &mut Vec<String
     }
     let mut unexplained = 0;
     for (pid, n) in &charged {
-        let faults = faults.get(pid).copied().unwrap_or(0);
+        let faults = chaos.faults.get(pid).copied().unwrap_or(0)
+            + chaos.frozen.get(pid).copied().unwrap_or(0);
         if faults == 0 {
             unexplained += n;
         } else if *n > faults * MAX_ACTIVE {
             problems.push(format!(
-                "{n} attempts of process {pid} ran again after its {faults} kill(s) and \
-                 stop(s), more than {MAX_ACTIVE} each"
+                "{n} attempts of process {pid} ran again after its {faults} kill(s), stop(s) \
+                 and freeze(s), more than {MAX_ACTIVE} each"
             ));
         }
     }
