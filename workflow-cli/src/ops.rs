@@ -12,6 +12,13 @@ use workflow_core::{HookError, RunId, RunStatus, Runtime};
 use crate::error::CliError;
 use crate::view::{EventView, HookSummary, RunDetail, RunSummary};
 
+/// The time on the store's clock (on PostgreSQL the server's, which the workers time their
+/// runs by), so that a wrong clock here neither misdates a cancellation nor misstates how long
+/// ago something happened.
+async fn store_now(rt: &Runtime) -> Result<SystemTime, CliError> {
+    Ok(rt.store().now().await?.unwrap_or_else(SystemTime::now))
+}
+
 /// A run id typed by a person.
 pub fn parse_run_id(s: &str) -> Result<RunId, CliError> {
     s.trim()
@@ -92,7 +99,7 @@ pub async fn run_with_events(
     let run = store.get_run(&id).await?.ok_or_else(|| not_found(id))?;
     let events = store.events(&id).await?;
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
-    let detail = RunDetail::new(run, &events, &hooks, SystemTime::now());
+    let detail = RunDetail::new(run, &events, &hooks, store_now(rt).await?);
     Ok((detail, events.into_iter().map(EventView::new).collect()))
 }
 
@@ -123,7 +130,7 @@ pub struct Cancelled {
 
 pub async fn cancel(rt: &Runtime, id: RunId) -> Result<Cancelled, CliError> {
     // The store's answer says whether this call ended the run or it had ended before.
-    let outcome = rt.store().cancel(&id, SystemTime::now()).await?;
+    let outcome = rt.store().cancel(&id, store_now(rt).await?).await?;
     Ok(match outcome {
         CancelOutcome::Cancelled => Cancelled {
             run_id: id,

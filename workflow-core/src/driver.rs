@@ -54,6 +54,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// The run's end is durable: wake whoever waits for it in this process.
     fn ended(&self, run: crate::RunId);
 
+    /// The current time on the store's clock: every time the driver records or compares.
+    fn now(&self) -> SystemTime;
+
     /// Wraps one step attempt so that code inside it finds this runtime
     /// (`workflow_core::api`).
     fn enter_step(
@@ -236,7 +239,7 @@ impl Driver {
                     panic = %panic_message(&panic),
                     "the run's driver panicked; releasing the run"
                 );
-                let release = d.host.store().release(&d.lease, SystemTime::now(), 0);
+                let release = d.host.store().release(&d.lease, d.host.now(), 0);
                 // Should the store panic too, the run is still dropped here, so its lease is no
                 // longer renewed and expires.
                 AssertUnwindSafe(release)
@@ -271,12 +274,12 @@ impl Driver {
             .retry(|| {
                 self.host
                     .store()
-                    .record_failure(&self.lease, &cause, SystemTime::now())
+                    .record_failure(&self.lease, &cause, self.host.now())
             })
             .await;
         match recorded {
             Ok(FailureOutcome::Retrying { tries, at }) => {
-                let due_in = at.duration_since(SystemTime::now()).unwrap_or_default();
+                let due_in = at.duration_since(self.host.now()).unwrap_or_default();
                 tracing::warn!(
                     %run_id, error = %e, tries, ?due_in,
                     "run driver stopped on a store error; the run is tried again later"
@@ -399,7 +402,7 @@ impl Driver {
                     }
                 }
             };
-            let now = SystemTime::now();
+            let now = self.host.now();
             if let Err(d) = self.replay.issue(self.ctx.take_issued(), now) {
                 return self.diverge(d).await;
             }
@@ -429,7 +432,7 @@ impl Driver {
             }
             if self
                 .replay
-                .deliver_payload(|token| self.ctx.is_open(token), SystemTime::now())
+                .deliver_payload(|token| self.ctx.is_open(token), self.host.now())
             {
                 self.deliver_ready();
                 continue;
@@ -437,8 +440,9 @@ impl Driver {
             let idle = self.replay.is_idle();
             let next_due = self.replay.next_due();
             let evict_after = self.host.config().evict_after;
+            let now = self.host.now();
             if idle {
-                let far = SystemTime::now()
+                let far = now
                     .checked_add(evict_after)
                     .is_some_and(|limit| next_due.is_some_and(|due| due > limit));
                 if far {
@@ -448,7 +452,7 @@ impl Driver {
             let due_sleep = async {
                 match next_due {
                     Some(at) => {
-                        let d = at.duration_since(SystemTime::now()).unwrap_or_default();
+                        let d = at.duration_since(now).unwrap_or_default();
                         tokio::time::sleep(d).await
                     }
                     None => std::future::pending().await,
@@ -473,13 +477,13 @@ impl Driver {
                         &done.step_id,
                         done.attempt,
                         done.outcome,
-                        SystemTime::now(),
+                        self.host.now(),
                         backoff,
                     );
                     self.deliver_ready();
                 }
                 _ = due_sleep => {
-                    self.replay.fire_due(SystemTime::now());
+                    self.replay.fire_due(self.host.now());
                     self.deliver_ready();
                 }
                 _ = signals.inbox.notified() => self.fetch_payloads().await?,
@@ -503,7 +507,7 @@ impl Driver {
             match effect {
                 Effect::Attempt { step_id, attempt } => self.start_attempt(step_id, attempt),
                 Effect::Claim { hook_key, token } => {
-                    let at = SystemTime::now();
+                    let at = self.host.now();
                     let outcome = self.claim(&hook_key, &token, at).await?;
                     self.last_seq += 1;
                     let conflict = match outcome {
@@ -572,7 +576,7 @@ impl Driver {
             step_name: name.to_owned(),
             run_id: self.ctx.run_id,
             attempt,
-            started_at: SystemTime::now(),
+            started_at: self.host.now(),
         };
         // A child of the run's span (one trace per run); one span per attempt, so exporters
         // see each try with its own duration.
@@ -659,7 +663,7 @@ impl Driver {
 
     /// Fails a run whose recorded arguments do not fit this binary's workflow.
     async fn fail_at_start(&mut self, error: Error) -> Result<Stop, StoreError> {
-        let at = SystemTime::now();
+        let at = self.host.now();
         let writes = Writes {
             events: vec![NewEvent {
                 at,
@@ -699,7 +703,7 @@ impl Driver {
             .retry(|| {
                 self.host
                     .store()
-                    .block(&self.lease, &error, SystemTime::now())
+                    .block(&self.lease, &error, self.host.now())
             })
             .await?;
         tracing::info!(run_id = %self.ctx.run_id, retry_at = ?at, "run blocked");

@@ -313,6 +313,7 @@ impl DatabaseError {
     }
 
     /// The same error, its message prefixed with what was being done.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn context(mut self, doing: impl fmt::Display) -> Self {
         self.message = format!("{doing}: {}", self.message);
         self

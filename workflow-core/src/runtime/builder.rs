@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
+use super::clock::Clock;
 use super::worker::{heartbeat_loop, notice_loop, worker_loop};
 use super::{Inner, Runtime};
 use crate::config::Config;
@@ -161,8 +162,12 @@ impl RuntimeBuilder {
         let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
         workflow_names.sort();
         let notices = store.notices();
+        // Read before anything is admitted, leased or compared: a store with a clock of its
+        // own puts every process on that clock.
+        let clock = Clock::new(store.clone()).await?;
         let inner = Arc::new(Inner {
             store,
+            clock,
             config: self.config,
             worker_id: format!("w-{}", RunId::new()),
             workflows,

@@ -104,12 +104,8 @@ impl Runtime {
             format!("the payload for hook {token:?}")
         })
         .map_err(HookError::TooLarge)?;
-        match self
-            .inner
-            .store
-            .resume_hook(&token, payload, SystemTime::now())
-            .await?
-        {
+        let at = self.inner.clock.tick().await;
+        match self.inner.store.resume_hook(&token, payload, at).await? {
             Some((run_id, _)) => {
                 // Not driven here: evicted (now acquirable), or driven elsewhere. A driver
                 // evicting the run right now looks for work once it has left.
@@ -174,7 +170,7 @@ impl Runtime {
     /// # }
     /// ```
     pub async fn prune(&self, older_than: Duration) -> Result<PruneStats, StoreError> {
-        let now = SystemTime::now();
+        let now = self.inner.clock.tick().await;
         let ended_before = now
             .checked_sub(older_than)
             .map_or(SystemTime::UNIX_EPOCH, |t| t.max(SystemTime::UNIX_EPOCH));
@@ -242,12 +238,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 return Err(StartError::InvalidToken(why));
             }
             let id = RunId::new();
-            let created_at = SystemTime::now();
-            let hook = self.hook.map(|token| StartHook {
-                token,
-                retain_until: self.retention.map(|d| after(created_at, d)),
-            });
-            let token = hook.as_ref().map(|h| h.token.clone());
+            let token = self.hook;
             let inner = &self.rt.inner;
             let mut flight = None;
             if let Some(token) = &token {
@@ -266,20 +257,17 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                     }
                 }
             }
-            let new_run = NewRun {
+            let start = Admit {
                 id,
-                workflow: W::NAME.to_owned(),
+                workflow: W::NAME,
                 input,
-                created_at,
-                hook,
+                token,
+                retention: self.retention,
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
             // this future is dropped meanwhile.
-            let admitted = inner
-                .tasks
-                .spawn(admit(inner.clone(), new_run, flight))
-                .await;
+            let admitted = inner.tasks.spawn(admit(inner.clone(), start, flight)).await;
             match admitted {
                 Ok(admitted) => admitted?,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -294,12 +282,40 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
     }
 }
 
-/// Admits `run` and, when this process leased it, starts driving it.
+/// A start on its way to the store, not yet timed.
+struct Admit {
+    id: RunId,
+    workflow: &'static str,
+    input: Value,
+    token: Option<String>,
+    retention: Option<Duration>,
+}
+
+impl Admit {
+    /// The run to admit at `created_at`, its token retained from then on.
+    fn at(self, created_at: SystemTime) -> NewRun {
+        NewRun {
+            id: self.id,
+            workflow: self.workflow.to_owned(),
+            input: self.input,
+            created_at,
+            hook: self.token.map(|token| StartHook {
+                token,
+                retain_until: self.retention.map(|d| after(created_at, d)),
+            }),
+        }
+    }
+}
+
+/// Admits `start` and, when this process leased the run, starts driving it. The admission
+/// time is read here, in the runtime's own tokio runtime: reading the store's clock may need
+/// a round trip, and the start may be awaited from any executor.
 async fn admit(
     inner: Arc<Inner>,
-    run: NewRun,
+    start: Admit,
     flight: Option<StartFlight>,
 ) -> Result<(), StartError> {
+    let run = start.at(inner.clock.tick().await);
     let (id, created_at) = (run.id, run.created_at);
     let workflow = run.workflow.clone();
     let input = run.input.clone();
@@ -408,12 +424,8 @@ impl<T> Run<T> {
     /// it stops at its next await point and in-flight step results are discarded. A run that
     /// already ended is left as it is (`Ok`).
     pub async fn cancel(&self) -> Result<(), RunError> {
-        let outcome = self
-            .rt
-            .inner
-            .store
-            .cancel(&self.id, SystemTime::now())
-            .await?;
+        let now = self.rt.inner.clock.tick().await;
+        let outcome = self.rt.inner.store.cancel(&self.id, now).await?;
         if outcome == CancelOutcome::Cancelled {
             if let Some(a) = self.rt.inner.active().get(&self.id) {
                 a.stop.notify_one();
@@ -447,7 +459,8 @@ impl<T> Run<T> {
     /// ```
     pub async fn retry(&self) -> Result<(), RunError> {
         let inner = &self.rt.inner;
-        match inner.store.retry(&self.id, SystemTime::now()).await? {
+        let now = inner.clock.tick().await;
+        match inner.store.retry(&self.id, now).await? {
             RetryOutcome::Reopened | RetryOutcome::Unblocked => {
                 inner.work.notify_one();
                 Ok(())
@@ -475,7 +488,7 @@ impl<T> Run<T> {
             id,
             workflow: run.workflow,
             input: run.input,
-            created_at: SystemTime::now(),
+            created_at: inner.clock.tick().await,
             hook: None,
         };
         inner.store.create_run_with_history(new, &history).await?;

@@ -4,12 +4,14 @@
 //! until the last user-held handle is dropped.
 //!
 //! - `builder`: the store choice and options, and `build`;
+//! - `clock`: the one clock every time written or compared is read from;
 //! - `client`: starting runs, run handles, hooks;
 //! - `worker`: leasing, heartbeats, store notices, spawning drivers;
 //! - `flight`: concurrent in-process starts of one hook token.
 
 mod builder;
 mod client;
+mod clock;
 mod flight;
 mod worker;
 
@@ -17,6 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::SystemTime;
 
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
@@ -80,6 +83,8 @@ struct Active {
 /// through `Arc`s; only [`Runtime`] handles count as users (see [`Inner::handles`]).
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
+    /// Where every time this runtime writes to the store or compares there comes from.
+    clock: clock::Clock,
     pub(crate) config: Config,
     worker_id: String,
     workflows: HashMap<&'static str, &'static WorkflowRegistration>,
@@ -266,6 +271,10 @@ impl Host for Inner {
 
     fn ended(&self, run: RunId) {
         self.run_ended(run);
+    }
+
+    fn now(&self) -> SystemTime {
+        self.clock.now()
     }
 
     fn enter_step(

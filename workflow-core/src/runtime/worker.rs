@@ -4,7 +4,6 @@
 //! when the runtime shuts down.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use tokio::sync::{broadcast, Notify};
 
@@ -58,7 +57,7 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
     // Payloads sent through other processes reach the runs driven here through this cursor.
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
     // A worker starting may be a new build whose code fits the blocked runs (SPEC 9).
-    match rt.store.wake_blocked(SystemTime::now()).await {
+    match rt.store.wake_blocked(rt.clock.tick().await).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(runs = n, "trying blocked runs again with this build"),
         Err(e) => tracing::warn!(error = %e, "could not wake the blocked runs"),
@@ -96,7 +95,7 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
                 workflows: &rt.workflow_names,
                 lease: rt.config.lease,
                 limit: capacity.min(64),
-                now: SystemTime::now(),
+                now: rt.clock.tick().await,
             };
             match rt.store.acquire(req).await {
                 Ok(runs) => {
@@ -164,15 +163,13 @@ pub(super) async fn heartbeat_loop(rt: Arc<Inner>) {
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => return,
         }
+        // Also keeps the clock fresh for the drivers, which read it without waiting.
+        let now = rt.clock.tick().await;
         let leases: Vec<Lease> = rt.active().values().map(|a| a.lease.clone()).collect();
         if leases.is_empty() {
             continue;
         }
-        match rt
-            .store
-            .heartbeat(&leases, rt.config.lease, SystemTime::now())
-            .await
-        {
+        match rt.store.heartbeat(&leases, rt.config.lease, now).await {
             Ok(lost) => {
                 let active = rt.active();
                 for id in lost {

@@ -421,8 +421,28 @@ pub enum Notice {
 ///
 /// Every method is one atomic operation. Implementations must make the guarantees below hold
 /// across processes (and for PostgreSQL, machines), never by a check in Rust alone.
+///
+/// # Time
+///
+/// Times are given to the store, never read by it for a decision the caller can time: the
+/// admission time (`created_at`, also the run's first wake time), lease ends (`now + lease`)
+/// and their expiry, wake times, claim and payload times, retention windows, cancellation and
+/// pruning horizons all come from the caller. The runtime reads every one of them from one
+/// clock: [`Store::now`] when the store has a clock of its own (sampled when the runtime is
+/// built and every few seconds, carried forward between samples with the local monotonic
+/// clock), else the local wall clock. So on a store shared by several machines, processes
+/// whose system clocks are wrong still write and compare times on the store's time line.
+/// What a store decides without a caller's time (a run woken at once by a payload) it
+/// decides on that same clock.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
+    /// The current time on the store's own clock, for a store that processes on several
+    /// machines share (PostgreSQL: the database server's clock); `None` (the default) for a
+    /// store on the local machine's clock. See "Time" above.
+    async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
+        Ok(None)
+    }
+
     /// Admits a run in status `Pending`, acquirable from `created_at`. With `run.hook`, the
     /// admission and the claim of the token are one act: if the token is owned by an active
     /// hook, or retained by an ended run until later than `created_at`, nothing is written and

@@ -157,6 +157,13 @@ CREATE INDEX runs_ready ON {schema}.runs (wake_at, id)
     WHERE status IN ('pending', 'running', 'blocked');
 "#;
 
+/// The server's clock, in microseconds since the Unix epoch: what [`Store::now`] reports and
+/// every process times its writes by.
+const CLOCK: &str = "SELECT floor(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint";
+/// The server's clock as a time column (ms), for what a statement decides without a caller's
+/// time: one value for the whole statement.
+const NOW_MS: &str = "floor(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint";
+
 /// Serializes migrations of one schema; released at commit. (`resume_hook` takes the same
 /// kind of lock on its own key inside its statement.)
 const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
@@ -323,6 +330,18 @@ impl PostgresStore {
 
 #[async_trait::async_trait]
 impl Store for PostgresStore {
+    /// The database server's clock: every process on this store times its writes and
+    /// decisions by it, whatever its own clock says.
+    async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
+        let micros: i64 = sqlx::query_scalar(CLOCK)
+            .fetch_one(&self.inner.pool)
+            .await?;
+        let micros = u64::try_from(micros).map_err(|e| {
+            StoreError::Corrupt(format!("the database's clock reads {micros} µs: {e}"))
+        })?;
+        Ok(Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros)))
+    }
+
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.admit(run, None).await?.0)
     }
@@ -389,7 +408,12 @@ impl Store for PostgresStore {
     }
 
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
-        let write = EncodedAppend::new(write)?;
+        // A write without events that still needs a time (a run's end, token releases) takes
+        // the server's, like every other time here.
+        let timeless = write.events.is_empty()
+            && (write.outcome.is_some() || !write.release_tokens.is_empty());
+        let at = if timeless { self.now().await? } else { None };
+        let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
         if write.events_only() {
             // A step's result, a timer, a payload...: one statement, its own transaction.
             let mut conn = self.inner.pool.acquire().await?;
@@ -406,7 +430,6 @@ impl Store for PostgresStore {
         wake_at: SystemTime,
         payloads_seen: u64,
     ) -> Result<(), StoreError> {
-        let now = sql_time(SystemTime::now());
         let mut tx = self.begin().await?;
         let released = async {
             // Fenced and locked first (an append of no events), checked for unseen payloads in
@@ -422,7 +445,6 @@ impl Store for PostgresStore {
                 .bind(&run)
                 .bind(sql_time(wake_at))
                 .bind(sql_id(payloads_seen))
-                .bind(now)
                 .bind(&self.inner.schema)
                 .execute(&mut *tx)
                 .await?;
@@ -525,7 +547,6 @@ impl Store for PostgresStore {
             .bind(&payload)
             .bind(sql_time(at))
             .bind(self.inner.inbox_lock)
-            .bind(sql_time(SystemTime::now()))
             .bind(&self.inner.schema)
             .fetch_optional(&self.inner.pool)
             .await?;
@@ -768,16 +789,17 @@ fn statements(s: &str) -> Statements {
                 ),
             ],
             // Announced only when acquirable now: telling every worker about a run due later
-            // would only make them look in vain. `$5` channel.
+            // would only make them look in vain. A payload it has not seen makes it due now,
+            // on the server's clock. `$4` channel.
             release: format!(
                 "WITH released AS (
                      UPDATE {s}.runs SET lease_until = NULL, failed_tries = 0,
                          wake_at = CASE
                              WHEN EXISTS (SELECT 1 FROM {s}.hook_inbox WHERE run_id = $1 AND id > $3)
-                             THEN $4 ELSE $2 END
+                             THEN {NOW_MS} ELSE $2 END
                      WHERE id = $1
                      RETURNING wake_at)
-                 SELECT pg_notify($5, '{NOTE_READY}') FROM released WHERE wake_at <= $4"
+                 SELECT pg_notify($4, '{NOTE_READY}') FROM released WHERE wake_at <= {NOW_MS}"
             ),
             count_failure: format!(
                 "UPDATE {s}.runs SET failed_tries = failed_tries + 1, lease_until = NULL
@@ -817,8 +839,9 @@ fn statements(s: &str) -> Statements {
             // drives the run, that it is ready). The insert's rows come from the join with
             // `locked`, so its identity value is drawn only after the lock is held. `notes` is
             // read only so that it runs: PostgreSQL skips a `WITH` query that does not modify
-            // data unless something reads it. `$1` token, `$2` payload, `$3` at, `$4` lock
-            // key, `$5` now, `$6` channel.
+            // data unless something reads it. Whether a lease still holds the run is judged
+            // on the server's clock. `$1` token, `$2` payload, `$3` at, `$4` lock key, `$5`
+            // channel.
             resume: format!(
                 "WITH locked AS (SELECT pg_advisory_xact_lock($4)),
                  queued AS (
@@ -831,9 +854,9 @@ fn statements(s: &str) -> Statements {
                          WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $3) END
                      FROM queued q WHERE r.id = q.run_id
                      RETURNING r.status IN ('pending', 'running')
-                         AND (r.lease_until IS NULL OR r.lease_until <= $5) AS idle),
+                         AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
                  notes AS (
-                     SELECT pg_notify($6, n)
+                     SELECT pg_notify($5, n)
                      FROM queued q LEFT JOIN woken w ON true,
                      UNNEST(CASE WHEN w.idle
                          THEN ARRAY['{NOTE_PAYLOAD}' || q.run_id, '{NOTE_READY}']
@@ -1682,6 +1705,30 @@ mod tests {
                 "workflow_migrations_pkey"
             ]
         );
+    }
+
+    /// Processes time everything by the store's clock: it must be the server's, read when
+    /// asked (not the time its transaction or connection began).
+    #[tokio::test]
+    async fn its_clock_is_the_servers() {
+        async fn server(conn: &mut PgConnection) -> SystemTime {
+            let us: i64 = sqlx::query_scalar(CLOCK).fetch_one(conn).await.unwrap();
+            SystemTime::UNIX_EPOCH + Duration::from_micros(us as u64)
+        }
+        let (schema, store) = fresh!();
+        let mut conn = schema.raw().await;
+        for _ in 0..3 {
+            let before = server(&mut conn).await;
+            let now = within(store.now())
+                .await
+                .unwrap()
+                .expect("a clock of its own");
+            let after = server(&mut conn).await;
+            assert!(
+                before <= now && now <= after,
+                "{before:?} <= {now:?} <= {after:?}"
+            );
+        }
     }
 
     #[tokio::test]

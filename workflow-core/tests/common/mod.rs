@@ -603,6 +603,9 @@ impl Store for FailingAdmissions {
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
         self.inner.get_hook(token).await
     }
+    async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
+        self.inner.now().await
+    }
     async fn heartbeat(
         &self,
         leases: &[Lease],

@@ -62,5 +62,7 @@ pub(super) struct Statements<S, X> {
     pub prune_runs: S,
     /// Deletes the events, inbox payloads and hook rows of the runs given as ids.
     pub prune_records: [S; 3],
+    /// PostgreSQL has none (`()`).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub dialect: X,
 }

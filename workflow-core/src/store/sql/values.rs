@@ -99,6 +99,7 @@ impl EncodedEvents {
         Ok(out)
     }
 
+    #[cfg(feature = "sqlite")]
     pub fn len(&self) -> usize {
         self.at.len()
     }
@@ -121,13 +122,21 @@ pub(in crate::store) struct EncodedAppend {
     pub events: EncodedEvents,
     pub release_tokens: Vec<String>,
     pub end: Option<EncodedEnd>,
-    /// The time of the write: its last event's, as the memory store has it.
+    /// The time of the write: its last event's, as the memory store has it; without events,
+    /// the store's clock.
     pub now: i64,
 }
 
 impl EncodedAppend {
+    /// `write`, timed by its last event or else by the local clock.
+    #[cfg(feature = "sqlite")]
     pub fn new(write: &Append) -> Result<Self, StoreError> {
-        let now = sql_time(write.events.last().map_or_else(SystemTime::now, |e| e.at));
+        Self::timed(write, SystemTime::now)
+    }
+
+    /// `write`, timed by its last event or else at `clock()` (the store's clock).
+    pub fn timed(write: &Append, clock: impl FnOnce() -> SystemTime) -> Result<Self, StoreError> {
+        let now = sql_time(write.events.last().map_or_else(clock, |e| e.at));
         let end = match &write.outcome {
             None => None,
             Some(RunOutcome::Completed(v)) => Some(EncodedEnd {
