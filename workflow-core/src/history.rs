@@ -406,3 +406,102 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod fork_tests {
+    use super::*;
+
+    fn rec(seq: u64, event: Event) -> EventRecord {
+        EventRecord {
+            seq,
+            at: from_millis(seq),
+            event,
+        }
+    }
+
+    fn scheduled(run: &RunId, n: u32) -> Event {
+        Event::StepScheduled {
+            step_id: format!("stp_{run}_00_{n}"),
+            name: format!("s{n}"),
+            input: Value::Null,
+        }
+    }
+
+    fn done(run: &RunId, n: u32) -> Event {
+        Event::StepCompleted {
+            step_id: format!("stp_{run}_00_{n}"),
+            result: Ok(Value::from(n)),
+        }
+    }
+
+    #[test]
+    fn a_fork_keeps_the_first_steps_with_its_own_step_ids() {
+        let (old, new) = (RunId::new(), RunId::new());
+        let events = [
+            rec(1, scheduled(&old, 0)),
+            rec(
+                2,
+                Event::TimerScheduled {
+                    timer_id: "tmr_0".into(),
+                    fire_at_ms: 5,
+                },
+            ),
+            rec(3, scheduled(&old, 1)),
+            rec(4, done(&old, 0)),
+            rec(
+                5,
+                Event::TimerFired {
+                    timer_id: "tmr_0".into(),
+                },
+            ),
+            rec(6, scheduled(&old, 2)),
+            rec(7, done(&old, 1)),
+            rec(8, done(&old, 2)),
+            rec(
+                9,
+                Event::RunCompleted {
+                    output: Value::Null,
+                },
+            ),
+        ];
+        let fork = fork_history(&events, 2, &old, &new).unwrap();
+        let kinds: Vec<&str> = fork.iter().map(|e| e.event.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "step_scheduled",
+                "timer_scheduled",
+                "step_scheduled",
+                "step_completed",
+                "timer_fired",
+                "step_completed"
+            ]
+        );
+        assert_eq!(fork[0].event, scheduled(&new, 0));
+        assert_eq!(fork[5].event, done(&new, 1));
+        assert_eq!(fork_history(&events, 0, &old, &new).unwrap(), []);
+        assert_eq!(fork_history(&events, 3, &old, &new).unwrap().len(), 8);
+        let err = fork_history(&events, 4, &old, &new).unwrap_err();
+        assert!(err.contains("scheduled 3 steps"), "{err}");
+    }
+
+    #[test]
+    fn a_fork_after_a_hook_is_refused() {
+        let (old, new) = (RunId::new(), RunId::new());
+        let events = [
+            rec(1, scheduled(&old, 0)),
+            rec(
+                2,
+                Event::HookRegistered {
+                    hook_key: "hk_0".into(),
+                    token: "t".into(),
+                    conflict: None,
+                },
+            ),
+            rec(3, scheduled(&old, 1)),
+        ];
+        assert_eq!(fork_history(&events, 0, &old, &new).unwrap(), []);
+        let err = fork_history(&events, 1, &old, &new).unwrap_err();
+        assert!(err.contains("hook \"t\""), "{err}");
+    }
+}

@@ -175,6 +175,9 @@ macro_rules! __store_conformance_tests {
             failed_tries_give_the_run_back_and_the_last_fails_it,
             a_release_starts_the_count_of_failed_tries_again,
             delivered_payloads_leave_the_inbox,
+            a_blocked_run_waits_with_its_divergence_until_woken_or_retried,
+            retry_reopens_a_failed_run_and_refuses_other_statuses,
+            a_run_created_with_a_history_replays_it,
         ] shared [
             concurrent_acquirers_never_share_a_run,
             payloads_reach_the_owner_in_commit_order,
@@ -1373,6 +1376,179 @@ pub async fn delivered_payloads_leave_the_inbox<S: Store>(store: &S) {
         .unwrap()
         .unwrap();
     assert!(next > ids[2], "{next} reuses an id at or below {}", ids[2]);
+}
+
+/// `block` (fenced) makes the run blocked with the divergence as its error and nothing added
+/// to its history, due after [`block_backoff`] (doubling per block in a row); payloads do not
+/// wake it; `wake_blocked` and `retry` make it due at once; acquiring it clears the error.
+pub async fn a_blocked_run_waits_with_its_divergence_until_woken_or_retried<S: Store>(store: &S) {
+    let (id, _) = start(store, "blocked", None, t(0)).await;
+    let divergence = Error::diverged("at event 1 its history expects A next, but B");
+    let lease = lease_one(store, id, t(10)).await;
+    let before = event_seqs(store, id).await;
+    let due = store.block(&lease, &divergence, t(10)).await.unwrap();
+    assert_eq!(due, t(10) + block_backoff(1));
+    assert!(matches!(
+        store.block(&lease, &divergence, t(10)).await,
+        Err(StoreError::LeaseLost(r)) if r == id
+    ));
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.error),
+        (RunStatus::Blocked, Some(divergence.clone()))
+    );
+    assert_eq!(event_seqs(store, id).await, before, "nothing written");
+    assert!(!run.status.is_terminal());
+
+    // A payload does not wake it.
+    store.resume_hook("blocked", json!(1), t(11)).await.unwrap();
+    let hooked = names(&["hooked"]);
+    let lease_for = Duration::from_secs(60);
+    assert!(acquire(
+        store,
+        &hooked,
+        due - Duration::from_millis(1),
+        lease_for,
+        10
+    )
+    .await
+    .is_empty());
+    // Due after its backoff; acquiring clears the divergence.
+    let got = acquire(store, &hooked, due, lease_for, 10).await;
+    assert_eq!(got.len(), 1);
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.status, run.error), (RunStatus::Running, None));
+
+    // Blocked again: the backoff doubles; wake_blocked makes it due at once.
+    let due = store.block(&got[0].lease, &divergence, due).await.unwrap();
+    let now = t(10) + block_backoff(1);
+    assert_eq!(due, now + block_backoff(2));
+    assert_eq!(store.wake_blocked(now).await.unwrap(), 1);
+    let got = acquire(store, &hooked, now, lease_for, 10).await;
+    assert_eq!(got.len(), 1);
+
+    // And retry, too, without waiting for the backoff.
+    store.block(&got[0].lease, &divergence, now).await.unwrap();
+    assert_eq!(
+        store.retry(&id, now).await.unwrap(),
+        RetryOutcome::Unblocked
+    );
+    assert_eq!(acquire(store, &hooked, now, lease_for, 10).await.len(), 1);
+    assert_eq!(store.wake_blocked(now).await.unwrap(), 0);
+}
+
+/// `retry` re-opens a failed run (a `RunRetried` event, pending, error cleared, due now) and
+/// refuses, changing nothing, a completed, cancelled or live run; an unknown run is an error.
+pub async fn retry_reopens_a_failed_run_and_refuses_other_statuses<S: Store>(store: &S) {
+    let id = create(store, "orders", t(0)).await;
+    let lease = lease_one(store, id, t(1)).await;
+    let error = Error::fatal("out of stock");
+    store
+        .append(
+            &lease,
+            &ap(vec![step_done(t(2), 1)], Some(RunOutcome::Failed(error))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.retry(&id, t(5)).await.unwrap(),
+        RetryOutcome::Reopened
+    );
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!((run.status, run.error), (RunStatus::Pending, None));
+    let events = store.events(&id).await.unwrap();
+    assert!(
+        matches!(events.last().map(|e| &e.event), Some(Event::RunRetried)),
+        "{events:?}"
+    );
+    let got = acquire(
+        store,
+        &names(&["orders"]),
+        t(5),
+        Duration::from_secs(60),
+        10,
+    )
+    .await;
+    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [id]);
+    assert_eq!(got[0].events.len(), events.len());
+    assert_eq!(
+        store.retry(&id, t(6)).await.unwrap(),
+        RetryOutcome::NotRetryable(RunStatus::Running)
+    );
+    store
+        .append(
+            &got[0].lease,
+            &ap(vec![], Some(RunOutcome::Completed(json!(1)))),
+        )
+        .await
+        .unwrap();
+    let before = store.events(&id).await.unwrap();
+    assert_eq!(
+        store.retry(&id, t(7)).await.unwrap(),
+        RetryOutcome::NotRetryable(RunStatus::Completed)
+    );
+    assert_eq!(store.events(&id).await.unwrap(), before);
+    let cancelled = create(store, "orders", t(8)).await;
+    store.cancel(&cancelled, t(9)).await.unwrap();
+    assert_eq!(
+        store.retry(&cancelled, t(9)).await.unwrap(),
+        RetryOutcome::NotRetryable(RunStatus::Cancelled)
+    );
+    let unknown = RunId::new();
+    assert!(matches!(
+        store.retry(&unknown, t(9)).await,
+        Err(StoreError::RunNotFound(r)) if r == unknown
+    ));
+}
+
+/// A run created with a history (`fork`) is pending, holds that history numbered from 1, and
+/// is handed out with it; an existing id or a token is refused.
+pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
+    let id = RunId::new();
+    let new = |id, hook| NewRun {
+        id,
+        workflow: "orders".to_owned(),
+        input: json!([1]),
+        created_at: t(0),
+        hook,
+    };
+    let history = [step_done(t(1), 1), step_done(t(2), 2)];
+    store
+        .create_run_with_history(new(id, None), &history)
+        .await
+        .unwrap();
+    let run = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Pending);
+    assert_eq!(event_seqs(store, id).await, [1, 2]);
+    let got = acquire(
+        store,
+        &names(&["orders"]),
+        t(3),
+        Duration::from_secs(60),
+        10,
+    )
+    .await;
+    assert_eq!(got.len(), 1);
+    let events: Vec<NewEvent> = got[0]
+        .events
+        .iter()
+        .map(|e| NewEvent {
+            at: e.at,
+            event: e.event.clone(),
+        })
+        .collect();
+    assert_eq!(events, history);
+    assert!(store
+        .create_run_with_history(new(id, None), &history)
+        .await
+        .is_err());
+    let other = RunId::new();
+    assert!(store
+        .create_run_with_history(new(other, start_hook("fork", None)), &history)
+        .await
+        .is_err());
+    assert!(store.get_run(&other).await.unwrap().is_none());
+    assert_eq!(owner(store, "fork").await, None);
 }
 
 // ---------------------------------------------------------------------------------------------
