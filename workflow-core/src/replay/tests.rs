@@ -1010,7 +1010,7 @@ fn a_reopened_run_runs_the_step_that_ended_it_again_and_keeps_the_others() {
         )
         .at(7, Event::RunRetried);
     let mut r = h.replay();
-    let mut one = |r: &mut Replay<()>| r.next_delivery().map(|d| d.expect("no divergence").what);
+    let one = |r: &mut Replay<()>| r.next_delivery().map(|d| d.expect("no divergence").what);
     r.issue([step("s1", "charge")], t(8)).unwrap();
     assert_eq!(one(&mut r), Some(step_ok("s1", json!(1))));
     r.issue([step("s2", "probe")], t(8)).unwrap();
