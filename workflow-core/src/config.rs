@@ -73,3 +73,35 @@ impl Config {
             .min(Duration::from_secs(3600))
     }
 }
+
+/// `d` as a person writes it: `30s`, `5m`, `1h`, `1m30s`, `250ms`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_written() {
+        let ms = Duration::from_millis;
+        assert_eq!(human_duration(ms(30_000)), "30s");
+        assert_eq!(human_duration(ms(90_000)), "1m30s");
+        assert_eq!(human_duration(ms(3_600_000)), "1h");
+        assert_eq!(human_duration(ms(250)), "250ms");
+        assert_eq!(human_duration(ms(1_500)), "1s500ms");
+    }
+}

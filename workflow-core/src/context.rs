@@ -296,6 +296,7 @@ where
         name: def.name,
         input,
         max_retries: def.max_retries,
+        timeout: def.timeout,
         body: exec,
     }));
     let value = match ctx.wait(Key::Step(id)).await {

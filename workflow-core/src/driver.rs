@@ -588,6 +588,18 @@ impl Driver {
             attempt,
         );
         let body = (call.body)(&call.input);
+        let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
+            // At the deadline the attempt's future is dropped, and the attempt failed.
+            Some(limit) => Box::pin(async move {
+                tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
+                    Err(Error::retryable(format!(
+                        "step `{name}` timed out after {}",
+                        crate::config::human_duration(limit)
+                    )))
+                })
+            }),
+            None => body,
+        };
         let fut = self
             .host
             .clone()

@@ -39,6 +39,9 @@ pub struct StepDef {
     pub name: &'static str,
     /// Retries after the first attempt.
     pub max_retries: u32,
+    /// Each attempt's deadline (`#[step(timeout = "30s")]`): at it the attempt's future is
+    /// dropped and the attempt fails, to be retried by the policy.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// Collects every `#[step]` linked into the binary.

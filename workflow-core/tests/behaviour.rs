@@ -1161,7 +1161,58 @@ async fn transient_store_errors_are_retried_without_duplicates(b: Backend) {
     bounded(no_active_runs(&rt)).await;
 }
 
+/// Counts, per run, step futures dropped before they finished.
+fn dropped() -> &'static Mutex<HashMap<RunId, usize>> {
+    static D: OnceLock<Mutex<HashMap<RunId, usize>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
+struct CountsDrop(RunId);
+
+impl Drop for CountsDrop {
+    fn drop(&mut self) {
+        *dropped().lock().unwrap().entry(self.0).or_default() += 1;
+    }
+}
+
+#[step(timeout = "100ms", max_retries = 1)]
+async fn hangs() -> Result<()> {
+    let guard = CountsDrop(record("hangs").run_id);
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+#[workflow]
+async fn waits_on_a_hanging_step() -> Result<()> {
+    hangs().await
+}
+
+/// `#[step(timeout = "..")]`: at the deadline the attempt's future is dropped and the attempt
+/// fails ("timed out after 100ms"), retried by the policy like any failed attempt.
+async fn a_step_over_its_timeout_is_dropped_and_retried(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let run = rt.start(waits_on_a_hanging_step, ()).await.unwrap();
+    let err = bounded(run.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("timed out after 100ms"), "{err}");
+    assert_eq!(executed(run.id()).len(), 2, "two attempts");
+    assert_eq!(dropped().lock().unwrap().get(&run.id()), Some(&2));
+    let events = rt.store().events(&run.id()).await.unwrap();
+    let failed = events
+        .iter()
+        .filter(|e| matches!(&e.event, Event::StepAttemptFailed { error, .. } if error.to_string().contains("timed out")))
+        .count();
+    assert_eq!(failed, 1, "the first attempt failed and was retried");
+}
+
 on_every_store!(
+    a_step_over_its_timeout_is_dropped_and_retried,
     a_store_error_that_repeats_fails_the_run,
     transient_store_errors_are_retried_without_duplicates,
     sequential_and_concurrent_steps,

@@ -25,13 +25,15 @@ pub(crate) struct StepArgs {
     pub(crate) name: Option<LitStr>,
     /// Unsuffixed, checked to fit a `u32`; default [`DEFAULT_MAX_RETRIES`].
     pub(crate) max_retries: Option<LitInt>,
+    /// Each attempt's deadline, in milliseconds, from `timeout = "30s"`; default none.
+    pub(crate) timeout_ms: Option<u64>,
 }
 
 /// Retries after the first attempt, so at most four attempts (SPEC section 2).
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 3;
 
 const WORKFLOW_OPTIONS: &[&str] = &["name"];
-const STEP_OPTIONS: &[&str] = &["name", "max_retries"];
+const STEP_OPTIONS: &[&str] = &["name", "max_retries", "timeout"];
 
 impl Parse for WorkflowArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -52,6 +54,8 @@ impl Parse for StepArgs {
         for (key, value) in options(input, "step", STEP_OPTIONS, &mut errors)? {
             if key == "name" {
                 args.name = name(&value, "step", &mut errors);
+            } else if key == "timeout" {
+                args.timeout_ms = timeout(&value, &mut errors);
             } else {
                 args.max_retries = max_retries(&value, &mut errors);
             }
@@ -144,6 +148,7 @@ fn suggestion<'a>(option: &str, known: &[&'a str]) -> Option<&'a str> {
 fn example(option: &str) -> &'static str {
     match option {
         "max_retries" => "5",
+        "timeout" => "\"30s\"",
         _ => "\"billing.charge\"",
     }
 }
@@ -201,6 +206,78 @@ fn max_retries(value: &Expr, errors: &mut Errors) -> Option<LitInt> {
     }
 }
 
+fn timeout(value: &Expr, errors: &mut Errors) -> Option<u64> {
+    let Some(Lit::Str(text)) = literal(value) else {
+        errors.spanned(
+            value,
+            "`timeout` takes a duration string, e.g. `timeout = \"30s\"` (units: ms, s, m, h)",
+        );
+        return None;
+    };
+    match parse_duration_ms(&text.value()) {
+        Ok(0) => {
+            errors.spanned(&text, "`timeout` must be longer than zero");
+            None
+        }
+        Ok(ms) => Some(ms),
+        Err(why) => {
+            errors.spanned(
+                &text,
+                format_args!(
+                    "`timeout = {:?}`: {why}; write a number and a unit, e.g. \"500ms\", \"30s\", \
+                     \"5m\", \"1h\" or \"1m30s\"",
+                    text.value()
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `"1h"`, `"5m"`, `"30s"`, `"500ms"`, or several of them in that order (`"1m30s"`), as
+/// milliseconds.
+pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    const UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
+    if text.is_empty() {
+        return Err("empty".into());
+    }
+    let mut rest = text;
+    let mut total: u64 = 0;
+    let mut last_unit = None;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err(format!("expected a number at {rest:?}"));
+        }
+        let number: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| "the number is too large".to_string())?;
+        rest = &rest[digits..];
+        let unit_len = rest.len()
+            - rest
+                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                .len();
+        let unit = &rest[..unit_len];
+        let Some(index) = UNITS.iter().position(|(u, _)| *u == unit) else {
+            return Err(if unit.is_empty() {
+                "a unit is missing".to_string()
+            } else {
+                format!("unknown unit `{unit}`")
+            });
+        };
+        if last_unit.is_some_and(|last| index <= last) {
+            return Err("units must go from larger to smaller, each once".into());
+        }
+        last_unit = Some(index);
+        total = number
+            .checked_mul(UNITS[index].1)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(|| "the duration is too long".to_string())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
 /// The literal in `value`, looking through the invisible group a `macro_rules!` fragment
 /// (`$name:expr`) arrives in.
 fn literal(value: &Expr) -> Option<&Lit> {
@@ -229,11 +306,21 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{edit_distance, suggestion, STEP_OPTIONS, WORKFLOW_OPTIONS};
+    use super::{edit_distance, parse_duration_ms, suggestion, STEP_OPTIONS, WORKFLOW_OPTIONS};
 
     #[test]
     fn edit_distance_counts_single_character_edits() {
         assert_eq!(edit_distance("max_retries", "max_retries"), 0);
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("1m30s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert!(parse_duration_ms("30").is_err());
+        assert!(parse_duration_ms("s").is_err());
+        assert!(parse_duration_ms("3 s").is_err());
+        assert!(parse_duration_ms("30sec").is_err());
+        assert!(parse_duration_ms("1s1m").is_err());
+        assert!(parse_duration_ms("99999999999999999999h").is_err());
         assert_eq!(edit_distance("max_retires", "max_retries"), 2);
         assert_eq!(edit_distance("max_retry", "max_retries"), 3);
         assert_eq!(edit_distance("nmae", "name"), 2);
@@ -259,7 +346,7 @@ mod tests {
         for typo in ["nmae", "Name", "names"] {
             assert_eq!(suggestion(typo, STEP_OPTIONS), Some("name"), "{typo}");
         }
-        for unrelated in ["timeout", "id", "retry_delay", "x"] {
+        for unrelated in ["deadline", "id", "retry_delay", "x"] {
             assert_eq!(suggestion(unrelated, STEP_OPTIONS), None, "{unrelated}");
         }
         assert_eq!(suggestion("max_retries", WORKFLOW_OPTIONS), None);

@@ -115,6 +115,7 @@ fn emit((tokens, errors): (TokenStream, Option<syn::Error>)) -> TokenStream {
 //     static __WF_STEP_charge_user: StepDef = StepDef {
 //         name: "billing.charge",          // default: concat!(module_path!(), "::", "charge_user")
 //         max_retries: 5,                  // default 3
+//         timeout: None,                   // `timeout = "30s"`: Some(Duration::from_millis(30000))
 //     };
 //     inventory::submit! { StepRegistration { def: &__WF_STEP_charge_user } }
 //     #[doc(hidden)] #[macro_export]       // only with `name = ".."`: a second step of that
@@ -152,6 +153,13 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
     let max_retries = match &args.max_retries {
         Some(max_retries) => max_retries.to_token_stream(),
         None => proc_macro2::Literal::u32_unsuffixed(DEFAULT_MAX_RETRIES).into_token_stream(),
+    };
+    let timeout = match args.timeout_ms {
+        Some(ms) => {
+            let ms = proc_macro2::Literal::u64_unsuffixed(ms);
+            quote! { ::core::option::Option::Some(::core::time::Duration::from_millis(#ms)) }
+        }
+        None => quote! { ::core::option::Option::None },
     };
     let cfgs = cfg_attrs(&item.attrs);
     let attrs = &item.attrs;
@@ -198,6 +206,7 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
         static #def: ::workflow_core::__private::StepDef = ::workflow_core::__private::StepDef {
             name: #name,
             max_retries: #max_retries,
+            timeout: #timeout,
         };
 
         #(#cfgs)*

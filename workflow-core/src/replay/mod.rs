@@ -107,6 +107,8 @@ pub(crate) struct StepCall<S> {
     pub(crate) input: Value,
     /// Retries after the first attempt.
     pub(crate) max_retries: u32,
+    /// Each attempt's deadline.
+    pub(crate) timeout: Option<Duration>,
     /// What the driver runs for each attempt.
     pub(crate) body: S,
 }

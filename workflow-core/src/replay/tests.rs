@@ -127,6 +127,7 @@ fn step_with(step_id: &str, name: &'static str, max_retries: u32) -> Command<()>
         name,
         input: json!([]),
         max_retries,
+        timeout: None,
         body: (),
     })
 }

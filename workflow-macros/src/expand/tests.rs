@@ -153,6 +153,12 @@ pub async fn charge_user(user_id: String, amount: u64) -> Result<Receipt> {
     Ok(receipt)
 }
 "#,
+    step_with_a_timeout: r#"
+#[step(timeout = "1m30s")]
+async fn call_the_bank(account: String) -> Result<u64> {
+    bank().balance(&account).await
+}
+"#,
     step_with_one_mut_arg: r#"
 #[step(max_retries = 0)]
 pub(crate) async fn bump(mut counter: u32) -> Result<u32> {
@@ -324,7 +330,7 @@ async fn charge(amount: u64) -> Result<()> {
 }
 "#,
     error_unknown_option_without_suggestion: r#"
-#[step(timeout = 30, billing::name = "x")]
+#[step(deadline = 30, billing::name = "x")]
 async fn charge(amount: u64) -> Result<()> {
     Ok(())
 }
