@@ -216,13 +216,13 @@ fn timeout(value: &Expr, errors: &mut Errors) -> Option<u64> {
     };
     match parse_duration_ms(&text.value()) {
         Ok(0) => {
-            errors.spanned(&text, "`timeout` must be longer than zero");
+            errors.spanned(text, "`timeout` must be longer than zero");
             None
         }
         Ok(ms) => Some(ms),
         Err(why) => {
             errors.spanned(
-                &text,
+                text,
                 format_args!(
                     "`timeout = {:?}`: {why}; write a number and a unit, e.g. \"500ms\", \"30s\", \
                      \"5m\", \"1h\" or \"1m30s\"",
