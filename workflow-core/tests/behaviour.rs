@@ -1188,6 +1188,47 @@ async fn waits_on_a_hanging_step() -> Result<()> {
     hangs().await
 }
 
+#[step]
+async fn sends_emails_for_an_hour() -> Result<()> {
+    let guard = CountsDrop(record("emails").run_id);
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+#[workflow]
+async fn mailing() -> Result<()> {
+    sends_emails_for_an_hour().await
+}
+
+/// Cancellation reaches steps (SPEC 10): `cancel()` drops the run's in-flight step future in
+/// the process running it within a second, and no new attempt starts.
+async fn cancel_drops_the_step_in_flight(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let run = rt.start(mailing, ()).await.unwrap();
+    bounded(async {
+        while executed(run.id()).is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let cancelled = std::time::Instant::now();
+    run.cancel().await.unwrap();
+    let dropped_in = bounded(async {
+        while dropped().lock().unwrap().get(&run.id()).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cancelled.elapsed()
+    })
+    .await;
+    eprintln!("the step's future was dropped {dropped_in:?} after cancel() returned");
+    assert!(dropped_in < Duration::from_secs(1), "{dropped_in:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(executed(run.id()).len(), 1, "no new attempt started");
+    assert!(run.return_value().await.unwrap_err().is_cancelled());
+}
+
 /// `#[step(timeout = "..")]`: at the deadline the attempt's future is dropped and the attempt
 /// fails ("timed out after 100ms"), retried by the policy like any failed attempt.
 async fn a_step_over_its_timeout_is_dropped_and_retried(b: Backend) {
@@ -1213,6 +1254,7 @@ async fn a_step_over_its_timeout_is_dropped_and_retried(b: Backend) {
 
 on_every_store!(
     a_step_over_its_timeout_is_dropped_and_retried,
+    cancel_drops_the_step_in_flight,
     a_store_error_that_repeats_fails_the_run,
     transient_store_errors_are_retried_without_duplicates,
     sequential_and_concurrent_steps,
