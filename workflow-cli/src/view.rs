@@ -247,8 +247,28 @@ impl RunDetail {
         let mut timers: Vec<TimerView> = Vec::new();
         let mut hooks: Vec<HookView> = Vec::new();
         let mut marks: Vec<MarkView> = Vec::new();
+        // What a retry re-opens: the steps whose error came after the last command recorded.
+        let mut last_command = 0;
+        let mut failed_at: Vec<(String, u64)> = Vec::new();
         for e in events {
             let at = Time(e.at);
+            if matches!(
+                e.event,
+                Event::StepScheduled { .. }
+                    | Event::TimerScheduled { .. }
+                    | Event::HookRegistered { .. }
+                    | Event::HookReleased { .. }
+                    | Event::PatchMarked { .. }
+            ) {
+                last_command = e.seq;
+            }
+            if let Event::StepCompleted {
+                step_id,
+                result: Err(_),
+            } = &e.event
+            {
+                failed_at.push((step_id.clone(), e.seq));
+            }
             match &e.event {
                 Event::StepScheduled {
                     step_id,
@@ -391,11 +411,23 @@ impl RunDetail {
                     kind: MarkKind::Patch,
                     label: format!("patch {patch_id:?} taken"),
                 }),
-                Event::RunRetried => marks.push(MarkView {
-                    at,
-                    kind: MarkKind::Retried,
-                    label: "failed run re-opened by retry".to_owned(),
-                }),
+                Event::RunRetried => {
+                    marks.push(MarkView {
+                        at,
+                        kind: MarkKind::Retried,
+                        label: "failed run re-opened by retry".to_owned(),
+                    });
+                    // A fresh set of attempts, the first one starting now (like a scheduling).
+                    for (step_id, _) in failed_at.drain(..).filter(|(_, seq)| *seq > last_command) {
+                        if let Some(s) = find_step(&mut steps, &step_id) {
+                            s.status = StepStatus::Running;
+                            s.ended_at = None;
+                            s.duration_ms = None;
+                            s.error = None;
+                            s.attempts.push(open_attempt(1, at));
+                        }
+                    }
+                }
                 // The run's end is in its record; events added later are not drawn.
                 _ => {}
             }
