@@ -95,6 +95,11 @@ pub async fn upgrade(key: String) -> Result<String> {
 /// written through the store; the fixture's worker, still on the old code, finds `note` instead
 /// and blocks it. Returns once it is blocked; `deploy(key)` makes the code fit again.
 pub async fn blocked_run(f: &Fixture, key: &str) -> RunId {
+    blocked_run_expecting(f, key, None).await
+}
+
+/// [`blocked_run`] whose history names the step `step_name` (instead of `greet`'s name).
+pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&str>) -> RunId {
     let store = f.rt.store();
     let (step_id, name) = store
         .events(&f.completed)
@@ -113,6 +118,7 @@ pub async fn blocked_run(f: &Fixture, key: &str) -> RunId {
         .unwrap()
         .workflow
         .replace("::welcome", "::upgrade");
+    let name = step_name.map_or(name, str::to_owned);
     let id = RunId::new();
     // Step ids name their run.
     let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
