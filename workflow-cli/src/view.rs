@@ -1054,6 +1054,68 @@ mod tests {
     }
 
     #[test]
+    fn patches_and_retries_are_marked_and_a_retry_opens_fresh_attempts() {
+        let step = |seq, at, event| ev(seq, at, event);
+        let events = vec![
+            step(
+                1,
+                5,
+                Event::PatchMarked {
+                    patch_id: "use-v2".into(),
+                },
+            ),
+            step(
+                2,
+                10,
+                Event::StepScheduled {
+                    step_id: "stp_x_0".into(),
+                    name: "charge".into(),
+                    input: json!([]),
+                },
+            ),
+            step(
+                3,
+                20,
+                Event::StepCompleted {
+                    step_id: "stp_x_0".into(),
+                    result: Err(Error::fatal("declined")),
+                },
+            ),
+            step(
+                4,
+                20,
+                Event::RunFailed {
+                    error: Error::fatal("declined"),
+                },
+            ),
+            step(5, 100, Event::RunRetried),
+        ];
+        let d = RunDetail::new(run(RunStatus::Pending, 100, None), &events, &[], t(150));
+        let marks: Vec<_> = d.marks.iter().map(|m| (m.kind, m.at)).collect();
+        assert_eq!(
+            marks,
+            [
+                (MarkKind::Patch, Time(t(5))),
+                (MarkKind::Retried, Time(t(100)))
+            ]
+        );
+        let s = &d.steps[0];
+        assert_eq!(s.status, StepStatus::Running);
+        let got: Vec<_> = s.attempts.iter().map(|a| (a.attempt, a.outcome)).collect();
+        assert_eq!(
+            got,
+            [(1, AttemptOutcome::Failed), (1, AttemptOutcome::Running)]
+        );
+        assert_eq!(s.attempts[1].started_at, Time(t(100)));
+        let details: Vec<_> = events
+            .into_iter()
+            .map(|e| EventView::new(e).details())
+            .collect();
+        assert_eq!(details[0], "patch \"use-v2\": new code path taken");
+        assert_eq!(details[4], "failed run re-opened by retry");
+    }
+
+    #[test]
     fn json_times_are_rfc3339() {
         let v = serde_json::to_value(Time(from_millis(1_700_000_000_123))).unwrap();
         assert_eq!(v, json!("2023-11-14T22:13:20.123Z"));

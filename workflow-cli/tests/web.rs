@@ -508,6 +508,10 @@ async fn a_blocked_run_shows_its_divergence_and_retries() {
             .any(|e| e.event == workflow_core::store::Event::RunRetried),
         "{events:?}"
     );
+    // The timeline marks the retry; the events say it in words.
+    let page = get(web.addr, &format!("/runs/{}", f.failed), &host).body;
+    assert!(page.contains(r#"<div class="mark retried""#), "{page}");
+    assert!(page.contains("failed run re-opened by retry"), "{page}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -193,6 +193,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
         wf = esc(&r.workflow),
         badge = badge(r.status),
     );
+    body.push_str("  <div class=\"actions\">\n");
     if !r.status.is_terminal() {
         let _ = write!(
             body,
@@ -218,7 +219,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             },
         );
     }
-    body.push_str("</div>\n");
+    body.push_str("  </div>\n</div>\n");
     if let Some(div) = &d.divergence {
         divergence_section(&mut body, r.id, div);
     }
