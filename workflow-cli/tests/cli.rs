@@ -547,7 +547,7 @@ async fn blocked_runs_are_listed_shown_and_retried(b: Backend) {
     let listed = cli(db, &["runs", "--status", "blocked", "--json"])
         .await
         .json();
-    assert_eq!(ids(&listed), [sid.clone()]);
+    assert_eq!(ids(&listed), std::slice::from_ref(&sid));
     assert_eq!(listed[0]["error"]["kind"], "diverged");
     let table = cli(db, &["runs", "--status", "blocked"]).await.ok();
     assert_eq!(table.lines().count(), 2, "{table}");

@@ -334,10 +334,9 @@ fn divergence_section(body: &mut String, id: workflow_core::RunId, div: &Diverge
             found = esc(found),
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         body,
-        r#"<p class="small">Nothing was written to its history. Deploy code that fits it (guard the change with <code>patched()</code>), then retry; or start a copy with <code>workflow fork {id} --from-step N</code>.</p></section>
-"#
+        r#"<p class="small">Nothing was written to its history. Deploy code that fits it (guard the change with <code>patched()</code>), then retry; or start a copy with <code>workflow fork {id} --from-step N</code>.</p></section>"#
     );
 }
 
