@@ -381,7 +381,7 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             let Some(path) = output else {
                 return to_json(&history);
             };
-            let events = history["events"].as_array().map_or(0, Vec::len);
+            let events = history.events.len();
             let mut bytes = serde_json::to_vec_pretty(&history)
                 .map_err(|e| CliError::Other(format!("cannot encode the history: {e}")))?;
             bytes.push(b'\n');

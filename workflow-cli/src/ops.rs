@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde_json::Value;
 use workflow_core::store::{CancelOutcome, HookFilter, RunFilter};
-use workflow_core::{HookError, RunId, RunStatus, Runtime};
+use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 
 use crate::error::CliError;
 use crate::view::{EventView, HookSummary, RunDetail, RunSummary};
@@ -219,9 +219,13 @@ pub async fn fork(rt: &Runtime, id: RunId, from_step: usize) -> Result<Forked, C
     })
 }
 
-/// The run's history as the versioned JSON `workflow_core::testing::replay` reads.
-pub async fn export(rt: &Runtime, id: RunId) -> Result<Value, CliError> {
-    Ok(rt.get_run(&id).export().await?)
+/// The run's history as the versioned JSON `workflow_core::testing::replay` reads, typed so
+/// that it prints in the documented field order (`format` and `version` first; a `Value`'s
+/// keys would come out sorted, with the events first).
+pub async fn export(rt: &Runtime, id: RunId) -> Result<ExportedHistory, CliError> {
+    let v = rt.get_run(&id).export().await?;
+    serde_json::from_value(v)
+        .map_err(|e| CliError::Other(format!("cannot read the exported history: {e}")))
 }
 
 pub fn not_found(id: RunId) -> CliError {

@@ -688,6 +688,7 @@ async fn fork_keeps_the_first_steps(b: Backend) {
     let sleeping = f.sleeping.to_string();
 
     let out = cli(db, &["fork", &sleeping, "--from-step", "1"]).await.ok();
+    eprintln!("workflow fork {sleeping} --from-step 1:\n{out}");
     let new: RunId = out
         .trim()
         .parse()
@@ -735,7 +736,13 @@ async fn export_prints_the_versioned_history(b: Backend) {
     let completed = f.completed.to_string();
 
     let out = cli(db, &["export", &completed]).await.ok();
-    assert!(out.starts_with("{\n  \""), "pretty: {out}");
+    eprintln!("workflow export {completed}:\n{out}");
+    assert!(
+        out.starts_with(
+            "{\n  \"format\": \"workflow-rs/history\",\n  \"version\": 1,\n  \"run\": {\n"
+        ),
+        "pretty, in the documented order: {out}"
+    );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["format"], "workflow-rs/history");
     assert_eq!(v["version"], 1);
