@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 use workflow_core::store::{HookFilter, RunFilter};
+use workflow_core::RunStatus;
 
 use crate::connect::{self, Target};
 use crate::error::CliError;
@@ -21,10 +22,12 @@ The database is --db (or WORKFLOW_DB), else --database-url (or WORKFLOW_DATABASE
 workflows.db in the current directory. --db wins when both are set.
 
 Exit status: 0 done; 1 not found (no such run, no open hook for the token); 2 invalid
-arguments (including a malformed run id or JSON payload); 3 the database cannot be opened.";
+arguments (including a malformed run id or JSON payload); 3 the database cannot be opened;
+4 refused, nothing changed (retry of a run that neither failed nor is blocked, a fork past the
+run's steps).";
 
-/// Inspect durable workflow runs, cancel them, resume their hooks, prune the old ones, or
-/// serve a dashboard.
+/// Inspect durable workflow runs, cancel, retry or fork them, resume their hooks, export their
+/// histories, prune the old ones, or serve a dashboard.
 #[derive(Debug, Parser)]
 #[command(name = "workflow", version, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -62,7 +65,7 @@ pub enum Command {
     /// List runs, newest first.
     Runs {
         /// Only runs in this state.
-        #[arg(long, value_parser = ["pending", "running", "completed", "failed", "cancelled"])]
+        #[arg(long, value_parser = ["pending", "running", "blocked", "completed", "failed", "cancelled"])]
         status: Option<String>,
         /// Only runs of this workflow.
         #[arg(long, value_name = "NAME")]
@@ -97,6 +100,30 @@ pub enum Command {
     Cancel {
         /// The run's id.
         run_id: String,
+    },
+    /// Retry a run now: a blocked run is handed to a worker (it goes on if the deployed code
+    /// fits its history again); a failed run is re-opened, its recorded steps kept and the step
+    /// that failed it given a fresh set of attempts.
+    Retry {
+        /// The run's id.
+        run_id: String,
+    },
+    /// Start a copy of a run that keeps the recorded results of its first N steps and runs the
+    /// rest with the deployed code; prints the new run's id.
+    Fork {
+        /// The run's id.
+        run_id: String,
+        /// How many of its steps (in the order they were scheduled) the copy keeps.
+        #[arg(long, value_name = "N")]
+        from_step: usize,
+    },
+    /// Print a run's history as versioned JSON, for `workflow_core::testing::replay` in tests.
+    Export {
+        /// The run's id.
+        run_id: String,
+        /// Write it to FILE instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
     /// Send a JSON payload to the run whose open hook owns TOKEN.
     Resume {
@@ -189,7 +216,12 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         Command::Runs { status, .. } => {
             status.as_deref().map(ops::parse_status).transpose()?;
         }
-        Command::Run { id } | Command::Events { run_id: id } | Command::Cancel { run_id: id } => {
+        Command::Run { id }
+        | Command::Events { run_id: id }
+        | Command::Cancel { run_id: id }
+        | Command::Retry { run_id: id }
+        | Command::Fork { run_id: id, .. }
+        | Command::Export { run_id: id, .. } => {
             ops::parse_run_id(id)?;
         }
         Command::Hooks { run: Some(id), .. } => {
@@ -317,6 +349,58 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                 )
             })
         }
+        Command::Retry { run_id } => {
+            let done = ops::retry(&rt, ops::parse_run_id(&run_id)?).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(if done.was == RunStatus::Failed {
+                format!(
+                    "re-opened run {} (it had failed); its failed step gets a fresh set of \
+                     attempts\n",
+                    done.run_id
+                )
+            } else {
+                format!(
+                    "retrying run {} (it was {}); a worker picks it up now\n",
+                    done.run_id, done.was
+                )
+            })
+        }
+        Command::Fork { run_id, from_step } => {
+            let done = ops::fork(&rt, ops::parse_run_id(&run_id)?, from_step).await?;
+            if json {
+                return to_json(&done);
+            }
+            // The id alone, so that `new=$(workflow fork ..)` works.
+            Ok(format!("{}\n", done.run_id))
+        }
+        Command::Export { run_id, output } => {
+            let id = ops::parse_run_id(&run_id)?;
+            let history = ops::export(&rt, id).await?;
+            let Some(path) = output else {
+                return to_json(&history);
+            };
+            let events = history.events.len();
+            let mut bytes = serde_json::to_vec_pretty(&history)
+                .map_err(|e| CliError::Other(format!("cannot encode the history: {e}")))?;
+            bytes.push(b'\n');
+            tokio::fs::write(&path, bytes)
+                .await
+                .map_err(|e| CliError::Other(format!("cannot write {}: {e}", path.display())))?;
+            if json {
+                return to_json(&serde_json::json!({
+                    "run_id": id,
+                    "path": path,
+                    "events": events,
+                }));
+            }
+            Ok(format!(
+                "wrote the history of run {id} ({events} {}) to {}\n",
+                if events == 1 { "event" } else { "events" },
+                path.display()
+            ))
+        }
         Command::Resume { token, .. } => {
             let payload = payload.unwrap_or_default();
             let done = ops::resume(&rt, &token, payload).await?;
@@ -399,7 +483,27 @@ fn run_text(d: &RunDetail) -> String {
     if let Some(output) = &r.output {
         field("output", &output.to_string());
     }
-    if let Some(error) = &r.error {
+    if let Some(div) = &d.divergence {
+        // The reason the run stands still, first: on call, this is what one needs to read.
+        field("blocked", &div.message);
+        if let Some(n) = div.event {
+            field("  event", &n.to_string());
+        }
+        if let Some(e) = &div.expected {
+            field("  expected", e);
+        }
+        if let Some(f) = &div.found {
+            field("  found", f);
+        }
+        field(
+            "  then",
+            &format!(
+                "deploy code that fits (guard the change with `patched()`), then \
+                 `workflow retry {id}`; or `workflow fork {id} --from-step N`",
+                id = r.id
+            ),
+        );
+    } else if let Some(error) = &r.error {
         field("error", &format!("{:?}: {error}", error.kind()));
     }
     if !d.waiting_on.is_empty() {

@@ -14,6 +14,10 @@ pub enum CliError {
     /// The database could not be opened, reached or read: exit status 3.
     #[error("{0}")]
     Database(String),
+    /// The run is not in a state the command applies to (retrying a run that completed,
+    /// forking past its last step); nothing was changed: exit status 4.
+    #[error("{0}")]
+    Refused(String),
     /// Anything else (the dashboard could not listen, output could not be written): exit 1.
     #[error("{0}")]
     Other(String),
@@ -26,6 +30,7 @@ impl CliError {
             CliError::Usage(_) => 2,
             CliError::NotFound(_) | CliError::Other(_) => 1,
             CliError::Database(_) => 3,
+            CliError::Refused(_) => 4,
         }
     }
 
@@ -35,6 +40,7 @@ impl CliError {
             CliError::Usage(m) => CliError::Usage(f(&m)),
             CliError::NotFound(m) => CliError::NotFound(f(&m)),
             CliError::Database(m) => CliError::Database(f(&m)),
+            CliError::Refused(m) => CliError::Refused(f(&m)),
             CliError::Other(m) => CliError::Other(f(&m)),
         }
     }
@@ -47,6 +53,18 @@ impl From<workflow_core::StoreError> for CliError {
                 CliError::NotFound(format!("run {id} not found"))
             }
             other => CliError::Database(other.to_string()),
+        }
+    }
+}
+
+impl From<workflow_core::RunError> for CliError {
+    fn from(e: workflow_core::RunError) -> Self {
+        match e {
+            workflow_core::RunError::NotFound(id) => crate::ops::not_found(id),
+            workflow_core::RunError::Store(e) => e.into(),
+            refused @ (workflow_core::RunError::NotRetryable { .. }
+            | workflow_core::RunError::CannotFork { .. }) => CliError::Refused(refused.to_string()),
+            other => CliError::Other(other.to_string()),
         }
     }
 }

@@ -1,10 +1,13 @@
-//! `workflow`: inspect durable workflow runs in a SQLite or PostgreSQL store, cancel them,
-//! resume their hooks, or serve a local dashboard with a timeline per run.
+//! `workflow`: inspect durable workflow runs in a SQLite or PostgreSQL store, cancel, retry or
+//! fork them, resume their hooks, export their histories, or serve a local dashboard with a
+//! timeline per run.
 //!
 //! ```text
 //! workflow --db orders.db runs --status failed
 //! workflow --db orders.db run 01J9ZQ3K8V2X7B5N4M6P0R1S2T
 //! workflow --db orders.db resume order:42 '{"approved": true}'
+//! workflow --db orders.db retry 01J9ZQ3K8V2X7B5N4M6P0R1S2T
+//! workflow --db orders.db export 01J9ZQ3K8V2X7B5N4M6P0R1S2T -o run.json
 //! workflow --db orders.db prune --older-than 30d
 //! workflow --db orders.db web --port 8080
 //! ```

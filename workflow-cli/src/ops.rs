@@ -1,5 +1,5 @@
 //! What the commands and the dashboard do, on a client-only runtime: list, show, cancel,
-//! resume and prune. Both front ends call these, so a run looks the same in a terminal and a
+//! resume, retry, fork, export and prune. Both front ends call these, so a run looks the same in a terminal and a
 //! browser.
 
 use std::time::{Duration, SystemTime};
@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use serde_json::Value;
 use workflow_core::store::{CancelOutcome, HookFilter, RunFilter};
-use workflow_core::{HookError, RunId, RunStatus, Runtime};
+use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 
 use crate::error::CliError;
 use crate::view::{EventView, HookSummary, RunDetail, RunSummary};
@@ -30,7 +30,7 @@ pub fn parse_run_id(s: &str) -> Result<RunId, CliError> {
 pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
     RunStatus::parse(s).ok_or_else(|| {
         CliError::Usage(format!(
-            "unknown status `{s}` (expected pending, running, completed, failed or cancelled)"
+            "unknown status `{s}` (expected pending, running, blocked, completed, failed or cancelled)"
         ))
     })
 }
@@ -185,7 +185,50 @@ pub async fn prune(rt: &Runtime, older_than: Duration) -> Result<Pruned, CliErro
     })
 }
 
-fn not_found(id: RunId) -> CliError {
+/// What `retry` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Retried {
+    pub run_id: RunId,
+    /// The status the run was retried from: `blocked` (handed to a worker now) or `failed`
+    /// (re-opened).
+    pub was: RunStatus,
+}
+
+pub async fn retry(rt: &Runtime, id: RunId) -> Result<Retried, CliError> {
+    let run = rt.get_run(&id);
+    // Read first only to say what happened; the store decides atomically whether it may.
+    let was = run.status().await?;
+    run.retry().await?;
+    Ok(Retried { run_id: id, was })
+}
+
+/// What `fork` created.
+#[derive(Debug, Clone, Serialize)]
+pub struct Forked {
+    pub run_id: RunId,
+    pub forked_from: RunId,
+    pub from_step: usize,
+}
+
+pub async fn fork(rt: &Runtime, id: RunId, from_step: usize) -> Result<Forked, CliError> {
+    let new = rt.get_run(&id).fork(from_step).await?;
+    Ok(Forked {
+        run_id: new.id(),
+        forked_from: id,
+        from_step,
+    })
+}
+
+/// The run's history as the versioned JSON `workflow_core::testing::replay` reads, typed so
+/// that it prints in the documented field order (`format` and `version` first; a `Value`'s
+/// keys would come out sorted, with the events first).
+pub async fn export(rt: &Runtime, id: RunId) -> Result<ExportedHistory, CliError> {
+    let v = rt.get_run(&id).export().await?;
+    serde_json::from_value(v)
+        .map_err(|e| CliError::Other(format!("cannot read the exported history: {e}")))
+}
+
+pub fn not_found(id: RunId) -> CliError {
     CliError::NotFound(format!(
         "run {id} not found (`workflow runs` lists the runs in this database)"
     ))

@@ -221,9 +221,13 @@ pub struct RunDetail {
     pub run: RunSummary,
     /// For a live run, what it is waiting for, in words.
     pub waiting_on: Vec<String>,
+    /// For a blocked run, where its replay left the recorded history.
+    pub divergence: Option<DivergenceView>,
     pub steps: Vec<StepView>,
     pub timers: Vec<TimerView>,
     pub hooks: Vec<HookView>,
+    /// Patch markers and retries, in history order.
+    pub marks: Vec<MarkView>,
     /// The time the views were computed at (open bars end there).
     pub as_of: Time,
 }
@@ -242,8 +246,29 @@ impl RunDetail {
         let mut steps: Vec<StepView> = Vec::new();
         let mut timers: Vec<TimerView> = Vec::new();
         let mut hooks: Vec<HookView> = Vec::new();
+        let mut marks: Vec<MarkView> = Vec::new();
+        // What a retry re-opens: the steps whose error came after the last command recorded.
+        let mut last_command = 0;
+        let mut failed_at: Vec<(String, u64)> = Vec::new();
         for e in events {
             let at = Time(e.at);
+            if matches!(
+                e.event,
+                Event::StepScheduled { .. }
+                    | Event::TimerScheduled { .. }
+                    | Event::HookRegistered { .. }
+                    | Event::HookReleased { .. }
+                    | Event::PatchMarked { .. }
+            ) {
+                last_command = e.seq;
+            }
+            if let Event::StepCompleted {
+                step_id,
+                result: Err(_),
+            } = &e.event
+            {
+                failed_at.push((step_id.clone(), e.seq));
+            }
             match &e.event {
                 Event::StepScheduled {
                     step_id,
@@ -381,6 +406,28 @@ impl RunDetail {
                         h.released_at = Some(at);
                     }
                 }
+                Event::PatchMarked { patch_id } => marks.push(MarkView {
+                    at,
+                    kind: MarkKind::Patch,
+                    label: format!("patch {patch_id:?} taken"),
+                }),
+                Event::RunRetried => {
+                    marks.push(MarkView {
+                        at,
+                        kind: MarkKind::Retried,
+                        label: "failed run re-opened by retry".to_owned(),
+                    });
+                    // A fresh set of attempts, the first one starting now (like a scheduling).
+                    for (step_id, _) in failed_at.drain(..).filter(|(_, seq)| *seq > last_command) {
+                        if let Some(s) = find_step(&mut steps, &step_id) {
+                            s.status = StepStatus::Running;
+                            s.ended_at = None;
+                            s.duration_ms = None;
+                            s.error = None;
+                            s.attempts.push(open_attempt(1, at));
+                        }
+                    }
+                }
                 // The run's end is in its record; events added later are not drawn.
                 _ => {}
             }
@@ -439,12 +486,18 @@ impl RunDetail {
             }
         }
         let waiting_on = waiting_on(&run, &steps, &timers, &hooks, now);
+        let divergence = match (&run.status, &run.error) {
+            (RunStatus::Blocked, Some(e)) => Some(DivergenceView::new(e)),
+            _ => None,
+        };
         RunDetail {
             run,
             waiting_on,
+            divergence,
             steps,
             timers,
             hooks,
+            marks,
             as_of: now,
         }
     }
@@ -457,6 +510,81 @@ impl RunDetail {
             self.as_of
         }
     }
+}
+
+/// A moment of the run that is not a step, sleep or hook: a patch taken, a retry.
+#[derive(Debug, Clone, Serialize)]
+pub struct MarkView {
+    pub at: Time,
+    pub kind: MarkKind,
+    /// In words.
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkKind {
+    /// `patched(id)` was reached live: the run takes the new path from here.
+    Patch,
+    /// A failed run was re-opened.
+    Retried,
+}
+
+/// Why a blocked run is blocked: the runtime's message, and its parts when they can be told
+/// apart (they are only in the text, so a message worded otherwise keeps just `message`).
+#[derive(Debug, Clone, Serialize)]
+pub struct DivergenceView {
+    pub message: String,
+    /// The history's event at which replay left it.
+    pub event: Option<u64>,
+    /// What the history holds there.
+    pub expected: Option<String>,
+    /// What the deployed code did instead.
+    pub found: Option<String>,
+}
+
+impl DivergenceView {
+    pub fn new(error: &Error) -> Self {
+        let message = error.to_string();
+        let (event, expected, found) = match divergence_parts(&message) {
+            Some((n, e, f)) => (Some(n), Some(e.to_owned()), Some(f.to_owned())),
+            None => (None, None, None),
+        };
+        DivergenceView {
+            message,
+            event,
+            expected,
+            found,
+        }
+    }
+}
+
+/// The event, expected and found parts of a divergence message, in the four wordings of
+/// `workflow_core`'s `Divergence` display.
+fn divergence_parts(message: &str) -> Option<(u64, &str, &str)> {
+    let (_, rest) = message.split_once("diverged from its recorded history: ")?;
+    let core = rest
+        .split_once("; the code changed under a running workflow")
+        .map_or(rest, |(c, _)| c);
+    if let Some(after) = core.strip_prefix("at event ") {
+        let (n, after) = after.split_once(' ')?;
+        let n = n.parse().ok()?;
+        if let Some(after) = after.strip_prefix("its history expects ") {
+            let (expected, found) = after.split_once(" next, but the workflow called ")?;
+            return Some((n, expected, found));
+        }
+        let after = after.strip_prefix("its history delivers the result of ")?;
+        let (expected, found) = after.split_once(", but the workflow is waiting on ")?;
+        return Some((n, expected, found));
+    }
+    let after = core.strip_prefix("the workflow returned (")?;
+    let (found, after) = after
+        .split_once(") where its history expects ")
+        .or_else(|| after.split_once(") before its history delivered "))?;
+    let (expected, n) = after.rsplit_once(" (event ")?;
+    let n = n.strip_suffix(')')?.parse().ok()?;
+    let expected = expected.strip_suffix(" next").unwrap_or(expected);
+    Some((n, expected, found))
 }
 
 /// `charge_card` for `shop::orders::charge_card`: registered names carry the module path.
@@ -501,6 +629,14 @@ fn waiting_on(
             return out;
         }
         RunStatus::Running => {}
+        RunStatus::Blocked => {
+            out.push(
+                "a build whose code fits its recorded history (its replay diverged from it); \
+                 workers try again with backoff, a retry tries now"
+                    .to_owned(),
+            );
+            return out;
+        }
         _ => return out,
     }
     for s in steps {
@@ -629,6 +765,8 @@ impl EventView {
                 text::json_line(payload, 80)
             ),
             Event::HookReleased { hook_key, token } => format!("{hook_key} {token:?}"),
+            Event::PatchMarked { patch_id } => format!("patch {patch_id:?}: new code path taken"),
+            Event::RunRetried => "failed run re-opened by retry".to_owned(),
             other => format!("{other:?}"),
         }
     }
@@ -879,6 +1017,102 @@ mod tests {
         );
         assert_eq!(d.hooks[2].registered_at, Time(t(0)));
         assert_eq!(d.waiting_on.len(), 2, "{:?}", d.waiting_on);
+    }
+
+    #[test]
+    fn divergence_messages_come_apart() {
+        let wrap = |d: &str| {
+            format!(
+                "replay of run X (workflow `w`) diverged from its recorded history: {d}; the code \
+                 changed under a running workflow. The run is blocked until a build whose code \
+                 fits its history picks it up (or `retry()`); nothing was written."
+            )
+        };
+        for (d, want) in [
+            (
+                "at event 1 its history expects step `a` (stp_1_0) next, but the workflow called step `b` (stp_2_0)",
+                (1, "step `a` (stp_1_0)", "step `b` (stp_2_0)"),
+            ),
+            (
+                "at event 3 its history delivers the result of timer tm_0, but the workflow is waiting on step `b`",
+                (3, "timer tm_0", "step `b`"),
+            ),
+            (
+                "the workflow returned (Ok) where its history expects step `a` next (event 4)",
+                (4, "step `a`", "Ok"),
+            ),
+            (
+                "the workflow returned (Err) before its history delivered timer tm_1 (event 7)",
+                (7, "timer tm_1", "Err"),
+            ),
+        ] {
+            assert_eq!(divergence_parts(&wrap(d)), Some(want), "{d}");
+        }
+        assert_eq!(divergence_parts("something else went wrong"), None);
+        let v = DivergenceView::new(&Error::fatal("worded otherwise"));
+        assert_eq!((v.message.as_str(), v.event), ("worded otherwise", None));
+    }
+
+    #[test]
+    fn patches_and_retries_are_marked_and_a_retry_opens_fresh_attempts() {
+        let step = |seq, at, event| ev(seq, at, event);
+        let events = vec![
+            step(
+                1,
+                5,
+                Event::PatchMarked {
+                    patch_id: "use-v2".into(),
+                },
+            ),
+            step(
+                2,
+                10,
+                Event::StepScheduled {
+                    step_id: "stp_x_0".into(),
+                    name: "charge".into(),
+                    input: json!([]),
+                },
+            ),
+            step(
+                3,
+                20,
+                Event::StepCompleted {
+                    step_id: "stp_x_0".into(),
+                    result: Err(Error::fatal("declined")),
+                },
+            ),
+            step(
+                4,
+                20,
+                Event::RunFailed {
+                    error: Error::fatal("declined"),
+                },
+            ),
+            step(5, 100, Event::RunRetried),
+        ];
+        let d = RunDetail::new(run(RunStatus::Pending, 100, None), &events, &[], t(150));
+        let marks: Vec<_> = d.marks.iter().map(|m| (m.kind, m.at)).collect();
+        assert_eq!(
+            marks,
+            [
+                (MarkKind::Patch, Time(t(5))),
+                (MarkKind::Retried, Time(t(100)))
+            ]
+        );
+        let s = &d.steps[0];
+        assert_eq!(s.status, StepStatus::Running);
+        let got: Vec<_> = s.attempts.iter().map(|a| (a.attempt, a.outcome)).collect();
+        assert_eq!(
+            got,
+            [(1, AttemptOutcome::Failed), (1, AttemptOutcome::Running)]
+        );
+        assert_eq!(s.attempts[1].started_at, Time(t(100)));
+        let details: Vec<_> = events
+            .into_iter()
+            .map(|e| EventView::new(e).details())
+            .collect();
+        assert_eq!(details[0], "patch \"use-v2\": new code path taken");
+        assert_eq!(details[4], "failed run re-opened by retry");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The dashboard in a real browser: `workflow web` on a loopback port, headless Chromium driven
 //! through chromedriver. It lists the runs, shows a run's timeline with one bar per step attempt,
-//! and a click on "resume" moves a waiting run on. Screenshots land in `target/screenshots/`.
+//! a click on "resume" moves a waiting run on, and a blocked run shows why and moves on after a
+//! click on "retry" once the code fits. Screenshots land in `target/screenshots/`.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them). Without them the
 //! test says so and passes, except under `CI=true`, where it fails.
@@ -9,13 +10,14 @@ use std::io::{BufRead, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_core::prelude::*;
-use workflow_core::store::Event;
+use workflow_core::store::{Event, NewEvent, NewRun};
 
 /// The whole test ends by then.
 const TEST_LIMIT: Duration = Duration::from_secs(240);
@@ -67,6 +69,20 @@ async fn checkout(order: String, cents: u64) -> Result<String> {
     }
     let tracking = ship(order).await?;
     Ok(format!("{charge_id} {tracking}"))
+}
+
+/// Whether the build that reserves before shipping is deployed (the worker runs in this
+/// process; this is the only test of the binary).
+static DEPLOYED: AtomicBool = AtomicBool::new(false);
+
+/// The old code ships at once; the new code reserves first.
+#[workflow]
+async fn upgrade(order: String) -> Result<String> {
+    let new_code = DEPLOYED.load(Ordering::SeqCst);
+    if new_code {
+        reserve(order.clone()).await?;
+    }
+    ship(order).await
 }
 
 /// Kills and reaps a child process when the test ends, however it ends.
@@ -500,5 +516,147 @@ async fn dashboard(chromium: &Path, driver: &Path) {
         .unwrap()
         .contains("No open hooks"));
 
+    blocked_run_and_retry(&rt, &client, &base, declined.id()).await;
+
     client.close().await.unwrap();
+}
+
+/// A run of `upgrade` whose history the new code recorded (it reserved first), written through
+/// the store; this worker, still on the old code, blocks it. Its page says why, and once the
+/// new code is deployed a click on "retry" moves it on.
+async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declined: RunId) {
+    let shots = screenshots();
+    // `reserve`'s call in the declined run gives the step id (which names its run).
+    let (step_id, name) = rt
+        .store()
+        .events(&declined)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::StepScheduled { step_id, name, .. } => Some((step_id, name)),
+            _ => None,
+        })
+        .unwrap();
+    let checkout_name = rt
+        .store()
+        .get_run(&declined)
+        .await
+        .unwrap()
+        .unwrap()
+        .workflow;
+    let id = RunId::new();
+    let at = SystemTime::now();
+    rt.store()
+        .create_run_with_history(
+            NewRun {
+                id,
+                workflow: checkout_name.replace("::checkout", "::upgrade"),
+                input: json!(["o-99"]),
+                created_at: at,
+                hook: None,
+            },
+            &[NewEvent {
+                at,
+                event: Event::StepScheduled {
+                    step_id: step_id.replace(&declined.to_string(), &id.to_string()),
+                    name,
+                    input: json!(["o-99"]),
+                },
+            }],
+        )
+        .await
+        .unwrap();
+    eventually("the run to block", || async {
+        (rt.get_run(&id).status().await.ok()? == RunStatus::Blocked).then_some(())
+    })
+    .await;
+
+    // The list filters it, with its own badge.
+    client
+        .goto(&format!("{base}/?status=blocked"))
+        .await
+        .unwrap();
+    assert_eq!(count(client, "table.runs tr[data-run-id]").await, 1);
+    let badge = client
+        .find(Locator::Css(&format!(r#"tr[data-run-id="{id}"] .badge"#)))
+        .await
+        .unwrap();
+    assert_eq!(badge.text().await.unwrap(), "blocked");
+    assert_eq!(
+        badge.attr("class").await.unwrap().as_deref(),
+        Some("badge blocked")
+    );
+
+    // Its page: the divergence first, and a retry button.
+    client
+        .find(Locator::Css(&format!(r#"a[href="/runs/{id}"]"#)))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let divergence = client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css("#divergence"))
+        .await
+        .unwrap();
+    let text = divergence.text().await.unwrap();
+    assert!(
+        text.contains("diverged from its recorded history") && text.contains("at event 1"),
+        "{text}"
+    );
+    let expected = client.find(Locator::Css("#div-expected")).await.unwrap();
+    assert!(
+        expected.text().await.unwrap().contains("browser::reserve"),
+        "{text}"
+    );
+    let found = client.find(Locator::Css("#div-found")).await.unwrap();
+    assert!(
+        found.text().await.unwrap().contains("browser::ship"),
+        "{text}"
+    );
+    std::fs::write(
+        shots.join("run-page-blocked.png"),
+        client.screenshot().await.unwrap(),
+    )
+    .unwrap();
+
+    // The new code is deployed; the retry moves the run on and the page follows by itself.
+    DEPLOYED.store(true, Ordering::SeqCst);
+    client
+        .find(Locator::Css("#retry"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let notice = client
+        .wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(".banner.notice"))
+        .await
+        .unwrap();
+    assert!(
+        notice.text().await.unwrap().contains("Retry requested"),
+        "{}",
+        notice.text().await.unwrap()
+    );
+    eventually("the page to show the run completed", || async {
+        let badge = client.find(Locator::Css(".run-head .badge")).await.ok()?;
+        (badge.text().await.ok()? == "completed").then_some(())
+    })
+    .await;
+    assert_eq!(count(client, "#divergence").await, 0);
+    assert_eq!(count(client, "#retry").await, 0);
+    let output = client.find(Locator::Css("#output")).await.unwrap();
+    assert!(output.text().await.unwrap().contains("TRACK-o-99"));
+
+    // A failed run has the button too.
+    client
+        .goto(&format!("{base}/runs/{declined}"))
+        .await
+        .unwrap();
+    assert_eq!(count(client, "#retry").await, 1);
 }

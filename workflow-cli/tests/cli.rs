@@ -5,9 +5,10 @@ mod common;
 
 use serde_json::{json, Value};
 use workflow_core::prelude::workflow;
-use workflow_core::RunStatus;
+use workflow_core::store::Event;
+use workflow_core::{RunId, RunStatus};
 
-use common::{cli, fixture, sqlite_args, until_status, Backend};
+use common::{blocked_run, cli, deploy, fixture, sqlite_args, until_status, Backend};
 
 on_both_stores!(
     runs_lists_every_state_as_a_table_and_as_json,
@@ -18,6 +19,10 @@ on_both_stores!(
     unknown_ids_and_tokens_are_reported,
     output_escapes_control_characters,
     prune_deletes_old_ended_runs_only,
+    blocked_runs_are_listed_shown_and_retried,
+    retry_reopens_a_failed_run_and_refuses_others,
+    fork_keeps_the_first_steps,
+    export_prints_the_versioned_history,
 );
 
 /// Fails with a message that would clear the screen, retitle the terminal and forge a line.
@@ -510,4 +515,261 @@ async fn output_escapes_control_characters(b: Backend) {
     assert_ne!(out.code, 0, "{out:?}");
     assert!(out.stderr.starts_with("error: "), "{out:?}");
     assert_inert(&out.stderr);
+}
+
+/// The event kinds of run `id`'s history once `done` holds for them, or a panic after the wait.
+async fn history_until(
+    rt: &workflow_core::Runtime,
+    id: RunId,
+    done: impl Fn(&[&str]) -> bool,
+) -> Vec<&'static str> {
+    tokio::time::timeout(common::WAIT, async {
+        loop {
+            let events = rt.store().events(&id).await.unwrap();
+            let kinds: Vec<&'static str> = events.iter().map(|e| e.event.kind()).collect();
+            if done(&kinds) {
+                return kinds;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the history of run {id} did not get there in time"))
+}
+
+async fn blocked_runs_are_listed_shown_and_retried(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let key = format!("key-{}", RunId::new());
+    let id = blocked_run(&f, &key).await;
+    let sid = id.to_string();
+
+    let listed = cli(db, &["runs", "--status", "blocked", "--json"])
+        .await
+        .json();
+    assert_eq!(ids(&listed), std::slice::from_ref(&sid));
+    assert_eq!(listed[0]["error"]["kind"], "diverged");
+    let table = cli(db, &["runs", "--status", "blocked"]).await.ok();
+    assert_eq!(table.lines().count(), 2, "{table}");
+    assert!(row(&table, &sid).contains(" blocked "), "{table}");
+
+    let text = cli(db, &["run", &sid]).await.ok();
+    eprintln!("workflow run {sid}:\n{text}");
+    assert!(row(&text, "status").ends_with("blocked"), "{text}");
+    assert!(
+        row(&text, "blocked").contains("diverged from its recorded history"),
+        "{text}"
+    );
+    assert!(row(&text, "event").ends_with(" 1"), "{text}");
+    assert!(
+        row(&text, "expected").contains("step `cli::common::greet`"),
+        "{text}"
+    );
+    assert!(
+        row(&text, "found").contains("step `cli::common::note`"),
+        "{text}"
+    );
+    assert!(
+        row(&text, "then").contains(&format!("workflow retry {sid}")),
+        "{text}"
+    );
+    let v = cli(db, &["run", &sid, "--json"]).await.json();
+    assert_eq!(v["divergence"]["event"], 1);
+    assert!(v["divergence"]["expected"]
+        .as_str()
+        .unwrap()
+        .contains("cli::common::greet"));
+    assert!(v["divergence"]["found"]
+        .as_str()
+        .unwrap()
+        .contains("cli::common::note"));
+    assert!(
+        v["waiting_on"][0]
+            .as_str()
+            .unwrap()
+            .contains("fits its recorded history"),
+        "{v}"
+    );
+
+    // The code that fits is deployed; blocked runs wait a minute before a worker tries them
+    // again, so what moves it now is the retry.
+    deploy(&key);
+    let out = cli(db, &["retry", &sid]).await.ok();
+    assert_eq!(
+        out,
+        format!("retrying run {sid} (it was blocked); a worker picks it up now\n")
+    );
+    until_status(&f.rt, id, RunStatus::Completed).await;
+    let v = cli(db, &["run", &sid, "--json"]).await.json();
+    assert_eq!(v["output"], format!("hello, {key}"));
+    assert_eq!(v["divergence"], Value::Null);
+    let kinds = history_until(&f.rt, id, |_| true).await;
+    assert!(!kinds.contains(&"run_retried"), "{kinds:?}");
+    assert!(
+        cli(db, &["runs", "--status", "blocked"]).await.ok() == "no runs\n",
+        "nothing is blocked any more"
+    );
+}
+
+async fn retry_reopens_a_failed_run_and_refuses_others(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let failed = f.failed.to_string();
+
+    let out = cli(db, &["retry", &failed]).await.ok();
+    assert_eq!(
+        out,
+        format!(
+            "re-opened run {failed} (it had failed); its failed step gets a fresh set of attempts\n"
+        )
+    );
+    // `charge` always declines: a fresh set of attempts, then failed again.
+    let kinds = history_until(&f.rt, f.failed, |k| {
+        k.iter()
+            .position(|&e| e == "run_retried")
+            .is_some_and(|at| k[at..].contains(&"run_failed"))
+    })
+    .await;
+    eprintln!("history after the retry: {kinds:?}");
+    until_status(&f.rt, f.failed, RunStatus::Failed).await;
+    let events = cli(db, &["events", &failed]).await.ok();
+    assert!(
+        row(
+            &events,
+            &(kinds.iter().position(|&k| k == "run_retried").unwrap() + 1).to_string()
+        )
+        .contains("failed run re-opened by retry"),
+        "{events}"
+    );
+    // The step shows both sets of attempts, the second one after the retry.
+    let v = cli(db, &["run", &failed, "--json"]).await.json();
+    let attempts: Vec<(u64, &str)> = v["steps"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [(1, "failed"), (2, "failed"), (1, "failed"), (2, "failed")]
+    );
+    assert_eq!(v["steps"][0]["status"], "failed");
+    let v = cli(db, &["retry", &failed, "--json"]).await.json();
+    assert_eq!(v, json!({"run_id": failed, "was": "failed"}));
+
+    // Completed, cancelled or live runs: refused, nothing changed.
+    for (id, status) in [
+        (f.completed, "completed"),
+        (f.cancelled, "cancelled"),
+        (f.sleeping, "running"),
+    ] {
+        let before = f.rt.store().events(&id).await.unwrap();
+        cli(db, &["retry", &id.to_string()]).await.fails(
+            4,
+            &format!("run {id} is {status}: only a failed or blocked run can be retried"),
+        );
+        assert_eq!(f.rt.store().events(&id).await.unwrap(), before);
+    }
+    let absent = RunId::new().to_string();
+    cli(db, &["retry", &absent])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["retry", "nope"]).await.fails(2, "invalid run id");
+}
+
+async fn fork_keeps_the_first_steps(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let sleeping = f.sleeping.to_string();
+
+    let out = cli(db, &["fork", &sleeping, "--from-step", "1"]).await.ok();
+    eprintln!("workflow fork {sleeping} --from-step 1:\n{out}");
+    let new: RunId = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(out, format!("{new}\n"), "the new id alone");
+    assert_ne!(new, f.sleeping);
+    // The copy holds the first step's result and goes on to its sleep.
+    let kinds = history_until(&f.rt, new, |k| k.contains(&"timer_scheduled")).await;
+    assert_eq!(
+        kinds,
+        ["step_scheduled", "step_completed", "timer_scheduled"]
+    );
+    let v = cli(db, &["run", &new.to_string(), "--json"]).await.json();
+    assert_eq!(v["workflow"], "cli::common::nap");
+    assert_eq!(v["input"], json!(["cyd"]));
+    assert_eq!(v["steps"][0]["output"], "cyd goes to sleep");
+
+    let v = cli(db, &["fork", &sleeping, "--from-step", "0", "--json"])
+        .await
+        .json();
+    assert_eq!(v["forked_from"], sleeping);
+    assert_eq!(v["from_step"], 0);
+    assert!(v["run_id"].as_str().unwrap().parse::<RunId>().is_ok());
+
+    let runs = ids(&cli(db, &["runs", "--json"]).await.json()).len();
+    cli(db, &["fork", &sleeping, "--from-step", "7"])
+        .await
+        .fails(4, &format!("cannot fork run {sleeping}"));
+    assert_eq!(
+        ids(&cli(db, &["runs", "--json"]).await.json()).len(),
+        runs,
+        "nothing created"
+    );
+    let absent = RunId::new().to_string();
+    cli(db, &["fork", &absent, "--from-step", "1"])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    let out = cli(db, &["fork", &sleeping]).await;
+    assert_eq!(out.code, 2, "--from-step is required: {out:?}");
+}
+
+async fn export_prints_the_versioned_history(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let completed = f.completed.to_string();
+
+    let out = cli(db, &["export", &completed]).await.ok();
+    eprintln!("workflow export {completed}:\n{out}");
+    assert!(
+        out.starts_with(
+            "{\n  \"format\": \"workflow-rs/history\",\n  \"version\": 1,\n  \"run\": {\n"
+        ),
+        "pretty, in the documented order: {out}"
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["format"], "workflow-rs/history");
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["run"]["id"], completed);
+    assert_eq!(v["run"]["workflow"], "cli::common::welcome");
+    assert_eq!(v["run"]["input"], json!(["ada"]));
+    assert_eq!(v["events"].as_array().unwrap().len(), 5);
+    assert_eq!(v["events"][0]["event"]["type"], "step_scheduled");
+    assert_eq!(v, f.rt.get_run(&f.completed).export().await.unwrap());
+
+    let file = f.db.dir.path().join("history.json");
+    let path = file.display().to_string();
+    let out = cli(db, &["export", &completed, "-o", &path]).await.ok();
+    assert_eq!(
+        out,
+        format!("wrote the history of run {completed} (5 events) to {path}\n")
+    );
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written, v);
+
+    let absent = RunId::new().to_string();
+    cli(db, &["export", &absent])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    // A run's history lists retries and patches like any other event.
+    assert!(matches!(
+        f.rt.store().events(&f.completed).await.unwrap()[0].event,
+        Event::StepScheduled { .. }
+    ));
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use workflow_core::RunStatus;
 
-use common::{binary, fixture, Backend, WAIT};
+use common::{binary, blocked_run, blocked_run_expecting, deploy, fixture, Backend, WAIT};
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     style-src-attr 'unsafe-inline'; img-src 'self'; connect-src 'self'; form-action 'self'; \
@@ -380,4 +380,152 @@ async fn a_token_guards_loopback_too() {
         "",
     );
     assert_eq!(a.status, 200, "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_run_shows_its_divergence_and_retries() {
+    let f = fixture(Backend::Sqlite).await;
+    let key = format!("key-{}", workflow_core::RunId::new());
+    let id = blocked_run(&f, &key).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let port = web.addr.port();
+    let host = format!("127.0.0.1:{port}");
+    let retry = format!("POST /runs/{id}/retry HTTP/1.1\r\nHost: {host}");
+
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    assert_eq!(page.status, 200, "{page:?}");
+    let body = &page.body;
+    assert!(body.contains(r#"<span class="badge blocked" data-status="blocked">blocked</span>"#));
+    assert!(body.contains(r#"id="divergence" role="alert""#), "{body}");
+    assert!(
+        body.contains(&format!(
+            "replay of run {id} (workflow `web::common::upgrade`) diverged from its recorded history: at event 1"
+        )),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<dd class="mono" id="div-expected">step `web::common::greet` (stp_"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<dd class="mono" id="div-found">step `web::common::note` (stp_"#),
+        "{body}"
+    );
+    assert!(body.contains(&format!(
+        r#"<form method="post" action="/runs/{id}/retry">"#
+    )));
+    // Retry is offered for failed and blocked runs only.
+    let failed = get(web.addr, &format!("/runs/{}", f.failed), &host).body;
+    assert!(failed.contains(&format!(r#"action="/runs/{}/retry""#, f.failed)));
+    for other in [f.completed, f.cancelled, f.sleeping] {
+        let page = get(web.addr, &format!("/runs/{other}"), &host).body;
+        assert!(!page.contains("/retry"), "{other}: {page}");
+        assert!(!page.contains(r#"id="divergence""#), "{other}: {page}");
+    }
+
+    // The list filters blocked runs and styles them apart.
+    let list = get(web.addr, "/?status=blocked", &host).body;
+    assert!(list.contains(r#"<option value="blocked" selected>blocked</option>"#));
+    assert!(list.contains(&format!(r#"data-run-id="{id}""#)), "{list}");
+    assert!(
+        !list.contains(&format!(r#"data-run-id="{}""#, f.failed)),
+        "{list}"
+    );
+    let css = get(web.addr, "/assets/style.css", &host).body;
+    assert!(css.contains(".badge.blocked"), "{css}");
+
+    // Another site's form, or another Host, is refused and nothing changes.
+    let a = send(
+        web.addr,
+        &format!("{retry}\r\nOrigin: https://evil.example"),
+        "x=1",
+    );
+    assert_eq!(a.status, 400, "{a:?}");
+    let a = send(
+        web.addr,
+        &format!("{retry}\r\nSec-Fetch-Site: cross-site"),
+        "x=1",
+    );
+    assert_eq!(a.status, 400, "{a:?}");
+    let a = send(
+        web.addr,
+        &format!("POST /runs/{id}/retry HTTP/1.1\r\nHost: evil.example:{port}"),
+        "x=1",
+    );
+    assert_eq!(a.status, 403, "{a:?}");
+    a.assert_secure();
+
+    // The fitting code is deployed; the retry hands the run to the worker now.
+    deploy(&key);
+    let a = send(
+        web.addr,
+        &format!("{retry}\r\nOrigin: http://{host}\r\nSec-Fetch-Site: same-origin"),
+        "x=1",
+    );
+    assert_eq!(a.status, 303, "{a:?}");
+    a.assert_secure();
+    assert_eq!(
+        a.header("location"),
+        Some(
+            format!("/runs/{id}?notice=Retry+requested%3A+a+worker+picks+the+run+up+now.").as_str()
+        )
+    );
+    common::until_status(&f.rt, id, RunStatus::Completed).await;
+    let page = get(web.addr, &format!("/runs/{id}"), &host).body;
+    assert!(!page.contains(r#"id="divergence""#), "{page}");
+    assert!(!page.contains("/retry"), "{page}");
+
+    // A completed run is not retried: the page says why.
+    let a = send(
+        web.addr,
+        &format!("POST /runs/{}/retry HTTP/1.1\r\nHost: {host}", f.completed),
+        "x=1",
+    );
+    assert_eq!(a.status, 303, "{a:?}");
+    let to = a.header("location").unwrap_or_default();
+    assert!(
+        to.starts_with(&format!("/runs/{}?error=", f.completed))
+            && to.contains("only+a+failed+or+blocked+run+can+be+retried"),
+        "{to}"
+    );
+
+    // A failed run is re-opened.
+    let a = send(
+        web.addr,
+        &format!("POST /runs/{}/retry HTTP/1.1\r\nHost: {host}", f.failed),
+        "x=1",
+    );
+    assert!(
+        a.header("location")
+            .unwrap_or_default()
+            .contains("notice=Run+re-opened"),
+        "{a:?}"
+    );
+    let events = f.rt.store().events(&f.failed).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.event == workflow_core::store::Event::RunRetried),
+        "{events:?}"
+    );
+    // The timeline marks the retry; the events say it in words.
+    let page = get(web.addr, &format!("/runs/{}", f.failed), &host).body;
+    assert!(page.contains(r#"<div class="mark retried""#), "{page}");
+    assert!(page.contains("failed run re-opened by retry"), "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_divergence_is_escaped() {
+    let f = fixture(Backend::Sqlite).await;
+    let key = format!("key-{}", workflow_core::RunId::new());
+    let id = blocked_run_expecting(&f, &key, Some("<script>alert('x')</script>")).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let body = get(web.addr, &format!("/runs/{id}"), &host).body;
+    assert!(
+        body.contains("step `&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;`"),
+        "{body}"
+    );
+    assert!(!body.contains("<script>alert"), "{body}");
+    assert_eq!(body.matches("<script").count(), 1, "{body}");
 }

@@ -20,7 +20,7 @@ use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
 use serde::Deserialize;
 use workflow_core::store::{HookFilter, RunFilter};
-use workflow_core::Runtime;
+use workflow_core::{RunStatus, Runtime};
 
 use crate::connect::Target;
 use crate::error::CliError;
@@ -49,6 +49,7 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/", get(runs_page))
         .route("/runs/{id}", get(run_page))
         .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/retry", post(retry))
         .route("/hooks", get(hooks_page))
         .route("/hooks/resume", post(resume))
         .route("/api/runs", get(api_runs))
@@ -156,6 +157,7 @@ impl IntoResponse for WebError {
             CliError::Usage(_) => StatusCode::BAD_REQUEST,
             CliError::NotFound(_) => StatusCode::NOT_FOUND,
             CliError::Database(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CliError::Refused(_) => StatusCode::CONFLICT,
             CliError::Other(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let message = self.error.to_string();
@@ -295,6 +297,29 @@ async fn cancel(
                 "The run had already ended ({}); nothing changed.",
                 done.status
             ),
+        ),
+        Err(e) => flash_redirect(&back, "error", &e.to_string()),
+    })
+}
+
+async fn retry(
+    State(app): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Redirect, WebError> {
+    same_origin(&headers).map_err(WebError::page)?;
+    let id = ops::parse_run_id(&id).map_err(WebError::page)?;
+    let back = format!("/runs/{id}");
+    Ok(match ops::retry(&app.rt, id).await {
+        Ok(done) if done.was == RunStatus::Failed => flash_redirect(
+            &back,
+            "notice",
+            "Run re-opened: its failed step gets a fresh set of attempts.",
+        ),
+        Ok(_) => flash_redirect(
+            &back,
+            "notice",
+            "Retry requested: a worker picks the run up now.",
         ),
         Err(e) => flash_redirect(&back, "error", &e.to_string()),
     })

@@ -9,7 +9,7 @@ use workflow_core::RunStatus;
 
 use super::timeline;
 use crate::text;
-use crate::view::{AttemptOutcome, EventView, HookSummary, RunDetail, RunSummary};
+use crate::view::{AttemptOutcome, DivergenceView, EventView, HookSummary, RunDetail, RunSummary};
 
 /// A message at the top of a page, after an action.
 pub enum Banner<'a> {
@@ -118,7 +118,14 @@ pub fn runs(database: &str, filter: &RunFilter, runs: &[RunSummary], banner: Ban
     let mut body = String::new();
     let status = filter.status.map(RunStatus::as_str).unwrap_or_default();
     let mut options = String::from(r#"<option value="">any status</option>"#);
-    for s in ["pending", "running", "completed", "failed", "cancelled"] {
+    for s in [
+        "pending",
+        "running",
+        "blocked",
+        "completed",
+        "failed",
+        "cancelled",
+    ] {
         let selected = if s == status { " selected" } else { "" };
         let _ = write!(options, r#"<option value="{s}"{selected}>{s}</option>"#);
     }
@@ -186,6 +193,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
         wf = esc(&r.workflow),
         badge = badge(r.status),
     );
+    body.push_str("  <div class=\"actions\">\n");
     if !r.status.is_terminal() {
         let _ = write!(
             body,
@@ -196,7 +204,26 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             id = r.id
         );
     }
-    body.push_str("</div>\n<dl class=\"facts\">");
+    if matches!(r.status, RunStatus::Failed | RunStatus::Blocked) {
+        let _ = write!(
+            body,
+            r#"  <form method="post" action="/runs/{id}/retry">
+    <button type="submit" class="primary" id="retry" title="{title}">retry run</button>
+  </form>
+"#,
+            id = r.id,
+            title = if r.status == RunStatus::Failed {
+                "Re-open the run: recorded steps are kept, the failed step gets a fresh set of attempts."
+            } else {
+                "Hand the run to a worker now: it goes on if the deployed code fits its history."
+            },
+        );
+    }
+    body.push_str("  </div>\n</div>\n");
+    if let Some(div) = &d.divergence {
+        divergence_section(&mut body, r.id, div);
+    }
+    body.push_str("<dl class=\"facts\">");
     let mut fact = |k: &str, v: String| {
         let _ = write!(body, "<dt>{k}</dt><dd>{v}</dd>");
     };
@@ -288,6 +315,29 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
     }
     body.push_str("</section>\n");
     layout(&r.workflow, "", database, banner, &body)
+}
+
+/// Why a blocked run stands still, above everything else on its page.
+fn divergence_section(body: &mut String, id: workflow_core::RunId, div: &DivergenceView) {
+    body.push_str(r#"<section class="divergence" id="divergence" role="alert"><h2>Blocked: replay diverged from the recorded history</h2>"#);
+    let _ = write!(
+        body,
+        r#"<p class="mono divergence-message">{}</p>"#,
+        esc(&div.message)
+    );
+    if let (Some(expected), Some(found)) = (&div.expected, &div.found) {
+        let _ = write!(
+            body,
+            r#"<dl class="facts"><dt>at event</dt><dd>{event}</dd><dt>history expects</dt><dd class="mono" id="div-expected">{expected}</dd><dt>code did</dt><dd class="mono" id="div-found">{found}</dd></dl>"#,
+            event = div.event.map(|n| n.to_string()).unwrap_or_default(),
+            expected = esc(expected),
+            found = esc(found),
+        );
+    }
+    let _ = writeln!(
+        body,
+        r#"<p class="small">Nothing was written to its history. Deploy code that fits it (guard the change with <code>patched()</code>), then retry; or start a copy with <code>workflow fork {id} --from-step N</code>.</p></section>"#
+    );
 }
 
 fn hooks_section(body: &mut String, d: &RunDetail) {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::pages::{attempt_class, esc};
 use crate::text;
-use crate::view::{AttemptOutcome, HookView, RunDetail, StepStatus, Time, TimerStatus};
+use crate::view::{AttemptOutcome, HookView, MarkKind, RunDetail, StepStatus, Time, TimerStatus};
 
 /// Lanes start where their first bar starts; the axis shows `+offset` from the run's start.
 struct Axis {
@@ -164,6 +164,35 @@ pub fn render(d: &RunDetail) -> String {
         });
     }
 
+    // One lane per kind of mark: patches taken, retries; each mark a tick at its time.
+    for kind in [MarkKind::Patch, MarkKind::Retried] {
+        let marks: Vec<_> = d.marks.iter().filter(|m| m.kind == kind).collect();
+        let Some(first) = marks.first() else { continue };
+        let (class, name) = match kind {
+            MarkKind::Patch => ("patch", "patches"),
+            MarkKind::Retried => ("retried", "retried"),
+        };
+        let mut bars = String::new();
+        for m in &marks {
+            let _ = write!(
+                bars,
+                r#"<div class="mark {class}" style="left:{:.3}%" title="{}"></div>"#,
+                axis.pct(m.at),
+                esc(&format!("{} at {}", m.label, m.at))
+            );
+        }
+        let sub = marks
+            .iter()
+            .map(|m| m.label.as_str())
+            .collect::<Vec<_>>()
+            .join(" · ");
+        lanes.push(Lane {
+            start: first.at,
+            order: lanes.len(),
+            html: lane(class, name, &sub, &bars),
+        });
+    }
+
     lanes.sort_by_key(|l| (l.start, l.order));
     let mut out = String::from(r#"<div class="timeline" role="figure" aria-label="Run timeline">"#);
     out.push_str(r#"<div class="lane axis"><div class="label"></div><div class="track">"#);
@@ -203,6 +232,8 @@ pub fn render(d: &RunDetail) -> String {
         ("sleep", "sleep"),
         ("hook", "hook open"),
         ("payload", "payload"),
+        ("patch", "patch taken"),
+        ("retried", "retried"),
     ] {
         let _ = write!(
             out,

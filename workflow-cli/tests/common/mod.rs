@@ -4,14 +4,16 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use workflow_core::prelude::*;
-use workflow_core::store::Event;
+use workflow_core::store::{Event, NewEvent, NewRun};
 
 /// Every wait in these tests ends by then.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -64,6 +66,81 @@ pub async fn approval(order: String) -> Result<String> {
     let Approval { approved } = hook.recv().await?;
     hook.dispose();
     note(format!("order {order} approved={approved}")).await
+}
+
+/// The keys whose `upgrade` runs take the new code: a process-global switch standing in for a
+/// deploy (the worker runs in the test's process).
+fn deployed() -> &'static Mutex<HashSet<String>> {
+    static D: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
+/// Deploys the new code for the `upgrade` run of `key`.
+pub fn deploy(key: &str) {
+    deployed().lock().unwrap().insert(key.to_owned());
+}
+
+/// The old code calls `note`; the new code calls `greet` instead.
+#[workflow]
+pub async fn upgrade(key: String) -> Result<String> {
+    let new_code = deployed().lock().unwrap().contains(&key);
+    if new_code {
+        greet(key).await
+    } else {
+        note(key).await
+    }
+}
+
+/// A run of `upgrade(key)` whose history was recorded by the new code (it scheduled `greet`),
+/// written through the store; the fixture's worker, still on the old code, finds `note` instead
+/// and blocks it. Returns once it is blocked; `deploy(key)` makes the code fit again.
+pub async fn blocked_run(f: &Fixture, key: &str) -> RunId {
+    blocked_run_expecting(f, key, None).await
+}
+
+/// [`blocked_run`] whose history names the step `step_name` (instead of `greet`'s name).
+pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&str>) -> RunId {
+    let store = f.rt.store();
+    let (step_id, name) = store
+        .events(&f.completed)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::StepScheduled { step_id, name, .. } => Some((step_id, name)),
+            _ => None,
+        })
+        .expect("the completed run scheduled `greet`");
+    let workflow = store
+        .get_run(&f.completed)
+        .await
+        .unwrap()
+        .unwrap()
+        .workflow
+        .replace("::welcome", "::upgrade");
+    let name = step_name.map_or(name, str::to_owned);
+    let id = RunId::new();
+    // Step ids name their run.
+    let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
+    let at = SystemTime::now();
+    let run = NewRun {
+        id,
+        workflow,
+        input: serde_json::json!([key]),
+        created_at: at,
+        hook: None,
+    };
+    let history = [NewEvent {
+        at,
+        event: Event::StepScheduled {
+            step_id,
+            name,
+            input: serde_json::json!([key]),
+        },
+    }];
+    store.create_run_with_history(run, &history).await.unwrap();
+    until_status(&f.rt, id, RunStatus::Blocked).await;
+    id
 }
 
 /// The stores the command is tested on.
