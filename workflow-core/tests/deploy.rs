@@ -1,10 +1,12 @@
 //! A deploy while runs are in flight (SPEC 9, issue 13), with real processes on SQLite and
-//! PostgreSQL. Process A, "version 1" of the code, takes two runs to a durable sleep and is
+//! PostgreSQL. Process A, "version 1" of the code, takes three runs to a durable sleep and is
 //! SIGKILLed. Process B, "version 2", takes them over: in `patched_flow` the change sits behind
 //! `patched`, so the old run completes on the old path while a new run takes the new one; in
-//! `reshaped` the change is incompatible, so that run is blocked with the divergence in
-//! `run.info()` and its history untouched. Then B is switched to a build that fits again
-//! (SIGUSR1, the same build as A) and `retry()` lets the blocked run complete where it was.
+//! `reshaped` the change is incompatible, so its two runs are blocked with the divergence in
+//! `run.info()` and their histories untouched. Then B is switched to a build that fits again
+//! (SIGUSR1: the same build as A) and `retry()` lets one blocked run complete where it was,
+//! while the other stays blocked (its next automatic try is a minute away); process C, a new
+//! deploy of that build, wakes and completes the other when it starts.
 //!
 //! The processes are this test binary re-executed (`child_main`). Which build a process is
 //! comes from `WF_VERSION`, read into a process global that the workflow bodies consult: the
@@ -81,8 +83,9 @@ async fn patched_flow(key: String) -> Result<String> {
 // ---------------------------------------------------------------------------------------------
 // The processes
 
-/// A worker process of build `WF_VERSION`. `WF_MODE` is `start:<key>` (admit one run of each
-/// workflow, print `RUNS <reshaped> <patched_flow>`, drive them until both sleep, print
+/// A worker process of build `WF_VERSION`. `WF_MODE` is `start:<key>` (admit two runs of
+/// `reshaped` and one of `patched_flow`, print `RUNS <reshaped> <reshaped> <patched_flow>`,
+/// drive them until all sleep, print
 /// `SLEEPING` and wait to be killed) or `work` (print `READY` and drive runs; SIGUSR1 makes
 /// this process build 1 and it prints `VERSION 1`).
 #[test]
@@ -106,13 +109,14 @@ fn child_main() {
                 // Admitted by a client-only runtime, so the ids are known before any step runs.
                 let client = place.runtime(false).await;
                 let a = client.start(reshaped, (key.to_string(),)).await.unwrap();
-                let b = client
+                let b = client.start(reshaped, (key.to_string(),)).await.unwrap();
+                let c = client
                     .start(patched_flow, (key.to_string(),))
                     .await
                     .unwrap();
-                say(&format!("RUNS {} {}", a.id(), b.id()));
+                say(&format!("RUNS {} {} {}", a.id(), b.id(), c.id()));
                 let worker = place.runtime(true).await;
-                for id in [a.id(), b.id()] {
+                for id in [a.id(), b.id(), c.id()] {
                     until_event(&worker, id, |e| matches!(e, Event::TimerScheduled { .. })).await;
                 }
                 say("SLEEPING");
@@ -252,12 +256,12 @@ async fn deploy(place: Place, files: &Path) {
     let key = format!("k-{}", RunId::new());
     let client = place.runtime(false).await;
 
-    // Version 1 takes both runs to their sleep and dies there.
+    // Version 1 takes the runs to their sleep and dies there.
     let a = place.spawn(&log, 1, &format!("start:{key}"));
-    let ids = a.line("RUNS ", WAIT);
-    let (old_reshaped, old_patched): (RunId, RunId) = match ids.split(' ').collect::<Vec<_>>()[..] {
-        [r, p] => (r.parse().unwrap(), p.parse().unwrap()),
-        _ => panic!("bad RUNS line {ids:?}"),
+    let line = a.line("RUNS ", WAIT);
+    let ids: Vec<RunId> = line.split(' ').map(|id| id.parse().unwrap()).collect();
+    let [old_reshaped, other_reshaped, old_patched] = ids[..] else {
+        panic!("bad RUNS line {line:?}")
     };
     a.line("SLEEPING", WAIT);
     a.kill();
@@ -266,6 +270,7 @@ async fn deploy(place: Place, files: &Path) {
     // Version 2 takes them over once A's leases expire.
     let b = place.spawn(&log, 2, "work");
     b.line("READY", WAIT);
+    until_status(&client, other_reshaped, RunStatus::Blocked).await;
     let blocked = until_status(&client, old_reshaped, RunStatus::Blocked).await;
     let err = blocked.error.expect("a blocked run shows its divergence");
     assert!(err.is_diverged(), "{err:?}");
@@ -324,6 +329,23 @@ async fn deploy(place: Place, files: &Path) {
         .await
         .unwrap();
     assert_eq!(out, format!("a:{key}"), "it continued where it was");
+    assert_eq!(
+        client.get_run(&other_reshaped).status().await.unwrap(),
+        RunStatus::Blocked,
+        "the run that was not retried waits for its next try"
+    );
+
+    // A new deploy of the fitting build wakes the other blocked run when it starts.
+    b.kill();
+    let c = place.spawn(&log, 1, "work");
+    c.line("READY", WAIT);
+    let out: String = within(
+        "the other blocked run, under a new process",
+        client.get_run(&other_reshaped).typed().return_value(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, format!("a:{key}"));
 
     // Every step body ran once, and none on the blocked run's new path.
     let ran = |run: RunId| -> Vec<String> {
@@ -335,9 +357,10 @@ async fn deploy(place: Place, files: &Path) {
             .collect()
     };
     assert_eq!(ran(old_reshaped), ["step_a"]);
+    assert_eq!(ran(other_reshaped), ["step_a"]);
     assert_eq!(ran(old_patched), ["step_a"]);
     assert_eq!(ran(fresh.id()), ["step_b"]);
-    b.kill();
+    c.kill();
     client.shutdown();
 }
 
