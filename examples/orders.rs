@@ -8,6 +8,10 @@
 //! The database is `orders.db` in the current directory (`WORKFLOW_DB` overrides it). Stop the
 //! program during the wait and start it again: the run resumes where it was, without charging
 //! twice.
+//!
+//! `cargo run --example orders -- --export examples/tests/histories` also writes the run's
+//! history to `<dir>/<run id>.json`, as `workflow export <id>` does: the replay test
+//! (`examples/tests/replay_histories.rs`) checks every such file against the current code.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -34,7 +38,9 @@ fn payments() -> &'static Mutex<HashMap<String, Receipt>> {
     P.get_or_init(Default::default)
 }
 
-#[step(max_retries = 5)]
+// The names are pinned: they identify the runs' workflow and steps in their histories, so
+// moving or renaming the functions must not change them.
+#[step(name = "orders.charge_card", max_retries = 5)]
 async fn charge_card(order_id: String, amount_cents: u64) -> Result<Receipt> {
     let StepMetadata {
         step_id, attempt, ..
@@ -67,14 +73,14 @@ async fn charge_card(order_id: String, amount_cents: u64) -> Result<Receipt> {
     Ok(receipt)
 }
 
-#[step]
+#[step(name = "orders.ship")]
 async fn ship(order_id: String) -> Result<String> {
     println!("  shipping {order_id}");
     Ok(format!("TRACK-{order_id}"))
 }
 
-#[workflow]
-async fn process_order(order_id: String, amount_cents: u64) -> Result<OrderResult> {
+#[workflow(name = "orders.process")]
+pub async fn process_order(order_id: String, amount_cents: u64) -> Result<OrderResult> {
     let receipt = charge_card(order_id.clone(), amount_cents).await?;
     // Durable: a restart during the wait resumes here without charging again.
     sleep(Duration::from_secs(2)).await;
@@ -120,6 +126,14 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             other => format!("{other:?}"),
         };
         println!("  #{:<2} {what}", e.seq);
+    }
+
+    let mut args = std::env::args().skip_while(|a| a != "--export");
+    if let Some(dir) = args.nth(1) {
+        let path = std::path::Path::new(&dir).join(format!("{}.json", run.id()));
+        let history = serde_json::to_string_pretty(&run.export().await?)?;
+        std::fs::write(&path, history + "\n")?;
+        println!("history written to {}", path.display());
     }
     Ok(())
 }

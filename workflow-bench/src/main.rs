@@ -47,6 +47,9 @@ enum Scenario {
     HookLatency,
     /// Resident memory per run suspended on a hook (100,000 runs).
     Memory,
+    /// `testing::replay` of an exported 10,000-step history (a replay test of a new build).
+    #[value(alias = "replay")]
+    ReplayTest,
     /// W0 to W3.
     #[value(alias = "w")]
     Common,
@@ -97,6 +100,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             StartStorm,
             HookLatency,
             Memory,
+            ReplayTest,
             W0,
             W1,
             W2,
@@ -111,6 +115,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             StartStorm => &StartStorm,
             HookLatency => &HookLatency,
             Memory => &Memory,
+            ReplayTest => &ReplayTest,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -126,6 +131,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             StartStorm => scenarios::start_storm(ctx, &mut rep).await?,
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
+            ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -204,6 +210,7 @@ mod tests {
             "start storm",
             "hook latency",
             "memory",
+            "replay test",
             "W0",
             "W1",
             "W2",

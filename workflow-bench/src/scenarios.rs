@@ -30,6 +30,7 @@ pub struct Sizes {
     pub hooks_live: u64,
     pub hooks_evicted: u64,
     pub parked_runs: usize,
+    pub replay_steps: u32,
     pub w0_runs: usize,
     pub w1_steps: u32,
     pub w1_reps: usize,
@@ -53,6 +54,7 @@ impl Sizes {
             hooks_live: 300,
             hooks_evicted: 100,
             parked_runs: 100_000,
+            replay_steps: 10_000,
             w0_runs: 20,
             w1_steps: 100,
             w1_reps: 5,
@@ -76,6 +78,7 @@ impl Sizes {
             hooks_live: 8,
             hooks_evicted: 6,
             parked_runs: 50,
+            replay_steps: 50,
             w0_runs: 3,
             w1_steps: 10,
             w1_reps: 2,
@@ -811,6 +814,39 @@ pub async fn memory(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
                 .target(Target::AtMost(2048.0)),
         );
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7b. replay test
+
+/// What a replay test of a new build costs (SPEC 9): a run of `replay_steps` sequential steps
+/// on the memory store is exported once; each trial times `testing::replay` of that history
+/// against the workflow (no store, no step bodies), from the JSON value a test reads.
+pub async fn replay_test(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
+    let n = ctx.sizes.replay_steps;
+    progress(format!("replay test {n}"));
+    let rt = Runtime::builder().in_memory().build().await?;
+    let run = rt.start(sequential, (n,)).await?;
+    run.return_value().await?;
+    let history = run.export().await?;
+    rt.shutdown();
+    let events = history["events"].as_array().map_or(0, Vec::len);
+    let mut times = Vec::new();
+    for _ in 0..ctx.trials {
+        let t0 = Instant::now();
+        workflow_core::testing::replay(sequential, &history)?;
+        times.push(us(t0.elapsed()));
+    }
+    rep.push(
+        Row::new(
+            "replay test",
+            "none",
+            format!("testing::replay, {n}-step history ({events} events)"),
+            Unit::Micros,
+        )
+        .samples(times),
+    );
     Ok(())
 }
 
