@@ -15,13 +15,13 @@ mod common;
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use common::{log_execution, read_log, Worker};
+use common::{log_execution, read_log, Place, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, RunFilter, Store};
 use workflow_core::RunId;
@@ -123,25 +123,7 @@ fn child_main() {
     });
 }
 
-/// The store of one test, as the parent and the workers open it.
-#[derive(Clone)]
-enum Place {
-    #[cfg(feature = "postgres")]
-    Postgres { url: String, schema: String },
-    #[cfg(feature = "sqlite")]
-    Sqlite { path: PathBuf },
-}
-
 impl Place {
-    fn name(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "postgres")]
-            Place::Postgres { .. } => "PostgreSQL",
-            #[cfg(feature = "sqlite")]
-            Place::Sqlite { .. } => "SQLite",
-        }
-    }
-
     /// Whether someone holds the store's write lock for all of [`PROBE`] (if not, the probe
     /// takes it and gives it back at once). On SQLite a process stopped inside a write
     /// transaction keeps every other process from writing, their lease renewals included,
@@ -182,48 +164,6 @@ impl Place {
             Place::Postgres { schema, .. } => format!("schema {schema}"),
             #[cfg(feature = "sqlite")]
             Place::Sqlite { path } => path.display().to_string(),
-        }
-    }
-
-    fn builder(&self) -> workflow_core::RuntimeBuilder {
-        let b = Runtime::builder();
-        match self {
-            #[cfg(feature = "postgres")]
-            Place::Postgres { url, schema } => b.postgres(url).schema(schema),
-            #[cfg(feature = "sqlite")]
-            Place::Sqlite { path } => b.sqlite(path),
-        }
-    }
-
-    fn env(&self) -> Vec<(&'static str, String)> {
-        match self {
-            #[cfg(feature = "postgres")]
-            Place::Postgres { url, schema } => vec![
-                ("WF_STORE", "postgres".into()),
-                ("WF_PG_URL", url.clone()),
-                ("WF_SCHEMA", schema.clone()),
-            ],
-            #[cfg(feature = "sqlite")]
-            Place::Sqlite { path } => vec![
-                ("WF_STORE", "sqlite".into()),
-                ("WF_DB", path.to_str().unwrap().to_owned()),
-            ],
-        }
-    }
-
-    fn from_env() -> Place {
-        let var = |k: &str| std::env::var(k).unwrap();
-        match var("WF_STORE").as_str() {
-            #[cfg(feature = "postgres")]
-            "postgres" => Place::Postgres {
-                url: var("WF_PG_URL"),
-                schema: var("WF_SCHEMA"),
-            },
-            #[cfg(feature = "sqlite")]
-            "sqlite" => Place::Sqlite {
-                path: var("WF_DB").into(),
-            },
-            other => panic!("unknown store {other:?}"),
         }
     }
 }

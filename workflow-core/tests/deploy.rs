@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{log_execution, read_log, Worker};
+use common::{log_execution, read_log, Place, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, RunRecord};
 use workflow_core::RunId;
@@ -137,25 +137,10 @@ fn child_main() {
     });
 }
 
-/// The store of one test, as the parent and the worker processes open it.
-#[derive(Clone)]
-enum Place {
-    #[cfg(feature = "postgres")]
-    Postgres { url: String, schema: String },
-    #[cfg(feature = "sqlite")]
-    Sqlite { path: std::path::PathBuf },
-}
-
 impl Place {
     /// A worker (`true`) or a client-only runtime on this store, tuned for tests.
     async fn runtime(&self, worker: bool) -> Runtime {
-        let b = Runtime::builder();
-        let b = match self {
-            #[cfg(feature = "postgres")]
-            Place::Postgres { url, schema } => b.postgres(url).schema(schema),
-            #[cfg(feature = "sqlite")]
-            Place::Sqlite { path } => b.sqlite(path),
-        };
+        let b = self.builder();
         b.worker(worker)
             .lease(LEASE)
             .poll_interval(Duration::from_millis(20))
@@ -163,38 +148,6 @@ impl Place {
             .build()
             .await
             .expect("runtime builds")
-    }
-
-    fn env(&self) -> Vec<(&'static str, String)> {
-        match self {
-            #[cfg(feature = "postgres")]
-            Place::Postgres { url, schema } => vec![
-                ("WF_STORE", "postgres".into()),
-                ("WF_PG_URL", url.clone()),
-                ("WF_SCHEMA", schema.clone()),
-            ],
-            #[cfg(feature = "sqlite")]
-            Place::Sqlite { path } => vec![
-                ("WF_STORE", "sqlite".into()),
-                ("WF_DB", path.to_str().unwrap().to_owned()),
-            ],
-        }
-    }
-
-    fn from_env() -> Place {
-        let var = |k: &str| std::env::var(k).unwrap();
-        match var("WF_STORE").as_str() {
-            #[cfg(feature = "postgres")]
-            "postgres" => Place::Postgres {
-                url: var("WF_PG_URL"),
-                schema: var("WF_SCHEMA"),
-            },
-            #[cfg(feature = "sqlite")]
-            "sqlite" => Place::Sqlite {
-                path: var("WF_DB").into(),
-            },
-            other => panic!("unknown store {other:?}"),
-        }
     }
 
     /// A process of build `version` in `mode`, logging step executions to `log`.

@@ -633,3 +633,69 @@ impl Store for FailingAdmissions {
         self.inner.notices()
     }
 }
+
+/// Where a test's store is, as the test and its worker processes open it (passed to the
+/// children through the environment).
+#[derive(Clone)]
+pub enum Place {
+    #[cfg(feature = "postgres")]
+    Postgres { url: String, schema: String },
+    #[cfg(feature = "sqlite")]
+    Sqlite { path: std::path::PathBuf },
+}
+
+impl Place {
+    pub fn name(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "postgres")]
+            Place::Postgres { .. } => "PostgreSQL",
+            #[cfg(feature = "sqlite")]
+            Place::Sqlite { .. } => "SQLite",
+        }
+    }
+
+    /// A runtime builder on this store.
+    pub fn builder(&self) -> workflow_core::RuntimeBuilder {
+        let b = Runtime::builder();
+        match self {
+            #[cfg(feature = "postgres")]
+            Place::Postgres { url, schema } => b.postgres(url).schema(schema),
+            #[cfg(feature = "sqlite")]
+            Place::Sqlite { path } => b.sqlite(path),
+        }
+    }
+
+    /// The environment that tells a child process where the store is.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Place::Postgres { url, schema } => vec![
+                ("WF_STORE", "postgres".into()),
+                ("WF_PG_URL", url.clone()),
+                ("WF_SCHEMA", schema.clone()),
+            ],
+            #[cfg(feature = "sqlite")]
+            Place::Sqlite { path } => vec![
+                ("WF_STORE", "sqlite".into()),
+                ("WF_DB", path.to_str().unwrap().to_owned()),
+            ],
+        }
+    }
+
+    /// In a child process: the store its parent named in [`Place::env`].
+    pub fn from_env() -> Place {
+        let var = |k: &str| std::env::var(k).unwrap();
+        match var("WF_STORE").as_str() {
+            #[cfg(feature = "postgres")]
+            "postgres" => Place::Postgres {
+                url: var("WF_PG_URL"),
+                schema: var("WF_SCHEMA"),
+            },
+            #[cfg(feature = "sqlite")]
+            "sqlite" => Place::Sqlite {
+                path: var("WF_DB").into(),
+            },
+            other => panic!("unknown store {other:?}"),
+        }
+    }
+}
