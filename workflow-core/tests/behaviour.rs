@@ -420,6 +420,19 @@ async fn wait_for_event(rt: &Runtime, id: RunId, pred: impl Fn(&Event) -> bool) 
     }
 }
 
+/// A runtime on `db` through a store whose failures the test sets (polling every 20 ms).
+async fn failing_store(db: &TestDb) -> (common::FailingAdmissions, Runtime) {
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    (store, rt)
+}
+
 /// Returns once `rt` drives no run.
 async fn no_active_runs(rt: &Runtime) {
     while rt.active_runs() != 0 {
@@ -851,15 +864,8 @@ async fn bad_input_gives_clear_errors(b: Backend) {
 /// completes, and it is no longer counted as active here.
 async fn a_driver_panic_releases_the_run(b: Backend) {
     let db = TestDb::new(b);
-    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let (store, rt) = failing_store(&db).await;
     store.panic_on_appends(1);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
     let run = bounded(rt.start(arithmetic, (3,)).into_future())
         .await
         .unwrap();
@@ -1070,15 +1076,8 @@ async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
 async fn a_store_error_that_repeats_fails_the_run(b: Backend) {
     use workflow_core::store::MAX_FAILED_TRIES;
     let db = TestDb::new(b);
-    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let (store, rt) = failing_store(&db).await;
     store.fail_appends(usize::MAX, common::AppendFailure::Refused);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
     let run = bounded(rt.start(arithmetic, (3,)).into_future())
         .await
         .unwrap();
@@ -1106,14 +1105,7 @@ async fn a_store_error_that_repeats_fails_the_run(b: Backend) {
 /// step body ran once, and each step is scheduled and completed once in the history.
 async fn transient_store_errors_are_retried_without_duplicates(b: Backend) {
     let db = TestDb::new(b);
-    let store = common::FailingAdmissions::new(db.open_store().await, 0);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
+    let (store, rt) = failing_store(&db).await;
     for how in [
         common::AppendFailure::Lost,
         common::AppendFailure::LostAfterCommit,
