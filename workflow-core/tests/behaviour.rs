@@ -1244,7 +1244,46 @@ async fn a_step_over_its_timeout_is_dropped_and_retried(b: Backend) {
     assert_eq!(failed, 1, "the first attempt failed and was retried");
 }
 
+/// Cancellation reaches steps in another process (SPEC 10): a client runtime with a store of
+/// its own (PostgreSQL: its notices; SQLite and memory: the worker's poll) cancels a run that
+/// a worker runtime is driving; the worker drops the step's future within its poll interval
+/// and starts no new attempt.
+async fn a_cancel_from_elsewhere_drops_the_step_in_flight(b: Backend) {
+    let db = TestDb::new(b);
+    let worker = db
+        .builder()
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    // Its own store instance (SQLite and PostgreSQL open one per runtime): nothing is shared
+    // in memory with the worker but the database.
+    let client = db.builder().worker(false).build().await.unwrap();
+    let run = worker.start(mailing, ()).await.unwrap();
+    bounded(async {
+        while executed(run.id()).is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let cancelled = std::time::Instant::now();
+    client.get_run(&run.id()).cancel().await.unwrap();
+    let dropped_in = bounded(async {
+        while dropped().lock().unwrap().get(&run.id()).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cancelled.elapsed()
+    })
+    .await;
+    eprintln!("dropped {dropped_in:?} after cancel() returned in another runtime");
+    assert!(dropped_in < Duration::from_secs(1), "{dropped_in:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(executed(run.id()).len(), 1, "no new attempt started");
+    bounded(no_active_runs(&worker)).await;
+}
+
 on_every_store!(
+    a_cancel_from_elsewhere_drops_the_step_in_flight,
     a_step_over_its_timeout_is_dropped_and_retried,
     cancel_drops_the_step_in_flight,
     a_store_error_that_repeats_fails_the_run,

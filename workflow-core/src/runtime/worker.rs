@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, Notify};
 
 use super::{Active, Inner};
 use crate::driver::{Driver, Signals};
+use crate::ids::RunId;
 use crate::store::{AcquireRequest, Lease, LeasedRun, Notice};
 
 /// With a store that pushes changes, the safety-net poll runs this many times less often.
@@ -82,6 +83,9 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
                 }
                 Err(e) => tracing::warn!(error = %e, "reading new hook payloads failed"),
             }
+            if !pushed {
+                stop_runs_ended_elsewhere(&rt).await;
+            }
         }
         // The payload poll awaited: a shutdown meanwhile must not lease runs any more.
         if *shutdown.borrow() {
@@ -123,6 +127,27 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
         }
+    }
+}
+
+/// Stops driving the runs that ended in another process (cancelled there): with a store that
+/// pushes no notices, this poll is how the news arrives.
+async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
+    let ids: Vec<RunId> = rt.active().keys().copied().collect();
+    if ids.is_empty() {
+        return;
+    }
+    match rt.store.ended_among(&ids).await {
+        Ok(ended) => {
+            for id in ended {
+                if let Some(a) = rt.active().get(&id) {
+                    tracing::info!(run_id = %id, "run ended elsewhere; stopping it here");
+                    a.stop.notify_one();
+                }
+                rt.run_ended(id);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "checking for runs ended elsewhere failed"),
     }
 }
 

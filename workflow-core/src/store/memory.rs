@@ -381,6 +381,16 @@ impl Store for MemoryStore {
         Ok(outcome)
     }
 
+    async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
+        let st = self.lock();
+        let live = |id: &RunId| {
+            st.runs
+                .get(id)
+                .is_some_and(|r| !r.record.status.is_terminal())
+        };
+        Ok(runs.iter().filter(|id| !live(id)).copied().collect())
+    }
+
     async fn block(
         &self,
         lease: &Lease,

@@ -586,6 +586,24 @@ pub trait Store: Send + Sync + 'static {
     /// for an unknown id.
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError>;
 
+    /// Of `runs`, those that ended (completed, failed, cancelled) or are gone: how a worker of
+    /// a store without [`Store::notices`] learns, within its poll interval, that runs it
+    /// drives were cancelled elsewhere, so it drops their step futures. The default asks
+    /// [`Store::get_run`] for each; the built-in stores answer with one read.
+    async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
+        let mut ended = Vec::new();
+        for id in runs {
+            if self
+                .get_run(id)
+                .await?
+                .is_none_or(|r| r.status.is_terminal())
+            {
+                ended.push(*id);
+            }
+        }
+        Ok(ended)
+    }
+
     /// Runs matching `filter`, the newest first: what inspection tools list. Not used by the
     /// runtime; stores that cannot list keep this default, which refuses.
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {

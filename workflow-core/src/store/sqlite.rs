@@ -169,6 +169,7 @@ struct SqliteOnly {
     migration_version: &'static str,
     record_migration: &'static str,
     legacy_meta: &'static str,
+    ended_among: &'static str,
 }
 
 const SQL: Statements = Statements {
@@ -298,6 +299,10 @@ const SQL: Statements = Statements {
         record_migration: "INSERT INTO workflow_migrations (version, name, applied_at)
                            VALUES (?1, ?2, ?3)",
         legacy_meta: "SELECT value FROM workflow_meta WHERE key = ?1",
+        // `?1`: run ids as a JSON array; those not live.
+        ended_among: "SELECT value FROM json_each(?1)
+                      WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = value
+                                        AND status IN ('pending', 'running', 'blocked'))",
     },
 };
 
@@ -541,6 +546,23 @@ impl Store for SqliteStore {
             }
         })
         .await
+    }
+
+    async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = to_json(&runs, "run ids")?;
+        let ended: Vec<String> = self
+            .read(move |conn| all(conn, SQL.dialect.ended_among, [ids], |r| r.get(0)))
+            .await?;
+        ended
+            .iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| StoreError::Corrupt(format!("run id {id:?}: {e}")))
+            })
+            .collect()
     }
 
     async fn block(

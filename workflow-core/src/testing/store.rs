@@ -178,6 +178,7 @@ macro_rules! __store_conformance_tests {
             a_blocked_run_waits_with_its_divergence_until_woken_or_retried,
             retry_reopens_a_failed_run_and_refuses_other_statuses,
             a_run_created_with_a_history_replays_it,
+            ended_among_names_the_runs_that_are_not_live,
         ] shared [
             concurrent_acquirers_never_share_a_run,
             payloads_reach_the_owner_in_commit_order,
@@ -1549,6 +1550,36 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
         .is_err());
     assert!(store.get_run(&other).await.unwrap().is_none());
     assert_eq!(owner(store, "fork").await, None);
+}
+
+/// `ended_among` answers, of the given runs, those that ended or do not exist, in order.
+pub async fn ended_among_names_the_runs_that_are_not_live<S: Store>(store: &S) {
+    let pending = create(store, "orders", t(0)).await;
+    let running = create(store, "orders", t(0)).await;
+    let lease = lease_one(store, running, t(1)).await;
+    let done = create(store, "orders", t(0)).await;
+    let done_lease = lease_one(store, done, t(1)).await;
+    store
+        .append(
+            &done_lease,
+            &ap(vec![], Some(RunOutcome::Completed(json!(1)))),
+        )
+        .await
+        .unwrap();
+    let cancelled = create(store, "orders", t(0)).await;
+    store.cancel(&cancelled, t(2)).await.unwrap();
+    let gone = RunId::new();
+    let asked = [pending, running, done, cancelled, gone];
+    assert_eq!(
+        store.ended_among(&asked).await.unwrap(),
+        [done, cancelled, gone]
+    );
+    assert_eq!(store.ended_among(&[]).await.unwrap(), []);
+    store
+        .block(&lease, &Error::diverged("x"), t(3))
+        .await
+        .unwrap();
+    assert_eq!(store.ended_among(&[running]).await.unwrap(), []);
 }
 
 // ---------------------------------------------------------------------------------------------
