@@ -264,6 +264,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
             input: serde_json::json!([]),
             created_at: SystemTime::now(),
             hook: None,
+            deadline: None,
         })
         .await?;
     let names = [workflow];

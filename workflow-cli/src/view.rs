@@ -820,6 +820,7 @@ mod tests {
             created_at: t(0),
             updated_at: t(updated),
             hook_token: hook_token.map(str::to_owned),
+            deadline: None,
         }
     }
 

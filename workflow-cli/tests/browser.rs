@@ -555,6 +555,7 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
                 input: json!(["o-99"]),
                 created_at: at,
                 hook: None,
+                deadline: None,
             },
             &[NewEvent {
                 at,

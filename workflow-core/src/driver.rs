@@ -171,6 +171,8 @@ pub(crate) struct Driver {
     last_seq: u64,
     /// Told to stop (see [`Signals::stop`]); watched while a store call waits to be retried.
     stop: Arc<Notify>,
+    /// The run's deadline (`start(..).timeout(d)`) and `d`.
+    deadline: Option<(SystemTime, Duration)>,
 }
 
 impl Driver {
@@ -207,9 +209,16 @@ impl Driver {
             done_rx,
             last_seq,
             stop: signals.stop.clone(),
+            deadline: run.deadline.map(|at| {
+                let timeout = at.duration_since(run.created_at).unwrap_or_default();
+                (at, timeout)
+            }),
         };
         let result = AssertUnwindSafe(
             async {
+                if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
+                    return d.time_out().await;
+                }
                 if !fresh {
                     d.fetch_payloads().await?;
                 }
@@ -438,7 +447,12 @@ impl Driver {
                 continue;
             }
             let idle = self.replay.is_idle();
-            let next_due = self.replay.next_due();
+            // The deadline is due like a timer: a run evicted before it wakes up for it.
+            let next_due = match (self.replay.next_due(), self.deadline) {
+                (due, None) => due,
+                (None, Some((at, _))) => Some(at),
+                (Some(due), Some((at, _))) => Some(due.min(at)),
+            };
             let evict_after = self.host.config().evict_after;
             let now = self.host.now();
             if idle {
@@ -483,6 +497,9 @@ impl Driver {
                     self.deliver_ready();
                 }
                 _ = due_sleep => {
+                    if self.deadline.is_some_and(|(at, _)| at <= self.host.now()) {
+                        return self.time_out().await;
+                    }
                     self.replay.fire_due(self.host.now());
                     self.deliver_ready();
                 }
@@ -671,6 +688,35 @@ impl Driver {
         }
         self.last_seq = before + n;
         Ok(())
+    }
+
+    /// Fails the run at its deadline (`start(..).timeout(d)`); its attempts are dropped when
+    /// the driver stops.
+    async fn time_out(&mut self) -> Result<Stop, StoreError> {
+        let timeout = self.deadline.map(|(_, d)| d).unwrap_or_default();
+        let error = Error::fatal(format!(
+            "run {} timed out after {}: its deadline passed",
+            self.ctx.run_id,
+            crate::config::human_duration(timeout)
+        ));
+        tracing::warn!(run_id = %self.ctx.run_id, "{error}");
+        for (_, attempt) in self.attempts.drain() {
+            attempt.abort();
+        }
+        self.replay.take_writes();
+        self.write(Writes {
+            events: vec![NewEvent {
+                at: self.host.now(),
+                event: Event::RunFailed {
+                    error: error.clone(),
+                },
+            }],
+            releases: Vec::new(),
+            end: Some(End::Failed(error)),
+        })
+        .await?;
+        self.host.ended(self.ctx.run_id);
+        Ok(Stop::Ended)
     }
 
     /// Fails a run whose recorded arguments do not fit this binary's workflow.

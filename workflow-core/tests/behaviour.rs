@@ -845,6 +845,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
             input: json!({"order": "not a tuple of u64"}),
             created_at: SystemTime::now(),
             hook: None,
+            deadline: None,
         })
         .await
         .unwrap();
@@ -1282,7 +1283,63 @@ async fn a_cancel_from_elsewhere_drops_the_step_in_flight(b: Backend) {
     bounded(no_active_runs(&worker)).await;
 }
 
+#[workflow]
+async fn sleeps_then_mails(ms: u64) -> Result<()> {
+    sleep(Duration::from_millis(ms)).await;
+    sends_emails_for_an_hour().await
+}
+
+/// A run deadline (`start(..).timeout(d)`, SPEC 10): a run still working at its deadline
+/// fails ("timed out after …"), its in-flight step dropped; a run evicted in a long sleep is
+/// woken at its deadline to fail; a run that ends before its deadline is not affected.
+async fn runs_fail_at_their_deadline(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .evict_after(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let run = rt
+        .start(mailing, ())
+        .timeout(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let err = bounded(run.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("timed out after 300ms"), "{err}");
+    // Aborted before the end was written; dropped as soon as its task runs again.
+    bounded(async {
+        while dropped().lock().unwrap().get(&run.id()).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let info = run.info().await.unwrap();
+    assert_eq!(info.status, RunStatus::Failed);
+    assert!(info.deadline.is_some());
+
+    // Evicted while sleeping an hour: woken at the deadline to fail.
+    let sleeper = rt
+        .start(sleeps_then_mails, (3_600_000,))
+        .timeout(Duration::from_millis(400))
+        .await
+        .unwrap();
+    let err = bounded(sleeper.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("timed out after 400ms"), "{err}");
+    assert!(executed(sleeper.id()).is_empty());
+
+    // Ends in time: unaffected.
+    let quick = rt
+        .start(arithmetic, (1,))
+        .timeout(Duration::from_secs(60))
+        .await
+        .unwrap();
+    bounded(quick.return_value()).await.unwrap();
+}
+
 on_every_store!(
+    runs_fail_at_their_deadline,
     a_cancel_from_elsewhere_drops_the_step_in_flight,
     a_step_over_its_timeout_is_dropped_and_retried,
     cancel_drops_the_step_in_flight,

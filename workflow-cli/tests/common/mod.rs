@@ -129,6 +129,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
         input: serde_json::json!([key]),
         created_at: at,
         hook: None,
+        deadline: None,
     };
     let history = [NewEvent {
         at,

@@ -20,8 +20,8 @@ use crate::error::{
     Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError, StoreError,
 };
 use crate::history::{
-    after, fork_history, to_millis, ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT,
-    HISTORY_FORMAT_VERSION,
+    after, fork_history, never, to_millis, ExportedEvent, ExportedHistory, ExportedRun,
+    HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
@@ -68,6 +68,7 @@ impl Runtime {
             input,
             hook: None,
             retention: None,
+            timeout: None,
             _def: PhantomData,
         }
     }
@@ -205,6 +206,7 @@ pub struct Start<W: WorkflowDef> {
     input: Result<Value, StartError>,
     hook: Option<String>,
     retention: Option<Duration>,
+    timeout: Option<Duration>,
     _def: PhantomData<fn() -> W>,
 }
 
@@ -223,6 +225,28 @@ impl<W: WorkflowDef> Start<W> {
     /// without `.hook(..)`.
     pub fn min_retention(mut self, d: Duration) -> Self {
         self.retention = Some(d);
+        self
+    }
+
+    /// A deadline for the whole run (SPEC 10): if it has not ended `d` after admission, it
+    /// fails ("timed out after 30s"), its in-flight steps dropped, wherever it is — running,
+    /// sleeping, waiting for a hook or not yet picked up. `Duration::MAX` means none.
+    ///
+    /// ```
+    /// # use workflow_core::prelude::*;
+    /// #[step]
+    /// async fn slow() -> Result<()> { tokio::time::sleep(Duration::from_secs(3600)).await; Ok(()) }
+    /// #[workflow]
+    /// async fn report() -> Result<()> { slow().await }
+    /// # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(report, ()).timeout(Duration::from_millis(50)).await?;
+    /// let err = run.return_value().await.unwrap_err();
+    /// assert!(err.to_string().contains("timed out after 50ms"), "{err}");
+    /// # Ok(()) }
+    /// ```
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
         self
     }
 }
@@ -263,6 +287,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 input,
                 token,
                 retention: self.retention,
+                timeout: self.timeout,
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
@@ -289,6 +314,7 @@ struct Admit {
     input: Value,
     token: Option<String>,
     retention: Option<Duration>,
+    timeout: Option<Duration>,
 }
 
 impl Admit {
@@ -303,6 +329,10 @@ impl Admit {
                 token,
                 retain_until: self.retention.map(|d| after(created_at, d)),
             }),
+            deadline: self
+                .timeout
+                .and_then(|d| created_at.checked_add(d))
+                .filter(|t| *t < never()),
         }
     }
 }
@@ -320,6 +350,7 @@ async fn admit(
     let workflow = run.workflow.clone();
     let input = run.input.clone();
     let token = run.hook.as_ref().map(|h| h.token.clone());
+    let deadline = run.deadline;
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once.
     let (admission, lease) = if inner.can_take(&workflow) {
@@ -356,6 +387,7 @@ async fn admit(
                     created_at,
                     updated_at: created_at,
                     hook_token: token,
+                    deadline,
                 },
                 lease,
                 events: Vec::new(),
@@ -490,6 +522,7 @@ impl<T> Run<T> {
             input: run.input,
             created_at: inner.clock.tick().await,
             hook: None,
+            deadline: None,
         };
         inner.store.create_run_with_history(new, &history).await?;
         inner.work.notify_one();

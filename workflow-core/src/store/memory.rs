@@ -155,6 +155,7 @@ impl State {
                     created_at: run.created_at,
                     updated_at: run.created_at,
                     hook_token: run.hook.map(|h| h.token),
+                    deadline: run.deadline,
                 },
                 events: Vec::new(),
                 wake_at: run.created_at,

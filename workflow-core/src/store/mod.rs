@@ -95,6 +95,8 @@ pub struct NewRun {
     pub created_at: SystemTime,
     /// A hook token to claim atomically with the admission (`start(..).hook(token)`).
     pub hook: Option<StartHook>,
+    /// The run fails if it has not ended by then (`start(..).timeout(d)`).
+    pub deadline: Option<SystemTime>,
 }
 
 /// The token a run claims when it is admitted.
@@ -137,6 +139,8 @@ pub struct RunRecord {
     pub updated_at: SystemTime,
     /// The token claimed at admission, if any.
     pub hook_token: Option<String>,
+    /// When the run fails if it has not ended (`start(..).timeout(d)`).
+    pub deadline: Option<SystemTime>,
 }
 
 /// A write of the worker driving a run: events in order, hook tokens to release, and possibly

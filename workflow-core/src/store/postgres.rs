@@ -149,6 +149,7 @@ const MIGRATION_3: &str = r#"
 ALTER TABLE {schema}.runs
     ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0,
     ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN deadline BIGINT,  -- NULL: none (`start(..).timeout(d)`)
     DROP CONSTRAINT runs_status_check,
     ADD CONSTRAINT runs_status_check CHECK
         (status IN ('pending', 'running', 'completed', 'failed', 'cancelled', 'blocked'));
@@ -680,7 +681,7 @@ impl Store for PostgresStore {
 type Statements = super::sql::Statements<String, ()>;
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
-                           hook_token";
+                           hook_token, deadline";
 
 /// The statements for the tables in schema `s` (quoted).
 fn statements(s: &str) -> Statements {
@@ -691,8 +692,9 @@ fn statements(s: &str) -> Statements {
             insert_run: format!(
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
-                         (id, workflow, status, input, created_at, updated_at, wake_at, hook_token)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5)
+                         (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                          deadline)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
@@ -702,8 +704,8 @@ fn statements(s: &str) -> Statements {
             insert_leased_run: format!(
                 "INSERT INTO {s}.runs
                      (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      epoch, lease_until)
-                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6)
+                      epoch, lease_until, deadline)
+                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7)
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
@@ -742,7 +744,8 @@ fn statements(s: &str) -> Statements {
                  SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
-                           r.created_at, r.updated_at, r.hook_token, r.epoch, r.wake_at"
+                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.epoch,
+                           r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -946,6 +949,7 @@ impl Tx for Pg<'_> {
             None => insert.bind(self.channel),
             Some(until) => insert.bind(until),
         };
+        let insert = insert.bind(run.deadline);
         Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
     }
 
@@ -1767,6 +1771,7 @@ mod tests {
             input: json!(null),
             created_at: t(0),
             hook: None,
+            deadline: None,
         }))
         .await
         .unwrap();

@@ -152,6 +152,7 @@ DROP TABLE workflow_meta;
 const SCHEMA_V4: &str = "
 ALTER TABLE runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN deadline INTEGER;  -- NULL: none (`start(..).timeout(d)`)
 DROP INDEX runs_ready;
 CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running', 'blocked');
 ";
@@ -175,12 +176,12 @@ struct SqliteOnly {
 const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
-                                   hook_token)
-                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5)
+                                   hook_token, deadline)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6)
                  ON CONFLICT (id) DO NOTHING",
     insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
-                                          wake_at, hook_token, epoch, lease_until)
-                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6)
+                                          wake_at, hook_token, epoch, lease_until, deadline)
+                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7)
                         ON CONFLICT (id) DO NOTHING",
     claim: "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
             VALUES (?1, ?2, ?3, 1, ?4)
@@ -190,7 +191,7 @@ const SQL: Statements = Statements {
             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
     hook_owner: "SELECT run_id FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                     hook_token
+                     hook_token, deadline
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -209,7 +210,7 @@ const SQL: Statements = Statements {
                   ORDER BY wake_at, id
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
-                        hook_token, epoch, wake_at",
+                        hook_token, deadline, epoch, wake_at",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -270,7 +271,7 @@ const SQL: Statements = Statements {
                 RETURNING id, epoch",
     // A NULL filter matches everything.
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                       hook_token
+                       hook_token, deadline
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
                 ORDER BY created_at DESC, id DESC LIMIT ?3",
@@ -774,12 +775,17 @@ impl Tx for Lite<'_> {
     async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
         let token = run.hook.as_ref().map(|h| &h.0);
         let (id, wf, input, at) = (&run.key, &run.workflow, &run.input, run.created_at);
+        let deadline = run.deadline;
         let inserted = match run.lease_until {
-            None => exec(self.0, SQL.insert_run, params![id, wf, input, at, token])?,
+            None => exec(
+                self.0,
+                SQL.insert_run,
+                params![id, wf, input, at, token, deadline],
+            )?,
             Some(until) => exec(
                 self.0,
                 SQL.insert_leased_run,
-                params![id, wf, input, at, token, until],
+                params![id, wf, input, at, token, until, deadline],
             )?,
         };
         Ok(inserted > 0)
@@ -936,7 +942,7 @@ fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(9)?, r.get(10)?);
+        let (epoch, wake_at) = (r.get(10)?, r.get(11)?);
         Ok(LeasedRow {
             run,
             epoch,

@@ -179,6 +179,7 @@ macro_rules! __store_conformance_tests {
             retry_reopens_a_failed_run_and_refuses_other_statuses,
             a_run_created_with_a_history_replays_it,
             ended_among_names_the_runs_that_are_not_live,
+            a_deadline_is_kept_with_the_run,
         ] shared [
             concurrent_acquirers_never_share_a_run,
             payloads_reach_the_owner_in_commit_order,
@@ -322,6 +323,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
             token: token.into(),
             retain_until: retain.map(t),
         }),
+        deadline: None,
     };
     note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
     note!(store.create_run(new_run(1, Some("x"), None, 1)).await);
@@ -437,6 +439,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
                     input: json!([i]),
                     created_at: at,
                     hook,
+                    deadline: None,
                 })
                 .await
         );
@@ -516,6 +519,7 @@ pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(
         input: json!([]),
         created_at: t(0),
         hook: None,
+        deadline: None,
     };
     let (admission, lease) = store
         .create_run_leased(run, std::time::Duration::from_millis(1000))
@@ -576,6 +580,7 @@ pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) 
             input: json!([1, "two"]),
             created_at: at,
             hook: None,
+            deadline: None,
         })
         .await
         .unwrap();
@@ -635,6 +640,7 @@ pub(crate) async fn start<S: Store>(
             input: json!([]),
             created_at: at,
             hook: start_hook(token, retain_until),
+            deadline: None,
         })
         .await
         .unwrap();
@@ -717,6 +723,7 @@ pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize)
                         input: json!([i]),
                         created_at: t(0),
                         hook: start_hook(&token, None),
+                        deadline: None,
                     })
                     .await
                     .unwrap();
@@ -765,6 +772,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
                 input: json!(null),
                 created_at: t(0),
                 hook: None,
+                deadline: None,
             })
             .await,
         Err(StoreError::Database(m)) if m.message().contains("already exists")
@@ -1512,6 +1520,7 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
         input: json!([1]),
         created_at: t(0),
         hook,
+        deadline: None,
     };
     let history = [step_done(t(1), 1), step_done(t(2), 2)];
     store
@@ -1550,6 +1559,44 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
         .is_err());
     assert!(store.get_run(&other).await.unwrap().is_none());
     assert_eq!(owner(store, "fork").await, None);
+}
+
+/// A run's deadline is kept with it: read back by `get_run`, handed out by `acquire` and by
+/// an admission that leases.
+pub async fn a_deadline_is_kept_with_the_run<S: Store>(store: &S) {
+    let run = |deadline| NewRun {
+        id: RunId::new(),
+        workflow: "orders".to_owned(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+        deadline,
+    };
+    let (with, without) = (run(Some(t(5_000))), run(None));
+    let (with_id, without_id) = (with.id, without.id);
+    store.create_run(with).await.unwrap();
+    store.create_run(without).await.unwrap();
+    let read = |id| async move { store.get_run(&id).await.unwrap().unwrap().deadline };
+    assert_eq!(read(with_id).await, Some(t(5_000)));
+    assert_eq!(read(without_id).await, None);
+    let got = acquire(
+        store,
+        &names(&["orders"]),
+        t(1),
+        Duration::from_secs(60),
+        10,
+    )
+    .await;
+    let deadline = |id| got.iter().find(|r| r.run.id == id).map(|r| r.run.deadline);
+    assert_eq!(deadline(with_id), Some(Some(t(5_000))));
+    assert_eq!(deadline(without_id), Some(None));
+    let leased = run(Some(t(9_000)));
+    let leased_id = leased.id;
+    store
+        .create_run_leased(leased, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(read(leased_id).await, Some(t(9_000)));
 }
 
 /// `ended_among` answers, of the given runs, those that ended or do not exist, in order.
@@ -1626,6 +1673,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
             input: json!([]),
             created_at: t(6),
             hook: start_hook("order:2", None),
+            deadline: None,
         })
         .await;
     assert!(
@@ -2201,6 +2249,7 @@ async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>
                 token: token.into(),
                 retain_until: None,
             }),
+            deadline: None,
         })
         .await
         .unwrap();

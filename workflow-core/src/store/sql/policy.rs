@@ -35,6 +35,8 @@ pub(in crate::store) struct NewRunRow {
     pub hook: Option<(String, Option<i64>)>,
     /// Leased to the admitting worker (epoch 1) until then.
     pub lease_until: Option<i64>,
+    /// The run fails if it has not ended by then.
+    pub deadline: Option<i64>,
 }
 
 impl NewRunRow {
@@ -48,6 +50,7 @@ impl NewRunRow {
             created_at: sql_time(run.created_at),
             hook: run.hook.map(|h| (h.token, h.retain_until.map(sql_time))),
             lease_until: lease.map(|l| lease_end(run.created_at, l)),
+            deadline: run.deadline.map(sql_time),
         })
     }
 }

@@ -40,7 +40,7 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token`.
+    /// hook_token, deadline`.
     RunRow {
         id: String,
         workflow: String,
@@ -51,6 +51,7 @@ row! {
         created_at: i64,
         updated_at: i64,
         hook_token: Option<String>,
+        deadline: Option<i64>,
     }
 }
 
@@ -67,6 +68,10 @@ impl RunRow {
             updated_at: time_of(self.updated_at, run, "updated_at")?,
             workflow: self.workflow,
             hook_token: self.hook_token,
+            deadline: self
+                .deadline
+                .map(|t| time_of(t, run, "deadline"))
+                .transpose()?,
         })
     }
 }
