@@ -86,7 +86,8 @@ impl Runtime {
     /// this returns and reaches the workflow's `recv()` in the order the calls committed.
     ///
     /// [`HookError::NotFound`] when no active hook owns the token (the run has not registered
-    /// it yet, or released it): see the route pattern in the crate docs.
+    /// it yet, or released it). To start a run or else send to its owner, without that gap,
+    /// use [`Start::or_resume`].
     pub async fn resume_hook<P: serde::Serialize>(
         &self,
         token: impl Into<String>,
