@@ -971,6 +971,73 @@ async fn a_failed_start_hands_its_duplicates_to_the_store(b: Backend) {
     assert!(conflicts.iter().all(|c| *c == runs[0]));
 }
 
+/// `.or_resume` calls that follow one in flight wait for it; when it fails, they go to the
+/// store themselves: one of them starts the run and every other queues its own payload.
+async fn or_resume_calls_following_a_failed_one_still_deliver(b: Backend) {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    let db = TestDb::new(b);
+    let store = FailingAdmissions::new(db.open_store().await, 1);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let token = format!("tally:{}", RunId::new());
+    let call = |n: u64| {
+        let (rt, token) = (rt.clone(), token.clone());
+        tokio::spawn(async move {
+            rt.start(collect_payloads, (token.clone(), 19))
+                .hook(token)
+                .or_resume(n)
+                .await
+        })
+    };
+    let first = call(1000);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while store.waiting.load(SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the first call reached the store");
+    let followers: Vec<_> = (0..20).map(call).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        followers.iter().all(|d| !d.is_finished()),
+        "the calls follow the one in flight"
+    );
+    store.open_gate();
+    match first.await.unwrap() {
+        Err(StartError::Store(e)) => assert!(e.to_string().contains("injected"), "{e}"),
+        other => panic!("expected the injected failure, got {other:?}"),
+    }
+    let (mut runs, mut resumed) = (Vec::new(), Vec::new());
+    for (i, d) in (0..20u64).zip(followers) {
+        match tokio::time::timeout(Duration::from_secs(10), d)
+            .await
+            .expect("a call was stranded")
+            .unwrap()
+        {
+            Ok(StartOrResume::Started(run)) => runs.push((i, run)),
+            Ok(StartOrResume::Resumed(hook)) => resumed.push(hook.run_id),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(runs.len(), 1, "one call started the run");
+    let (starter, run) = runs.pop().unwrap();
+    assert!(resumed.iter().all(|owner| *owner == run.id()));
+    let mut got = tokio::time::timeout(Duration::from_secs(30), run.return_value())
+        .await
+        .expect("the run received its payloads in time")
+        .unwrap();
+    got.sort_unstable();
+    let want: Vec<u64> = (0..20).filter(|i| *i != starter).collect();
+    assert_eq!(got, want);
+}
+
 on_every_store!(
     two_runs_one_token,
     tokens_are_reused_after_completion_dispose_and_cancel,
@@ -979,6 +1046,7 @@ on_every_store!(
     atomic_start_under_contention,
     or_resume_under_contention,
     or_resume_conflicts_with_a_retained_token,
+    or_resume_calls_following_a_failed_one_still_deliver,
     a_dropped_start_does_not_strand_its_duplicates,
     a_failed_start_hands_its_duplicates_to_the_store,
     early_payloads_are_buffered_in_order,
