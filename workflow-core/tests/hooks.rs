@@ -971,6 +971,35 @@ async fn a_failed_start_hands_its_duplicates_to_the_store(b: Backend) {
     assert!(conflicts.iter().all(|c| *c == runs[0]));
 }
 
+/// A payload over `max_payload_bytes` is refused before anything is written: no run, no
+/// claimed token.
+async fn or_resume_refuses_an_oversized_payload_before_writing(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.builder().max_payload_bytes(256).build().await.unwrap();
+    let token = format!("big:{}", RunId::new());
+    let big = "x".repeat(300);
+    match rt
+        .start(never_opens_the_hook, (1,))
+        .hook(&token)
+        .or_resume(&big)
+        .await
+    {
+        Err(StartError::TooLarge(e)) => assert!(e.what.contains(&token), "{e}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        rt.get_hook_by_token(&token).await,
+        Err(HookError::NotFound(_))
+    ));
+    assert!(rt
+        .store()
+        .list_runs(&workflow_core::store::RunFilter::new())
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.hook_token.as_deref() != Some(token.as_str())));
+}
+
 /// `.or_resume` calls that follow one in flight wait for it; when it fails, they go to the
 /// store themselves: one of them starts the run and every other queues its own payload.
 async fn or_resume_calls_following_a_failed_one_still_deliver(b: Backend) {
@@ -1047,6 +1076,7 @@ on_every_store!(
     or_resume_under_contention,
     or_resume_conflicts_with_a_retained_token,
     or_resume_calls_following_a_failed_one_still_deliver,
+    or_resume_refuses_an_oversized_payload_before_writing,
     a_dropped_start_does_not_strand_its_duplicates,
     a_failed_start_hands_its_duplicates_to_the_store,
     early_payloads_are_buffered_in_order,
