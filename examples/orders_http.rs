@@ -1,7 +1,8 @@
 //! An HTTP service whose `POST /api/orders` is idempotent per order (the seeds' route):
 //! the first request for an order starts its workflow and claims the hook token
-//! `order:<orderId>` in one atomic act; every duplicate — concurrent or later — is routed to the
-//! run that owns the token, and its note reaches that run's hook.
+//! `order:<orderId>`; every duplicate — concurrent or later — sends its note to the run that
+//! owns the token. `.or_resume(..)` decides which in one store transaction, so a duplicate
+//! never finds the token owned but no hook to take its note.
 //!
 //! ```text
 //! cargo run --example orders_http            # listens on 127.0.0.1:3000 (PORT overrides)
@@ -86,20 +87,20 @@ async fn create_order(
     Json(req): Json<OrderRequest>,
 ) -> std::result::Result<Json<Value>, ApiError> {
     let token = format!("order:{}", req.order_id);
+    // The first request starts the run (its note is the run's argument); a duplicate's note
+    // goes to the run that owns the token.
     match rt
-        .start(process_order, (req.order_id.clone(), req.note.clone()))
-        .hook(&token)
+        .start(process_order, (req.order_id, req.note.clone()))
+        .hook(token)
+        .or_resume(OrderUpdate { note: req.note })
         .await
     {
-        Ok(run) => Ok(Json(json!({ "runId": run.id(), "started": true }))),
-        Err(StartError::HookConflict(_)) => {
-            // Route the duplicate's payload to the run that owns the token.
-            let hook = rt
-                .resume_hook(&token, OrderUpdate { note: req.note })
-                .await
-                .map_err(|e| ApiError(StatusCode::CONFLICT, e.to_string()))?;
+        Ok(StartOrResume::Started(run)) => Ok(Json(json!({ "runId": run.id(), "started": true }))),
+        Ok(StartOrResume::Resumed(hook)) => {
             Ok(Json(json!({ "runId": hook.run_id, "started": false })))
         }
+        // Only with `min_retention`: the order's run ended and its token is still retained.
+        Err(StartError::HookConflict(e)) => Err(ApiError(StatusCode::CONFLICT, e.to_string())),
         Err(StartError::InvalidToken(e)) => Err(ApiError(StatusCode::BAD_REQUEST, e)),
         Err(e) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
     }

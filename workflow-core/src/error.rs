@@ -435,6 +435,14 @@ pub enum StartError {
         /// What serde reported.
         message: String,
     },
+    /// The payload given to `.or_resume(..)` could not be serialized.
+    #[error("the payload for hook {token:?} could not be serialized: {message}")]
+    SerializePayload {
+        /// The hook token.
+        token: String,
+        /// What serde reported.
+        message: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -82,7 +82,9 @@ pub use history::{
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
-pub use runtime::{HookInfo, HookRef, Run, Runtime, RuntimeBuilder, Start};
+pub use runtime::{
+    HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
+};
 pub use store::{PruneStats, RunRecord, RunStatus};
 pub use workflow_macros::{step, workflow};
 
@@ -95,8 +97,8 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
         step_metadata, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
-        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StepMetadata,
-        WorkflowMetadata,
+        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StartOrResume,
+        StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

@@ -354,6 +354,95 @@ async fn atomic_start_under_contention(b: Backend) {
     );
 }
 
+/// Receives on the start token until it has `expect` payloads; returns them in order.
+#[workflow]
+async fn collect_payloads(token: String, expect: usize) -> Result<Vec<u64>> {
+    let mut hook = create_hook::<u64>(token);
+    let mut got = Vec::new();
+    while got.len() < expect {
+        got.push(hook.recv().await?);
+    }
+    Ok(got)
+}
+
+/// SPEC 10: 200 concurrent `.or_resume` calls of one token (the in-process start flight
+/// included): one run, which receives the 199 other calls' payloads, each exactly once, and
+/// no call sees the token owned without a hook to take its payload.
+async fn or_resume_under_contention(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let token = format!("tally:{}", RunId::new());
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..200u64)
+        .map(|i| {
+            let (rt, token) = (rt.clone(), token.clone());
+            tokio::spawn(async move {
+                let outcome = rt
+                    .start(collect_payloads, (token.clone(), 199))
+                    .hook(token)
+                    .or_resume(i)
+                    .await;
+                (i, outcome)
+            })
+        })
+        .collect();
+    let mut started_runs = Vec::new();
+    let mut resumed = Vec::new();
+    for t in tasks {
+        match t.await.unwrap() {
+            (i, Ok(StartOrResume::Started(run))) => started_runs.push((i, run)),
+            (i, Ok(StartOrResume::Resumed(hook))) => resumed.push((i, hook)),
+            (i, Err(e)) => panic!("call {i}: {e}"),
+        }
+    }
+    assert_eq!(started_runs.len(), 1, "exactly one run");
+    let (first, run) = started_runs.pop().unwrap();
+    assert_eq!(resumed.len(), 199);
+    assert!(resumed
+        .iter()
+        .all(|(_, h)| h.run_id == run.id() && h.token == token));
+    let mut got = tokio::time::timeout(Duration::from_secs(60), run.return_value())
+        .await
+        .expect("the run received its payloads in time")
+        .unwrap();
+    let elapsed = started.elapsed();
+    got.sort_unstable();
+    let want: Vec<u64> = (0..200).filter(|i| *i != first).collect();
+    assert_eq!(got, want, "every other call's payload, exactly once");
+    println!(
+        "{b:?}: 200 concurrent or_resume calls: 1 run, {} payloads delivered once, {elapsed:?}",
+        got.len()
+    );
+}
+
+/// `.or_resume` on a token retained by an ended run is a conflict naming it, and sends
+/// nothing; without `.hook(..)` it is refused.
+async fn or_resume_conflicts_with_a_retained_token(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let token = format!("kept:{}", RunId::new());
+    let run = rt
+        .start(never_opens_the_hook, (7,))
+        .hook(&token)
+        .min_retention(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(run.return_value().await.unwrap(), 7);
+    match rt
+        .start(never_opens_the_hook, (8,))
+        .hook(&token)
+        .or_resume(1u64)
+        .await
+    {
+        Err(StartError::HookConflict(c)) => assert_eq!(c.conflicting_run_id, run.id()),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(matches!(
+        rt.start(never_opens_the_hook, (9,)).or_resume(1u64).await,
+        Err(StartError::InvalidToken(_))
+    ));
+}
+
 async fn early_payloads_are_buffered_in_order(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime_with_lease(Duration::from_secs(30)).await;
@@ -882,12 +971,112 @@ async fn a_failed_start_hands_its_duplicates_to_the_store(b: Backend) {
     assert!(conflicts.iter().all(|c| *c == runs[0]));
 }
 
+/// A payload over `max_payload_bytes` is refused before anything is written: no run, no
+/// claimed token.
+async fn or_resume_refuses_an_oversized_payload_before_writing(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.builder().max_payload_bytes(256).build().await.unwrap();
+    let token = format!("big:{}", RunId::new());
+    let big = "x".repeat(300);
+    match rt
+        .start(never_opens_the_hook, (1,))
+        .hook(&token)
+        .or_resume(&big)
+        .await
+    {
+        Err(StartError::TooLarge(e)) => assert!(e.what.contains(&token), "{e}"),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert!(matches!(
+        rt.get_hook_by_token(&token).await,
+        Err(HookError::NotFound(_))
+    ));
+    assert!(rt
+        .store()
+        .list_runs(&workflow_core::store::RunFilter::new())
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.hook_token.as_deref() != Some(token.as_str())));
+}
+
+/// `.or_resume` calls that follow one in flight wait for it; when it fails, they go to the
+/// store themselves: one of them starts the run and every other queues its own payload.
+async fn or_resume_calls_following_a_failed_one_still_deliver(b: Backend) {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    let db = TestDb::new(b);
+    let store = FailingAdmissions::new(db.open_store().await, 1);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let token = format!("tally:{}", RunId::new());
+    let call = |n: u64| {
+        let (rt, token) = (rt.clone(), token.clone());
+        tokio::spawn(async move {
+            rt.start(collect_payloads, (token.clone(), 19))
+                .hook(token)
+                .or_resume(n)
+                .await
+        })
+    };
+    let first = call(1000);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while store.waiting.load(SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the first call reached the store");
+    let followers: Vec<_> = (0..20).map(call).collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        followers.iter().all(|d| !d.is_finished()),
+        "the calls follow the one in flight"
+    );
+    store.open_gate();
+    match first.await.unwrap() {
+        Err(StartError::Store(e)) => assert!(e.to_string().contains("injected"), "{e}"),
+        other => panic!("expected the injected failure, got {other:?}"),
+    }
+    let (mut runs, mut resumed) = (Vec::new(), Vec::new());
+    for (i, d) in (0..20u64).zip(followers) {
+        match tokio::time::timeout(Duration::from_secs(10), d)
+            .await
+            .expect("a call was stranded")
+            .unwrap()
+        {
+            Ok(StartOrResume::Started(run)) => runs.push((i, run)),
+            Ok(StartOrResume::Resumed(hook)) => resumed.push(hook.run_id),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(runs.len(), 1, "one call started the run");
+    let (starter, run) = runs.pop().unwrap();
+    assert!(resumed.iter().all(|owner| *owner == run.id()));
+    let mut got = tokio::time::timeout(Duration::from_secs(30), run.return_value())
+        .await
+        .expect("the run received its payloads in time")
+        .unwrap();
+    got.sort_unstable();
+    let want: Vec<u64> = (0..20).filter(|i| *i != starter).collect();
+    assert_eq!(got, want);
+}
+
 on_every_store!(
     two_runs_one_token,
     tokens_are_reused_after_completion_dispose_and_cancel,
     resume_before_registration_and_the_route_pattern,
     tokens_with_control_characters_are_refused,
     atomic_start_under_contention,
+    or_resume_under_contention,
+    or_resume_conflicts_with_a_retained_token,
+    or_resume_calls_following_a_failed_one_still_deliver,
+    or_resume_refuses_an_oversized_payload_before_writing,
     a_dropped_start_does_not_strand_its_duplicates,
     a_failed_start_hands_its_duplicates_to_the_store,
     early_payloads_are_buffered_in_order,

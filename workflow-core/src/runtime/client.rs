@@ -26,8 +26,8 @@ use crate::history::{
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
-    Admission, CancelOutcome, LeasedRun, NewRun, PruneStats, RetryOutcome, RunRecord, RunStatus,
-    StartHook, Store,
+    Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, RetryOutcome,
+    RunRecord, RunStatus, StartHook, Store,
 };
 
 impl Runtime {
@@ -87,7 +87,8 @@ impl Runtime {
     /// this returns and reaches the workflow's `recv()` in the order the calls committed.
     ///
     /// [`HookError::NotFound`] when no active hook owns the token (the run has not registered
-    /// it yet, or released it): see the route pattern in the crate docs.
+    /// it yet, or released it). To start a run or else send to its owner, without that gap,
+    /// use [`Start::or_resume`].
     pub async fn resume_hook<P: serde::Serialize>(
         &self,
         token: impl Into<String>,
@@ -220,6 +221,68 @@ impl<W: WorkflowDef> Start<W> {
         self
     }
 
+    /// Starts the run with the `.hook(..)` token, or, if an active hook of another run owns
+    /// that token, sends `payload` to it instead (SPEC 10): one store transaction does either,
+    /// so there is no moment at which the token is owned but the payload finds no hook (no
+    /// [`HookError::NotFound`] to retry on). Resolves to [`StartOrResume::Started`] when this
+    /// call admitted the run — its own `payload` is then *not* delivered: pass what the run
+    /// needs in its arguments — or to [`StartOrResume::Resumed`] naming the owner, whose
+    /// `recv()` gets `payload` exactly once. A token only retained by an ended run
+    /// (`min_retention`) is [`StartError::HookConflict`], and nothing is written.
+    ///
+    /// Calls of one token in this process wait for the first one's admission and then each
+    /// queue their own payload: of any number of concurrent calls, one run is started and
+    /// every other payload reaches it.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::StartOrResume;
+    ///
+    /// #[workflow]
+    /// async fn tally(first: u32) -> Result<u32> {
+    ///     let mut more = create_hook::<u32>("tally");
+    ///     Ok(first + more.recv().await?)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// // Nobody owns the token: the run starts (with its argument; the payload is not sent).
+    /// let StartOrResume::Started(run) = rt.start(tally, (1,)).hook("tally").or_resume(0).await?
+    /// else {
+    ///     unreachable!("the token was free")
+    /// };
+    /// // The run owns it now: the payload goes to the run.
+    /// let StartOrResume::Resumed(hook) = rt.start(tally, (5,)).hook("tally").or_resume(2).await?
+    /// else {
+    ///     unreachable!("the token is owned")
+    /// };
+    /// assert_eq!(hook.run_id, run.id());
+    /// assert_eq!(run.return_value().await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn or_resume<P: serde::Serialize>(self, payload: P) -> OrResume<W> {
+        let token = self.hook.clone().unwrap_or_default();
+        let limit = self.rt.inner.config.max_payload_bytes;
+        let payload = serde_json::to_value(payload)
+            .map_err(|e| StartError::SerializePayload {
+                token: token.clone(),
+                message: e.to_string(),
+            })
+            .and_then(|payload| {
+                check_payload(&payload, limit, || {
+                    format!("the payload for hook {token:?}")
+                })
+                .map_err(StartError::TooLarge)?;
+                Ok(payload)
+            });
+        OrResume {
+            start: self,
+            payload,
+        }
+    }
+
     /// Keeps the `.hook(..)` token unavailable until `start + d`, even after the run ended, so
     /// that late duplicates are still refused (and can read this run's result). No effect
     /// without `.hook(..)`.
@@ -307,6 +370,89 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
     }
 }
 
+/// A pending start-or-resume; await it. From [`Start::or_resume`].
+#[must_use = "a start does nothing unless awaited"]
+pub struct OrResume<W: WorkflowDef> {
+    start: Start<W>,
+    payload: Result<Value, StartError>,
+}
+
+/// What [`Start::or_resume`] did.
+#[derive(Debug)]
+pub enum StartOrResume<T = Value> {
+    /// This call admitted the run, which owns the token; the payload was not sent.
+    Started(Run<T>),
+    /// The token's owner received the payload; no run was started.
+    Resumed(HookRef),
+}
+
+impl<W: WorkflowDef> IntoFuture for OrResume<W> {
+    type Output = Result<StartOrResume<W::Output>, StartError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let Start {
+                rt,
+                input,
+                hook,
+                retention,
+                timeout,
+                ..
+            } = self.start;
+            let input = input?;
+            let Some(token) = hook else {
+                return Err(StartError::InvalidToken(
+                    "`.or_resume(..)` needs `.hook(token)`: the token to resume through".into(),
+                ));
+            };
+            if let Some(why) = invalid_token(&token) {
+                return Err(StartError::InvalidToken(why));
+            }
+            let payload = self.payload?;
+            let inner = &rt.inner;
+            let flight = match inner.join_start(&token) {
+                Joined::Lead(lead) => Some(lead),
+                Joined::Follow(mut owner) => {
+                    // Another start of the token is in flight here. Once it has an answer the
+                    // store knows the token's owner and this call's own transaction resumes
+                    // to it; if it failed, this call contends for the token itself. Either
+                    // way its payload is queued by its own transaction, once.
+                    let _ = owner.wait_for(Option::is_some).await;
+                    None
+                }
+            };
+            let start = Admit {
+                id: RunId::new(),
+                workflow: W::NAME,
+                input,
+                token: Some(token),
+                retention,
+                timeout,
+            };
+            let id = start.id;
+            // In a task of its own, as for `start`: a dropped call does not strand followers.
+            let done = inner
+                .tasks
+                .spawn(admit_or_resume(inner.clone(), start, payload, flight))
+                .await;
+            let resumed = match done {
+                Ok(resumed) => resumed?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Err(StartError::NoRuntime),
+            };
+            Ok(match resumed {
+                Some(hook) => StartOrResume::Resumed(hook),
+                None => StartOrResume::Started(Run {
+                    id,
+                    rt,
+                    _t: PhantomData,
+                }),
+            })
+        })
+    }
+}
+
 /// A start on its way to the store, not yet timed.
 struct Admit {
     id: RunId,
@@ -346,14 +492,12 @@ async fn admit(
     flight: Option<StartFlight>,
 ) -> Result<(), StartError> {
     let run = start.at(inner.clock.tick().await);
-    let (id, created_at) = (run.id, run.created_at);
-    let workflow = run.workflow.clone();
-    let input = run.input.clone();
-    let token = run.hook.as_ref().map(|h| h.token.clone());
-    let deadline = run.deadline;
+    let id = run.id;
+    let record = admitted_run(&run);
+    let token = record.hook_token.clone();
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once.
-    let (admission, lease) = if inner.can_take(&workflow) {
+    let (admission, lease) = if inner.can_take(&record.workflow) {
         inner
             .store
             .create_run_leased(run, inner.config.lease)
@@ -373,29 +517,81 @@ async fn admit(
             conflicting_run_id: owner,
         }));
     }
+    drive(&inner, record, lease);
+    Ok(())
+}
+
+/// The record of a run just admitted, as a worker that leased it at admission holds it.
+fn admitted_run(run: &NewRun) -> RunRecord {
+    RunRecord {
+        id: run.id,
+        workflow: run.workflow.clone(),
+        status: RunStatus::Running,
+        input: run.input.clone(),
+        output: None,
+        error: None,
+        created_at: run.created_at,
+        updated_at: run.created_at,
+        hook_token: run.hook.as_ref().map(|h| h.token.clone()),
+        deadline: run.deadline,
+    }
+}
+
+/// Drives a run admitted with `lease` here at once; without one, wakes a worker for it.
+fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
     match lease {
         Some(lease) => spawn_run(
-            &inner,
+            inner,
             LeasedRun {
-                run: RunRecord {
-                    id,
-                    workflow,
-                    status: RunStatus::Running,
-                    input,
-                    output: None,
-                    error: None,
-                    created_at,
-                    updated_at: created_at,
-                    hook_token: token,
-                    deadline,
-                },
+                run,
                 lease,
                 events: Vec::new(),
             },
         ),
         None => inner.work.notify_one(),
     }
-    Ok(())
+}
+
+/// Admits `start` with its token or queues `payload` to the token's owner, in one store
+/// transaction; the hook the payload went to, or `None` when the run was admitted.
+async fn admit_or_resume(
+    inner: Arc<Inner>,
+    start: Admit,
+    payload: Value,
+    flight: Option<StartFlight>,
+) -> Result<Option<HookRef>, StartError> {
+    let run = start.at(inner.clock.tick().await);
+    let id = run.id;
+    let record = admitted_run(&run);
+    let token = record.hook_token.clone().unwrap_or_default();
+    let lease = inner
+        .can_take(&record.workflow)
+        .then_some(inner.config.lease);
+    let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
+    if let Some(flight) = flight {
+        flight.land(match &outcome {
+            AdmitOrResume::Admitted(_) => id,
+            AdmitOrResume::Resumed { run, .. } | AdmitOrResume::Conflict(run) => *run,
+        });
+    }
+    match outcome {
+        AdmitOrResume::Admitted(lease) => {
+            drive(&inner, record, lease);
+            Ok(None)
+        }
+        AdmitOrResume::Resumed { run, .. } => {
+            // As in `resume_hook`: driven here, its driver reads the payload now; otherwise
+            // a worker (here or elsewhere) may acquire it.
+            if !inner.payload_arrived(&run) {
+                inner.work.notify_one();
+            }
+            Ok(Some(HookRef { token, run_id: run }))
+        }
+        AdmitOrResume::Conflict(owner) => Err(StartError::HookConflict(HookConflictError {
+            token,
+            conflicting_run_id: owner,
+        })),
+    }
 }
 
 /// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from

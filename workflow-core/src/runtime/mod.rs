@@ -33,7 +33,7 @@ use crate::registry::WorkflowRegistration;
 use crate::store::{Lease, Store};
 
 pub use builder::RuntimeBuilder;
-pub use client::{HookInfo, HookRef, Run, Start};
+pub use client::{HookInfo, HookRef, OrResume, Run, Start, StartOrResume};
 pub(crate) use worker::spawn_run;
 
 tokio::task_local! {

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
-    ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun,
-    NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome, RunRecord,
-    RunStatus, Store, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
+    CancelOutcome, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease,
+    LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome,
+    RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -174,6 +174,32 @@ impl State {
         Ok((Admission::Admitted, lease))
     }
 
+    /// Queues `payload` to the run whose active hook owns `token` and makes it due at `at`.
+    fn resume(&mut self, token: &str, payload: Value, at: SystemTime) -> Option<(RunId, u64)> {
+        let run = self.hooks.get(token).filter(|h| h.active)?.run_id;
+        self.last_payload += 1;
+        let id = self.last_payload;
+        self.inbox.insert(
+            id,
+            (
+                run,
+                Payload {
+                    id,
+                    token: token.to_owned(),
+                    payload,
+                },
+            ),
+        );
+        if let Some(r) = self.runs.get_mut(&run) {
+            // A blocked run waits for a build that fits, not for payloads.
+            if r.record.status != RunStatus::Blocked {
+                r.wake_at = r.wake_at.min(at);
+            }
+        }
+        self.schedule(run);
+        Some((run, id))
+    }
+
     /// Gives up `token` if `run` owns it: kept while retained, removed otherwise.
     fn release_token(&mut self, run: RunId, token: &str, now: SystemTime) {
         if let Some(h) = self.hooks.get_mut(token) {
@@ -224,6 +250,26 @@ impl Store for MemoryStore {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.lock().admit(run, Some(lease))
+    }
+
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        let Some(token) = run.hook.as_ref().map(|h| h.token.clone()) else {
+            return Err(super::no_token());
+        };
+        let at = run.created_at;
+        let mut st = self.lock();
+        match st.admit(run, lease)? {
+            (Admission::Admitted, lease) => Ok(AdmitOrResume::Admitted(lease)),
+            (Admission::Conflict(owner), _) => Ok(match st.resume(&token, payload, at) {
+                Some((run, payload_id)) => AdmitOrResume::Resumed { run, payload_id },
+                None => AdmitOrResume::Conflict(owner),
+            }),
+        }
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -515,31 +561,7 @@ impl Store for MemoryStore {
         payload: Value,
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError> {
-        let mut st = self.lock();
-        let Some(run) = st.hooks.get(token).filter(|h| h.active).map(|h| h.run_id) else {
-            return Ok(None);
-        };
-        st.last_payload += 1;
-        let id = st.last_payload;
-        st.inbox.insert(
-            id,
-            (
-                run,
-                Payload {
-                    id,
-                    token: token.to_owned(),
-                    payload,
-                },
-            ),
-        );
-        if let Some(r) = st.runs.get_mut(&run) {
-            // A blocked run waits for a build that fits, not for payloads.
-            if r.record.status != RunStatus::Blocked {
-                r.wake_at = r.wake_at.min(at);
-            }
-        }
-        st.schedule(run);
-        Ok(Some((run, id)))
+        Ok(self.lock().resume(token, payload, at))
     }
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {

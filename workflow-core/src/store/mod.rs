@@ -118,6 +118,24 @@ pub enum Admission {
     Conflict(RunId),
 }
 
+/// What [`Store::admit_or_resume`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmitOrResume {
+    /// The run exists and owns its start token (leased to the caller when a lease was asked
+    /// for and the store leases at admission); the payload was not queued.
+    Admitted(Option<Lease>),
+    /// The token is owned by an active hook of run `run`: the payload is in its inbox, with
+    /// id `payload_id`; no run was admitted.
+    Resumed {
+        /// The owner of the token.
+        run: RunId,
+        /// The queued payload's id.
+        payload_id: u64,
+    },
+    /// The token is retained by this run, which ended: nothing was written.
+    Conflict(RunId),
+}
+
 /// A run as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
@@ -375,6 +393,11 @@ pub fn block_backoff(tries: u32) -> Duration {
     Duration::from_secs(60 << doublings).min(Duration::from_secs(3600))
 }
 
+/// The error of [`Store::admit_or_resume`] for a run without a token to resume through.
+pub(crate) fn no_token() -> StoreError {
+    StoreError::database("admit_or_resume needs a run with a hook token")
+}
+
 /// What [`Store::retry`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOutcome {
@@ -464,6 +487,25 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let _ = lease;
         Ok((self.create_run(run).await?, None))
+    }
+
+    /// `start(..).hook(token).or_resume(payload)`: in one act, either admits `run` claiming
+    /// its token (as [`Store::create_run_leased`] with `lease`, or [`Store::create_run`]
+    /// without; the payload is not queued), or, when an active hook owns the token, queues
+    /// `payload` to its run as [`Store::resume_hook`] does at `run.created_at`. A token only
+    /// retained by an ended run is [`AdmitOrResume::Conflict`] and nothing is written. There
+    /// is no moment at which the token is owned but the payload finds no hook. `run` must
+    /// carry a hook. Stores that cannot do this keep this default, which refuses.
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        let _ = (run, lease, payload);
+        Err(StoreError::database(
+            "admit_or_resume is not supported by this store",
+        ))
     }
 
     /// The run, or `None`.

@@ -30,9 +30,9 @@ use super::sql::{
     EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, Event,
+    EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun,
+    Notice, Payload, PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -325,6 +325,7 @@ impl PostgresStore {
             conn,
             sql: &self.inner.sql,
             channel: &self.inner.schema,
+            inbox_lock: self.inner.inbox_lock,
         }
     }
 }
@@ -345,6 +346,36 @@ impl Store for PostgresStore {
 
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.admit(run, None).await?.0)
+    }
+
+    /// One transaction decides. It holds the inbox lock from its first statement (the resume)
+    /// to its commit, so concurrent `admit_or_resume` calls in the schema, and resumes, take
+    /// turns; only a plain `.hook(..)` start or a workflow's `create_hook` can take the token
+    /// between its resume and its claim, and then the transaction is rolled back (it wrote
+    /// nothing) and the next one resumes to that hook.
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        const ATTEMPTS: usize = 8;
+        let row = NewRunRow::new(run, lease)?;
+        let payload = to_json(&payload, "the payload")?;
+        for _ in 0..ATTEMPTS {
+            let mut tx = self.begin().await?;
+            let decided = policy::admit_or_resume(&mut self.tx(&mut tx), &row, &payload).await;
+            if let Some(outcome) = settle(tx, decided).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Database(
+            DatabaseError::new(format!(
+                "hook token {:?} changed hands {ATTEMPTS} times while starting or resuming",
+                row.hook.as_ref().map_or("", |h| h.0.as_str())
+            ))
+            .transient(true),
+        ))
     }
 
     async fn create_run_leased(
@@ -720,7 +751,7 @@ fn statements(s: &str) -> Statements {
                      retain_until = EXCLUDED.retain_until
                  WHERE NOT h.active AND COALESCE(h.retain_until, 0) <= EXCLUDED.created_at"
             ),
-            hook_owner: format!("SELECT run_id FROM {s}.hooks WHERE token = $1"),
+            hook_owner: format!("SELECT run_id, active FROM {s}.hooks WHERE token = $1"),
             get_run: format!("SELECT {RUN_COLUMNS} FROM {s}.runs WHERE id = $1"),
             events: format!(
                 "SELECT run_id, seq, at, data FROM {s}.events WHERE run_id = $1 ORDER BY seq"
@@ -921,6 +952,8 @@ struct Pg<'a> {
     sql: &'a Statements,
     /// The schema's notification channel.
     channel: &'a str,
+    /// The advisory lock key serializing the schema's inbox inserts.
+    inbox_lock: i64,
 }
 
 impl Tx for Pg<'_> {
@@ -970,11 +1003,30 @@ impl Tx for Pg<'_> {
         Ok(claimed.rows_affected() > 0)
     }
 
-    async fn hook_owner(&mut self, token: &str) -> Result<String, StoreError> {
-        Ok(sqlx::query_scalar(&self.sql.hook_owner)
+    async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
+        Ok(sqlx::query_as(&self.sql.hook_owner)
             .bind(token)
             .fetch_one(&mut *self.conn)
             .await?)
+    }
+
+    async fn resume(
+        &mut self,
+        token: &str,
+        payload: &str,
+        at: i64,
+    ) -> Result<Option<InboxRow>, StoreError> {
+        // The inbox lock it takes is held until this transaction ends (see
+        // `PostgresStore::resume_hook`).
+        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.sql.resume)
+            .bind(token)
+            .bind(payload)
+            .bind(at)
+            .bind(self.inbox_lock)
+            .bind(self.channel)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(queued.map(|(id, run_id, _notes)| InboxRow { id, run_id }))
     }
 
     async fn append_events(

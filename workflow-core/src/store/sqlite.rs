@@ -37,9 +37,9 @@ use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, Event, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, Event,
+    EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun,
+    Payload, PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -189,7 +189,7 @@ const SQL: Statements = Statements {
                 run_id = excluded.run_id, created_at = excluded.created_at, active = 1,
                 retain_until = excluded.retain_until
             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
-    hook_owner: "SELECT run_id FROM hooks WHERE token = ?1",
+    hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                      hook_token, deadline
               FROM runs WHERE id = ?1",
@@ -481,6 +481,24 @@ impl Store for SqliteStore {
         self.admit(run, Some(lease)).await
     }
 
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        let row = NewRunRow::new(run, lease)?;
+        let payload = to_json(&payload, "the payload")?;
+        self.write(move |tx| {
+            // The transaction holds the database's write lock from its start, so no hook
+            // takes the token between the resume and the claim: the policy always decides.
+            now(policy::admit_or_resume(&mut Lite(tx), &row, &payload))?.ok_or_else(|| {
+                StoreError::database("internal error: a token changed hands inside a transaction")
+            })
+        })
+        .await
+    }
+
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         let id = id.to_string();
         let row = self
@@ -644,17 +662,10 @@ impl Store for SqliteStore {
         let payload = to_json(&payload, "the payload")?;
         let at = sql_time(at);
         self.write(move |tx| {
-            let queued = one(
-                tx,
-                SQL.resume,
-                params![token, payload, at],
-                InboxRow::from_sqlite,
-            )?;
-            let Some(queued) = queued else {
-                return Ok(None);
-            };
-            exec(tx, SQL.dialect.wake, params![queued.run_id, at])?;
-            queued.decode().map(|(id, run)| Some((run, id)))
+            let queued = now(Lite(tx).resume(&token, &payload, at))?;
+            queued
+                .map(|q| q.decode().map(|(id, run)| (run, id)))
+                .transpose()
         })
         .await
     }
@@ -801,11 +812,31 @@ impl Tx for Lite<'_> {
         Ok(exec(self.0, SQL.claim, params![token, run, at, retain_until])? > 0)
     }
 
-    async fn hook_owner(&mut self, token: &str) -> Result<String, StoreError> {
+    async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
         Ok(self
             .0
             .prepare_cached(SQL.hook_owner)?
-            .query_row([token], |r| r.get(0))?)
+            .query_row([token], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
+    async fn resume(
+        &mut self,
+        token: &str,
+        payload: &str,
+        at: i64,
+    ) -> Result<Option<InboxRow>, StoreError> {
+        // Finding the owner and queueing are one statement; the wake follows in the same
+        // transaction.
+        let queued = one(
+            self.0,
+            SQL.resume,
+            params![token, payload, at],
+            InboxRow::from_sqlite,
+        )?;
+        if let Some(q) = &queued {
+            exec(self.0, SQL.dialect.wake, params![q.run_id, at])?;
+        }
+        Ok(queued)
     }
 
     async fn append_events(

@@ -195,8 +195,10 @@ macro_rules! __store_conformance_tests {
             a_resume_before_the_hook_exists_delivers_nothing,
             release_wakes_a_run_with_unseen_payloads,
             prune_leaves_no_rows_of_a_pruned_run,
+            admit_or_resume_admits_resumes_or_conflicts,
         ] shared [
             concurrent_starts_with_one_token_admit_exactly_one,
+            concurrent_admit_or_resume_calls_admit_one_and_queue_the_rest,
         ]);
     };
     (@compared $mode:ident $args:tt) => {
@@ -1698,6 +1700,188 @@ pub async fn concurrent_starts_with_one_token_admit_exactly_one<S: Store + Clone
     assert_eq!(store.count("runs").await, 2);
     assert_eq!(store.count("hooks").await, 2);
     assert_eq!(store.count("events").await, 0);
+}
+
+/// A run of `hooked` claiming `token` at `at`, for `admit_or_resume`.
+fn hooked_run(token: &str, retain_until: Option<SystemTime>, at: SystemTime) -> NewRun {
+    NewRun {
+        id: RunId::new(),
+        workflow: "hooked".to_owned(),
+        input: json!([]),
+        created_at: at,
+        hook: start_hook(token, retain_until),
+        deadline: None,
+    }
+}
+
+/// `admit_or_resume`: a free token admits the run (leased when asked) and queues nothing; a
+/// token an active hook owns queues the payload to its run, which becomes due, and admits
+/// nothing; a token only retained by an ended run writes nothing at all.
+pub async fn admit_or_resume_admits_resumes_or_conflicts<S: Store + Inspect>(store: &S) {
+    let minute = Some(Duration::from_secs(60));
+    let first = hooked_run("a", None, t(0));
+    let owner_a = first.id;
+    let admitted = store
+        .admit_or_resume(first, minute, json!("not sent"))
+        .await
+        .unwrap();
+    let lease = match admitted {
+        AdmitOrResume::Admitted(lease) => lease,
+        other => panic!("a free token admits: {other:?}"),
+    };
+    if let Some(lease) = lease {
+        assert_eq!(
+            lease,
+            Lease {
+                run_id: owner_a,
+                epoch: 1
+            }
+        );
+        let run = store.get_run(&owner_a).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Running);
+    }
+    assert_eq!(owner(store, "a").await, Some(owner_a));
+    assert_eq!(store.count("hook_inbox").await, 0);
+
+    let second = hooked_run("a", None, t(10));
+    let duplicate = second.id;
+    assert_eq!(
+        store
+            .admit_or_resume(second, minute, json!({"n": 1}))
+            .await
+            .unwrap(),
+        AdmitOrResume::Resumed {
+            run: owner_a,
+            payload_id: 1
+        }
+    );
+    assert!(store.get_run(&duplicate).await.unwrap().is_none());
+    assert_eq!(
+        store.payloads(&owner_a, 0).await.unwrap(),
+        [Payload {
+            id: 1,
+            token: "a".to_owned(),
+            payload: json!({"n": 1}),
+        }]
+    );
+
+    // A pending owner due far ahead becomes due at the payload's time.
+    let (owner_b, _) = start(store, "b", None, t(50_000)).await;
+    let hooked = names(&["hooked"]);
+    assert!(acquire(store, &hooked, t(100), Duration::from_secs(60), 10)
+        .await
+        .is_empty());
+    assert_eq!(
+        store
+            .admit_or_resume(hooked_run("b", None, t(100)), None, json!(2))
+            .await
+            .unwrap(),
+        AdmitOrResume::Resumed {
+            run: owner_b,
+            payload_id: 2
+        }
+    );
+    let got = acquire(store, &hooked, t(100), Duration::from_secs(60), 10).await;
+    assert_eq!(got.iter().map(|r| r.run.id).collect::<Vec<_>>(), [owner_b]);
+
+    // Retained by an ended run: a conflict naming it, and nothing written.
+    let (owner_c, _) = start(store, "c", Some(t(10_000)), t(200)).await;
+    store.cancel(&owner_c, t(300)).await.unwrap();
+    let tables = ["runs", "events", "hooks", "hook_inbox"];
+    let mut before = Vec::new();
+    for table in tables {
+        before.push(store.count(table).await);
+    }
+    let late = hooked_run("c", None, t(400));
+    let late_id = late.id;
+    assert_eq!(
+        store.admit_or_resume(late, minute, json!(3)).await.unwrap(),
+        AdmitOrResume::Conflict(owner_c)
+    );
+    let mut after = Vec::new();
+    for table in tables {
+        after.push(store.count(table).await);
+    }
+    assert_eq!(after, before);
+    assert!(store.get_run(&late_id).await.unwrap().is_none());
+    assert_eq!(store.last_payload_id().await.unwrap(), 2);
+
+    // Once the retention is over, the token is free again.
+    let fresh = hooked_run("c", None, t(10_000));
+    let fresh_id = fresh.id;
+    assert!(matches!(
+        store.admit_or_resume(fresh, None, json!(4)).await.unwrap(),
+        AdmitOrResume::Admitted(None)
+    ));
+    assert_eq!(owner(store, "c").await, Some(fresh_id));
+    assert_eq!(store.last_payload_id().await.unwrap(), 2);
+
+    // A run without a token is refused.
+    let mut tokenless = hooked_run("d", None, t(0));
+    tokenless.hook = None;
+    assert!(store
+        .admit_or_resume(tokenless, None, json!(5))
+        .await
+        .is_err());
+}
+
+/// 200 `admit_or_resume` calls with one token at once, spread over `stores`, and 50 plain
+/// starts of the token among them (which may take it between a call's resume and its
+/// claim): one run is admitted, each plain start that lost names it, and every call that did
+/// not admit queued its own payload to it, once.
+pub async fn concurrent_admit_or_resume_calls_admit_one_and_queue_the_rest<
+    S: Store + Clone + Inspect,
+>(
+    stores: &[S],
+) {
+    let tasks: Vec<_> = (0..250)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            tokio::spawn(async move {
+                let run = hooked_run("storm", None, t(0));
+                let id = run.id;
+                let outcome = if i % 5 == 4 {
+                    match store.create_run(run).await.unwrap() {
+                        Admission::Admitted => AdmitOrResume::Admitted(None),
+                        Admission::Conflict(owner) => AdmitOrResume::Conflict(owner),
+                    }
+                } else {
+                    store.admit_or_resume(run, None, json!(i)).await.unwrap()
+                };
+                (i, id, outcome)
+            })
+        })
+        .collect();
+    let mut admitted = Vec::new();
+    let mut resumed = Vec::new();
+    let mut refused = Vec::new();
+    for task in tasks {
+        let (i, id, outcome) = within(task).await.unwrap();
+        match outcome {
+            AdmitOrResume::Admitted(_) => admitted.push(id),
+            AdmitOrResume::Resumed { run, payload_id } => resumed.push((i, run, payload_id)),
+            AdmitOrResume::Conflict(owner) if i % 5 == 4 => refused.push(owner),
+            AdmitOrResume::Conflict(owner) => panic!("call {i} conflicted with {owner}"),
+        }
+    }
+    assert_eq!(admitted.len(), 1, "exactly one call admits");
+    let winner = admitted[0];
+    assert_eq!(resumed.len() + refused.len(), 249);
+    assert!(refused.iter().all(|owner| *owner == winner));
+    assert!(resumed.iter().all(|(_, run, _)| *run == winner));
+    let inbox = store_payloads(&stores[0], winner).await;
+    let mut sent: Vec<_> = resumed.iter().map(|(i, _, id)| (*id, json!(i))).collect();
+    sent.sort_by_key(|(id, _)| *id);
+    assert_eq!(
+        inbox, sent,
+        "each resumed call's payload, once, under its id"
+    );
+    assert_eq!(stores[0].count("runs").await, 1);
+}
+
+async fn store_payloads<S: Store>(store: &S, run: RunId) -> Vec<(u64, serde_json::Value)> {
+    let inbox = within(store.payloads(&run, 0)).await.unwrap();
+    inbox.into_iter().map(|p| (p.id, p.payload)).collect()
 }
 
 /// Hook claims: one active owner per token, release on request, and retained tokens refused

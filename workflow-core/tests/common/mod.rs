@@ -491,6 +491,15 @@ impl Store for FailingAdmissions {
         self.maybe_fail().await?;
         self.inner.create_run_leased(run, lease).await
     }
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: serde_json::Value,
+    ) -> Result<workflow_core::store::AdmitOrResume, StoreError> {
+        self.maybe_fail().await?;
+        self.inner.admit_or_resume(run, lease, payload).await
+    }
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         self.inner.get_run(id).await
     }

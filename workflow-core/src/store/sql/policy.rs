@@ -13,11 +13,12 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    block_backoff, failure_backoff, gave_up, Admission, CancelOutcome, ClaimOutcome, Event,
-    FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats, RetryOutcome, RunFilter,
-    RunStatus, Store, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, no_token, Admission, AdmitOrResume, CancelOutcome,
+    ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats,
+    RetryOutcome, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
 };
 
+use super::rows::InboxRow;
 use super::{
     lease_end, owner_of, sql_epoch, sql_id, sql_time, status_of, to_json, EncodedAppend,
     EncodedEnd, EncodedEvents,
@@ -75,8 +76,22 @@ pub(in crate::store) trait Tx {
         retain_until: Option<i64>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
-    /// The run recorded as the owner of `token` (which has a row).
-    fn hook_owner(&mut self, token: &str) -> impl Future<Output = Result<String, StoreError>>;
+    /// The run recorded as the owner of `token` (which has a row), and whether its hook is
+    /// active (not only retained).
+    fn hook_owner(
+        &mut self,
+        token: &str,
+    ) -> impl Future<Output = Result<(String, bool), StoreError>>;
+
+    /// Queues `payload` (JSON) to the run whose active hook owns `token`, lowers that run's
+    /// wake time to `at` (unless blocked) and announces it as `resume_hook` does; the payload
+    /// row, or `None` (nothing written) when no active hook owns the token.
+    fn resume(
+        &mut self,
+        token: &str,
+        payload: &str,
+        at: i64,
+    ) -> impl Future<Output = Result<Option<InboxRow>, StoreError>>;
 
     /// Appends `events` numbered after the run's last (`runs.last_seq`, advanced by the same
     /// statement), only while `fence` (an epoch) holds the lease and the run may still be
@@ -190,6 +205,52 @@ pub(in crate::store) async fn admit(
     Ok((Admission::Admitted, lease))
 }
 
+/// `start(..).hook(token).or_resume(payload)`: queues `payload` to the token's live owner, or
+/// else admits `run` with the token; a token only retained by an ended run is a conflict and
+/// nothing is written. `None` when neither could be decided in this transaction: a hook took
+/// the token between the resume, which found none, and the claim. The caller then rolls the
+/// transaction back (nothing was written) and tries again, and the next resume finds that
+/// hook.
+///
+/// The resume goes first, so the locks are taken in the order every other writer takes them
+/// (PostgreSQL's inbox lock, then the owner's run row; the token's row only when the run is
+/// admitted): a claim that lost would hold the token's row while waking the owner's run row,
+/// and that run's worker, ending it, holds the run row while releasing the token's row.
+pub(in crate::store) async fn admit_or_resume(
+    tx: &mut impl Tx,
+    run: &NewRunRow,
+    payload: &str,
+) -> Result<Option<AdmitOrResume>, StoreError> {
+    let Some((token, retain_until)) = &run.hook else {
+        return Err(no_token());
+    };
+    if tx.run_exists(&run.key).await? {
+        return Err(exists(&run.id));
+    }
+    if let Some(queued) = tx.resume(token, payload, run.created_at).await? {
+        let (payload_id, run) = queued.decode()?;
+        return Ok(Some(AdmitOrResume::Resumed { run, payload_id }));
+    }
+    if tx
+        .claim(token, &run.key, run.created_at, *retain_until)
+        .await?
+    {
+        if !tx.insert_run(run).await? {
+            return Err(exists(&run.id));
+        }
+        let lease = run.lease_until.map(|_| Lease {
+            run_id: run.id,
+            epoch: 1,
+        });
+        return Ok(Some(AdmitOrResume::Admitted(lease)));
+    }
+    let (owner, active) = tx.hook_owner(token).await?;
+    if active {
+        return Ok(None);
+    }
+    Ok(Some(AdmitOrResume::Conflict(owner_of(&owner, token)?)))
+}
+
 /// Claims `token` for `run`; the owner when it is taken (and then nothing was written).
 async fn claim_token(
     tx: &mut impl Tx,
@@ -201,7 +262,7 @@ async fn claim_token(
     if tx.claim(token, run, at, retain_until).await? {
         return Ok(None);
     }
-    let owner = tx.hook_owner(token).await?;
+    let (owner, _) = tx.hook_owner(token).await?;
     owner_of(&owner, token).map(Some)
 }
 
