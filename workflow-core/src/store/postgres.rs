@@ -1847,7 +1847,8 @@ mod tests {
         schema
             .exec(&format!(
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
-                 ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries;
+                 ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
+                     DROP COLUMN deadline;
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
                 migrations = schema.table("workflow_migrations"),
