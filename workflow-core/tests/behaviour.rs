@@ -1162,6 +1162,28 @@ fn dropped() -> &'static Mutex<HashMap<RunId, usize>> {
 
 struct CountsDrop(RunId);
 
+/// Waits (bounded) until `run`'s first step body started.
+async fn until_a_step_started(run: RunId) {
+    bounded(async {
+        while executed(run).is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
+
+/// Waits (bounded) until a step future of `run` was dropped unfinished; how long after
+/// `since` that was.
+async fn until_a_step_dropped(run: RunId, since: std::time::Instant) -> Duration {
+    bounded(async {
+        while dropped().lock().unwrap().get(&run).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        since.elapsed()
+    })
+    .await
+}
+
 impl Drop for CountsDrop {
     fn drop(&mut self) {
         *dropped().lock().unwrap().entry(self.0).or_default() += 1;
@@ -1200,21 +1222,10 @@ async fn cancel_drops_the_step_in_flight(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
     let run = rt.start(mailing, ()).await.unwrap();
-    bounded(async {
-        while executed(run.id()).is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until_a_step_started(run.id()).await;
     let cancelled = std::time::Instant::now();
     run.cancel().await.unwrap();
-    let dropped_in = bounded(async {
-        while dropped().lock().unwrap().get(&run.id()).is_none() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        cancelled.elapsed()
-    })
-    .await;
+    let dropped_in = until_a_step_dropped(run.id(), cancelled).await;
     eprintln!("the step's future was dropped {dropped_in:?} after cancel() returned");
     assert!(dropped_in < Duration::from_secs(1), "{dropped_in:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1261,21 +1272,10 @@ async fn a_cancel_from_elsewhere_drops_the_step_in_flight(b: Backend) {
     // in memory with the worker but the database.
     let client = db.builder().worker(false).build().await.unwrap();
     let run = worker.start(mailing, ()).await.unwrap();
-    bounded(async {
-        while executed(run.id()).is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until_a_step_started(run.id()).await;
     let cancelled = std::time::Instant::now();
     client.get_run(&run.id()).cancel().await.unwrap();
-    let dropped_in = bounded(async {
-        while dropped().lock().unwrap().get(&run.id()).is_none() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        cancelled.elapsed()
-    })
-    .await;
+    let dropped_in = until_a_step_dropped(run.id(), cancelled).await;
     eprintln!("dropped {dropped_in:?} after cancel() returned in another runtime");
     assert!(dropped_in < Duration::from_secs(1), "{dropped_in:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1309,12 +1309,7 @@ async fn runs_fail_at_their_deadline(b: Backend) {
     let err = bounded(run.return_value()).await.unwrap_err();
     assert!(err.to_string().contains("timed out after 300ms"), "{err}");
     // Aborted before the end was written; dropped as soon as its task runs again.
-    bounded(async {
-        while dropped().lock().unwrap().get(&run.id()).is_none() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    until_a_step_dropped(run.id(), std::time::Instant::now()).await;
     let info = run.info().await.unwrap();
     assert_eq!(info.status, RunStatus::Failed);
     assert!(info.deadline.is_some());

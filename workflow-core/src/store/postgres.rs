@@ -30,9 +30,9 @@ use super::sql::{
     EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, Event,
-    EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun,
-    Notice, Payload, PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -501,12 +501,8 @@ impl Store for PostgresStore {
     }
 
     async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
-        let retried = EncodedEvents::new(&[NewEvent {
-            at: now,
-            event: Event::RunRetried,
-        }])?;
         let mut tx = self.begin().await?;
-        let done = policy::retry(&mut self.tx(&mut tx), id, &retried, sql_time(now)).await;
+        let done = policy::retry(&mut self.tx(&mut tx), id, now).await;
         settle(tx, done).await
     }
 

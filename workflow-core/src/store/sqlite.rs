@@ -37,9 +37,9 @@ use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, Event,
-    EventRecord, FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun,
-    Payload, PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -597,12 +597,8 @@ impl Store for SqliteStore {
     }
 
     async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
-        let retried = EncodedEvents::new(&[NewEvent {
-            at: now,
-            event: Event::RunRetried,
-        }])?;
-        let (id, at) = (*id, sql_time(now));
-        self.write(move |tx| self::now(policy::retry(&mut Lite(tx), &id, &retried, at)))
+        let id = *id;
+        self.write(move |tx| self::now(policy::retry(&mut Lite(tx), &id, now)))
             .await
     }
 

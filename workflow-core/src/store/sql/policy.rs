@@ -392,20 +392,23 @@ pub(in crate::store) async fn block(
 pub(in crate::store) async fn retry(
     tx: &mut impl Tx,
     run: &RunId,
-    retried: &EncodedEvents,
-    now: i64,
+    now: SystemTime,
 ) -> Result<RetryOutcome, StoreError> {
+    let retried = EncodedEvents::new(&[NewEvent {
+        at: now,
+        event: Event::RunRetried,
+    }])?;
     let key = run.to_string();
     let status = tx.run_status(&key).await?;
     let outcome = match status_of(&status.ok_or(StoreError::RunNotFound(*run))?, &key)? {
         RunStatus::Failed => {
-            tx.append_events(&key, None, retried).await?;
+            tx.append_events(&key, None, &retried).await?;
             RetryOutcome::Reopened
         }
         RunStatus::Blocked => RetryOutcome::Unblocked,
         other => return Ok(RetryOutcome::NotRetryable(other)),
     };
-    tx.retry(&key, now).await?;
+    tx.retry(&key, sql_time(now)).await?;
     Ok(outcome)
 }
 
