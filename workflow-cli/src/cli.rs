@@ -142,8 +142,8 @@ pub enum Command {
     },
     /// Serve the dashboard: runs, a timeline per run, cancel and resume buttons.
     Web {
-        /// Where to listen: IP:PORT, [IPv6]:PORT, or an IP alone for port 8080. An address other
-        /// than loopback needs --token.
+        /// Where to listen: IP:PORT (an IPv6 address in brackets), or an IP alone for port
+        /// 8080. An address other than loopback needs --token.
         #[arg(long, value_name = "ADDR", value_parser = parse_listen, conflicts_with = "port")]
         listen: Option<SocketAddr>,
         /// Listen on 127.0.0.1:PORT (0 picks a free one); the default is 8080.

@@ -2,7 +2,7 @@
 //! `workflow_core`, which re-exports them; the generated code names only
 //! `::workflow_core::__private` items.
 //!
-//! Each entry point hands its tokens to [`expand`], which parses the options (`args`) and the
+//! Each entry point hands its tokens to `expand`, which parses the options (`args`) and the
 //! function (`parse`), validates both collecting every error (`errors`), and generates code. On
 //! error the user's function is emitted unchanged next to the errors, so the IDE keeps working,
 //! inside a stand-in of the same name that keeps its callers type-checking, so the errors are

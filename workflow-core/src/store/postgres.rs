@@ -1,8 +1,8 @@
 //! [`PostgresStore`]: the store for deployments where many worker processes on many machines
-//! share one PostgreSQL database. It owns the PostgreSQL statements ([`Statements`]), the
+//! share one PostgreSQL database. It owns the PostgreSQL statements (`Statements`), the
 //! tables in one schema (created and migrated on connect), the connection pool, and the
 //! `LISTEN` connection that turns other processes' commits into [`Notice`]s; what it decides
-//! in each transaction is the shared SQL layer's ([`super::sql`]), made atomic by the
+//! in each transaction is the shared SQL layer's (`store::sql`), made atomic by the
 //! database (row locks, unique keys, `FOR UPDATE SKIP LOCKED`).
 //!
 //! Every statement names its tables through the quoted schema, so several stores (say, one per

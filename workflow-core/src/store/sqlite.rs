@@ -1,7 +1,7 @@
 //! [`SqliteStore`]: the embedded default store, one SQLite file in WAL mode that several
-//! processes may share. It owns the SQLite statements ([`Statements`]), the file's schema
+//! processes may share. It owns the SQLite statements (`Statements`), the file's schema
 //! and its migrations, and the threads that talk to SQLite; what it decides in each
-//! transaction is the shared SQL layer's ([`super::sql`]).
+//! transaction is the shared SQL layer's (`store::sql`).
 //!
 //! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync.
 //! So all writes go to one thread that drains every request queued while it was busy and runs
