@@ -420,19 +420,6 @@ async fn wait_for_event(rt: &Runtime, id: RunId, pred: impl Fn(&Event) -> bool) 
     }
 }
 
-/// A runtime on `db` through a store whose failures the test sets (polling every 20 ms).
-async fn failing_store(db: &TestDb) -> (common::FailingAdmissions, Runtime) {
-    let store = common::FailingAdmissions::new(db.open_store().await, 0);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
-    (store, rt)
-}
-
 /// Returns once `rt` drives no run.
 async fn no_active_runs(rt: &Runtime) {
     while rt.active_runs() != 0 {
@@ -865,7 +852,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
 /// completes, and it is no longer counted as active here.
 async fn a_driver_panic_releases_the_run(b: Backend) {
     let db = TestDb::new(b);
-    let (store, rt) = failing_store(&db).await;
+    let (store, rt) = common::failing_store(&db, 0).await;
     store.panic_on_appends(1);
     let run = bounded(rt.start(arithmetic, (3,)).into_future())
         .await
@@ -1077,7 +1064,7 @@ async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
 async fn a_store_error_that_repeats_fails_the_run(b: Backend) {
     use workflow_core::store::MAX_FAILED_TRIES;
     let db = TestDb::new(b);
-    let (store, rt) = failing_store(&db).await;
+    let (store, rt) = common::failing_store(&db, 0).await;
     store.fail_appends(usize::MAX, common::AppendFailure::Refused);
     let run = bounded(rt.start(arithmetic, (3,)).into_future())
         .await
@@ -1106,7 +1093,7 @@ async fn a_store_error_that_repeats_fails_the_run(b: Backend) {
 /// step body ran once, and each step is scheduled and completed once in the history.
 async fn transient_store_errors_are_retried_without_duplicates(b: Backend) {
     let db = TestDb::new(b);
-    let (store, rt) = failing_store(&db).await;
+    let (store, rt) = common::failing_store(&db, 0).await;
     for how in [
         common::AppendFailure::Lost,
         common::AppendFailure::LostAfterCommit,
@@ -1190,12 +1177,17 @@ impl Drop for CountsDrop {
     }
 }
 
-#[step(timeout = "100ms", max_retries = 1)]
-async fn hangs() -> Result<()> {
-    let guard = CountsDrop(record("hangs").run_id);
+/// A step body that works for an hour, counting its future's drop if it is cut short.
+async fn an_hour_of_work(name: &str) -> Result<()> {
+    let guard = CountsDrop(record(name).run_id);
     tokio::time::sleep(Duration::from_secs(3600)).await;
     std::mem::forget(guard);
     Ok(())
+}
+
+#[step(timeout = "100ms", max_retries = 1)]
+async fn hangs() -> Result<()> {
+    an_hour_of_work("hangs").await
 }
 
 #[workflow]
@@ -1205,10 +1197,7 @@ async fn waits_on_a_hanging_step() -> Result<()> {
 
 #[step]
 async fn sends_emails_for_an_hour() -> Result<()> {
-    let guard = CountsDrop(record("emails").run_id);
-    tokio::time::sleep(Duration::from_secs(3600)).await;
-    std::mem::forget(guard);
-    Ok(())
+    an_hour_of_work("emails").await
 }
 
 #[workflow]

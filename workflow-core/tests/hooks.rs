@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common::{Backend, FailingAdmissions, TestDb};
+use common::{Backend, TestDb};
 use futures::future::Either;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -919,14 +919,7 @@ async fn a_failed_start_hands_its_duplicates_to_the_store(b: Backend) {
     use std::sync::atomic::Ordering::SeqCst;
 
     let db = TestDb::new(b);
-    let store = FailingAdmissions::new(db.open_store().await, 1);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
+    let (store, rt) = common::failing_store(&db, 1).await;
     let order = RunId::new().to_string();
     let token = format!("order:{order}");
     let start = |n: String| {
@@ -1006,14 +999,7 @@ async fn or_resume_calls_following_a_failed_one_still_deliver(b: Backend) {
     use std::sync::atomic::Ordering::SeqCst;
 
     let db = TestDb::new(b);
-    let store = FailingAdmissions::new(db.open_store().await, 1);
-    let rt = db
-        .builder()
-        .store(store.clone())
-        .poll_interval(Duration::from_millis(20))
-        .build()
-        .await
-        .unwrap();
+    let (store, rt) = common::failing_store(&db, 1).await;
     let token = format!("tally:{}", RunId::new());
     let call = |n: u64| {
         let (rt, token) = (rt.clone(), token.clone());

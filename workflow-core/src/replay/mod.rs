@@ -587,23 +587,8 @@ impl<S> Replay<S> {
     /// A patch marker: matched against the history, or recorded when the run is live.
     fn issue_patch(&mut self, patch_id: String, now: SystemTime) -> Result<(), Divergence> {
         let cmd: Command<S> = Command::Patch { patch_id };
-        match self.recorded.get(self.matched) {
-            Some(rec) if rec.what.matches(&cmd) => self.matched += 1,
-            Some(rec) => {
-                let divergence = Divergence {
-                    kind: DivergenceKind::Command,
-                    seq: rec.seq,
-                    expected: rec.what.describe(),
-                    found: cmd.describe(),
-                };
-                self.writes.clear();
-                self.releases.clear();
-                return Err(divergence);
-            }
-            None => {
-                let Command::Patch { patch_id } = cmd else {
-                    return Ok(());
-                };
+        if self.match_recorded(&cmd)?.is_none() {
+            if let Command::Patch { patch_id } = cmd {
                 self.writes.push(NewEvent {
                     at: now,
                     event: Event::PatchMarked { patch_id },
@@ -611,6 +596,28 @@ impl<S> Replay<S> {
             }
         }
         Ok(())
+    }
+
+    /// Matches `cmd` against the next recorded command: the one it replays, `None` when the
+    /// history has no more (the command is live), or the divergence (and then nothing of the
+    /// commands issued in this poll is kept for writing).
+    fn match_recorded(&mut self, cmd: &Command<S>) -> Result<Option<&Recorded>, Divergence> {
+        let Some(rec) = self.recorded.get(self.matched) else {
+            return Ok(None);
+        };
+        if !rec.what.matches(cmd) {
+            let divergence = Divergence {
+                kind: DivergenceKind::Command,
+                seq: rec.seq,
+                expected: rec.what.describe(),
+                found: cmd.describe(),
+            };
+            self.writes.clear();
+            self.releases.clear();
+            return Err(divergence);
+        }
+        self.matched += 1;
+        Ok(self.recorded.get(self.matched - 1))
     }
 
     /// Where the history's patch markers stand among its recorded commands, for the
@@ -637,26 +644,12 @@ impl<S> Replay<S> {
             Command::HookRegister { hook_key, .. } => Key::Hook(hook_key.clone()),
             Command::HookRelease { .. } | Command::Patch { .. } => return Ok(()),
         };
-        let mut recorded_fire_at = None;
-        let replayed = match self.recorded.get(self.matched) {
-            Some(rec) => {
-                if !rec.what.matches(&cmd) {
-                    self.writes.clear();
-                    self.releases.clear();
-                    return Err(Divergence {
-                        kind: DivergenceKind::Command,
-                        seq: rec.seq,
-                        expected: rec.what.describe(),
-                        found: cmd.describe(),
-                    });
-                }
-                if let RecordedCommand::Timer { fire_at, .. } = rec.what {
-                    recorded_fire_at = Some(fire_at);
-                }
-                self.matched += 1;
-                true
-            }
-            None => false,
+        let (replayed, recorded_fire_at) = match self.match_recorded(&cmd)? {
+            Some(rec) => match rec.what {
+                RecordedCommand::Timer { fire_at, .. } => (true, Some(fire_at)),
+                _ => (true, None),
+            },
+            None => (false, None),
         };
         let resolved = replayed && self.recorded_results.contains(&key);
         self.waiting.insert(key);

@@ -212,6 +212,22 @@ impl State {
         }
     }
 
+    /// Ends run `run` (the end event is the caller's): its status and result, no lease, out
+    /// of the due set, every token it owns released.
+    fn end(&mut self, run: RunId, outcome: RunOutcome, status: RunStatus, now: SystemTime) {
+        if let Some(row) = self.runs.get_mut(&run) {
+            row.record.status = status;
+            match outcome {
+                RunOutcome::Completed(v) => row.record.output = Some(v),
+                RunOutcome::Failed(e) => row.record.error = Some(e),
+            }
+            row.record.updated_at = now;
+            row.lease_until = None;
+        }
+        self.schedule(run);
+        self.release_all(run, now);
+    }
+
     fn release_all(&mut self, run: RunId, now: SystemTime) {
         let tokens: Vec<String> = self
             .hooks
@@ -336,21 +352,6 @@ impl Store for MemoryStore {
             row.push(e.at, e.event.clone());
         }
 
-        let ended = write.outcome.is_some();
-        if let Some(outcome) = &write.outcome {
-            match outcome {
-                RunOutcome::Completed(v) => {
-                    row.record.status = RunStatus::Completed;
-                    row.record.output = Some(v.clone());
-                }
-                RunOutcome::Failed(e) => {
-                    row.record.status = RunStatus::Failed;
-                    row.record.error = Some(e.clone());
-                }
-            }
-            row.record.updated_at = now;
-            row.lease_until = None;
-        }
         for id in received {
             if st
                 .inbox
@@ -363,9 +364,12 @@ impl Store for MemoryStore {
         for token in &write.release_tokens {
             st.release_token(lease.run_id, token, now);
         }
-        if ended {
-            st.schedule(lease.run_id);
-            st.release_all(lease.run_id, now);
+        if let Some(outcome) = &write.outcome {
+            let status = match outcome {
+                RunOutcome::Completed(_) => RunStatus::Completed,
+                RunOutcome::Failed(_) => RunStatus::Failed,
+            };
+            st.end(lease.run_id, outcome.clone(), status, now);
         }
         Ok(())
     }
@@ -404,7 +408,7 @@ impl Store for MemoryStore {
         row.failed_tries = row.failed_tries.saturating_add(1);
         row.lease_until = None;
         let tries = row.failed_tries;
-        let outcome = if tries >= MAX_FAILED_TRIES {
+        if tries >= MAX_FAILED_TRIES {
             let error = gave_up(cause);
             row.push(
                 now,
@@ -412,20 +416,18 @@ impl Store for MemoryStore {
                     error: error.clone(),
                 },
             );
-            row.record.status = RunStatus::Failed;
-            row.record.error = Some(error);
-            row.record.updated_at = now;
-            FailureOutcome::Failed
-        } else {
-            let at = after(now, failure_backoff(tries));
-            row.wake_at = at;
-            FailureOutcome::Retrying { tries, at }
-        };
-        st.schedule(lease.run_id);
-        if outcome == FailureOutcome::Failed {
-            st.release_all(lease.run_id, now);
+            st.end(
+                lease.run_id,
+                RunOutcome::Failed(error),
+                RunStatus::Failed,
+                now,
+            );
+            return Ok(FailureOutcome::Failed);
         }
-        Ok(outcome)
+        let at = after(now, failure_backoff(tries));
+        row.wake_at = at;
+        st.schedule(lease.run_id);
+        Ok(FailureOutcome::Retrying { tries, at })
     }
 
     async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
@@ -629,12 +631,8 @@ impl Store for MemoryStore {
             return Ok(CancelOutcome::AlreadyEnded(row.record.status));
         }
         row.push(now, Event::RunCancelled);
-        row.record.status = RunStatus::Cancelled;
-        row.record.error = Some(Error::cancelled(id));
-        row.record.updated_at = now;
-        row.lease_until = None;
-        st.schedule(*id);
-        st.release_all(*id, now);
+        let cancelled = RunOutcome::Failed(Error::cancelled(id));
+        st.end(*id, cancelled, RunStatus::Cancelled, now);
         Ok(CancelOutcome::Cancelled)
     }
 

@@ -530,10 +530,15 @@ impl Store for SqliteStore {
                 Ok(Picked::new(all(tx, SQL.acquire, args, leased_row)?))
             })
             .await?;
-        let ids = to_json(&picked.ids(), "run ids")?;
-        let events = self
-            .read(move |conn| all(conn, SQL.events_of, [ids], EventRow::from_sqlite))
-            .await?;
+        let ids = picked.ids();
+        // An idle worker's poll leases nothing: no histories to read.
+        let events = if ids.is_empty() {
+            Vec::new()
+        } else {
+            let ids = to_json(&ids, "run ids")?;
+            self.read(move |conn| all(conn, SQL.events_of, [ids], EventRow::from_sqlite))
+                .await?
+        };
         let acquired = picked.attach(events);
         for (lease, why) in acquired.failed {
             policy::undecodable(self, &lease, &why, req.now).await;

@@ -146,6 +146,36 @@ impl Drop for TestDb {
     }
 }
 
+/// A runtime on `db` through a store whose failures the test sets, its next `admissions`
+/// admissions failing (polling every 20 ms).
+pub async fn failing_store(db: &TestDb, admissions: usize) -> (FailingAdmissions, Runtime) {
+    let store = FailingAdmissions::new(db.open_store().await, admissions);
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    (store, rt)
+}
+
+/// Whether PostgreSQL at `url` takes a store in `schema`; under `CI=true` an unreachable
+/// database fails the test instead of skipping it.
+#[cfg(feature = "postgres")]
+pub async fn postgres_reachable(url: &str, schema: &str) -> bool {
+    match workflow_core::store::postgres::PostgresStore::connect(url, schema).await {
+        Ok(_) => true,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("PostgreSQL at WORKFLOW_TEST_DATABASE_URL is unreachable: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: PostgreSQL is unreachable: {e}");
+            false
+        }
+    }
+}
+
 /// Bounds a test body so a bug fails instead of hanging CI.
 pub async fn bounded<F: Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(90), f)
