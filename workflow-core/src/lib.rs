@@ -59,6 +59,7 @@ mod registry;
 mod replay;
 mod runtime;
 pub mod store;
+mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -85,7 +86,8 @@ pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
     HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
 };
-pub use store::{PruneStats, RunRecord, RunStatus};
+pub use store::{PruneStats, RunRecord, RunStatus, StreamInfo};
+pub use streams::{stream, Chunk, RunStream, StreamWriter};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
@@ -96,9 +98,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
-        step_metadata, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
-        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StartOrResume,
-        StepMetadata, WorkflowMetadata,
+        step_metadata, stream, workflow, workflow_metadata, Chunk, Error, Hook, HookConflict,
+        HookConflictError, HookError, HookRef, Result, Run, RunId, RunStatus, RunStream, Runtime,
+        StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

@@ -176,6 +176,7 @@ impl RuntimeBuilder {
             work: Notify::new(),
             pushed: notices.is_some(),
             waiting: Mutex::new(HashMap::new()),
+            stream_readers: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             starting: Mutex::new(HashMap::new()),
             tasks: tokio::runtime::Handle::current(),

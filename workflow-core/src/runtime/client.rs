@@ -27,8 +27,9 @@ use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
     Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, RetryOutcome,
-    RunRecord, RunStatus, StartHook, Store,
+    RunRecord, RunStatus, StartHook, Store, StreamInfo,
 };
+use crate::streams::RunStream;
 
 impl Runtime {
     /// The store this runtime uses.
@@ -641,6 +642,50 @@ impl<T> Run<T> {
             .get_run(&self.id)
             .await?
             .ok_or(RunError::NotFound(self.id))
+    }
+
+    /// Reads the run's stream `name` (SPEC 12): every chunk from index 0 (or `.from(i)`, or
+    /// `.tail(n)`), then the live writes, until the stream is closed or the run ends. See
+    /// [`RunStream`] and [`stream`](crate::stream) for the writing side.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[step]
+    /// async fn progress() -> Result<()> {
+    ///     for pct in [25, 50, 75, 100] {
+    ///         stream::<u8>("progress").write(pct).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn job() -> Result<()> {
+    ///     progress().await
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(job, ()).await?;
+    /// // Not closed: the stream ends with the run. The last two chunks only:
+    /// let mut last = run.stream::<u8>("progress").tail(2);
+    /// # run.return_value().await?;
+    /// let first = last.next().await.unwrap()?;
+    /// assert_eq!((first.index, first.value), (2, 75));
+    /// assert_eq!(last.next().await.unwrap()?.value, 100);
+    /// assert!(last.next().await.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stream<U>(&self, name: impl Into<String>) -> RunStream<U> {
+        RunStream::new(self.rt.clone(), self.id, name.into())
+    }
+
+    /// The run's streams, by name, with their length and whether they were closed.
+    pub async fn streams(&self) -> Result<Vec<StreamInfo>, RunError> {
+        Ok(self.rt.inner.store.list_streams(&self.id).await?)
     }
 
     /// The run's current status.

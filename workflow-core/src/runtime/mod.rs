@@ -96,6 +96,10 @@ pub(crate) struct Inner {
     /// The runs someone waits for in `return_value`, each with the signal of its end (in this
     /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
     waiting: Mutex<HashMap<RunId, client::Waiting>>,
+    /// The runs whose streams someone reads here ([`StreamWatch`]), each with the signal
+    /// that a chunk was written or a stream closed (in this process or, with a pushing store,
+    /// anywhere), or that the run ended.
+    stream_readers: Mutex<HashMap<RunId, Watched>>,
     shutdown: watch::Sender<bool>,
     /// The `.hook(token)` starts this process has in flight, by token (see
     /// [`flight::StartFlight`]).
@@ -114,6 +118,26 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// The lease under which this runtime drives run `run`, if it does.
+    pub(crate) fn lease_of(&self, run: &RunId) -> Option<Lease> {
+        self.active().get(run).map(|a| a.lease.clone())
+    }
+
+    /// The current time on the runtime's clock.
+    pub(crate) fn clock_now(&self) -> SystemTime {
+        self.clock.now()
+    }
+
+    /// How long a stream reader waits before reading again without a wake-up: the poll
+    /// interval, or with a pushing store (whose notices wake it) ten times that.
+    pub(crate) fn stream_poll(&self) -> std::time::Duration {
+        if self.pushed {
+            self.config.poll_interval.saturating_mul(10)
+        } else {
+            self.config.poll_interval
+        }
+    }
+
     fn active(&self) -> MutexGuard<'_, HashMap<RunId, Active>> {
         crate::lock(&self.active)
     }
@@ -163,6 +187,23 @@ impl Inner {
         if let Some(w) = waiting.get(&id) {
             w.ended.send_replace(());
         }
+        drop(waiting);
+        self.stream_changed(id);
+    }
+
+    /// Wakes the readers of run `run`'s streams here: a chunk was written, a stream closed,
+    /// or the run ended.
+    pub(crate) fn stream_changed(&self, run: RunId) {
+        if let Some(w) = crate::lock(&self.stream_readers).get(&run) {
+            w.changed.send_replace(());
+        }
+    }
+
+    /// Wakes every stream reader here (notices were lost).
+    pub(crate) fn streams_changed(&self) {
+        for w in crate::lock(&self.stream_readers).values() {
+            w.changed.send_replace(());
+        }
     }
 
     /// Stops the worker loops and every driver; runs driven here are left to other workers
@@ -173,6 +214,71 @@ impl Inner {
             a.stop.notify_one();
         }
     }
+}
+
+/// The change signal of one run's streams, shared by the readers of its streams here.
+struct Watched {
+    changed: watch::Sender<()>,
+    readers: usize,
+}
+
+/// One stream reader's registration in [`Inner::stream_readers`]; removed on drop.
+pub(crate) struct StreamWatch {
+    inner: Arc<Inner>,
+    run: RunId,
+    signal: watch::Receiver<()>,
+}
+
+impl StreamWatch {
+    pub(crate) fn new(inner: &Arc<Inner>, run: RunId) -> Self {
+        let mut readers = crate::lock(&inner.stream_readers);
+        let w = readers.entry(run).or_insert_with(|| Watched {
+            changed: watch::channel(()).0,
+            readers: 0,
+        });
+        w.readers += 1;
+        let signal = w.changed.subscribe();
+        drop(readers);
+        StreamWatch {
+            inner: inner.clone(),
+            run,
+            signal,
+        }
+    }
+
+    /// Marks every change so far as seen: call before reading the store, so that a change
+    /// committed after the read wakes [`StreamWatch::changed`].
+    pub(crate) fn seen(&mut self) {
+        self.signal.borrow_and_update();
+    }
+
+    /// Waits for a change after the last [`StreamWatch::seen`], or `at_most`.
+    pub(crate) async fn changed(&mut self, at_most: std::time::Duration) {
+        let _ = tokio::time::timeout(at_most, self.signal.changed()).await;
+    }
+
+    /// The runtime this reader reads through.
+    pub(crate) fn runtime(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
+impl Drop for StreamWatch {
+    fn drop(&mut self) {
+        let mut readers = crate::lock(&self.inner.stream_readers);
+        if let Some(w) = readers.get_mut(&self.run) {
+            w.readers -= 1;
+            if w.readers == 0 {
+                readers.remove(&self.run);
+            }
+        }
+    }
+}
+
+/// The runtime executing the current step, if the caller runs inside one (not the fallback
+/// of `workflow_core::api`: a stream write belongs to the run that runtime drives).
+pub(crate) fn step_runtime() -> Option<Arc<Inner>> {
+    CURRENT_RUNTIME.try_with(Arc::clone).ok()
 }
 
 /// A handle on the workflow runtime: cheap to clone, clones share one runtime.
@@ -212,6 +318,11 @@ impl Runtime {
                 Err(now) => n = now,
             }
         }
+    }
+
+    /// The shared state behind this handle.
+    pub(crate) fn inner_arc(&self) -> Arc<Inner> {
+        self.inner.clone()
     }
 
     /// How many runs this process is driving in memory now (evicted and pending runs are not

@@ -36,6 +36,7 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 }
                 rt.run_ended(run);
             }
+            Ok(Notice::Chunk(run)) => rt.stream_changed(run),
             // Missed notices: the worker's poll and the waiters' timeouts catch up.
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 // Notices were lost: look again at whatever they may have been about.
@@ -44,6 +45,8 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 for w in waiting.values() {
                     w.ended.send_replace(());
                 }
+                drop(waiting);
+                rt.streams_changed();
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }

@@ -12,7 +12,7 @@ use super::{
     block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
     CancelOutcome, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease,
     LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome,
-    RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
+    RunRecord, RunStatus, Store, StoredChunk, StreamInfo, StreamPage, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -51,6 +51,14 @@ struct Row {
     failed_tries: u32,
     /// Blocks in a row ([`Store::block`]).
     blocked_tries: u32,
+    /// Its streams by name; they go with the run when it is pruned.
+    streams: BTreeMap<String, StreamRow>,
+}
+
+#[derive(Default)]
+struct StreamRow {
+    chunks: Vec<StoredChunk>,
+    closed: bool,
 }
 
 struct HookRow {
@@ -164,6 +172,7 @@ impl State {
                 due_at: None,
                 failed_tries: 0,
                 blocked_tries: 0,
+                streams: BTreeMap::new(),
             },
         );
         self.schedule(id);
@@ -683,6 +692,80 @@ impl Store for MemoryStore {
         Ok(stats)
     }
 
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut st = self.lock();
+        let row = st.held(lease)?;
+        let s = row.streams.entry(stream.to_owned()).or_default();
+        if s.closed {
+            return Ok(None);
+        }
+        let index = s.chunks.len() as u64;
+        s.chunks.push(StoredChunk {
+            index,
+            attempt,
+            at,
+            value,
+        });
+        Ok(Some(index))
+    }
+
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        _at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        let row = st.held(lease)?;
+        row.streams.entry(stream.to_owned()).or_default().closed = true;
+        Ok(())
+    }
+
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<StreamPage, StoreError> {
+        let st = self.lock();
+        let Some(row) = st.runs.get(run) else {
+            return Ok(StreamPage::default());
+        };
+        let mut page = StreamPage {
+            run: Some(row.record.status),
+            ..StreamPage::default()
+        };
+        if let Some(s) = row.streams.get(stream) {
+            page.closed = s.closed;
+            page.len = s.chunks.len() as u64;
+            let from = usize::try_from(from).unwrap_or(usize::MAX);
+            page.chunks = s.chunks.iter().skip(from).take(limit).cloned().collect();
+        }
+        Ok(page)
+    }
+
+    async fn list_streams(&self, run: &RunId) -> Result<Vec<StreamInfo>, StoreError> {
+        let st = self.lock();
+        Ok(st.runs.get(run).map_or_else(Vec::new, |row| {
+            row.streams
+                .iter()
+                .map(|(name, s)| StreamInfo {
+                    name: name.clone(),
+                    len: s.chunks.len() as u64,
+                    closed: s.closed,
+                })
+                .collect()
+        }))
+    }
+
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let st = self.lock();
         let mut hooks: Vec<HookRecord> = st
@@ -719,6 +802,13 @@ impl crate::testing::store::Inspect for MemoryStore {
             "events" => st.runs.values().map(|r| r.events.len()).sum(),
             "hooks" => st.hooks.len(),
             "hook_inbox" => st.inbox.len(),
+            "streams" => st.runs.values().map(|r| r.streams.len()).sum(),
+            "stream_chunks" => st
+                .runs
+                .values()
+                .flat_map(|r| r.streams.values())
+                .map(|s| s.chunks.len())
+                .sum(),
             other => panic!("the memory store keeps no table `{other}`"),
         };
         i64::try_from(n).expect("a count fits in i64")

@@ -442,6 +442,48 @@ pub enum Notice {
     Payload(RunId),
     /// Run `0` ended (completed, failed or cancelled).
     RunEnded(RunId),
+    /// A stream of run `0` received a chunk or was closed.
+    Chunk(RunId),
+}
+
+/// A chunk of a run's stream as stored (SPEC 12): the `index`-th value written to the stream,
+/// from 0, by step attempt `attempt`, at `at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredChunk {
+    /// Its place in the stream, from 0, in write order.
+    pub index: u64,
+    /// The attempt of the step that wrote it (from 1).
+    pub attempt: u32,
+    /// When it was written.
+    pub at: SystemTime,
+    /// As written.
+    pub value: Value,
+}
+
+/// What [`Store::read_stream`] found. `run`, `closed` and `len` are read before the chunks,
+/// so a reader that sees the run ended (or the stream closed) and reads fewer chunks than it
+/// asked for has read the whole stream: no chunk is written after a run's end or a close.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamPage {
+    /// The run's status; `None` for an unknown run.
+    pub run: Option<RunStatus>,
+    /// Whether the stream is closed.
+    pub closed: bool,
+    /// How many chunks the stream holds (the index the next write gets).
+    pub len: u64,
+    /// The chunks from the index asked for, in order, at most the limit asked for.
+    pub chunks: Vec<StoredChunk>,
+}
+
+/// One stream of a run, as [`Store::list_streams`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// Its name.
+    pub name: String,
+    /// How many chunks it holds.
+    pub len: u64,
+    /// Whether it was closed.
+    pub closed: bool,
 }
 
 /// A storage backend. See the module docs.
@@ -660,7 +702,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Deletes, in one act, every run that ended (completed, failed or cancelled) before
-    /// `ended_before` (its `updated_at`), with its events, inbox payloads and hook rows —
+    /// `ended_before` (its `updated_at`), with its events, inbox payloads, hook rows and
+    /// streams —
     /// except a run that still owns a hook row retained past `now`: its token must keep
     /// refusing duplicates and naming the run. A run that has not ended is never touched.
     /// Payload ids are never reused after their payloads are deleted. Stores that cannot
@@ -672,6 +715,65 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<PruneStats, StoreError> {
         let _ = (ended_before, now);
         Err(StoreError::database("prune is not supported by this store"))
+    }
+
+    /// Appends `value` to stream `stream` of the leased run as written by step attempt
+    /// `attempt` at `at`, and returns its index: the stream's length before it, assigned by
+    /// the store atomically (from 0 per run and stream). Fenced like [`Store::append`]
+    /// ([`StoreError::LeaseLost`], nothing written); `Ok(None)`, nothing written, when the
+    /// stream is closed. Stores that push changes announce it ([`Notice::Chunk`]). Stores
+    /// without streams keep this default, which refuses.
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let _ = (lease, stream, attempt, value, at);
+        Err(StoreError::database(
+            "streams are not supported by this store",
+        ))
+    }
+
+    /// Closes stream `stream` of the leased run (creating it, empty, if nothing was written
+    /// to it): later appends are refused, readers end after its last chunk. Closing a closed
+    /// stream changes nothing. Fenced like [`Store::append`]; announced like an append.
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let _ = (lease, stream, at);
+        Err(StoreError::database(
+            "streams are not supported by this store",
+        ))
+    }
+
+    /// The chunks of stream `stream` of run `run` from index `from` on, at most `limit`, with
+    /// the run's status and the stream's state read before them (see [`StreamPage`]). An
+    /// unknown stream reads as empty and open.
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<StreamPage, StoreError> {
+        let _ = (run, stream, from, limit);
+        Err(StoreError::database(
+            "streams are not supported by this store",
+        ))
+    }
+
+    /// The streams of run `run`, by name.
+    async fn list_streams(&self, run: &RunId) -> Result<Vec<StreamInfo>, StoreError> {
+        let _ = run;
+        Err(StoreError::database(
+            "streams are not supported by this store",
+        ))
     }
 
     /// Active hooks matching `filter`, the newest first: what inspection tools list. Not used

@@ -21,9 +21,10 @@ use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
+use super::sql::policy::{self, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx};
 use super::sql::rows::{
-    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+    StreamRow, StreamStateRow,
 };
 use super::sql::{
     lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
@@ -32,7 +33,7 @@ use super::sql::{
 use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -68,9 +69,21 @@ const MIGRATIONS: &[Migration] = &[
         name: "failed tries and blocks counted per run; blocked runs",
         ddl: MIGRATION_3,
     },
+    Migration {
+        version: 6,
+        name: "streams from runs and their chunks",
+        ddl: MIGRATION_6,
+    },
 ];
 /// The tables each version must have (from the version that created them on).
-const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 1), ("hook_inbox", 1)];
+const TABLES: &[(&str, i64)] = &[
+    ("runs", 1),
+    ("events", 1),
+    ("hooks", 1),
+    ("hook_inbox", 1),
+    ("streams", 6),
+    ("stream_chunks", 6),
+];
 
 const MIGRATION_1: &str = r#"
 CREATE TABLE {schema}.runs (
@@ -158,6 +171,28 @@ CREATE INDEX runs_ready ON {schema}.runs (wake_at, id)
     WHERE status IN ('pending', 'running', 'blocked');
 "#;
 
+/// Streams from runs (SPEC 12): a row per stream holds its length, which is the index the
+/// next chunk gets (drawn by the append's upsert, under the row's lock), and whether it is
+/// closed; a row per chunk.
+const MIGRATION_6: &str = r#"
+CREATE TABLE {schema}.streams (
+    run_id TEXT COLLATE "C" NOT NULL,
+    name   TEXT COLLATE "C" NOT NULL,
+    len    BIGINT NOT NULL,
+    closed BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE {schema}.stream_chunks (
+    run_id  TEXT COLLATE "C" NOT NULL,
+    name    TEXT COLLATE "C" NOT NULL,
+    idx     BIGINT NOT NULL,     -- from 0 per run and stream, in write order
+    attempt BIGINT NOT NULL,     -- of the step that wrote it
+    at      BIGINT NOT NULL,
+    value   TEXT NOT NULL,       -- JSON
+    PRIMARY KEY (run_id, name, idx)
+);
+"#;
+
 /// The server's clock, in microseconds since the Unix epoch: what [`Store::now`] reports and
 /// every process times its writes by.
 const CLOCK: &str = "SELECT floor(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint";
@@ -173,6 +208,7 @@ const XACT_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 const NOTE_READY: &str = "r";
 const NOTE_PAYLOAD: &str = "p:";
 const NOTE_ENDED: &str = "e:";
+const NOTE_CHUNK: &str = "c:";
 
 /// A [`Store`] in a PostgreSQL schema, shared by any number of processes on any number of
 /// machines.
@@ -678,6 +714,66 @@ impl Store for PostgresStore {
         rows.into_iter().map(HookRow::decode).collect()
     }
 
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let chunk = EncodedChunk::new(stream, attempt, &value, at)?;
+        let mut tx = self.begin().await?;
+        let appended = policy::append_chunk(&mut self.tx(&mut tx), lease, &chunk).await;
+        settle(tx, appended).await
+    }
+
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        _at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        let closed = policy::close_stream(&mut self.tx(&mut tx), lease, stream).await;
+        settle(tx, closed).await
+    }
+
+    /// Two statements on one connection, the state first: each sees every commit made before
+    /// it started, so what the state says was true before the chunks were read.
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<StreamPage, StoreError> {
+        let run = run.to_string();
+        let mut conn = self.inner.pool.acquire().await?;
+        let state: StreamStateRow = sqlx::query_as(&self.inner.sql.stream_state)
+            .bind(&run)
+            .bind(stream)
+            .fetch_one(&mut *conn)
+            .await?;
+        let chunks: Vec<ChunkRow> = sqlx::query_as(&self.inner.sql.stream_chunks)
+            .bind(&run)
+            .bind(stream)
+            .bind(sql_id(from))
+            .bind(sql_id(limit))
+            .fetch_all(&mut *conn)
+            .await?;
+        state.page(&run, stream, chunks)
+    }
+
+    async fn list_streams(&self, run: &RunId) -> Result<Vec<StreamInfo>, StoreError> {
+        let run = run.to_string();
+        let rows: Vec<StreamRow> = sqlx::query_as(&self.inner.sql.list_streams)
+            .bind(&run)
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(|r| r.decode(&run)).collect()
+    }
+
     fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
         let notices = self.inner.notices.get_or_init(|| {
             let (sender, _) = broadcast::channel(NOTICE_CAPACITY);
@@ -934,8 +1030,47 @@ fn statements(s: &str) -> Statements {
                                    WHERE h.run_id = r.id AND h.retain_until > $2)
                  RETURNING id"
             ),
-            prune_records: ["events", "hook_inbox", "hooks"]
+            prune_records: ["events", "hook_inbox", "hooks", "streams", "stream_chunks"]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
+            // The stream's row is the counter, locked until commit: concurrent writers to one
+            // stream take turns and get indexes in commit order. A closed stream's row is not
+            // updated, so no row.
+            next_chunk: format!(
+                "INSERT INTO {s}.streams AS st (run_id, name, len, closed)
+                 VALUES ($1, $2, 1, FALSE)
+                 ON CONFLICT (run_id, name) DO UPDATE SET len = st.len + 1 WHERE NOT st.closed
+                 RETURNING st.len - 1"
+            ),
+            // Inserted and announced. `$7` channel.
+            insert_chunk: format!(
+                "WITH inserted AS (
+                     INSERT INTO {s}.stream_chunks (run_id, name, idx, attempt, at, value)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     RETURNING run_id)
+                 SELECT pg_notify($7, '{NOTE_CHUNK}' || run_id) FROM inserted"
+            ),
+            // Closed and announced. `$3` channel.
+            close_stream: format!(
+                "WITH closed AS (
+                     INSERT INTO {s}.streams AS st (run_id, name, len, closed)
+                     VALUES ($1, $2, 0, TRUE)
+                     ON CONFLICT (run_id, name) DO UPDATE SET closed = TRUE
+                     RETURNING run_id)
+                 SELECT pg_notify($3, '{NOTE_CHUNK}' || run_id) FROM closed"
+            ),
+            stream_state: format!(
+                "SELECT (SELECT status FROM {s}.runs WHERE id = $1) AS status,
+                        (SELECT len FROM {s}.streams WHERE run_id = $1 AND name = $2) AS len,
+                        (SELECT closed FROM {s}.streams WHERE run_id = $1 AND name = $2)
+                            AS closed"
+            ),
+            stream_chunks: format!(
+                "SELECT idx, attempt, at, value FROM {s}.stream_chunks
+                 WHERE run_id = $1 AND name = $2 AND idx >= $3 ORDER BY idx LIMIT $4"
+            ),
+            list_streams: format!(
+                "SELECT name, len, closed FROM {s}.streams WHERE run_id = $1 ORDER BY name"
+            ),
             dialect: (),
         }
     }
@@ -1116,6 +1251,42 @@ impl Tx for Pg<'_> {
             .bind(run)
             .fetch_optional(&mut *self.conn)
             .await?)
+    }
+
+    async fn next_chunk(&mut self, run: &str, stream: &str) -> Result<Option<i64>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.next_chunk)
+            .bind(run)
+            .bind(stream);
+        Ok(query.fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn insert_chunk(
+        &mut self,
+        run: &str,
+        chunk: &EncodedChunk,
+        idx: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.insert_chunk)
+            .bind(run)
+            .bind(&chunk.stream)
+            .bind(idx)
+            .bind(chunk.attempt)
+            .bind(chunk.at)
+            .bind(&chunk.value)
+            .bind(self.channel)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.close_stream)
+            .bind(run)
+            .bind(stream)
+            .bind(self.channel)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
     }
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
@@ -1422,6 +1593,9 @@ fn parse_notice(payload: &str) -> Option<Notice> {
     }
     if let Some(run) = payload.strip_prefix(NOTE_ENDED) {
         return run.parse().ok().map(Notice::RunEnded);
+    }
+    if let Some(run) = payload.strip_prefix(NOTE_CHUNK) {
+        return run.parse().ok().map(Notice::Chunk);
     }
     None
 }
@@ -1753,6 +1927,10 @@ mod tests {
                 "runs_created",
                 "runs_pkey",
                 "runs_ready",
+                "stream_chunks",
+                "stream_chunks_pkey",
+                "streams",
+                "streams_pkey",
                 "workflow_migrations",
                 "workflow_migrations_pkey"
             ]
@@ -1787,7 +1965,7 @@ mod tests {
     async fn refuses_a_schema_of_a_newer_version() {
         let (schema, store) = fresh!();
         drop(store);
-        let newest = MIGRATIONS.len();
+        let newest = MIGRATIONS.last().map_or(0, |m| m.version);
         let future = newest + 1;
         schema
             .exec(&format!(
@@ -1804,7 +1982,10 @@ mod tests {
         assert!(msg.contains(&format!("schema `{}`", schema.name)), "{msg}");
         assert!(msg.contains(&format!("schema version {future}")), "{msg}");
         assert!(msg.contains(&format!("versions up to {newest}")), "{msg}");
-        assert_eq!(schema.count("workflow_migrations").await, future as i64);
+        assert_eq!(
+            schema.count("workflow_migrations").await,
+            MIGRATIONS.len() as i64 + 1
+        );
     }
 
     /// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
@@ -1845,8 +2026,11 @@ mod tests {
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
                  ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
                      DROP COLUMN deadline;
+                 DROP TABLE {streams}, {chunks};
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
+                streams = schema.table("streams"),
+                chunks = schema.table("stream_chunks"),
                 migrations = schema.table("workflow_migrations"),
             ))
             .await;
@@ -2106,6 +2290,7 @@ mod tests {
         assert_eq!(parse_notice("r"), Some(Notice::RunsReady));
         assert_eq!(parse_notice(&format!("p:{id}")), Some(Notice::Payload(id)));
         assert_eq!(parse_notice(&format!("e:{id}")), Some(Notice::RunEnded(id)));
+        assert_eq!(parse_notice(&format!("c:{id}")), Some(Notice::Chunk(id)));
         assert_eq!(parse_notice("p:nope"), None);
         assert_eq!(parse_notice("x"), None);
     }

@@ -29,9 +29,10 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
+use super::sql::policy::{self, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx};
 use super::sql::rows::{
-    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+    StreamRow, StreamStateRow,
 };
 use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
@@ -39,7 +40,7 @@ use super::sql::{
 use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -75,10 +76,22 @@ const MIGRATIONS: &[Migration] = &[
         name: "failed tries and blocks counted per run; blocked runs",
         ddl: SCHEMA_V4,
     },
+    Migration {
+        version: 7,
+        name: "streams from runs and their chunks",
+        ddl: SCHEMA_V7,
+    },
 ];
 /// The tables each version must have (from the version that created them on), checked
 /// before migrating so a damaged file is reported, not half-migrated.
-const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 2), ("hook_inbox", 2)];
+const TABLES: &[(&str, i64)] = &[
+    ("runs", 1),
+    ("events", 1),
+    ("hooks", 2),
+    ("hook_inbox", 2),
+    ("streams", 7),
+    ("stream_chunks", 7),
+];
 
 const SCHEMA_V1: &str = "
 CREATE TABLE workflow_meta (
@@ -155,6 +168,27 @@ ALTER TABLE runs ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN deadline INTEGER;  -- NULL: none (`start(..).timeout(d)`)
 DROP INDEX runs_ready;
 CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running', 'blocked');
+";
+
+/// Streams from runs (SPEC 12): a row per stream holds its length, which is the index the
+/// next chunk gets (drawn by the append's upsert), and whether it is closed; a row per chunk.
+const SCHEMA_V7: &str = "
+CREATE TABLE streams (
+    run_id TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    len    INTEGER NOT NULL,
+    closed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+CREATE TABLE stream_chunks (
+    run_id  TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    idx     INTEGER NOT NULL,   -- from 0 per run and stream, in write order
+    attempt INTEGER NOT NULL,   -- of the step that wrote it
+    at      INTEGER NOT NULL,
+    value   TEXT NOT NULL,      -- JSON
+    PRIMARY KEY (run_id, name, idx)
+) WITHOUT ROWID;
 ";
 
 /// Every statement the store runs (beside the schema's), as SQLite spells it; read it side
@@ -287,7 +321,23 @@ const SQL: Statements = Statements {
         "DELETE FROM events WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM hook_inbox WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM hooks WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM streams WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM stream_chunks WHERE run_id IN (SELECT value FROM json_each(?1))",
     ],
+    // The stream's row is the counter: a closed stream's row is not updated, so no row.
+    next_chunk: "INSERT INTO streams (run_id, name, len, closed) VALUES (?1, ?2, 1, 0)
+                 ON CONFLICT (run_id, name) DO UPDATE SET len = len + 1 WHERE closed = 0
+                 RETURNING len - 1",
+    insert_chunk: "INSERT INTO stream_chunks (run_id, name, idx, attempt, at, value)
+                   VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    close_stream: "INSERT INTO streams (run_id, name, len, closed) VALUES (?1, ?2, 0, 1)
+                   ON CONFLICT (run_id, name) DO UPDATE SET closed = 1",
+    stream_state: "SELECT (SELECT status FROM runs WHERE id = ?1),
+                          (SELECT len FROM streams WHERE run_id = ?1 AND name = ?2),
+                          (SELECT closed FROM streams WHERE run_id = ?1 AND name = ?2)",
+    stream_chunks: "SELECT idx, attempt, at, value FROM stream_chunks
+                    WHERE run_id = ?1 AND name = ?2 AND idx >= ?3 ORDER BY idx LIMIT ?4",
+    list_streams: "SELECT name, len, closed FROM streams WHERE run_id = ?1 ORDER BY name",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -770,6 +820,67 @@ impl Store for SqliteStore {
             .await?;
         rows.into_iter().map(HookRow::decode).collect()
     }
+
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        let lease = lease.clone();
+        let chunk = EncodedChunk::new(stream, attempt, &value, at)?;
+        self.write(move |tx| now(policy::append_chunk(&mut Lite(tx), &lease, &chunk)))
+            .await
+    }
+
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        _at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (lease, stream) = (lease.clone(), stream.to_owned());
+        self.write(move |tx| now(policy::close_stream(&mut Lite(tx), &lease, &stream)))
+            .await
+    }
+
+    /// The state first, then the chunks, each statement reading the last commit: what the
+    /// state says was true before the chunks were read (see [`StreamPage`]).
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<StreamPage, StoreError> {
+        let (run, stream) = (run.to_string(), stream.to_owned());
+        let (from, limit) = (sql_id(from), sql_id(limit));
+        self.read(move |conn| {
+            let state = one(conn, SQL.stream_state, [&run, &stream], |r| {
+                StreamStateRow::from_sqlite(r)
+            })?
+            .unwrap_or(StreamStateRow {
+                status: None,
+                len: None,
+                closed: None,
+            });
+            let args = params![run, stream, from, limit];
+            let chunks = all(conn, SQL.stream_chunks, args, ChunkRow::from_sqlite)?;
+            state.page(&run, &stream, chunks)
+        })
+        .await
+    }
+
+    async fn list_streams(&self, run: &RunId) -> Result<Vec<StreamInfo>, StoreError> {
+        let run = run.to_string();
+        self.read(move |conn| {
+            let rows = all(conn, SQL.list_streams, [&run], StreamRow::from_sqlite)?;
+            rows.into_iter().map(|r| r.decode(&run)).collect()
+        })
+        .await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -922,6 +1033,27 @@ impl Tx for Lite<'_> {
 
     async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
         one(self.0, SQL.run_status, [run], |r| r.get(0))
+    }
+
+    async fn next_chunk(&mut self, run: &str, stream: &str) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.next_chunk, [run, stream], |r| r.get(0))
+    }
+
+    async fn insert_chunk(
+        &mut self,
+        run: &str,
+        chunk: &EncodedChunk,
+        idx: i64,
+    ) -> Result<(), StoreError> {
+        let c = chunk;
+        let args = params![run, c.stream, idx, c.attempt, c.at, c.value];
+        exec(self.0, SQL.insert_chunk, args)?;
+        Ok(())
+    }
+
+    async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {
+        exec(self.0, SQL.close_stream, [run, stream])?;
+        Ok(())
     }
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
@@ -1216,7 +1348,7 @@ impl migrations::Schema for Opening<'_> {
             StoreError::Incompatible(format!(
                 "{place} holds a workflow-rs store with an unknown schema version \
                  (this build reads schema versions 1 to {})",
-                MIGRATIONS.len()
+                MIGRATIONS.last().map_or(0, |m| m.version)
             ))
         };
         version.filter(|v| *v >= 1).map(Some).ok_or_else(unknown)
@@ -1429,6 +1561,11 @@ mod tests {
             .iter()
             .map(|m| (m.version, m.name.to_owned()))
             .collect()
+    }
+
+    /// The newest schema version this build knows.
+    fn newest() -> i64 {
+        MIGRATIONS.last().map_or(0, |m| m.version)
     }
 
     fn count(path: &Path, table: &str) -> i64 {
@@ -1686,7 +1823,7 @@ mod tests {
         conn.execute(
             "INSERT INTO workflow_migrations (version, name, applied_at)
              VALUES (?1, 'from the future', 0)",
-            [MIGRATIONS.len() + 1],
+            [newest() + 1],
         )
         .unwrap();
         conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
@@ -1698,7 +1835,7 @@ mod tests {
         let StoreError::Incompatible(msg) = &err else {
             panic!("expected Incompatible, got {err:?}");
         };
-        let newest = MIGRATIONS.len();
+        let newest = newest();
         assert!(
             msg.contains(&format!("schema version {}", newest + 1)),
             "{msg}"
@@ -1918,6 +2055,8 @@ mod tests {
                 "hooks_run",
                 "runs",
                 "runs_ready",
+                "stream_chunks",
+                "streams",
                 "workflow_migrations"
             ]
         );

@@ -60,8 +60,21 @@ pub(super) struct Statements<S, X> {
     pub list_hooks: S,
     /// Deletes the ended runs old enough to prune, returning their ids.
     pub prune_runs: S,
-    /// Deletes the events, inbox payloads and hook rows of the runs given as ids.
-    pub prune_records: [S; 3],
+    /// Deletes the events, inbox payloads, hook rows, streams and stream chunks of the runs
+    /// given as ids.
+    pub prune_records: [S; 5],
+    /// Draws the next index of an open stream (creating the stream); no row when closed.
+    pub next_chunk: S,
+    /// Inserts a chunk (and, PostgreSQL, announces it).
+    pub insert_chunk: S,
+    /// Closes a stream, creating it if needed (and, PostgreSQL, announces it).
+    pub close_stream: S,
+    /// The run's status and the stream's length and state: one row, NULLs for what is absent.
+    pub stream_state: S,
+    /// A stream's chunks from an index on, in order, at most a limit.
+    pub stream_chunks: S,
+    /// A run's streams by name.
+    pub list_streams: S,
     /// PostgreSQL has none (`()`).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub dialect: X,

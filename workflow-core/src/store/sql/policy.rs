@@ -166,6 +166,30 @@ pub(in crate::store) trait Tx {
         runs: &[String],
     ) -> impl Future<Output = Result<Vec<u64>, StoreError>>;
 
+    /// Draws the next index of stream `stream` of `run` (its length, which grows by one),
+    /// creating the stream if it has none; `None`, nothing written, when it is closed.
+    fn next_chunk(
+        &mut self,
+        run: &str,
+        stream: &str,
+    ) -> impl Future<Output = Result<Option<i64>, StoreError>>;
+
+    /// Inserts `chunk` of `run` at index `idx` and announces it where the dialect can.
+    fn insert_chunk(
+        &mut self,
+        run: &str,
+        chunk: &EncodedChunk,
+        idx: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Closes stream `stream` of `run`, creating it (empty) if needed, and announces it
+    /// where the dialect can.
+    fn close_stream(
+        &mut self,
+        run: &str,
+        stream: &str,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
     /// Ends the run as `end` says, at `now`, without a lease; announces the end.
     fn end_run(
         &mut self,
@@ -460,6 +484,74 @@ pub(in crate::store) async fn claim_hook(
         None => ClaimOutcome::Claimed,
         Some(owner) => ClaimOutcome::Conflict(owner),
     })
+}
+
+/// A chunk to append ([`append_chunk`]), encoded before the transaction.
+pub(in crate::store) struct EncodedChunk {
+    pub stream: String,
+    pub attempt: i64,
+    pub at: i64,
+    /// JSON.
+    pub value: String,
+}
+
+impl EncodedChunk {
+    pub fn new(
+        stream: &str,
+        attempt: u32,
+        value: &serde_json::Value,
+        at: SystemTime,
+    ) -> Result<Self, StoreError> {
+        Ok(EncodedChunk {
+            stream: stream.to_owned(),
+            attempt: i64::from(attempt),
+            at: sql_time(at),
+            value: to_json(value, "the chunk")?,
+        })
+    }
+}
+
+/// Holds `lease` for the rest of the transaction (the run's row stays locked where the
+/// dialect locks rows: a chunk and the run's end or a cancel do not interleave), or
+/// [`StoreError::LeaseLost`].
+async fn fence(tx: &mut impl Tx, lease: &Lease) -> Result<String, StoreError> {
+    let run = lease.run_id.to_string();
+    let fence = Some(sql_epoch(lease.epoch));
+    if !tx
+        .append_events(&run, fence, &EncodedEvents::default())
+        .await?
+    {
+        return Err(StoreError::LeaseLost(lease.run_id));
+    }
+    Ok(run)
+}
+
+/// Appends `chunk` to its stream of the leased run; its index, or `None` (nothing written)
+/// when the stream is closed. The index is drawn by the stream row's upsert, so concurrent
+/// writers to one stream get distinct, gap-free indexes in commit order.
+pub(in crate::store) async fn append_chunk(
+    tx: &mut impl Tx,
+    lease: &Lease,
+    chunk: &EncodedChunk,
+) -> Result<Option<u64>, StoreError> {
+    let run = fence(tx, lease).await?;
+    let Some(idx) = tx.next_chunk(&run, &chunk.stream).await? else {
+        return Ok(None);
+    };
+    tx.insert_chunk(&run, chunk, idx).await?;
+    u64::try_from(idx)
+        .map(Some)
+        .map_err(|e| super::corrupt(&run, &format!("stream {:?}: len", chunk.stream), e))
+}
+
+/// Closes stream `stream` of the leased run.
+pub(in crate::store) async fn close_stream(
+    tx: &mut impl Tx,
+    lease: &Lease,
+    stream: &str,
+) -> Result<(), StoreError> {
+    let run = fence(tx, lease).await?;
+    tx.close_stream(&run, stream).await
 }
 
 /// What [`cancel`] writes, encoded before the transaction.

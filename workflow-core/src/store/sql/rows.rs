@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of};
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::store::{EventRecord, HookRecord, Lease, LeasedRun, Payload, RunRecord};
+use crate::store::{
+    EventRecord, HookRecord, Lease, LeasedRun, Payload, RunRecord, StoredChunk, StreamInfo,
+    StreamPage,
+};
 
 /// Declares a row struct whose fields are the statement's columns in order, readable by
 /// each driver: by name in PostgreSQL (`sqlx::FromRow`), by position in SQLite.
@@ -167,6 +170,81 @@ impl InboxRow {
             .parse::<RunId>()
             .map_err(|e| StoreError::Corrupt(format!("payload {}: run_id: {e}", self.id)))?;
         Ok((payload_id_of(self.id)?, run))
+    }
+}
+
+row! {
+    /// A `stream_chunks` row of one stream: `idx, attempt, at, value`.
+    ChunkRow {
+        idx: i64,
+        attempt: i64,
+        at: i64,
+        value: String,
+    }
+}
+
+impl ChunkRow {
+    /// A chunk of stream `stream` of run `run`.
+    pub fn decode(self, run: &str, stream: &str) -> Result<StoredChunk, StoreError> {
+        let what = format!("stream {stream:?}, chunk {}", self.idx);
+        Ok(StoredChunk {
+            index: u64::try_from(self.idx).map_err(|e| corrupt(run, &what, e))?,
+            attempt: u32::try_from(self.attempt).map_err(|e| corrupt(run, &what, e))?,
+            at: time_of(self.at, run, &what)?,
+            value: json(&self.value, run, &what)?,
+        })
+    }
+}
+
+row! {
+    /// What a stream reader reads before the chunks: `status` (of the run), `len`, `closed`
+    /// (of the stream), each NULL when absent.
+    StreamStateRow {
+        status: Option<String>,
+        len: Option<i64>,
+        closed: Option<bool>,
+    }
+}
+
+impl StreamStateRow {
+    /// The page of stream `stream` of run `run` this state and these chunks make.
+    pub fn page(
+        self,
+        run: &str,
+        stream: &str,
+        chunks: Vec<ChunkRow>,
+    ) -> Result<StreamPage, StoreError> {
+        let what = format!("stream {stream:?}: len");
+        Ok(StreamPage {
+            run: self.status.map(|s| status_of(&s, run)).transpose()?,
+            closed: self.closed.unwrap_or(false),
+            len: u64::try_from(self.len.unwrap_or(0)).map_err(|e| corrupt(run, &what, e))?,
+            chunks: chunks
+                .into_iter()
+                .map(|c| c.decode(run, stream))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+row! {
+    /// A `streams` row of one run: `name, len, closed`.
+    StreamRow {
+        name: String,
+        len: i64,
+        closed: bool,
+    }
+}
+
+impl StreamRow {
+    /// A stream of run `run`.
+    pub fn decode(self, run: &str) -> Result<StreamInfo, StoreError> {
+        let what = format!("stream {:?}: len", self.name);
+        Ok(StreamInfo {
+            len: u64::try_from(self.len).map_err(|e| corrupt(run, &what, e))?,
+            name: self.name,
+            closed: self.closed,
+        })
     }
 }
 
