@@ -2,7 +2,7 @@
 //! for scripts (`--json`).
 
 use std::fmt::Write as _;
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
@@ -125,6 +125,22 @@ pub enum Command {
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
+    /// Print a run's stream NAME, a chunk per line: its index, the attempt of the step that
+    /// wrote it and its value as JSON (--json: a JSON object per line). With --follow, wait
+    /// for the chunks still to come, until the stream is closed or the run ends.
+    Stream {
+        /// The run's id.
+        run_id: String,
+        /// The stream's name.
+        name: String,
+        /// Start at this chunk index.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        from: u64,
+        /// Keep printing chunks as they are written, until the stream is closed or the run
+        /// ends.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Send a JSON payload to the run whose open hook owns TOKEN.
     Resume {
         /// The hook's token.
@@ -221,7 +237,8 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         | Command::Cancel { run_id: id }
         | Command::Retry { run_id: id }
         | Command::Fork { run_id: id, .. }
-        | Command::Export { run_id: id, .. } => {
+        | Command::Export { run_id: id, .. }
+        | Command::Stream { run_id: id, .. } => {
             ops::parse_run_id(id)?;
         }
         Command::Hooks { run: Some(id), .. } => {
@@ -401,6 +418,52 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                 path.display()
             ))
         }
+        Command::Stream {
+            run_id,
+            name,
+            from,
+            follow,
+        } => {
+            let id = ops::parse_run_id(&run_id)?;
+            if !follow {
+                let chunks = ops::chunks(&rt, id, &name, from, usize::MAX).await?;
+                let mut out = String::new();
+                for c in &chunks {
+                    out.push_str(&chunk_line(c, json)?);
+                }
+                return Ok(out);
+            }
+            // Printed as they come, each line on its own, not all at the end.
+            let mut failed = None;
+            ops::follow(&rt, id, &name, from, |c| {
+                let line = match chunk_line(&c, json) {
+                    Ok(line) => line,
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                };
+                let mut stdout = std::io::stdout().lock();
+                let line = text::printable(&line, true);
+                match stdout
+                    .write_all(line.as_bytes())
+                    .and_then(|()| stdout.flush())
+                {
+                    Ok(()) => true,
+                    // `workflow stream .. --follow | head` closes the pipe: stop, quietly.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
+                    Err(e) => {
+                        failed = Some(CliError::Other(format!("cannot write the output: {e}")));
+                        false
+                    }
+                }
+            })
+            .await?;
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(String::new()),
+            }
+        }
         Command::Resume { token, .. } => {
             let payload = payload.unwrap_or_default();
             let done = ops::resume(&rt, &token, payload).await?;
@@ -435,6 +498,23 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             Ok(String::new())
         }
     }
+}
+
+/// One chunk of a stream as `workflow stream` prints it: `index attempt value` for people, a
+/// JSON object for scripts; one line either way.
+fn chunk_line(c: &crate::view::ChunkView, json: bool) -> Result<String, CliError> {
+    if json {
+        let mut line = serde_json::to_string(c)
+            .map_err(|e| CliError::Other(format!("cannot encode the output as JSON: {e}")))?;
+        line.push('\n');
+        return Ok(line);
+    }
+    Ok(format!(
+        "{}  attempt {}  {}\n",
+        c.index,
+        c.attempt,
+        text::printable(&c.value.to_string(), false)
+    ))
 }
 
 fn read_payload(arg: &str) -> Result<String, CliError> {
@@ -594,6 +674,24 @@ fn run_text(d: &RunDetail) -> String {
                 state,
                 h.registered_at.to_string(),
                 h.payloads.len().to_string(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+
+    // Only runs that wrote to a stream have the section (`workflow stream` prints one).
+    if !d.streams.is_empty() {
+        let _ = writeln!(out, "\nstreams");
+        let mut t = Table::new(["  STREAM", "STATE", "CHUNKS", "LAST"]);
+        for s in &d.streams {
+            t.row(vec![
+                format!("  {}", s.name),
+                if s.closed { "closed" } else { "open" }.to_owned(),
+                s.chunks.to_string(),
+                s.recent
+                    .last()
+                    .map(|c| text::json_line(&c.value, 60))
+                    .unwrap_or_default(),
             ]);
         }
         out.push_str(&t.to_string());

@@ -10,7 +10,7 @@ use workflow_core::store::{CancelOutcome, HookFilter, RunFilter};
 use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 
 use crate::error::CliError;
-use crate::view::{EventView, HookSummary, RunDetail, RunSummary};
+use crate::view::{ChunkView, EventView, HookSummary, RunDetail, RunSummary, StreamView};
 
 /// The time on the store's clock (on PostgreSQL the server's, which the workers time their
 /// runs by), so that a wrong clock here neither misdates a cancellation nor misstates how long
@@ -99,8 +99,96 @@ pub async fn run_with_events(
     let run = store.get_run(&id).await?.ok_or_else(|| not_found(id))?;
     let events = store.events(&id).await?;
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
-    let detail = RunDetail::new(run, &events, &hooks, store_now(rt).await?);
+    let mut detail = RunDetail::new(run, &events, &hooks, store_now(rt).await?);
+    detail.streams = streams(rt, id).await?;
     Ok((detail, events.into_iter().map(EventView::new).collect()))
+}
+
+/// The run's streams, each with its last [`StreamView::RECENT`] chunks.
+pub async fn streams(rt: &Runtime, id: RunId) -> Result<Vec<StreamView>, CliError> {
+    let store = rt.store();
+    let mut views = Vec::new();
+    for s in store.list_streams(&id).await? {
+        let from = s.len.saturating_sub(StreamView::RECENT);
+        let page = store
+            .read_stream(&id, &s.name, from, StreamView::RECENT as usize)
+            .await?;
+        views.push(StreamView {
+            recent: page.chunks.into_iter().map(chunk_view).collect(),
+            name: s.name,
+            chunks: s.len,
+            closed: s.closed,
+        });
+    }
+    Ok(views)
+}
+
+fn chunk_view(c: workflow_core::store::StoredChunk) -> ChunkView {
+    ChunkView {
+        index: c.index,
+        attempt: c.attempt,
+        value: c.value,
+    }
+}
+
+/// Chunks read at a time by [`chunks`].
+const CHUNK_PAGE: usize = 500;
+
+/// The chunks of the run's stream `name` from index `from` on, at most `limit`, as they are
+/// now (no waiting for more).
+pub async fn chunks(
+    rt: &Runtime,
+    id: RunId,
+    name: &str,
+    from: u64,
+    limit: usize,
+) -> Result<Vec<ChunkView>, CliError> {
+    let store = rt.store();
+    let mut out = Vec::new();
+    let mut next = from;
+    loop {
+        let want = CHUNK_PAGE.min(limit - out.len());
+        let page = store.read_stream(&id, name, next, want).await?;
+        if page.run.is_none() {
+            return Err(not_found(id));
+        }
+        let got = page.chunks.len();
+        if let Some(last) = page.chunks.last() {
+            next = last.index + 1;
+        }
+        out.extend(page.chunks.into_iter().map(chunk_view));
+        if got < want || out.len() >= limit {
+            return Ok(out);
+        }
+    }
+}
+
+/// Follows the run's stream `name` from index `from`, handing each chunk to `each` as it is
+/// written, until the stream is closed or the run ends (or `each` says stop).
+pub async fn follow(
+    rt: &Runtime,
+    id: RunId,
+    name: &str,
+    from: u64,
+    mut each: impl FnMut(ChunkView) -> bool,
+) -> Result<(), CliError> {
+    use futures::StreamExt as _;
+    if rt.store().get_run(&id).await?.is_none() {
+        return Err(not_found(id));
+    }
+    let mut chunks = rt.get_run(&id).stream::<Value>(name).from(from);
+    while let Some(c) = chunks.next().await {
+        let c = c.map_err(|e| CliError::Database(e.to_string()))?;
+        let view = ChunkView {
+            index: c.index,
+            attempt: c.attempt,
+            value: c.value,
+        };
+        if !each(view) {
+            break;
+        }
+    }
+    Ok(())
 }
 
 pub async fn events(rt: &Runtime, id: RunId) -> Result<Vec<EventView>, CliError> {

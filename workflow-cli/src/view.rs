@@ -228,8 +228,37 @@ pub struct RunDetail {
     pub hooks: Vec<HookView>,
     /// Patch markers and retries, in history order.
     pub marks: Vec<MarkView>,
+    /// The run's streams by name, each with its last chunks (filled by `ops`, which reads
+    /// them from the store beside the history).
+    pub streams: Vec<StreamView>,
     /// The time the views were computed at (open bars end there).
     pub as_of: Time,
+}
+
+/// One stream of a run (SPEC 12), as shown: its length, whether it was closed, and its last
+/// chunks.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamView {
+    pub name: String,
+    /// How many chunks it holds.
+    pub chunks: u64,
+    pub closed: bool,
+    /// The last chunks, at most [`StreamView::RECENT`], in index order.
+    pub recent: Vec<ChunkView>,
+}
+
+impl StreamView {
+    /// How many of a stream's last chunks a run's view shows.
+    pub const RECENT: u64 = 20;
+}
+
+/// One chunk of a run's stream.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkView {
+    pub index: u64,
+    /// The attempt of the step that wrote it.
+    pub attempt: u32,
+    pub value: Value,
 }
 
 impl RunDetail {
@@ -498,6 +527,7 @@ impl RunDetail {
             timers,
             hooks,
             marks,
+            streams: Vec::new(),
             as_of: now,
         }
     }

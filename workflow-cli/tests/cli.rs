@@ -4,7 +4,7 @@
 mod common;
 
 use serde_json::{json, Value};
-use workflow_core::prelude::workflow;
+use workflow_core::prelude::{create_hook, step, stream, workflow, workflow_metadata};
 use workflow_core::store::Event;
 use workflow_core::{RunId, RunStatus};
 
@@ -23,6 +23,7 @@ on_both_stores!(
     retry_reopens_a_failed_run_and_refuses_others,
     fork_keeps_the_first_steps,
     export_prints_the_versioned_history,
+    stream_prints_and_follows_a_run_s_chunks,
 );
 
 /// Fails with a message that would clear the screen, retitle the terminal and forge a line.
@@ -772,4 +773,92 @@ async fn export_prints_the_versioned_history(b: Backend) {
         f.rt.store().events(&f.completed).await.unwrap()[0].event,
         Event::StepScheduled { .. }
     ));
+}
+
+#[step]
+async fn say(words: Vec<String>, close: bool) -> workflow_core::Result<()> {
+    let out = stream::<String>("words");
+    for w in words {
+        out.write(w).await?;
+    }
+    if close {
+        out.close().await?;
+    }
+    Ok(())
+}
+
+/// Writes three words, waits for its hook `chatter:<run id>`, writes two more and closes.
+#[workflow]
+async fn chatter() -> workflow_core::Result<()> {
+    say(vec!["w0".into(), "w1".into(), "w2\u{1b}[2J".into()], false).await?;
+    let mut go = create_hook::<bool>(format!("chatter:{}", workflow_metadata().run_id));
+    go.recv().await?;
+    say(vec!["w3".into(), "w4".into()], true).await
+}
+
+async fn stream_prints_and_follows_a_run_s_chunks(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let run = f.rt.start(chatter, ()).await.unwrap();
+    let id = run.id().to_string();
+    let token = format!("chatter:{id}");
+    while f.rt.get_hook_by_token(&token).await.is_err() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let out = cli(db, &["stream", &id, "words"]).await.ok();
+    assert_eq!(
+        out,
+        "0  attempt 1  \"w0\"\n1  attempt 1  \"w1\"\n2  attempt 1  \"w2\\u001b[2J\"\n"
+    );
+    let out = cli(db, &["--json", "stream", &id, "words", "--from", "1"])
+        .await
+        .ok();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            json!({"index": 1, "attempt": 1, "value": "w1"}),
+            json!({"index": 2, "attempt": 1, "value": "w2\u{1b}[2J"}),
+        ]
+    );
+    assert_eq!(cli(db, &["stream", &id, "nothing"]).await.ok(), "");
+
+    // `--follow` prints what is there, waits for the rest, and ends with the close.
+    let follow = tokio::spawn({
+        let (db, id) = (db.clone(), id.clone());
+        async move { cli(&db, &["stream", &id, "words", "--from", "2", "--follow"]).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!follow.is_finished(), "--follow waits for the close");
+    f.rt.resume_hook(&token, true).await.unwrap();
+    let out = follow.await.unwrap().ok();
+    assert_eq!(
+        out,
+        "2  attempt 1  \"w2\\u001b[2J\"\n3  attempt 1  \"w3\"\n4  attempt 1  \"w4\"\n"
+    );
+    run.return_value().await.unwrap();
+
+    let shown = cli(db, &["run", &id]).await.ok();
+    let streams = shown.split("\nstreams\n").nth(1).expect(&shown);
+    assert!(row(streams, "STREAM").contains("CHUNKS"), "{shown}");
+    assert!(row(streams, "words").contains("closed"), "{shown}");
+    assert!(row(streams, "words").contains("\"w4\""), "{shown}");
+    let detail = cli(db, &["--json", "run", &id]).await.json();
+    assert_eq!(detail["streams"][0]["name"], "words");
+    assert_eq!(detail["streams"][0]["chunks"], 5);
+    assert_eq!(detail["streams"][0]["closed"], true);
+    assert_eq!(detail["streams"][0]["recent"][4]["value"], "w4");
+
+    let absent = RunId::new().to_string();
+    cli(db, &["stream", &absent, "words"])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["stream", &absent, "words", "--follow"])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["stream", "nope", "words"]).await.fails(2, "nope");
 }

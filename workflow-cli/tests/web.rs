@@ -529,3 +529,77 @@ async fn a_divergence_is_escaped() {
     assert!(!body.contains("<script>alert"), "{body}");
     assert_eq!(body.matches("<script").count(), 1, "{body}");
 }
+
+#[workflow_core::step]
+async fn shout(words: Vec<String>) -> workflow_core::Result<()> {
+    let out = workflow_core::stream::<String>("log");
+    for w in words {
+        out.write(w).await?;
+    }
+    out.close().await
+}
+
+#[workflow_core::workflow]
+async fn shouting(words: Vec<String>) -> workflow_core::Result<()> {
+    shout(words).await
+}
+
+/// The run page lists the run's streams with their last chunks, escaped; the API serves a
+/// stream's chunks as JSON from an index on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_page_shows_its_streams() {
+    let f = fixture(Backend::Sqlite).await;
+    let words: Vec<String> = (0..25)
+        .map(|i| format!("word {i}"))
+        .chain(["<script>alert('x')</script>".to_owned()])
+        .collect();
+    let run = f.rt.start(shouting, (words,)).await.unwrap();
+    run.return_value().await.unwrap();
+    let id = run.id();
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    assert_eq!(page.status, 200);
+    page.assert_secure();
+    let body = page.body;
+    assert!(body.contains("<h2>Streams</h2>"), "{body}");
+    assert!(body.contains(r#"data-stream="log""#), "{body}");
+    assert!(body.contains("26 chunks, the last 20 shown"), "{body}");
+    assert!(body.contains(r#"<tr data-index="25">"#), "{body}");
+    assert!(
+        !body.contains(r#"<tr data-index="5">"#),
+        "only the last 20: {body}"
+    );
+    assert!(body.contains("&lt;script&gt;alert"), "{body}");
+    assert_eq!(body.matches("<script").count(), 1, "{body}");
+
+    let api = get(
+        web.addr,
+        &format!("/api/runs/{id}/streams/log?from=24"),
+        &host,
+    );
+    assert_eq!(api.status, 200, "{api:?}");
+    api.assert_secure();
+    let chunks: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    assert_eq!(
+        chunks,
+        serde_json::json!([
+            {"index": 24, "attempt": 1, "value": "word 24"},
+            {"index": 25, "attempt": 1, "value": "<script>alert('x')</script>"},
+        ])
+    );
+    let list = get(web.addr, &format!("/api/runs/{id}/streams"), &host);
+    let list: serde_json::Value = serde_json::from_str(&list.body).unwrap();
+    assert_eq!(list[0]["name"], "log");
+    assert_eq!(list[0]["chunks"], 26);
+    let unknown = workflow_core::RunId::new();
+    let missing = get(web.addr, &format!("/api/runs/{unknown}/streams/log"), &host);
+    assert_eq!(missing.status, 404, "{missing:?}");
+    // Another host is refused here as everywhere.
+    let foreign = get(
+        web.addr,
+        &format!("/api/runs/{id}/streams/log"),
+        "evil.example",
+    );
+    assert_eq!(foreign.status, 403);
+}

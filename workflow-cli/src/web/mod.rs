@@ -55,6 +55,8 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{id}", get(api_run))
         .route("/api/runs/{id}/events", get(api_events))
+        .route("/api/runs/{id}/streams", get(api_streams))
+        .route("/api/runs/{id}/streams/{name}", get(api_stream))
         .route("/api/hooks", get(api_hooks))
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
         .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
@@ -377,6 +379,43 @@ async fn api_events(State(app): Shared, Path(id): Path<String>) -> Result<Respon
     let id = ops::parse_run_id(&id).map_err(WebError::api)?;
     let events = ops::events(&app.rt, id).await.map_err(WebError::api)?;
     Ok(Json(events).into_response())
+}
+
+async fn api_streams(State(app): Shared, Path(id): Path<String>) -> Result<Response, WebError> {
+    let id = ops::parse_run_id(&id).map_err(WebError::api)?;
+    if app
+        .rt
+        .store()
+        .get_run(&id)
+        .await
+        .map_err(|e| WebError::api(e.into()))?
+        .is_none()
+    {
+        return Err(WebError::api(ops::not_found(id)));
+    }
+    let streams = ops::streams(&app.rt, id).await.map_err(WebError::api)?;
+    Ok(Json(streams).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunksQuery {
+    #[serde(default)]
+    from: u64,
+    limit: Option<usize>,
+}
+
+/// A stream's chunks from `from` on, at most `limit` (1000 by default), as they are now.
+async fn api_stream(
+    State(app): Shared,
+    Path((id, name)): Path<(String, String)>,
+    Query(q): Query<ChunksQuery>,
+) -> Result<Response, WebError> {
+    let id = ops::parse_run_id(&id).map_err(WebError::api)?;
+    let limit = q.limit.unwrap_or(1000).min(10_000);
+    let chunks = ops::chunks(&app.rt, id, &name, q.from, limit)
+        .await
+        .map_err(WebError::api)?;
+    Ok(Json(chunks).into_response())
 }
 
 async fn api_hooks(State(app): Shared, Query(q): Query<HooksQuery>) -> Result<Response, WebError> {

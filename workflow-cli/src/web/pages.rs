@@ -258,6 +258,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
     body.push_str("</section>\n");
 
     hooks_section(&mut body, d);
+    streams_section(&mut body, d);
     steps_section(&mut body, d);
     timers_section(&mut body, d);
 
@@ -375,6 +376,53 @@ fn hooks_section(body: &mut String, d: &RunDetail) {
         );
     }
     body.push_str("</tbody></table></section>\n");
+}
+
+/// The run's streams, each with its last chunks; the page's live refresh shows new ones. The
+/// whole stream, as JSON: `/api/runs/<id>/streams/<name>?from=N`.
+fn streams_section(body: &mut String, d: &RunDetail) {
+    if d.streams.is_empty() {
+        return;
+    }
+    body.push_str(r#"<section><h2>Streams</h2>"#);
+    for s in &d.streams {
+        let state = if s.closed {
+            "closed".to_owned()
+        } else {
+            r#"<span class="badge running">open</span>"#.to_owned()
+        };
+        let shown = s.recent.len();
+        let _ = write!(
+            body,
+            r#"<div class="stream" data-stream="{name}"><h3><span class="mono">{name}</span> {state} <span class="muted small">{n} {chunks}{last}</span> <a class="small" href="/api/runs/{id}/streams/{path}">JSON</a></h3>"#,
+            name = esc(&s.name),
+            n = s.chunks,
+            chunks = if s.chunks == 1 { "chunk" } else { "chunks" },
+            last = if (shown as u64) < s.chunks {
+                format!(", the last {shown} shown")
+            } else {
+                String::new()
+            },
+            id = d.run.id,
+            path = url_encode(&s.name),
+        );
+        if s.recent.is_empty() {
+            body.push_str(r#"<p class="empty">No chunks yet.</p></div>"#);
+            continue;
+        }
+        body.push_str(r#"<table class="chunks"><thead><tr><th>#</th><th>Attempt</th><th>Value</th></tr></thead><tbody>"#);
+        for c in &s.recent {
+            let _ = write!(
+                body,
+                r#"<tr data-index="{i}"><td class="mono">{i}</td><td>{a}</td><td class="mono">{v}</td></tr>"#,
+                i = c.index,
+                a = c.attempt,
+                v = esc(&text::json_line(&c.value, 200)),
+            );
+        }
+        body.push_str("</tbody></table></div>");
+    }
+    body.push_str("</section>\n");
 }
 
 fn resume_form(token: &str, back: &str) -> String {
