@@ -16,6 +16,7 @@ mod flows;
 mod report;
 mod scenarios;
 mod stores;
+mod streams;
 
 use clap::{Parser, ValueEnum};
 
@@ -50,6 +51,8 @@ enum Scenario {
     /// `testing::replay` of an exported 10,000-step history (a replay test of a new build).
     #[value(alias = "replay")]
     ReplayTest,
+    /// Streams: chunks/s of one writer, write → reader latency in-process and across processes.
+    Streams,
     /// W0 to W3.
     #[value(alias = "w")]
     Common,
@@ -101,6 +104,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency,
             Memory,
             ReplayTest,
+            Streams,
             W0,
             W1,
             W2,
@@ -116,6 +120,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => &HookLatency,
             Memory => &Memory,
             ReplayTest => &ReplayTest,
+            Streams => &Streams,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -132,6 +137,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
+            Streams => streams::streams(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -161,6 +167,9 @@ fn title(cli: &Cli) -> String {
 
 #[tokio::main]
 async fn main() -> BoxResult<()> {
+    if let Some(served) = streams::child().await {
+        return served;
+    }
     let cli = Cli::parse();
     let ctx = Ctx {
         trials: cli.trials as usize,
@@ -211,6 +220,7 @@ mod tests {
             "hook latency",
             "memory",
             "replay test",
+            "streams",
             "W0",
             "W1",
             "W2",
@@ -235,6 +245,16 @@ mod tests {
             .wlines
             .iter()
             .all(|l| l.split(' ').count() == 4 && l.starts_with('W')));
+    }
+
+    /// The writer process of the streams scenario's cross-process trials, when this test
+    /// binary is re-executed as one.
+    #[tokio::test]
+    #[ignore = "entry point of the writer processes the streams scenario spawns"]
+    async fn stream_writer_child() {
+        if let Some(served) = streams::child().await {
+            served.expect("the writer serves");
+        }
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct Sizes {
     pub w2_tokens: usize,
     pub w_in_flight: usize,
     pub w3_runs: usize,
+    /// Chunks one writer appends in the streams scenario.
+    pub stream_chunks: u32,
+    /// Timed chunks per latency trial of the streams scenario.
+    pub stream_timed: u32,
 }
 
 impl Sizes {
@@ -62,6 +66,8 @@ impl Sizes {
             w2_tokens: 100,
             w_in_flight: 100,
             w3_runs: 1000,
+            stream_chunks: 2000,
+            stream_timed: 200,
         }
     }
 
@@ -86,6 +92,8 @@ impl Sizes {
             w2_tokens: 5,
             w_in_flight: 10,
             w3_runs: 20,
+            stream_chunks: 20,
+            stream_timed: 5,
         }
     }
 }
@@ -101,7 +109,7 @@ pub struct Ctx {
 
 impl Ctx {
     /// The stores to run a scenario on, less PostgreSQL when it is not configured (noted once).
-    fn stores(&self, default: &[StoreKind], rep: &mut Report) -> Vec<StoreKind> {
+    pub(crate) fn stores(&self, default: &[StoreKind], rep: &mut Report) -> Vec<StoreKind> {
         let wanted = self.stores.clone().unwrap_or_else(|| default.to_vec());
         let mut out = Vec::new();
         for k in wanted {
@@ -131,7 +139,7 @@ impl Ctx {
         out
     }
 
-    async fn fresh(&self, kind: StoreKind) -> BoxResult<Fresh> {
+    pub(crate) async fn fresh(&self, kind: StoreKind) -> BoxResult<Fresh> {
         Fresh::new(kind, self.pg_url.as_deref()).await
     }
 }

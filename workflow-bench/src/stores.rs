@@ -104,6 +104,21 @@ impl Fresh {
         }
     }
 
+    /// The environment that tells another process where this database is (see
+    /// `streams::child`).
+    pub fn child_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = Vec::new();
+        if let Some(p) = self.sqlite_path() {
+            env.push(("WF_BENCH_DB", p.display().to_string()));
+        }
+        #[cfg(feature = "postgres")]
+        if let Some((url, store)) = &self.pg {
+            env.push(("WF_BENCH_PG_URL", url.clone()));
+            env.push(("WF_BENCH_SCHEMA", store.schema().to_owned()));
+        }
+        env
+    }
+
     /// The PostgreSQL store of this trial's schema (for store-level measurements).
     pub fn pg_store(&self) -> Option<std::sync::Arc<dyn workflow_core::store::Store>> {
         #[cfg(feature = "postgres")]
