@@ -21,7 +21,9 @@ use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
 use tokio::sync::{broadcast, oneshot};
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx};
+use super::sql::policy::{
+    self, ChunkAppend, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx,
+};
 use super::sql::rows::{
     decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
     StreamRow, StreamStateRow,
@@ -723,9 +725,9 @@ impl Store for PostgresStore {
         at: SystemTime,
     ) -> Result<Option<u64>, StoreError> {
         let chunk = EncodedChunk::new(stream, attempt, &value, at)?;
-        let mut tx = self.begin().await?;
-        let appended = policy::append_chunk(&mut self.tx(&mut tx), lease, &chunk).await;
-        settle(tx, appended).await
+        // One statement, its own transaction.
+        let mut conn = self.inner.pool.acquire().await?;
+        policy::append_chunk(&mut self.tx(&mut conn), lease, &chunk).await
     }
 
     async fn close_stream(
@@ -1032,22 +1034,32 @@ fn statements(s: &str) -> Statements {
             ),
             prune_records: ["events", "hook_inbox", "hooks", "streams", "stream_chunks"]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
-            // The stream's row is the counter, locked until commit: concurrent writers to one
-            // stream take turns and get indexes in commit order. A closed stream's row is not
-            // updated, so no row.
-            next_chunk: format!(
-                "INSERT INTO {s}.streams AS st (run_id, name, len, closed)
-                 VALUES ($1, $2, 1, FALSE)
-                 ON CONFLICT (run_id, name) DO UPDATE SET len = st.len + 1 WHERE NOT st.closed
-                 RETURNING st.len - 1"
-            ),
-            // Inserted and announced. `$7` channel.
-            insert_chunk: format!(
-                "WITH inserted AS (
+            // One statement, so one round trip and its own transaction: fence (the run's row
+            // stays locked to the end, so no end or cancel of the run interleaves), draw the
+            // index from the stream's row (the counter, locked too: concurrent writers to one
+            // stream take turns and get indexes in commit order; a closed stream's row is not
+            // updated, so no index), insert the chunk and announce it. `notes` is read only so
+            // that it runs. `$1` run, `$2` epoch, `$3` stream, `$4` attempt, `$5` at, `$6`
+            // value, `$7` channel; the answer: (fenced, index or NULL when closed, notes).
+            append_chunk: format!(
+                "WITH fenced AS (
+                     UPDATE {s}.runs SET last_seq = last_seq
+                     WHERE id = $1 AND epoch = $2 AND status = 'running'
+                       AND lease_until IS NOT NULL
+                     RETURNING id),
+                 counted AS (
+                     INSERT INTO {s}.streams AS st (run_id, name, len, closed)
+                     SELECT id, $3, 1, FALSE FROM fenced
+                     ON CONFLICT (run_id, name) DO UPDATE SET len = st.len + 1
+                     WHERE NOT st.closed
+                     RETURNING st.len - 1 AS idx),
+                 inserted AS (
                      INSERT INTO {s}.stream_chunks (run_id, name, idx, attempt, at, value)
-                     VALUES ($1, $2, $3, $4, $5, $6)
-                     RETURNING run_id)
-                 SELECT pg_notify($7, '{NOTE_CHUNK}' || run_id) FROM inserted"
+                     SELECT $1, $3, idx, $4, $5, $6 FROM counted
+                     RETURNING run_id),
+                 notes AS (SELECT pg_notify($7, '{NOTE_CHUNK}' || run_id) FROM inserted)
+                 SELECT (SELECT count(*) FROM fenced), (SELECT idx FROM counted),
+                        (SELECT count(*) FROM notes)"
             ),
             // Closed and announced. `$3` channel.
             close_stream: format!(
@@ -1253,30 +1265,27 @@ impl Tx for Pg<'_> {
             .await?)
     }
 
-    async fn next_chunk(&mut self, run: &str, stream: &str) -> Result<Option<i64>, StoreError> {
-        let query = sqlx::query_scalar(&self.sql.next_chunk)
-            .bind(run)
-            .bind(stream);
-        Ok(query.fetch_optional(&mut *self.conn).await?)
-    }
-
-    async fn insert_chunk(
+    async fn append_chunk(
         &mut self,
         run: &str,
+        fence: i64,
         chunk: &EncodedChunk,
-        idx: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.insert_chunk)
+    ) -> Result<ChunkAppend, StoreError> {
+        let (fenced, idx, _notes): (i64, Option<i64>, i64) = sqlx::query_as(&self.sql.append_chunk)
             .bind(run)
+            .bind(fence)
             .bind(&chunk.stream)
-            .bind(idx)
             .bind(chunk.attempt)
             .bind(chunk.at)
             .bind(&chunk.value)
             .bind(self.channel)
-            .execute(&mut *self.conn)
+            .fetch_one(&mut *self.conn)
             .await?;
-        Ok(())
+        Ok(match (fenced, idx) {
+            (0, _) => ChunkAppend::LeaseLost,
+            (_, None) => ChunkAppend::Closed,
+            (_, Some(idx)) => ChunkAppend::Appended(idx),
+        })
     }
 
     async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {

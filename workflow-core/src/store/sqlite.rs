@@ -29,7 +29,9 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::sql::migrations::{self, Migration, Place};
-use super::sql::policy::{self, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx};
+use super::sql::policy::{
+    self, ChunkAppend, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx,
+};
 use super::sql::rows::{
     decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
     StreamRow, StreamStateRow,
@@ -195,10 +197,12 @@ CREATE TABLE stream_chunks (
 /// by side with PostgreSQL's. `?n` are the arguments in the order bound.
 type Statements = super::sql::Statements<&'static str, SqliteOnly>;
 
-/// The statements PostgreSQL does without: it inserts events with the append, wakes the
+/// The statements PostgreSQL does without: it inserts events with the append (and chunks
+/// with theirs), wakes the
 /// owner inside `resume`, and keeps its catalog queries with its migrations.
 struct SqliteOnly {
     insert_event: &'static str,
+    insert_chunk: &'static str,
     wake: &'static str,
     tables: &'static str,
     migration_version: &'static str,
@@ -324,12 +328,11 @@ const SQL: Statements = Statements {
         "DELETE FROM streams WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM stream_chunks WHERE run_id IN (SELECT value FROM json_each(?1))",
     ],
-    // The stream's row is the counter: a closed stream's row is not updated, so no row.
-    next_chunk: "INSERT INTO streams (run_id, name, len, closed) VALUES (?1, ?2, 1, 0)
-                 ON CONFLICT (run_id, name) DO UPDATE SET len = len + 1 WHERE closed = 0
-                 RETURNING len - 1",
-    insert_chunk: "INSERT INTO stream_chunks (run_id, name, idx, attempt, at, value)
-                   VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    // After the fence (`append` of no events). The stream's row is the counter: a closed
+    // stream's row is not updated, so no row.
+    append_chunk: "INSERT INTO streams (run_id, name, len, closed) VALUES (?1, ?2, 1, 0)
+                   ON CONFLICT (run_id, name) DO UPDATE SET len = len + 1 WHERE closed = 0
+                   RETURNING len - 1",
     close_stream: "INSERT INTO streams (run_id, name, len, closed) VALUES (?1, ?2, 0, 1)
                    ON CONFLICT (run_id, name) DO UPDATE SET closed = 1",
     stream_state: "SELECT (SELECT status FROM runs WHERE id = ?1),
@@ -341,6 +344,8 @@ const SQL: Statements = Statements {
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+        insert_chunk: "INSERT INTO stream_chunks (run_id, name, idx, attempt, at, value)
+                       VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         // A blocked run waits for a build that fits, not for payloads.
         wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1 AND status <> 'blocked'",
         tables: "SELECT name FROM sqlite_schema
@@ -1035,20 +1040,25 @@ impl Tx for Lite<'_> {
         one(self.0, SQL.run_status, [run], |r| r.get(0))
     }
 
-    async fn next_chunk(&mut self, run: &str, stream: &str) -> Result<Option<i64>, StoreError> {
-        one(self.0, SQL.next_chunk, [run, stream], |r| r.get(0))
-    }
-
-    async fn insert_chunk(
+    async fn append_chunk(
         &mut self,
         run: &str,
+        fence: i64,
         chunk: &EncodedChunk,
-        idx: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<ChunkAppend, StoreError> {
+        if !self
+            .append_events(run, Some(fence), &EncodedEvents::default())
+            .await?
+        {
+            return Ok(ChunkAppend::LeaseLost);
+        }
         let c = chunk;
+        let Some(idx) = one(self.0, SQL.append_chunk, [run, &c.stream], |r| r.get(0))? else {
+            return Ok(ChunkAppend::Closed);
+        };
         let args = params![run, c.stream, idx, c.attempt, c.at, c.value];
-        exec(self.0, SQL.insert_chunk, args)?;
-        Ok(())
+        exec(self.0, SQL.dialect.insert_chunk, args)?;
+        Ok(ChunkAppend::Appended(idx))
     }
 
     async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {

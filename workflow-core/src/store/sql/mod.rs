@@ -64,9 +64,8 @@ pub(super) struct Statements<S, X> {
     /// given as ids.
     pub prune_records: [S; 5],
     /// Draws the next index of an open stream (creating the stream); no row when closed.
-    pub next_chunk: S,
-    /// Inserts a chunk (and, PostgreSQL, announces it).
-    pub insert_chunk: S,
+    /// PostgreSQL's also fences the write, inserts the chunk and announces it: one statement.
+    pub append_chunk: S,
     /// Closes a stream, creating it if needed (and, PostgreSQL, announces it).
     pub close_stream: S,
     /// The run's status and the stream's length and state: one row, NULLs for what is absent.

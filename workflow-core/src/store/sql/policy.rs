@@ -166,21 +166,17 @@ pub(in crate::store) trait Tx {
         runs: &[String],
     ) -> impl Future<Output = Result<Vec<u64>, StoreError>>;
 
-    /// Draws the next index of stream `stream` of `run` (its length, which grows by one),
-    /// creating the stream if it has none; `None`, nothing written, when it is closed.
-    fn next_chunk(
+    /// Appends `chunk` to its stream of `run` while `fence` (an epoch) holds the run's lease:
+    /// the run's row is locked until the transaction ends (no end or cancel of the run
+    /// interleaves), the chunk's index is the stream's length (the stream's row, created if
+    /// needed, is the counter, locked too), and the chunk is announced where the dialect can.
+    /// Nothing is written when the lease is lost or the stream is closed.
+    fn append_chunk(
         &mut self,
         run: &str,
-        stream: &str,
-    ) -> impl Future<Output = Result<Option<i64>, StoreError>>;
-
-    /// Inserts `chunk` of `run` at index `idx` and announces it where the dialect can.
-    fn insert_chunk(
-        &mut self,
-        run: &str,
+        fence: i64,
         chunk: &EncodedChunk,
-        idx: i64,
-    ) -> impl Future<Output = Result<(), StoreError>>;
+    ) -> impl Future<Output = Result<ChunkAppend, StoreError>>;
 
     /// Closes stream `stream` of `run`, creating it (empty) if needed, and announces it
     /// where the dialect can.
@@ -511,6 +507,16 @@ impl EncodedChunk {
     }
 }
 
+/// What [`Tx::append_chunk`] did.
+pub(in crate::store) enum ChunkAppend {
+    /// Appended at this index.
+    Appended(i64),
+    /// The stream is closed; nothing written.
+    Closed,
+    /// The fence refused the write; nothing written.
+    LeaseLost,
+}
+
 /// Holds `lease` for the rest of the transaction (the run's row stays locked where the
 /// dialect locks rows: a chunk and the run's end or a cancel do not interleave), or
 /// [`StoreError::LeaseLost`].
@@ -534,14 +540,14 @@ pub(in crate::store) async fn append_chunk(
     lease: &Lease,
     chunk: &EncodedChunk,
 ) -> Result<Option<u64>, StoreError> {
-    let run = fence(tx, lease).await?;
-    let Some(idx) = tx.next_chunk(&run, &chunk.stream).await? else {
-        return Ok(None);
-    };
-    tx.insert_chunk(&run, chunk, idx).await?;
-    u64::try_from(idx)
-        .map(Some)
-        .map_err(|e| super::corrupt(&run, &format!("stream {:?}: len", chunk.stream), e))
+    let run = lease.run_id.to_string();
+    match tx.append_chunk(&run, sql_epoch(lease.epoch), chunk).await? {
+        ChunkAppend::Appended(idx) => u64::try_from(idx)
+            .map(Some)
+            .map_err(|e| super::corrupt(&run, &format!("stream {:?}: len", chunk.stream), e)),
+        ChunkAppend::Closed => Ok(None),
+        ChunkAppend::LeaseLost => Err(StoreError::LeaseLost(lease.run_id)),
+    }
 }
 
 /// Closes stream `stream` of the leased run.
