@@ -810,7 +810,7 @@ mod tests {
     }
 
     fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
-        RunRecord {
+        RunRecord { parent: None,
             id: RunId::new(),
             workflow: "wf".into(),
             status,

@@ -316,7 +316,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
             log.push(format!("{:?}", $e))
         };
     }
-    let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
+    let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun { parent: None,
         id: ids[i],
         workflow: "hooked".into(),
         input: json!([i]),
@@ -435,7 +435,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
         let at = t(10 * (i as u64 / 2 * 2));
         note!(
             store
-                .create_run(NewRun {
+                .create_run(NewRun { parent: None,
                     id: *id,
                     workflow: workflow.into(),
                     input: json!([i]),
@@ -515,7 +515,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
 /// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.
 pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
     let id = RunId::new();
-    let run = NewRun {
+    let run = NewRun { parent: None,
         id,
         workflow: "leased".into(),
         input: json!([]),
@@ -576,7 +576,7 @@ pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(
 pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) -> RunId {
     let id = RunId::new();
     store
-        .create_run(NewRun {
+        .create_run(NewRun { parent: None,
             id,
             workflow: workflow.to_owned(),
             input: json!([1, "two"]),
@@ -636,7 +636,7 @@ pub(crate) async fn start<S: Store>(
 ) -> (RunId, Admission) {
     let id = RunId::new();
     let admission = store
-        .create_run(NewRun {
+        .create_run(NewRun { parent: None,
             id,
             workflow: "hooked".to_owned(),
             input: json!([]),
@@ -719,7 +719,7 @@ pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize)
             tokio::spawn(async move {
                 let id = RunId::new();
                 let admission = store
-                    .create_run(NewRun {
+                    .create_run(NewRun { parent: None,
                         id,
                         workflow: "hooked".to_owned(),
                         input: json!([i]),
@@ -768,7 +768,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
     let id = create(store, "orders", t(0)).await;
     assert!(matches!(
         store
-            .create_run(NewRun {
+            .create_run(NewRun { parent: None,
                 id,
                 workflow: "orders".into(),
                 input: json!(null),
@@ -1516,7 +1516,7 @@ pub async fn retry_reopens_a_failed_run_and_refuses_other_statuses<S: Store>(sto
 /// is handed out with it; an existing id or a token is refused.
 pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
     let id = RunId::new();
-    let new = |id, hook| NewRun {
+    let new = |id, hook| NewRun { parent: None,
         id,
         workflow: "orders".to_owned(),
         input: json!([1]),
@@ -1566,7 +1566,7 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
 /// A run's deadline is kept with it: read back by `get_run`, handed out by `acquire` and by
 /// an admission that leases.
 pub async fn a_deadline_is_kept_with_the_run<S: Store>(store: &S) {
-    let run = |deadline| NewRun {
+    let run = |deadline| NewRun { parent: None,
         id: RunId::new(),
         workflow: "orders".to_owned(),
         input: json!([]),
@@ -1669,7 +1669,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
 
     // An existing id is an error before any claim.
     let again = store
-        .create_run(NewRun {
+        .create_run(NewRun { parent: None,
             id: first,
             workflow: "hooked".into(),
             input: json!([]),
@@ -1704,7 +1704,7 @@ pub async fn concurrent_starts_with_one_token_admit_exactly_one<S: Store + Clone
 
 /// A run of `hooked` claiming `token` at `at`, for `admit_or_resume`.
 fn hooked_run(token: &str, retain_until: Option<SystemTime>, at: SystemTime) -> NewRun {
-    NewRun {
+    NewRun { parent: None,
         id: RunId::new(),
         workflow: "hooked".to_owned(),
         input: json!([]),
@@ -2424,7 +2424,7 @@ pub async fn listing_reports_an_undecodable_row<S: Store + Damage>(store: &S) {
 async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>) -> RunId {
     let id = RunId::new();
     let admission = store
-        .create_run(NewRun {
+        .create_run(NewRun { parent: None,
             id,
             workflow: workflow.into(),
             input: json!([]),

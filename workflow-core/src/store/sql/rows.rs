@@ -40,7 +40,7 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token, deadline`.
+    /// hook_token, deadline, parent_id`.
     RunRow {
         id: String,
         workflow: String,
@@ -52,6 +52,7 @@ row! {
         updated_at: i64,
         hook_token: Option<String>,
         deadline: Option<i64>,
+        parent_id: Option<String>,
     }
 }
 
@@ -71,6 +72,10 @@ impl RunRow {
             deadline: self
                 .deadline
                 .map(|t| time_of(t, run, "deadline"))
+                .transpose()?,
+            parent: self
+                .parent_id
+                .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "parent_id", e)))
                 .transpose()?,
         })
     }
