@@ -258,7 +258,8 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
     let workflow = "bench.floor".to_owned();
     let id = workflow_core::RunId::new();
     store
-        .create_run(NewRun { parent: None,
+        .create_run(NewRun {
+            parent: None,
             id,
             workflow: workflow.clone(),
             input: serde_json::json!([]),

@@ -810,7 +810,8 @@ mod tests {
     }
 
     fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
-        RunRecord { parent: None,
+        RunRecord {
+            parent: None,
             id: RunId::new(),
             workflow: "wf".into(),
             status,

@@ -549,7 +549,8 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
     let at = SystemTime::now();
     rt.store()
         .create_run_with_history(
-            NewRun { parent: None,
+            NewRun {
+                parent: None,
                 id,
                 workflow: checkout_name.replace("::checkout", "::upgrade"),
                 input: json!(["o-99"]),

@@ -28,8 +28,8 @@ use crate::config::{check_payload, Config};
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
-use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::ids::RunId;
+use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{ChildCall, Divergence, Effect, End, Inbound, Replay, Writes};
 use crate::store::{
     Admission, Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, NewRun,
@@ -594,10 +594,10 @@ impl Driver {
         };
         let mut tries = 0;
         loop {
-            let started = self
-                .host
-                .store()
-                .start_child(&self.lease, &call.child_key, child.clone());
+            let started =
+                self.host
+                    .store()
+                    .start_child(&self.lease, &call.child_key, child.clone());
             let e = match started.await {
                 Ok(Admission::Admitted) => return Ok(None),
                 Ok(Admission::Conflict(owner)) => return Ok(Some(owner)),

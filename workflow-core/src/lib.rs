@@ -98,9 +98,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
-        step, step_metadata, Child, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
-        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StartOrResume,
-        StepMetadata, WorkflowMetadata,
+        step, step_metadata, workflow, workflow_metadata, Child, Error, Hook, HookConflict,
+        HookConflictError, HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError,
+        StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

@@ -826,7 +826,8 @@ async fn bad_input_gives_clear_errors(b: Backend) {
         <F::Def as workflow_core::WorkflowDef>::NAME
     }
     rt.store()
-        .create_run(NewRun { parent: None,
+        .create_run(NewRun {
+            parent: None,
             id,
             workflow: name_of(arithmetic).to_owned(),
             input: json!({"order": "not a tuple of u64"}),

@@ -244,7 +244,11 @@ async fn a_child_token_taken_elsewhere_is_a_conflict_at_start(b: Backend) {
     let db = common::TestDb::new(b);
     let rt = db.runtime().await;
     let token = format!("owned-{}", RunId::new());
-    let owner = rt.start(gated, (token.clone(),)).hook(&token).await.unwrap();
+    let owner = rt
+        .start(gated, (token.clone(),))
+        .hook(&token)
+        .await
+        .unwrap();
     let run = rt
         .start(parent_with_child_hook, (token.clone(),))
         .await

@@ -123,7 +123,8 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
     // Step ids name their run.
     let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
     let at = SystemTime::now();
-    let run = NewRun { parent: None,
+    let run = NewRun {
+        parent: None,
         id,
         workflow,
         input: serde_json::json!([key]),

@@ -466,7 +466,8 @@ struct Admit {
 impl Admit {
     /// The run to admit at `created_at`, its token retained from then on.
     fn at(self, created_at: SystemTime) -> NewRun {
-        NewRun { parent: None,
+        NewRun {
+            parent: None,
             id: self.id,
             workflow: self.workflow.to_owned(),
             input: self.input,
@@ -523,7 +524,8 @@ async fn admit(
 
 /// The record of a run just admitted, as a worker that leased it at admission holds it.
 fn admitted_run(run: &NewRun) -> RunRecord {
-    RunRecord { parent: None,
+    RunRecord {
+        parent: None,
         id: run.id,
         workflow: run.workflow.clone(),
         status: RunStatus::Running,
@@ -712,7 +714,8 @@ impl<T> Run<T> {
         let id = RunId::new();
         let history = fork_history(&events, from_step, &self.id, &id)
             .map_err(|why| RunError::CannotFork { id: self.id, why })?;
-        let new = NewRun { parent: None,
+        let new = NewRun {
+            parent: None,
             id,
             workflow: run.workflow,
             input: run.input,

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    block_backoff, failure_backoff, gave_up, AcquireRequest, ChildNotice, CHILD_NOTICE_TOKEN, Admission, AdmitOrResume, Append,
-    CancelOutcome, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease,
-    LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome,
-    RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
+    CancelOutcome, ChildNotice, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter,
+    RunOutcome, RunRecord, RunStatus, Store, CHILD_NOTICE_TOKEN, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;

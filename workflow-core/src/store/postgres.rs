@@ -1844,6 +1844,7 @@ mod tests {
                 "hooks_run",
                 "runs",
                 "runs_created",
+                "runs_parent",
                 "runs_pkey",
                 "runs_ready",
                 "workflow_migrations",
@@ -1906,7 +1907,8 @@ mod tests {
     async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
         let (schema, store) = fresh!();
         let id = RunId::new();
-        within(store.create_run(NewRun { parent: None,
+        within(store.create_run(NewRun {
+            parent: None,
             id,
             workflow: "orders".to_owned(),
             input: json!(null),
@@ -1937,7 +1939,7 @@ mod tests {
             .exec(&format!(
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
                  ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
-                     DROP COLUMN deadline;
+                     DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
                 migrations = schema.table("workflow_migrations"),

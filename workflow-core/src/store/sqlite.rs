@@ -1977,6 +1977,7 @@ mod tests {
                 "hooks",
                 "hooks_run",
                 "runs",
+                "runs_parent",
                 "runs_ready",
                 "workflow_migrations"
             ]
