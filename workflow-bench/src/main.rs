@@ -50,6 +50,9 @@ enum Scenario {
     /// `testing::replay` of an exported 10,000-step history (a replay test of a new build).
     #[value(alias = "replay")]
     ReplayTest,
+    /// A parent starting a 1-step child and awaiting its result, one at a time: p50.
+    #[value(alias = "child")]
+    Children,
     /// W0 to W3.
     #[value(alias = "w")]
     Common,
@@ -101,6 +104,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency,
             Memory,
             ReplayTest,
+            Children,
             W0,
             W1,
             W2,
@@ -116,6 +120,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => &HookLatency,
             Memory => &Memory,
             ReplayTest => &ReplayTest,
+            Children => &Children,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -132,6 +137,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
+            Children => scenarios::children(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -211,6 +217,7 @@ mod tests {
             "hook latency",
             "memory",
             "replay test",
+            "children",
             "W0",
             "W1",
             "W2",
