@@ -98,6 +98,20 @@ async fn parent_of_slow_child(token: String) -> Result<String> {
     }
 }
 
+/// Starts `n` doubler children at once and awaits them all.
+#[workflow]
+async fn parent_of_many(n: u64) -> Result<u64> {
+    let mut children = Vec::new();
+    for i in 0..n {
+        children.push(start_child(doubler, (i,)).await?);
+    }
+    let mut sum = 0;
+    for c in children {
+        sum += c.result().await?;
+    }
+    Ok(sum)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -280,6 +294,42 @@ async fn a_child_past_its_deadline_fails_and_its_parent_hears_of_it(b: Backend) 
     assert_eq!(children[0].status, RunStatus::Failed);
 }
 
+/// Parents cancelled while their children are ending on their own: every cancel answers,
+/// nothing is left running, and the children's ends and the cancellations (which take the
+/// same locks in the same order) never wait for each other in a cycle.
+async fn cancels_racing_child_ends_all_finish(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db.runtime().await;
+    let mut parents = Vec::new();
+    for _ in 0..10 {
+        parents.push(rt.start(parent_of_many, (8,)).await.unwrap());
+    }
+    for (i, p) in parents.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(i as u64)).await;
+        p.cancel().await.unwrap();
+    }
+    for p in &parents {
+        let status = p.status().await.unwrap();
+        assert!(
+            matches!(status, RunStatus::Cancelled | RunStatus::Completed),
+            "{status}"
+        );
+        for c in children_of(&rt, p.id()).await {
+            let c = loop {
+                let info = rt.get_run(&c.id).info().await.unwrap();
+                if info.status.is_terminal() {
+                    break info;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            assert!(
+                matches!(c.status, RunStatus::Cancelled | RunStatus::Completed),
+                "{c:?}"
+            );
+        }
+    }
+}
+
 async fn start_child_outside_a_workflow_is_an_error(_b: Backend) {
     let err = start_child(doubler, (1,)).await.unwrap_err();
     assert!(err.to_string().contains("outside a workflow"), "{err}");
@@ -292,6 +342,7 @@ on_every_store!(
     cancelling_a_parent_cancels_its_attached_children_only,
     a_child_token_taken_elsewhere_is_a_conflict_at_start,
     a_child_past_its_deadline_fails_and_its_parent_hears_of_it,
+    cancels_racing_child_ends_all_finish,
     start_child_outside_a_workflow_is_an_error,
 );
 

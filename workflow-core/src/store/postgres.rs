@@ -340,6 +340,7 @@ impl PostgresStore {
             sql: &self.inner.sql,
             channel: &self.inner.schema,
             inbox_lock: self.inner.inbox_lock,
+            lock_with_append: false,
         }
     }
 }
@@ -736,10 +737,12 @@ type Statements = super::sql::Statements<String, PgOnly>;
 
 /// The statements SQLite does without: its writer holds the database's one write lock.
 struct PgOnly {
+    /// `append`, taking the inbox lock first when the run has a parent (`$6` lock key): the
+    /// first statement of a run's end, which may queue a notice to the parent. The lock is
+    /// an InitPlan of the row's UPDATE, so it is held before the row is locked.
+    append_ending: String,
     /// Takes the inbox lock (see `resume_hook`). `$1` lock key.
     lock_inbox: String,
-    /// Takes the inbox lock when run `$2` has a parent, whose inbox its end writes to.
-    lock_inbox_for_child: String,
 }
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
@@ -998,12 +1001,25 @@ fn statements(s: &str) -> Statements {
             prune_records: ["events", "hook_inbox", "hooks"]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
             dialect: PgOnly {
-                lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
-                // Reads the run's row without locking it: the inbox lock comes first.
-                lock_inbox_for_child: format!(
-                    "SELECT pg_advisory_xact_lock($1) FROM {s}.runs
-                     WHERE id = $2 AND parent_id IS NOT NULL"
+                append_ending: format!(
+                    "WITH numbered AS (
+                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
+                         WHERE id = $1
+                           AND ($5::bigint IS NULL
+                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                           AND (SELECT count(*) FROM (
+                                    SELECT pg_advisory_xact_lock($6) FROM {s}.runs p
+                                    WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
+                         RETURNING last_seq - cardinality($2::bigint[]) AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
+                         FROM numbered,
+                              UNNEST($2::bigint[], $3::text[], $4::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n))
+                     SELECT base FROM numbered"
                 ),
+                lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
             },
         }
     }
@@ -1018,6 +1034,9 @@ struct Pg<'a> {
     channel: &'a str,
     /// The advisory lock key serializing the schema's inbox inserts.
     inbox_lock: i64,
+    /// Set by `lock_inbox_for_end(Some(run))`: the next append of that run takes the inbox
+    /// lock (if the run has a parent) before its row lock, in the same statement.
+    lock_with_append: bool,
 }
 
 impl Tx for Pg<'_> {
@@ -1103,14 +1122,22 @@ impl Tx for Pg<'_> {
         fence: Option<i64>,
         events: &EncodedEvents,
     ) -> Result<bool, StoreError> {
-        let base: Option<i64> = sqlx::query_scalar(&self.sql.append)
+        let ending = std::mem::take(&mut self.lock_with_append);
+        let sql = if ending {
+            &self.sql.dialect.append_ending
+        } else {
+            &self.sql.append
+        };
+        let mut query = sqlx::query_scalar(sql)
             .bind(run)
             .bind(&events.at)
             .bind(&events.kind)
             .bind(&events.data)
-            .bind(fence)
-            .fetch_optional(&mut *self.conn)
-            .await?;
+            .bind(fence);
+        if ending {
+            query = query.bind(self.inbox_lock);
+        }
+        let base: Option<i64> = query.fetch_optional(&mut *self.conn).await?;
         Ok(base.is_some())
     }
 
@@ -1207,13 +1234,16 @@ impl Tx for Pg<'_> {
     }
 
     async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
-        let lock = match run {
-            Some(run) => sqlx::query(&self.sql.dialect.lock_inbox_for_child)
-                .bind(self.inbox_lock)
-                .bind(run),
-            None => sqlx::query(&self.sql.dialect.lock_inbox).bind(self.inbox_lock),
-        };
-        lock.execute(&mut *self.conn).await?;
+        match run {
+            // Taken by the run's next statement, its fenced append: no round trip of its own.
+            Some(_) => self.lock_with_append = true,
+            None => {
+                sqlx::query(&self.sql.dialect.lock_inbox)
+                    .bind(self.inbox_lock)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
         Ok(())
     }
 

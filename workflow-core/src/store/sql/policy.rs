@@ -171,8 +171,9 @@ pub(in crate::store) trait Tx {
 
     /// Takes, before any run row is locked, the lock a child's end needs to queue its notice
     /// to the parent (PostgreSQL's inbox lock; SQLite's writer holds every lock already):
-    /// for `Some(run)` only when that run has a parent, for `None` always. Taken in this
-    /// order (inbox, then run rows) by every writer that queues payloads, so none waits for
+    /// for `Some(run)` only when that run has a parent (then the dialect may take it with
+    /// the run's next statement, its fenced append), for `None` always. Taken in this order
+    /// (inbox, then run rows) by every writer that queues payloads, so none waits for
     /// another in a cycle.
     fn lock_inbox_for_end(
         &mut self,
