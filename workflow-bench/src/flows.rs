@@ -34,6 +34,13 @@ pub async fn one_step(i: u64) -> Result<u64> {
     body(i).await
 }
 
+/// Starts a `one_step` child and returns its result (SPEC 10).
+#[workflow(name = "bench.parent_of_one")]
+pub async fn parent_of_one(i: u64) -> Result<u64> {
+    let child = start_child(one_step, (i,)).await?;
+    child.result().await
+}
+
 /// Marks that the workflow reached its durable sleep (recorded, so not run again on replay).
 #[step(name = "bench.reached")]
 async fn reached() -> Result<()> {

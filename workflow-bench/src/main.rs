@@ -51,6 +51,9 @@ enum Scenario {
     /// `testing::replay` of an exported 10,000-step history (a replay test of a new build).
     #[value(alias = "replay")]
     ReplayTest,
+    /// A parent starting a 1-step child and awaiting its result, one at a time: p50.
+    #[value(alias = "child")]
+    Children,
     /// Streams: chunks/s of one writer, write → reader latency in-process and across processes.
     Streams,
     /// W0 to W3.
@@ -104,6 +107,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency,
             Memory,
             ReplayTest,
+            Children,
             Streams,
             W0,
             W1,
@@ -120,6 +124,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => &HookLatency,
             Memory => &Memory,
             ReplayTest => &ReplayTest,
+            Children => &Children,
             Streams => &Streams,
             W0 => &W0,
             W1 => &W1,
@@ -137,6 +142,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
+            Children => scenarios::children(ctx, &mut rep).await?,
             Streams => streams::streams(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
@@ -220,6 +226,7 @@ mod tests {
             "hook latency",
             "memory",
             "replay test",
+            "children",
             "streams",
             "W0",
             "W1",

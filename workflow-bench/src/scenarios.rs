@@ -11,7 +11,7 @@ use futures::StreamExt;
 use workflow_core::store::Event;
 use workflow_core::{Runtime, StartError};
 
-use crate::flows::{listener, one_step, parked, probe, recovering, sequential};
+use crate::flows::{listener, one_step, parent_of_one, parked, probe, recovering, sequential};
 use crate::report::{median, percentile, Report, Row, Target, Unit};
 use crate::stores::{Fresh, StoreKind};
 use crate::BoxResult;
@@ -267,6 +267,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
     let id = workflow_core::RunId::new();
     store
         .create_run(NewRun {
+            parent: None,
             id,
             workflow: workflow.clone(),
             input: serde_json::json!([]),
@@ -877,6 +878,62 @@ fn wline(rep: &mut Report, w: &str, store: &str, samples: &[f64], unit: &str, di
 
 fn w_stores(ctx: &Ctx, rep: &mut Report) -> Vec<StoreKind> {
     ctx.stores(&[StoreKind::Sqlite, StoreKind::Postgres], rep)
+}
+
+/// Child runs (SPEC 10): twenty parents one at a time, each starting a 1-step child and
+/// awaiting its result; p50 from the parent's start to its result, next to the same runs'
+/// W0 (a lone 1-step run) measured in the same trial, so the child's cost reads as the
+/// difference.
+pub async fn children(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
+    use StoreKind::*;
+    for kind in ctx.stores(&[Memory, Sqlite, Postgres], rep) {
+        progress(format!("children {}", kind.name()));
+        let (mut parent, mut alone) = (Vec::new(), Vec::new());
+        for _ in 0..ctx.trials {
+            let fresh = ctx.fresh(kind).await?;
+            let rt = fresh.builder().build().await?;
+            warm_up(&rt).await?;
+            let (mut with_child, mut lone) = (Vec::new(), Vec::new());
+            for i in 0..ctx.sizes.w0_runs {
+                let t = Instant::now();
+                rt.start(parent_of_one, (i as u64,))
+                    .await?
+                    .return_value()
+                    .await?;
+                with_child.push(us(t.elapsed()));
+                let t = Instant::now();
+                rt.start(one_step, (i as u64,))
+                    .await?
+                    .return_value()
+                    .await?;
+                lone.push(us(t.elapsed()));
+            }
+            rt.shutdown();
+            fresh.cleanup().await?;
+            parent.push(percentile(&with_child, 50.0));
+            alone.push(percentile(&lone, 50.0));
+        }
+        let s = kind.name();
+        rep.push(
+            Row::new(
+                "children",
+                s,
+                "parent → 1-step child → result: p50",
+                Unit::Micros,
+            )
+            .samples(parent),
+        );
+        rep.push(
+            Row::new(
+                "children",
+                s,
+                "the same 1-step run alone (W0): p50",
+                Unit::Micros,
+            )
+            .samples(alone),
+        );
+    }
+    Ok(())
 }
 
 /// W0: twenty 1-step workflows one at a time; p50 start→result latency.

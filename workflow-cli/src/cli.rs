@@ -559,6 +559,9 @@ fn run_text(d: &RunDetail) -> String {
     if let Some(token) = &r.hook_token {
         field("token", token);
     }
+    if let Some(parent) = &r.parent {
+        field("parent", &parent.to_string());
+    }
     field("input", &r.input.to_string());
     if let Some(output) = &r.output {
         field("output", &output.to_string());
@@ -591,6 +594,34 @@ fn run_text(d: &RunDetail) -> String {
         for w in &d.waiting_on {
             let _ = writeln!(out, "  - {}", text::printable(w, false));
         }
+    }
+
+    if !d.children.is_empty() {
+        let _ = writeln!(out, "\nchildren");
+        let mut t = Table::new(["  CHILD", "WORKFLOW", "STATUS", "DETAILS"]);
+        for c in &d.children {
+            let status = match (c.status, c.conflict) {
+                (_, Some(_)) => "not started".to_owned(),
+                (Some(s), _) => s.as_str().to_owned(),
+                (None, _) => "pruned".to_owned(),
+            };
+            let details = match (&c.conflict, &c.output, &c.error) {
+                (Some(owner), _, _) => format!("token owned by run {owner}"),
+                (_, Some(v), _) => format!("received ok={}", text::json_line(v, 60)),
+                (_, _, Some(e)) => format!("received error: {}", text::cut(&e.to_string(), 80)),
+                _ => c.child_key.clone(),
+            };
+            t.row(vec![
+                format!(
+                    "  {}",
+                    c.child_id.map(|id| id.to_string()).unwrap_or_default()
+                ),
+                c.workflow.clone(),
+                status,
+                details,
+            ]);
+        }
+        out.push_str(&t.to_string());
     }
 
     let _ = writeln!(out, "\nsteps");

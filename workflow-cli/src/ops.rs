@@ -99,7 +99,11 @@ pub async fn run_with_events(
     let run = store.get_run(&id).await?.ok_or_else(|| not_found(id))?;
     let events = store.events(&id).await?;
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
-    let mut detail = RunDetail::new(run, &events, &hooks, store_now(rt).await?);
+    let children = store
+        .list_runs(&RunFilter::new().parent(id).limit(10_000))
+        .await?;
+    let mut detail =
+        RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
     detail.streams = streams(rt, id).await?;
     Ok((detail, events.into_iter().map(EventView::new).collect()))
 }

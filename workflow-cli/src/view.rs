@@ -53,6 +53,8 @@ pub struct RunSummary {
     pub input: Value,
     pub output: Option<Value>,
     pub error: Option<Error>,
+    /// The run that started this one with `start_child`.
+    pub parent: Option<RunId>,
 }
 
 impl RunSummary {
@@ -70,6 +72,7 @@ impl RunSummary {
             input: r.input,
             output: r.output,
             error: r.error,
+            parent: r.parent,
         }
     }
 }
@@ -228,6 +231,8 @@ pub struct RunDetail {
     pub hooks: Vec<HookView>,
     /// Patch markers and retries, in history order.
     pub marks: Vec<MarkView>,
+    /// The child runs it started, in start order.
+    pub children: Vec<ChildView>,
     /// The run's streams by name, each with its last chunks (filled by `ops`, which reads
     /// them from the store beside the history).
     pub streams: Vec<StreamView>,
@@ -276,6 +281,7 @@ impl RunDetail {
         let mut timers: Vec<TimerView> = Vec::new();
         let mut hooks: Vec<HookView> = Vec::new();
         let mut marks: Vec<MarkView> = Vec::new();
+        let mut children: Vec<ChildView> = Vec::new();
         // What a retry re-opens: the steps whose error came after the last command recorded.
         let mut last_command = 0;
         let mut failed_at: Vec<(String, u64)> = Vec::new();
@@ -288,6 +294,7 @@ impl RunDetail {
                     | Event::HookRegistered { .. }
                     | Event::HookReleased { .. }
                     | Event::PatchMarked { .. }
+                    | Event::ChildStarted { .. }
             ) {
                 last_command = e.seq;
             }
@@ -457,6 +464,33 @@ impl RunDetail {
                         }
                     }
                 }
+                Event::ChildStarted {
+                    child_key,
+                    child_id,
+                    workflow,
+                    conflict,
+                } => children.push(ChildView {
+                    child_key: child_key.clone(),
+                    child_id: conflict.is_none().then_some(*child_id),
+                    workflow: workflow.clone(),
+                    started_at: at,
+                    conflict: *conflict,
+                    status: None,
+                    ended_at: None,
+                    output: None,
+                    error: None,
+                }),
+                Event::ChildEnded {
+                    child_id, result, ..
+                } => {
+                    if let Some(c) = children.iter_mut().find(|c| c.child_id == Some(*child_id)) {
+                        c.ended_at = Some(at);
+                        match result {
+                            Ok(v) => c.output = Some(v.clone()),
+                            Err(e) => c.error = Some(e.clone()),
+                        }
+                    }
+                }
                 // The run's end is in its record; events added later are not drawn.
                 _ => {}
             }
@@ -527,9 +561,29 @@ impl RunDetail {
             timers,
             hooks,
             marks,
+            children,
             streams: Vec::new(),
             as_of: now,
         }
+    }
+
+    /// Fills in the children's current state from their own records (`list_runs` by
+    /// parent), which the parent's history does not have until it receives their ends.
+    pub fn with_children(mut self, records: &[RunRecord]) -> Self {
+        for c in &mut self.children {
+            if let Some(r) = records.iter().find(|r| Some(r.id) == c.child_id) {
+                c.status = Some(r.status);
+            }
+        }
+        if self.run.status == RunStatus::Running {
+            for c in self.children.iter().filter(|c| c.ended_at.is_none()) {
+                if let (Some(id), Some(status)) = (c.child_id, c.status) {
+                    self.waiting_on
+                        .push(format!("child run {id} ({}), {status}", c.workflow));
+                }
+            }
+        }
+        self
     }
 
     /// When the run ended, or `as_of` for a live run.
@@ -540,6 +594,25 @@ impl RunDetail {
             self.as_of
         }
     }
+}
+
+/// A child run the run started (`start_child`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ChildView {
+    /// The start's key in the parent (`ch_<n>`).
+    pub child_key: String,
+    /// The child run; `None` when its token was taken and none was started.
+    pub child_id: Option<RunId>,
+    pub workflow: String,
+    pub started_at: Time,
+    /// The owner of the child's `.hook(token)`, when that kept it from starting.
+    pub conflict: Option<RunId>,
+    /// The child's status now, from its own record.
+    pub status: Option<RunStatus>,
+    /// When the parent received the child's end.
+    pub ended_at: Option<Time>,
+    pub output: Option<Value>,
+    pub error: Option<Error>,
 }
 
 /// A moment of the run that is not a step, sleep or hook: a patch taken, a retry.
@@ -797,6 +870,24 @@ impl EventView {
             Event::HookReleased { hook_key, token } => format!("{hook_key} {token:?}"),
             Event::PatchMarked { patch_id } => format!("patch {patch_id:?}: new code path taken"),
             Event::RunRetried => "failed run re-opened by retry".to_owned(),
+            Event::ChildStarted {
+                child_key,
+                child_id,
+                workflow,
+                conflict,
+            } => match conflict {
+                Some(owner) => format!(
+                    "{child_key} {} not started: its token is owned by run {owner}",
+                    short_name(workflow)
+                ),
+                None => format!("{child_key} {} run {child_id}", short_name(workflow)),
+            },
+            Event::ChildEnded {
+                child_id, result, ..
+            } => match result {
+                Ok(v) => format!("run {child_id} ok={}", text::json_line(v, 80)),
+                Err(e) => format!("run {child_id} error: {e}"),
+            },
             other => format!("{other:?}"),
         }
     }
@@ -841,6 +932,7 @@ mod tests {
 
     fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
         RunRecord {
+            parent: None,
             id: RunId::new(),
             workflow: "wf".into(),
             status,

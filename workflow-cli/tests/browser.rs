@@ -550,6 +550,7 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
     rt.store()
         .create_run_with_history(
             NewRun {
+                parent: None,
                 id,
                 workflow: checkout_name.replace("::checkout", "::upgrade"),
                 input: json!(["o-99"]),

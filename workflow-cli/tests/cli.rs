@@ -23,8 +23,26 @@ on_both_stores!(
     retry_reopens_a_failed_run_and_refuses_others,
     fork_keeps_the_first_steps,
     export_prints_the_versioned_history,
+    run_links_parents_and_children,
     stream_prints_and_follows_a_run_s_chunks,
 );
+
+/// Waits on a hook, then returns what it received.
+#[workflow]
+async fn cli_gated(token: String) -> workflow_core::Result<String> {
+    let mut gate = workflow_core::create_hook::<String>(token);
+    gate.recv().await
+}
+
+/// Starts two gated children and returns the first one's result.
+#[workflow]
+async fn cli_parent(token: String) -> workflow_core::Result<String> {
+    let first = workflow_core::start_child(cli_gated, (format!("{token}-1"),)).await?;
+    let _second = workflow_core::start_child(cli_gated, (format!("{token}-2"),))
+        .detached()
+        .await?;
+    first.result().await
+}
 
 /// Fails with a message that would clear the screen, retitle the terminal and forge a line.
 #[workflow]
@@ -773,6 +791,76 @@ async fn export_prints_the_versioned_history(b: Backend) {
         f.rt.store().events(&f.completed).await.unwrap()[0].event,
         Event::StepScheduled { .. }
     ));
+}
+
+async fn run_links_parents_and_children(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let token = format!("kids-{}", RunId::new());
+    let parent = f.rt.start(cli_parent, (token.clone(),)).await.unwrap();
+    let children = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let c =
+                f.rt.store()
+                    .list_runs(&workflow_core::store::RunFilter::new().parent(parent.id()))
+                    .await
+                    .unwrap();
+            if c.len() == 2 {
+                return c;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("two children in time");
+    let first = children
+        .iter()
+        .find(|c| c.input == json!([format!("{token}-1")]))
+        .unwrap()
+        .id;
+    loop {
+        match f.rt.resume_hook(format!("{token}-1"), "done").await {
+            Ok(_) => break,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    until_status(&f.rt, parent.id(), RunStatus::Completed).await;
+
+    let out = cli(db, &["run", &parent.id().to_string()]).await.ok();
+    assert!(out.contains("\nchildren\n"), "{out}");
+    let line = row(&out, &first.to_string());
+    assert!(
+        line.contains("cli_gated") && line.contains("completed") && line.contains("\"done\""),
+        "{line}"
+    );
+    for c in &children {
+        assert!(out.contains(&c.id.to_string()), "{out}");
+    }
+    let v = cli(db, &["run", &parent.id().to_string(), "--json"])
+        .await
+        .json();
+    let listed: Vec<&str> = v["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["child_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2, "{v}");
+    assert_eq!(v["children"][0]["status"], "completed");
+    assert_eq!(v["children"][1]["status"], "running");
+
+    let out = cli(db, &["run", &first.to_string()]).await.ok();
+    assert!(
+        row(&out, "parent").contains(&parent.id().to_string()),
+        "{out}"
+    );
+    let v = cli(db, &["run", &first.to_string(), "--json"]).await.json();
+    assert_eq!(v["parent"], json!(parent.id().to_string()));
+    let events = cli(db, &["events", &parent.id().to_string()]).await.ok();
+    assert!(
+        events.contains("child_started") && events.contains("child_ended"),
+        "{events}"
+    );
 }
 
 #[step]

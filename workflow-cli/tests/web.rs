@@ -530,6 +530,60 @@ async fn a_divergence_is_escaped() {
     assert_eq!(body.matches("<script").count(), 1, "{body}");
 }
 
+/// Returns its argument.
+#[workflow_core::workflow]
+async fn web_child(n: u32) -> workflow_core::Result<u32> {
+    Ok(n)
+}
+
+/// Starts a child and returns its result.
+#[workflow_core::workflow]
+async fn web_parent(n: u32) -> workflow_core::Result<u32> {
+    let child = workflow_core::start_child(web_child, (n,)).await?;
+    child.result().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parent_and_child_pages_link_to_each_other() {
+    let f = fixture(Backend::Sqlite).await;
+    let run = f.rt.start(web_parent, (7,)).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, run.return_value())
+            .await
+            .unwrap()
+            .unwrap(),
+        7
+    );
+    let children =
+        f.rt.store()
+            .list_runs(&workflow_core::store::RunFilter::new().parent(run.id()))
+            .await
+            .unwrap();
+    let child = children[0].id;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+
+    let page = get(web.addr, &format!("/runs/{}", run.id()), &host);
+    assert_eq!(page.status, 200, "{page:?}");
+    let body = &page.body;
+    assert!(body.contains(r#"<section id="children">"#), "{body}");
+    assert!(
+        body.contains(&format!(
+            r#"<a class="mono" href="/runs/{child}">{child}</a>"#
+        )),
+        "{body}"
+    );
+    assert!(body.contains(r#"data-status="completed""#), "{body}");
+    let page = get(web.addr, &format!("/runs/{child}"), &host).body;
+    assert!(
+        page.contains(&format!(
+            r#"<a class="mono" id="parent" href="/runs/{id}">{id}</a>"#,
+            id = run.id()
+        )),
+        "{page}"
+    );
+}
+
 #[workflow_core::step]
 async fn shout(words: Vec<String>) -> workflow_core::Result<()> {
     let out = workflow_core::stream::<String>("log");

@@ -40,10 +40,16 @@ pub(crate) type StepExec =
 pub(crate) type Command = crate::replay::Command<StepExec>;
 
 /// A result delivered under a [`Key`], waiting for the future that asked for it.
-enum Ready {
+pub(crate) enum Ready {
     Step(Result<Value, Error>),
     Fired,
     Registered(Option<RunId>),
+    /// A child's admission: its id, and the owner of its token when none was admitted.
+    ChildStarted {
+        child_id: RunId,
+        conflict: Option<RunId>,
+    },
+    ChildEnded(Result<Value, Error>),
 }
 
 /// The per-run state shared by the workflow's futures and its driver.
@@ -54,7 +60,7 @@ pub(crate) struct RunCtx {
     /// The token claimed at admission (`start(..).hook(token)`).
     start_token: Option<String>,
     /// The runtime's `max_payload_bytes`, for step arguments.
-    max_payload_bytes: usize,
+    pub(crate) max_payload_bytes: usize,
     journal: Mutex<Journal>,
 }
 
@@ -64,6 +70,8 @@ struct Journal {
     step_counters: HashMap<&'static str, u32>,
     timers: u32,
     hooks: u32,
+    /// `start_child` calls so far: the next start's key is `ch_<children>`.
+    children: u32,
     /// Whether a hook handle bound to the start token (or gave it up).
     start_token_used: bool,
     /// Tokens owned by live hook handles: payloads for them are delivered.
@@ -85,7 +93,10 @@ struct Journal {
 
 /// Whether `cmd` takes a place among the recorded commands (a release does not).
 fn is_recorded(cmd: &Command) -> bool {
-    !matches!(cmd, Command::HookRelease { .. })
+    !matches!(
+        cmd,
+        Command::HookRelease { .. } | Command::AwaitChild { .. }
+    )
 }
 
 impl RunCtx {
@@ -109,6 +120,7 @@ impl RunCtx {
                 step_counters: HashMap::new(),
                 timers: 0,
                 hooks: 0,
+                children: 0,
                 start_token_used: false,
                 open_tokens: HashSet::new(),
                 abandoned: HashSet::new(),
@@ -179,6 +191,21 @@ impl RunCtx {
                     j.ready.insert(key.clone(), Ready::Registered(conflict));
                     j.waiters.remove(&key)
                 }
+                Delivered::ChildStarted {
+                    child_key,
+                    child_id,
+                    conflict,
+                } => {
+                    let key = Key::Child(child_key);
+                    j.ready
+                        .insert(key.clone(), Ready::ChildStarted { child_id, conflict });
+                    j.waiters.remove(&key)
+                }
+                Delivered::ChildEnded { child_id, result } => {
+                    let key = Key::ChildEnd(child_id);
+                    j.ready.insert(key.clone(), Ready::ChildEnded(result));
+                    j.waiters.remove(&key)
+                }
                 Delivered::Payload { token, payload } => {
                     j.payloads
                         .entry(token.clone())
@@ -198,11 +225,19 @@ impl RunCtx {
         self.journal().open_tokens.contains(token)
     }
 
-    fn issue(&self, cmd: Command) {
+    pub(crate) fn issue(&self, cmd: Command) {
         self.journal().issued.push(cmd);
     }
 
-    fn wait(self: &Arc<Self>, key: Key) -> WaitFor {
+    /// The key of the next `start_child` call.
+    pub(crate) fn next_child_key(&self) -> String {
+        let mut j = self.journal();
+        let key = format!("ch_{}", j.children);
+        j.children += 1;
+        key
+    }
+
+    pub(crate) fn wait(self: &Arc<Self>, key: Key) -> WaitFor {
         WaitFor {
             ctx: self.clone(),
             key,
@@ -211,7 +246,7 @@ impl RunCtx {
 }
 
 /// Resolves with the result delivered under `key`. Dropping it consumes nothing.
-struct WaitFor {
+pub(crate) struct WaitFor {
     ctx: Arc<RunCtx>,
     key: Key,
 }
@@ -233,7 +268,7 @@ impl Future for WaitFor {
     }
 }
 
-fn current() -> Option<Arc<RunCtx>> {
+pub(crate) fn current() -> Option<Arc<RunCtx>> {
     WORKFLOW.try_with(|c| c.clone()).ok()
 }
 
@@ -530,7 +565,7 @@ pub(crate) fn invalid_token(token: &str) -> Option<String> {
 
 /// A delivery of the wrong kind under a key: the keys are typed, so only a bug gets here, and
 /// it fails the call instead of panicking in the workflow.
-fn mismatched_delivery(what: &str) -> Error {
+pub(crate) fn mismatched_delivery(what: &str) -> Error {
     Error::fatal(format!(
         "internal error: `{what}` received a result of another kind; please report this"
     ))

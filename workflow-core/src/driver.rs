@@ -28,10 +28,12 @@ use crate::config::{check_payload, Config};
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
+use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
-use crate::replay::{Divergence, Effect, End, Inbound, Replay, Writes};
+use crate::replay::{ChildCall, Divergence, Effect, End, Inbound, Replay, Writes};
 use crate::store::{
-    Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, RunOutcome, Store,
+    Admission, Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, NewRun,
+    ParentLink, RunOutcome, StartHook, Store,
 };
 
 /// The first wait before a store call that failed on a transient error (connection lost,
@@ -51,8 +53,12 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// until its next wake-up (a payload may have made it due meanwhile).
     fn left(&self, lease: &Lease, evicted: bool);
 
-    /// The run's end is durable: wake whoever waits for it in this process.
-    fn ended(&self, run: crate::RunId);
+    /// The run's end is durable: wake whoever waits for it in this process, and its parent
+    /// if it has one (the end is in the parent's inbox).
+    fn ended(&self, run: crate::RunId, parent: Option<crate::RunId>);
+
+    /// A run was admitted (a child): a worker here may take it at once.
+    fn admitted(&self);
 
     /// The current time on the store's clock: every time the driver records or compares.
     fn now(&self) -> SystemTime;
@@ -173,6 +179,8 @@ pub(crate) struct Driver {
     stop: Arc<Notify>,
     /// The run's deadline (`start(..).timeout(d)`) and `d`.
     deadline: Option<(SystemTime, Duration)>,
+    /// The run that started this one (`start_child`), told of its end.
+    parent: Option<RunId>,
 }
 
 impl Driver {
@@ -213,6 +221,7 @@ impl Driver {
                 let timeout = at.duration_since(run.created_at).unwrap_or_default();
                 (at, timeout)
             }),
+            parent: run.parent,
         };
         let result = AssertUnwindSafe(
             async {
@@ -300,7 +309,7 @@ impl Driver {
                     %run_id, error = %e,
                     "run driver stopped on a store error again; the run failed"
                 );
-                self.host.ended(run_id);
+                self.host.ended(run_id, self.parent);
                 false
             }
             Err(why) => {
@@ -419,7 +428,7 @@ impl Driver {
                 return match self.replay.returned(result, now) {
                     Ok(end) => {
                         self.write(end).await?;
-                        self.host.ended(self.ctx.run_id);
+                        self.host.ended(self.ctx.run_id, self.parent);
                         Ok(Stop::Ended)
                     }
                     Err(d) => self.diverge(d).await,
@@ -442,6 +451,7 @@ impl Driver {
             if self
                 .replay
                 .deliver_payload(|token| self.ctx.is_open(token), self.host.now())
+                || self.replay.deliver_child_end(self.host.now())
             {
                 self.deliver_ready();
                 continue;
@@ -535,9 +545,84 @@ impl Driver {
                     self.deliver_ready();
                     return Ok(true);
                 }
+                Effect::StartChild { child_key } => {
+                    let Some(call) = self.replay.child(&child_key).cloned() else {
+                        continue;
+                    };
+                    let at = self.host.now();
+                    let child_id = RunId::new();
+                    let conflict = self.start_child(call, child_id, at).await?;
+                    self.last_seq += 1;
+                    if conflict.is_none() {
+                        self.host.admitted();
+                    }
+                    self.replay.child_started(child_key, child_id, conflict, at);
+                    self.deliver_ready();
+                    return Ok(true);
+                }
             }
         }
         Ok(false)
+    }
+
+    /// Admits child `child_id` of `call` with its `ChildStarted` event; the owner of its
+    /// token when it was taken (and no child was admitted). After a transient error, the
+    /// history tells whether the start committed before it is tried again.
+    async fn start_child(
+        &self,
+        call: ChildCall,
+        child_id: RunId,
+        at: SystemTime,
+    ) -> Result<Option<RunId>, StoreError> {
+        let child = NewRun {
+            id: child_id,
+            workflow: call.workflow.to_owned(),
+            input: call.input,
+            created_at: at,
+            hook: call.hook.map(|token| StartHook {
+                token,
+                retain_until: None,
+            }),
+            deadline: call
+                .timeout
+                .filter(|d| *d != Duration::MAX)
+                .map(|d| crate::history::after(at, d)),
+            parent: Some(ParentLink {
+                run: self.ctx.run_id,
+                detached: call.detached,
+            }),
+        };
+        let mut tries = 0;
+        loop {
+            let started =
+                self.host
+                    .store()
+                    .start_child(&self.lease, &call.child_key, child.clone());
+            let e = match started.await {
+                Ok(Admission::Admitted) => return Ok(None),
+                Ok(Admission::Conflict(owner)) => return Ok(Some(owner)),
+                Err(e) if e.is_transient() => e,
+                Err(e) => return Err(e),
+            };
+            self.back_off(e, &mut tries).await?;
+            let run_id = self.ctx.run_id;
+            let events = self.retry(|| self.host.store().events(&run_id)).await?;
+            match events.last() {
+                Some(e) if e.seq == self.last_seq + 1 => {
+                    return match &e.event {
+                        Recorded::ChildStarted {
+                            child_key,
+                            child_id: id,
+                            conflict,
+                            ..
+                        } if *child_key == call.child_key && *id == child_id => Ok(*conflict),
+                        _ => Err(StoreError::LeaseLost(run_id)),
+                    };
+                }
+                last if last.map_or(0, |e| e.seq) == self.last_seq => {}
+                _ => return Err(StoreError::LeaseLost(run_id)),
+            }
+        }
     }
 
     /// Claims `token` for hook `hook_key`. After a transient error, the history tells whether
@@ -715,7 +800,7 @@ impl Driver {
             end: Some(End::Failed(error)),
         })
         .await?;
-        self.host.ended(self.ctx.run_id);
+        self.host.ended(self.ctx.run_id, self.parent);
         Ok(Stop::Ended)
     }
 
@@ -733,7 +818,7 @@ impl Driver {
             end: Some(End::Failed(error)),
         };
         self.write(writes).await?;
-        self.host.ended(self.ctx.run_id);
+        self.host.ended(self.ctx.run_id, self.parent);
         Ok(Stop::Ended)
     }
 

@@ -84,6 +84,14 @@ impl Error {
         Self::new(ErrorKind::Cancelled, format!("run {run_id} was cancelled"))
     }
 
+    /// The error of a child run cancelled because its parent was.
+    pub(crate) fn cancelled_with_parent(run_id: &RunId, parent: &RunId) -> Self {
+        Self::new(
+            ErrorKind::Cancelled,
+            format!("run {run_id} was cancelled with its parent run {parent}"),
+        )
+    }
+
     pub(crate) fn diverged(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Diverged, message)
     }

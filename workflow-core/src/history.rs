@@ -108,6 +108,28 @@ pub enum Event {
     /// steps whose error ended the run (no command recorded after their result) get a fresh
     /// set of attempts.
     RunRetried,
+    /// The workflow started a child run (`start_child`); the child's admission and this event
+    /// are one store transaction. Delivered to the workflow.
+    ChildStarted {
+        /// The start's key within the run (`ch_<n>`).
+        child_key: String,
+        /// The child run's id (admitted, or meant to be when `conflict` is set).
+        child_id: RunId,
+        /// The child's workflow.
+        workflow: String,
+        /// The run owning the child's `.hook(token)`, when the token was taken: then no child
+        /// was admitted.
+        conflict: Option<RunId>,
+    },
+    /// A child run's end, delivered to the workflow awaiting `child.result()`.
+    ChildEnded {
+        /// The child run.
+        child_id: RunId,
+        /// The id of the end notice in this run's inbox (commit order).
+        payload_id: u64,
+        /// The child's return value, or its error (a cancelled child: the cancellation).
+        result: Result<Value, Error>,
+    },
 }
 
 impl Event {
@@ -129,6 +151,21 @@ impl Event {
             Event::HookReleased { .. } => "hook_released",
             Event::PatchMarked { .. } => "patch_marked",
             Event::RunRetried => "run_retried",
+            Event::ChildStarted { .. } => "child_started",
+            Event::ChildEnded { .. } => "child_ended",
+        }
+    }
+}
+
+impl Event {
+    /// The inbox payload this event delivers (a hook's payload, a child's end notice): the
+    /// write that records it takes the payload out of the inbox.
+    pub fn delivered_payload(&self) -> Option<u64> {
+        match self {
+            Event::HookReceived { payload_id, .. } | Event::ChildEnded { payload_id, .. } => {
+                Some(*payload_id)
+            }
+            _ => None,
         }
     }
 }
@@ -155,8 +192,9 @@ pub struct EventRecord {
 }
 
 /// The version of the history format: the events above, as `run.export()` writes them. A
-/// later version reads every earlier one.
-pub const HISTORY_FORMAT_VERSION: u32 = 1;
+/// later version reads every earlier one. Version 2 added the child-run events
+/// (`child_started`, `child_ended`).
+pub const HISTORY_FORMAT_VERSION: u32 = 2;
 
 /// The `format` field of an exported history.
 pub const HISTORY_FORMAT: &str = "workflow-rs/history";
@@ -253,8 +291,8 @@ impl ExportedHistory {
 /// The history a fork of a run starts with (`run.fork(from_step)`, SPEC 9): the recorded
 /// results of its first `from_step` steps in scheduling order, with the timers and patch
 /// markers recorded before the next step was scheduled. `Err` with why not: fewer steps,
-/// or a hook registered before that point (a fork claims no token, so its replay could not
-/// match it).
+/// or a hook registered or a child started before that point (a fork claims no token and
+/// owns no child, so its replay could not match them).
 ///
 /// Step ids name their run, so the copied events carry `fork`'s ids for them.
 pub(crate) fn fork_history(
@@ -298,6 +336,13 @@ pub(crate) fn fork_history(
                 return Err(format!(
                     "the run registered hook {token:?} before step {}; a fork claims no token, \
                      so fork from an earlier step",
+                    from_step + 1
+                ))
+            }
+            Event::ChildStarted { child_id, .. } if e.seq < cut => {
+                return Err(format!(
+                    "the run started child run {child_id} before step {}; a fork starts no \
+                     children of its own, so fork from an earlier step",
                     from_step + 1
                 ))
             }
@@ -399,6 +444,17 @@ mod tests {
             },
             Event::PatchMarked { patch_id: s() },
             Event::RunRetried,
+            Event::ChildStarted {
+                child_key: s(),
+                child_id: RunId::new(),
+                workflow: s(),
+                conflict: None,
+            },
+            Event::ChildEnded {
+                child_id: RunId::new(),
+                payload_id: 1,
+                result: Ok(Value::Null),
+            },
         ];
         for e in events {
             let json = serde_json::to_value(&e).unwrap();

@@ -49,6 +49,7 @@
 //! stores run.
 
 pub mod api;
+mod child;
 mod config;
 mod context;
 mod driver;
@@ -69,6 +70,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+pub use child::{start_child, Child, StartChild};
 pub use context::{
     create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
@@ -97,10 +99,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything a workflow author needs: `use workflow_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
-        step_metadata, stream, workflow, workflow_metadata, Chunk, Error, Hook, HookConflict,
-        HookConflictError, HookError, HookRef, Result, Run, RunId, RunStatus, RunStream, Runtime,
-        StartError, StartOrResume, StepMetadata, WorkflowMetadata,
+        create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
+        step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Error, Hook,
+        HookConflict, HookConflictError, HookError, HookRef, Result, Run, RunId, RunStatus,
+        RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

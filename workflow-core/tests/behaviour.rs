@@ -827,6 +827,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
     }
     rt.store()
         .create_run(NewRun {
+            parent: None,
             id,
             workflow: name_of(arithmetic).to_owned(),
             input: json!({"order": "not a tuple of u64"}),

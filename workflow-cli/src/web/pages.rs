@@ -244,6 +244,12 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             format!(r#"<span class="mono">{}</span>"#, esc(t)),
         );
     }
+    if let Some(p) = &r.parent {
+        fact(
+            "parent",
+            format!(r#"<a class="mono" id="parent" href="/runs/{p}">{p}</a>"#),
+        );
+    }
     body.push_str("</dl>\n");
     if !d.waiting_on.is_empty() {
         body.push_str(r#"<div class="waiting"><strong>Waiting on</strong><ul>"#);
@@ -257,6 +263,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
     body.push_str(&timeline::render(d));
     body.push_str("</section>\n");
 
+    children_section(&mut body, d);
     hooks_section(&mut body, d);
     streams_section(&mut body, d);
     steps_section(&mut body, d);
@@ -316,6 +323,45 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
     }
     body.push_str("</section>\n");
     layout(&r.workflow, "", database, banner, &body)
+}
+
+/// The child runs the run started, each linked to its own page.
+fn children_section(body: &mut String, d: &RunDetail) {
+    if d.children.is_empty() {
+        return;
+    }
+    body.push_str(
+        r#"<section id="children"><h2>Child runs</h2><table><thead><tr><th>Child</th><th>Workflow</th><th>Status</th><th>Started</th><th>Result received</th></tr></thead><tbody>"#,
+    );
+    for c in &d.children {
+        let child = match (c.child_id, c.conflict) {
+            (_, Some(owner)) => format!(
+                r#"not started: its token is owned by <a class="mono" href="/runs/{owner}">{owner}</a>"#
+            ),
+            (Some(id), None) => format!(r#"<a class="mono" href="/runs/{id}">{id}</a>"#),
+            (None, None) => String::new(),
+        };
+        let status = match c.status {
+            Some(s) => badge(s),
+            None if c.conflict.is_some() => String::new(),
+            None => r#"<span class="muted">pruned</span>"#.to_owned(),
+        };
+        let received = match (&c.ended_at, &c.output, &c.error) {
+            (Some(at), Some(v), _) => format!("{at}: {}", esc(&text::json_line(v, 60))),
+            (Some(at), _, Some(e)) => {
+                format!("{at}: error: {}", esc(&text::cut(&e.to_string(), 80)))
+            }
+            _ => r#"<span class="muted">not yet</span>"#.to_owned(),
+        };
+        let _ = write!(
+            body,
+            r#"<tr data-child="{key}"><td>{child}</td><td>{wf}</td><td>{status}</td><td class="time">{started}</td><td class="small">{received}</td></tr>"#,
+            key = esc(&c.child_key),
+            wf = esc(&c.workflow),
+            started = c.started_at,
+        );
+    }
+    body.push_str("</tbody></table></section>\n");
 }
 
 /// Why a blocked run stands still, above everything else on its page.

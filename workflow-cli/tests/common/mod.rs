@@ -124,6 +124,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
     let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
     let at = SystemTime::now();
     let run = NewRun {
+        parent: None,
         id,
         workflow,
         input: serde_json::json!([key]),

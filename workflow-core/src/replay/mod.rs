@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::history::{after, from_millis, to_millis, Event, EventRecord, NewEvent};
 use crate::ids::RunId;
+use crate::store::{ChildNotice, CHILD_NOTICE_TOKEN};
 
 #[cfg(test)]
 mod tests;
@@ -39,13 +40,18 @@ pub(crate) enum Key {
     /// The next payload for a token. Only the workflow's `recv` waits on it; payloads are
     /// recorded by their inbox id, not under this key.
     Payload(String),
+    /// The admission of a child run, by the start's key (`ch_<n>`).
+    Child(String),
+    /// A child run's end, by the child's id.
+    ChildEnd(RunId),
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Key::Step(id) | Key::Timer(id) | Key::Hook(id) => f.write_str(id),
+            Key::Step(id) | Key::Timer(id) | Key::Hook(id) | Key::Child(id) => f.write_str(id),
             Key::Payload(token) => write!(f, "the next payload for {token:?}"),
+            Key::ChildEnd(id) => write!(f, "the end of child run {id}"),
         }
     }
 }
@@ -81,6 +87,31 @@ pub(crate) enum Command<S> {
         /// The id given to `patched`.
         patch_id: String,
     },
+    /// Start a child run.
+    StartChild(ChildCall),
+    /// Wait for a child run's end (`child.result()`). Not a recorded command: the end is
+    /// recorded when it is delivered, like a payload.
+    AwaitChild {
+        /// The child run.
+        child_id: RunId,
+    },
+}
+
+/// One `start_child` call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ChildCall {
+    /// The start's key within the run (`ch_<n>`).
+    pub(crate) child_key: String,
+    /// The child's registered workflow.
+    pub(crate) workflow: &'static str,
+    /// Its serialized argument tuple.
+    pub(crate) input: Value,
+    /// The token its admission claims (`.hook(token)`).
+    pub(crate) hook: Option<String>,
+    /// Its run deadline (`.timeout(d)`), from its admission.
+    pub(crate) timeout: Option<Duration>,
+    /// Started with `.detached()`: the parent's cancellation does not reach it.
+    pub(crate) detached: bool,
 }
 
 impl<S> Command<S> {
@@ -93,6 +124,10 @@ impl<S> Command<S> {
                 format!("release of hook {token:?} ({hook_key})")
             }
             Command::Patch { patch_id } => format!("patch {patch_id:?}"),
+            Command::StartChild(call) => {
+                format!("child run of `{}` ({})", call.workflow, call.child_key)
+            }
+            Command::AwaitChild { child_id } => format!("the end of child run {child_id}"),
         }
     }
 }
@@ -140,6 +175,18 @@ pub(crate) enum Delivered {
     },
     /// A payload sent to a token this run owns.
     Payload { token: String, payload: Value },
+    /// The decision on a child's admission: `conflict` names the owner of its token when no
+    /// child was admitted.
+    ChildStarted {
+        child_key: String,
+        child_id: RunId,
+        conflict: Option<RunId>,
+    },
+    /// A child run's end.
+    ChildEnded {
+        child_id: RunId,
+        result: Result<Value, Error>,
+    },
 }
 
 impl Delivered {
@@ -150,6 +197,8 @@ impl Delivered {
             Delivered::Timer { timer_id } => Some(Key::Timer(timer_id.clone())),
             Delivered::Registration { hook_key, .. } => Some(Key::Hook(hook_key.clone())),
             Delivered::Payload { .. } => None,
+            Delivered::ChildStarted { child_key, .. } => Some(Key::Child(child_key.clone())),
+            Delivered::ChildEnded { child_id, .. } => Some(Key::ChildEnd(*child_id)),
         }
     }
 }
@@ -163,6 +212,9 @@ pub(crate) enum Effect {
     /// Claim `token` for hook `hook_key` in the store (which records the decision) and report
     /// it with [`Replay::claimed`].
     Claim { hook_key: String, token: String },
+    /// Admit the child run of start `child_key` ([`Replay::child`] has the call) in the store
+    /// (which records it) and report the decision with [`Replay::child_started`].
+    StartChild { child_key: String },
 }
 
 /// A payload in the run's inbox, as the driver read it from the store.
@@ -293,6 +345,10 @@ enum RecordedCommand {
     Patch {
         patch_id: String,
     },
+    Child {
+        child_key: String,
+        workflow: String,
+    },
 }
 
 impl RecordedCommand {
@@ -302,6 +358,7 @@ impl RecordedCommand {
             RecordedCommand::Step { step_id, .. } => Some(Key::Step(step_id.clone())),
             RecordedCommand::Timer { timer_id, .. } => Some(Key::Timer(timer_id.clone())),
             RecordedCommand::Hook { hook_key, .. } => Some(Key::Hook(hook_key.clone())),
+            RecordedCommand::Child { child_key, .. } => Some(Key::Child(child_key.clone())),
             RecordedCommand::Patch { .. } => None,
         }
     }
@@ -312,6 +369,10 @@ impl RecordedCommand {
             RecordedCommand::Timer { timer_id, .. } => format!("sleep ({timer_id})"),
             RecordedCommand::Hook { hook_key, token } => format!("hook {token:?} ({hook_key})"),
             RecordedCommand::Patch { patch_id } => format!("patch {patch_id:?}"),
+            RecordedCommand::Child {
+                child_key,
+                workflow,
+            } => format!("child run of `{workflow}` ({child_key})"),
         }
     }
 
@@ -331,6 +392,13 @@ impl RecordedCommand {
                 },
             ) => hook_key == k && token == t,
             (RecordedCommand::Patch { patch_id }, Command::Patch { patch_id: p }) => patch_id == p,
+            (
+                RecordedCommand::Child {
+                    child_key,
+                    workflow,
+                },
+                Command::StartChild(call),
+            ) => *child_key == call.child_key && workflow == call.workflow,
             _ => false,
         }
     }
@@ -392,6 +460,10 @@ pub(crate) struct Replay<S> {
     inbox: VecDeque<Inbound>,
     /// The highest inbox id read.
     inbox_seen: u64,
+    /// Child starts waiting for their admission, by key.
+    children: HashMap<String, ChildCall>,
+    /// Ends of children read from the inbox and not yet delivered: inbox id and result.
+    child_ends: HashMap<RunId, (u64, Result<Value, Error>)>,
 }
 
 impl<S> Replay<S> {
@@ -415,6 +487,8 @@ impl<S> Replay<S> {
             due: BTreeSet::new(),
             inbox: VecDeque::new(),
             inbox_seen: 0,
+            children: HashMap::new(),
+            child_ends: HashMap::new(),
         };
         for rec in history {
             r.read(rec);
@@ -512,6 +586,43 @@ impl<S> Replay<S> {
                 what: RecordedCommand::Patch { patch_id },
             }),
             Event::RunRetried => self.reopen(),
+            Event::ChildStarted {
+                child_key,
+                child_id,
+                workflow,
+                conflict,
+            } => {
+                // The command and its decision are one event, as for hooks.
+                self.recorded.push(Recorded {
+                    seq,
+                    what: RecordedCommand::Child {
+                        child_key: child_key.clone(),
+                        workflow,
+                    },
+                });
+                result(
+                    self,
+                    Delivered::ChildStarted {
+                        child_key,
+                        child_id,
+                        conflict,
+                    },
+                );
+            }
+            Event::ChildEnded {
+                child_id,
+                payload_id,
+                result: r,
+            } => {
+                self.received.insert(payload_id);
+                result(
+                    self,
+                    Delivered::ChildEnded {
+                        child_id,
+                        result: r,
+                    },
+                );
+            }
             Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
         }
     }
@@ -562,6 +673,12 @@ impl<S> Replay<S> {
                 Command::HookRelease { hook_key, token } => (hook_key, token),
                 Command::Patch { patch_id } => {
                     self.issue_patch(patch_id, now)?;
+                    continue;
+                }
+                Command::AwaitChild { child_id } => {
+                    // Delivered from the history when recorded there; otherwise recorded
+                    // when its end arrives ([`Replay::deliver_child_end`]).
+                    self.waiting.insert(Key::ChildEnd(child_id));
                     continue;
                 }
                 cmd => {
@@ -642,7 +759,10 @@ impl<S> Replay<S> {
             Command::Step(call) => Key::Step(call.step_id.clone()),
             Command::Timer { timer_id, .. } => Key::Timer(timer_id.clone()),
             Command::HookRegister { hook_key, .. } => Key::Hook(hook_key.clone()),
-            Command::HookRelease { .. } | Command::Patch { .. } => return Ok(()),
+            Command::StartChild(call) => Key::Child(call.child_key.clone()),
+            Command::HookRelease { .. } | Command::Patch { .. } | Command::AwaitChild { .. } => {
+                return Ok(())
+            }
         };
         let (replayed, recorded_fire_at) = match self.match_recorded(&cmd)? {
             Some(rec) => match rec.what {
@@ -696,7 +816,12 @@ impl<S> Replay<S> {
             Command::HookRegister { hook_key, token } => {
                 self.effects.push_back(Effect::Claim { hook_key, token });
             }
-            Command::HookRelease { .. } | Command::Patch { .. } => {}
+            Command::StartChild(call) => {
+                let child_key = call.child_key.clone();
+                self.children.insert(child_key.clone(), call);
+                self.effects.push_back(Effect::StartChild { child_key });
+            }
+            Command::HookRelease { .. } | Command::Patch { .. } | Command::AwaitChild { .. } => {}
         }
         Ok(())
     }
@@ -846,6 +971,59 @@ impl<S> Replay<S> {
         });
     }
 
+    /// The child start behind an [`Effect::StartChild`].
+    pub(crate) fn child(&self, child_key: &str) -> Option<&ChildCall> {
+        self.children.get(child_key)
+    }
+
+    /// The store decided the admission of child start `child_key` (and recorded it).
+    pub(crate) fn child_started(
+        &mut self,
+        child_key: String,
+        child_id: RunId,
+        conflict: Option<RunId>,
+        at: SystemTime,
+    ) {
+        self.children.remove(&child_key);
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::ChildStarted {
+                child_key,
+                child_id,
+                conflict,
+            },
+        });
+    }
+
+    /// Records and delivers the end of one child the workflow waits for, if its notice was
+    /// read. Returns whether one was delivered.
+    pub(crate) fn deliver_child_end(&mut self, now: SystemTime) -> bool {
+        let Some(child_id) = self.child_ends.keys().copied().find(|id| {
+            let key = Key::ChildEnd(*id);
+            self.waiting.contains(&key) && !self.recorded_results.contains(&key)
+        }) else {
+            return false;
+        };
+        let Some((payload_id, result)) = self.child_ends.remove(&child_id) else {
+            return false;
+        };
+        self.received.insert(payload_id);
+        self.recorded_results.insert(Key::ChildEnd(child_id));
+        self.writes.push(NewEvent {
+            at: now,
+            event: Event::ChildEnded {
+                child_id,
+                payload_id,
+                result: result.clone(),
+            },
+        });
+        self.ready.push_back(Delivery {
+            at: now,
+            what: Delivered::ChildEnded { child_id, result },
+        });
+        true
+    }
+
     /// The earliest time something (a timer, a retry) becomes due.
     pub(crate) fn next_due(&self) -> Option<SystemTime> {
         self.due.first().map(|(at, _)| *at)
@@ -889,9 +1067,22 @@ impl<S> Replay<S> {
     pub(crate) fn add_payloads(&mut self, payloads: impl IntoIterator<Item = Inbound>) {
         for p in payloads {
             self.inbox_seen = self.inbox_seen.max(p.id);
-            if !self.received.contains(&p.id) {
-                self.inbox.push_back(p);
+            if self.received.contains(&p.id) {
+                continue;
             }
+            if p.token == CHILD_NOTICE_TOKEN {
+                // A child's end: kept until the workflow awaits it.
+                let (child, result) = match serde_json::from_value::<ChildNotice>(p.payload) {
+                    Ok(notice) => (notice.child, notice.result()),
+                    Err(e) => {
+                        tracing::error!(payload_id = p.id, error = %e, "an undecodable child notice");
+                        continue;
+                    }
+                };
+                self.child_ends.insert(child, (p.id, result));
+                continue;
+            }
+            self.inbox.push_back(p);
         }
     }
 

@@ -1029,3 +1029,178 @@ fn a_reopened_run_runs_the_step_that_ended_it_again_and_keeps_the_others() {
     assert_eq!(deliveries(&mut r), [step_ok("s3", json!(3))]);
     assert!(r.returned(Ok(json!(4)), t(10)).is_ok());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Child runs
+
+fn start_child(child_key: &str, workflow: &'static str) -> Command<()> {
+    Command::StartChild(ChildCall {
+        child_key: child_key.into(),
+        workflow,
+        input: json!([]),
+        hook: None,
+        timeout: None,
+        detached: false,
+    })
+}
+
+fn child_notice(id: u64, child: RunId, output: Value) -> Inbound {
+    Inbound {
+        id,
+        token: CHILD_NOTICE_TOKEN.into(),
+        payload: serde_json::to_value(ChildNotice {
+            child,
+            status: crate::store::RunStatus::Completed,
+            output: Some(output),
+            error: None,
+        })
+        .unwrap(),
+    }
+}
+
+#[test]
+fn a_new_child_start_asks_the_store_and_records_nothing_itself() {
+    let mut r = History::default().replay();
+    r.issue([start_child("ch_0", "ship")], t(1)).unwrap();
+    assert!(r.take_writes().is_empty());
+    assert_eq!(
+        effects(&mut r),
+        [Effect::StartChild {
+            child_key: "ch_0".into()
+        }]
+    );
+    assert_eq!(r.child("ch_0").map(|c| c.workflow), Some("ship"));
+    let child = RunId::new();
+    r.child_started("ch_0".into(), child, None, t(2));
+    assert_eq!(
+        deliveries(&mut r),
+        [Delivered::ChildStarted {
+            child_key: "ch_0".into(),
+            child_id: child,
+            conflict: None
+        }]
+    );
+    assert!(r.child("ch_0").is_none());
+}
+
+#[test]
+fn a_recorded_child_is_replayed_and_never_started_again() {
+    let child = RunId::new();
+    let mut r = History::default()
+        .at(
+            1,
+            Event::ChildStarted {
+                child_key: "ch_0".into(),
+                child_id: child,
+                workflow: "ship".into(),
+                conflict: None,
+            },
+        )
+        .at(
+            5,
+            Event::ChildEnded {
+                child_id: child,
+                payload_id: 9,
+                result: Ok(json!("parcel")),
+            },
+        )
+        .replay();
+    r.issue([start_child("ch_0", "ship")], t(10)).unwrap();
+    assert!(effects(&mut r).is_empty());
+    assert_eq!(
+        r.next_delivery().unwrap().unwrap().what,
+        Delivered::ChildStarted {
+            child_key: "ch_0".into(),
+            child_id: child,
+            conflict: None
+        }
+    );
+    r.issue([Command::AwaitChild { child_id: child }], t(10))
+        .unwrap();
+    assert_eq!(
+        deliveries(&mut r),
+        [Delivered::ChildEnded {
+            child_id: child,
+            result: Ok(json!("parcel"))
+        }]
+    );
+    // Its notice, still read from the inbox, is not delivered a second time.
+    r.add_payloads([child_notice(9, child, json!("parcel"))]);
+    assert!(!r.deliver_child_end(t(11)));
+    assert!(r.take_writes().is_empty());
+}
+
+#[test]
+fn another_child_workflow_diverges() {
+    let mut r = History::default()
+        .at(
+            1,
+            Event::ChildStarted {
+                child_key: "ch_0".into(),
+                child_id: RunId::new(),
+                workflow: "ship".into(),
+                conflict: None,
+            },
+        )
+        .replay();
+    let d = divergence(&mut r, vec![start_child("ch_0", "refund")]);
+    assert_eq!(d.kind, DivergenceKind::Command);
+    assert!(
+        d.expected.contains("ship") && d.found.contains("refund"),
+        "{d}"
+    );
+}
+
+#[test]
+fn a_child_end_is_recorded_when_awaited_not_when_read() {
+    let child = RunId::new();
+    let mut r = History::default()
+        .at(
+            1,
+            Event::ChildStarted {
+                child_key: "ch_0".into(),
+                child_id: child,
+                workflow: "ship".into(),
+                conflict: None,
+            },
+        )
+        .replay();
+    r.issue([start_child("ch_0", "ship")], t(2)).unwrap();
+    deliveries(&mut r);
+    // Read before the workflow awaits it: kept, not recorded.
+    r.add_payloads([child_notice(4, child, json!(7))]);
+    assert!(!r.deliver_child_end(t(3)));
+    assert!(r.take_writes().is_empty());
+    // Awaited: recorded with its inbox id, then delivered.
+    r.issue([Command::AwaitChild { child_id: child }], t(5))
+        .unwrap();
+    assert!(r.is_idle(), "a parent waiting for its child may be evicted");
+    assert!(r.deliver_child_end(t(6)));
+    let w = r.take_writes();
+    assert_eq!(
+        w.events[0].event,
+        Event::ChildEnded {
+            child_id: child,
+            payload_id: 4,
+            result: Ok(json!(7))
+        }
+    );
+    assert_eq!(
+        deliveries(&mut r),
+        [Delivered::ChildEnded {
+            child_id: child,
+            result: Ok(json!(7))
+        }]
+    );
+    assert!(!r.deliver_child_end(t(7)));
+}
+
+#[test]
+fn a_child_notice_is_not_a_hook_payload() {
+    let child = RunId::new();
+    let mut r = History::default().registered(1, "hk_0", "x", None).replay();
+    r.issue([hook("hk_0", "x")], t(2)).unwrap();
+    deliveries(&mut r);
+    r.add_payloads([child_notice(3, child, json!(1))]);
+    assert!(!r.deliver_payload(|_| true, t(4)));
+}

@@ -468,6 +468,7 @@ impl Admit {
     /// The run to admit at `created_at`, its token retained from then on.
     fn at(self, created_at: SystemTime) -> NewRun {
         NewRun {
+            parent: None,
             id: self.id,
             workflow: self.workflow.to_owned(),
             input: self.input,
@@ -525,6 +526,7 @@ async fn admit(
 /// The record of a run just admitted, as a worker that leased it at admission holds it.
 fn admitted_run(run: &NewRun) -> RunRecord {
     RunRecord {
+        parent: None,
         id: run.id,
         workflow: run.workflow.clone(),
         status: RunStatus::Running,
@@ -758,6 +760,7 @@ impl<T> Run<T> {
         let history = fork_history(&events, from_step, &self.id, &id)
             .map_err(|why| RunError::CannotFork { id: self.id, why })?;
         let new = NewRun {
+            parent: None,
             id,
             workflow: run.workflow,
             input: run.input,

@@ -380,8 +380,19 @@ impl Host for Inner {
         }
     }
 
-    fn ended(&self, run: RunId) {
+    fn ended(&self, run: RunId, parent: Option<RunId>) {
         self.run_ended(run);
+        // The parent's driver here reads the child's end from its inbox at once; a parent
+        // given back to the store is due now, so the worker looks.
+        if let Some(parent) = parent {
+            if !self.payload_arrived(&parent) {
+                self.work.notify_one();
+            }
+        }
+    }
+
+    fn admitted(&self) {
+        self.work.notify_one();
     }
 
     fn now(&self) -> SystemTime {

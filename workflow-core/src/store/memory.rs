@@ -10,9 +10,10 @@ use serde_json::Value;
 
 use super::{
     block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
-    CancelOutcome, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease,
-    LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter, RunOutcome,
-    RunRecord, RunStatus, Store, StoredChunk, StreamInfo, StreamPage, MAX_FAILED_TRIES,
+    CancelOutcome, ChildNotice, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter,
+    RunOutcome, RunRecord, RunStatus, Store, StoredChunk, StreamInfo, StreamPage,
+    CHILD_NOTICE_TOKEN, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -51,6 +52,8 @@ struct Row {
     failed_tries: u32,
     /// Blocks in a row ([`Store::block`]).
     blocked_tries: u32,
+    /// Started with `.detached()`: a cancellation of its parent does not reach it.
+    detached: bool,
     /// Its streams by name; they go with the run when it is pruned.
     streams: BTreeMap<String, StreamRow>,
 }
@@ -164,6 +167,7 @@ impl State {
                     updated_at: run.created_at,
                     hook_token: run.hook.map(|h| h.token),
                     deadline: run.deadline,
+                    parent: run.parent.map(|p| p.run),
                 },
                 events: Vec::new(),
                 wake_at: run.created_at,
@@ -173,6 +177,7 @@ impl State {
                 failed_tries: 0,
                 blocked_tries: 0,
                 streams: BTreeMap::new(),
+                detached: run.parent.is_some_and(|p| p.detached),
             },
         );
         self.schedule(id);
@@ -186,6 +191,11 @@ impl State {
     /// Queues `payload` to the run whose active hook owns `token` and makes it due at `at`.
     fn resume(&mut self, token: &str, payload: Value, at: SystemTime) -> Option<(RunId, u64)> {
         let run = self.hooks.get(token).filter(|h| h.active)?.run_id;
+        Some((run, self.queue(run, token, payload, at)))
+    }
+
+    /// Puts `payload` for `token` into `run`'s inbox and makes the run due at `at`; its id.
+    fn queue(&mut self, run: RunId, token: &str, payload: Value, at: SystemTime) -> u64 {
         self.last_payload += 1;
         let id = self.last_payload;
         self.inbox.insert(
@@ -206,7 +216,7 @@ impl State {
             }
         }
         self.schedule(run);
-        Some((run, id))
+        id
     }
 
     /// Gives up `token` if `run` owns it: kept while retained, removed otherwise.
@@ -223,18 +233,75 @@ impl State {
 
     /// Ends run `run` (the end event is the caller's): its status and result, no lease, out
     /// of the due set, every token it owns released.
+    /// A child's end also reaches its parent's inbox as a [`ChildNotice`].
     fn end(&mut self, run: RunId, outcome: RunOutcome, status: RunStatus, now: SystemTime) {
+        let mut parent = None;
         if let Some(row) = self.runs.get_mut(&run) {
             row.record.status = status;
-            match outcome {
-                RunOutcome::Completed(v) => row.record.output = Some(v),
-                RunOutcome::Failed(e) => row.record.error = Some(e),
+            let (output, error) = match outcome {
+                RunOutcome::Completed(v) => (Some(v), None),
+                RunOutcome::Failed(e) => (None, Some(e)),
+            };
+            row.record.output.clone_from(&output);
+            if error.is_some() {
+                row.record.error.clone_from(&error);
             }
             row.record.updated_at = now;
             row.lease_until = None;
+            parent = row.record.parent.map(|p| {
+                let notice = ChildNotice {
+                    child: run,
+                    status,
+                    output,
+                    error,
+                };
+                (p, notice)
+            });
         }
         self.schedule(run);
         self.release_all(run, now);
+        if let Some((p, notice)) = parent {
+            if let Ok(notice) = serde_json::to_value(notice) {
+                self.queue(p, CHILD_NOTICE_TOKEN, notice, now);
+            }
+        }
+    }
+
+    /// Cancels run `id` unless it ended, and then its children that are not detached, down
+    /// the tree.
+    fn cancel(&mut self, id: RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        let row = self.runs.get_mut(&id).ok_or(StoreError::RunNotFound(id))?;
+        if row.record.status.is_terminal() {
+            return Ok(CancelOutcome::AlreadyEnded(row.record.status));
+        }
+        row.push(now, Event::RunCancelled);
+        self.end(
+            id,
+            RunOutcome::Failed(Error::cancelled(&id)),
+            RunStatus::Cancelled,
+            now,
+        );
+        let mut tree = self.children_to_cancel(id);
+        while let Some(child) = tree.pop() {
+            if let Some(row) = self.runs.get_mut(&child) {
+                row.push(now, Event::RunCancelled);
+            }
+            let error = Error::cancelled_with_parent(&child, &id);
+            self.end(child, RunOutcome::Failed(error), RunStatus::Cancelled, now);
+            tree.extend(self.children_to_cancel(child));
+        }
+        Ok(CancelOutcome::Cancelled)
+    }
+
+    /// The children of `run` a cancellation of it reaches: not detached, not ended.
+    fn children_to_cancel(&self, run: RunId) -> Vec<RunId> {
+        self.runs
+            .values()
+            .filter(|r| {
+                r.record.parent == Some(run) && !r.detached && !r.record.status.is_terminal()
+            })
+            .map(|r| r.record.id)
+            .collect()
     }
 
     fn release_all(&mut self, run: RunId, now: SystemTime) {
@@ -355,8 +422,8 @@ impl Store for MemoryStore {
         let mut received = Vec::new();
         for e in &write.events {
             now = e.at;
-            if let Event::HookReceived { payload_id, .. } = &e.event {
-                received.push(*payload_id);
+            if let Some(payload_id) = e.event.delivered_payload() {
+                received.push(payload_id);
             }
             row.push(e.at, e.event.clone());
         }
@@ -566,6 +633,32 @@ impl Store for MemoryStore {
         Ok(outcome)
     }
 
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<Admission, StoreError> {
+        let mut st = self.lock();
+        st.held(lease)?;
+        let (child_id, workflow, at) = (child.id, child.workflow.clone(), child.created_at);
+        let (admission, _) = st.admit(child, None)?;
+        let conflict = match admission {
+            Admission::Admitted => None,
+            Admission::Conflict(owner) => Some(owner),
+        };
+        st.held(lease)?.push(
+            at,
+            Event::ChildStarted {
+                child_key: child_key.to_owned(),
+                child_id,
+                workflow,
+                conflict,
+            },
+        );
+        Ok(admission)
+    }
+
     async fn resume_hook(
         &self,
         token: &str,
@@ -634,15 +727,7 @@ impl Store for MemoryStore {
     }
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        let mut st = self.lock();
-        let row = st.runs.get_mut(id).ok_or(StoreError::RunNotFound(*id))?;
-        if row.record.status.is_terminal() {
-            return Ok(CancelOutcome::AlreadyEnded(row.record.status));
-        }
-        row.push(now, Event::RunCancelled);
-        let cancelled = RunOutcome::Failed(Error::cancelled(id));
-        st.end(*id, cancelled, RunStatus::Cancelled, now);
-        Ok(CancelOutcome::Cancelled)
+        self.lock().cancel(*id, now)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
@@ -653,6 +738,7 @@ impl Store for MemoryStore {
             .map(|r| &r.record)
             .filter(|r| filter.status.is_none_or(|s| r.status == s))
             .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
+            .filter(|r| filter.parent.is_none_or(|p| r.parent == Some(p)))
             .collect();
         runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
         Ok(runs.into_iter().take(filter.limit).cloned().collect())

@@ -97,6 +97,17 @@ pub struct NewRun {
     pub hook: Option<StartHook>,
     /// The run fails if it has not ended by then (`start(..).timeout(d)`).
     pub deadline: Option<SystemTime>,
+    /// The run that started this one with `start_child`, if any.
+    pub parent: Option<ParentLink>,
+}
+
+/// How a child run is tied to the run that started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The parent run.
+    pub run: RunId,
+    /// Started with `.detached()`: cancelling the parent leaves this child running.
+    pub detached: bool,
 }
 
 /// The token a run claims when it is admitted.
@@ -159,6 +170,8 @@ pub struct RunRecord {
     pub hook_token: Option<String>,
     /// When the run fails if it has not ended (`start(..).timeout(d)`).
     pub deadline: Option<SystemTime>,
+    /// The run that started this one with `start_child`, if any.
+    pub parent: Option<RunId>,
 }
 
 /// A write of the worker driving a run: events in order, hook tokens to release, and possibly
@@ -224,6 +237,8 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     /// Only runs of this workflow (its registered name).
     pub workflow: Option<String>,
+    /// Only the children of this run (`start_child`).
+    pub parent: Option<RunId>,
     /// At most this many runs (default 100).
     pub limit: usize,
 }
@@ -233,6 +248,7 @@ impl Default for RunFilter {
         RunFilter {
             status: None,
             workflow: None,
+            parent: None,
             limit: 100,
         }
     }
@@ -253,6 +269,12 @@ impl RunFilter {
     /// Only runs of workflow `name`.
     pub fn workflow(mut self, name: impl Into<String>) -> Self {
         self.workflow = Some(name.into());
+        self
+    }
+
+    /// Only the runs `parent` started with `start_child`.
+    pub fn parent(mut self, parent: RunId) -> Self {
+        self.parent = Some(parent);
         self
     }
 
@@ -384,6 +406,54 @@ pub(crate) fn gave_up(cause: &Error) -> Error {
          with: {}",
         cause.message()
     ))
+}
+
+/// The token under which a child's end reaches its parent's inbox. Tokens with control
+/// characters are refused everywhere else, so no hook can own or send to it.
+pub const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
+
+/// A child run's end, as its parent's inbox holds it (see [`Store::start_child`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildNotice {
+    /// The child run.
+    pub child: RunId,
+    /// How it ended (completed, failed or cancelled).
+    pub status: RunStatus,
+    /// Its return value, when it completed.
+    pub output: Option<Value>,
+    /// Its error, when it failed or was cancelled.
+    pub error: Option<Error>,
+}
+
+impl ChildNotice {
+    /// The notice as the child's result: its value, or its error.
+    pub fn result(self) -> Result<Value, Error> {
+        match (self.status, self.output, self.error) {
+            (RunStatus::Completed, output, _) => Ok(output.unwrap_or(Value::Null)),
+            (_, _, Some(error)) => Err(error),
+            (status, _, None) => Err(Error::fatal(format!(
+                "child run {} ended {status} without an error",
+                self.child
+            ))),
+        }
+    }
+
+    /// The notice's JSON from the columns a SQL store writes (`output` and `error` are
+    /// already JSON), without decoding them again.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn encode(
+        child: &str,
+        status: RunStatus,
+        output: Option<&str>,
+        error: Option<&str>,
+    ) -> String {
+        format!(
+            r#"{{"child":"{child}","status":"{}","output":{},"error":{}}}"#,
+            status.as_str(),
+            output.unwrap_or("null"),
+            error.unwrap_or("null")
+        )
+    }
 }
 
 /// How long a blocked run waits before a worker tries it again, after its `tries`-th block in
@@ -633,6 +703,23 @@ pub trait Store: Send + Sync + 'static {
         token: &str,
         at: SystemTime,
     ) -> Result<ClaimOutcome, StoreError>;
+
+    /// Admits `child` (its `parent` is the leased run) and appends the
+    /// [`Event::ChildStarted`] that records it, keyed `child_key`, to the leased run's history,
+    /// in one act (fenced like [`Store::append`]). With a hook token the claim decides as in
+    /// [`Store::create_run`]: when another run owns the token, no child is admitted and the
+    /// event records the owner as the conflict.
+    ///
+    /// A child's end (by any path: its own, a failure, a cancellation) puts a
+    /// [`ChildNotice`] into its parent's inbox under [`CHILD_NOTICE_TOKEN`] and makes the
+    /// parent due, in the transaction that ends the child; cancelling a run cancels its
+    /// children that are not detached, down the tree.
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<Admission, StoreError>;
 
     /// Puts `payload` into the inbox of the run whose active hook owns `token`, and makes that
     /// run acquirable now if no worker holds it. `None` when no active hook owns the token.

@@ -36,6 +36,7 @@ use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
     PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
+    CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -70,6 +71,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "failed tries and blocks counted per run; blocked runs",
         ddl: MIGRATION_3,
+    },
+    Migration {
+        version: 4,
+        name: "child runs: each run names the run that started it",
+        ddl: MIGRATION_4,
     },
     Migration {
         version: 6,
@@ -171,6 +177,15 @@ ALTER TABLE {schema}.runs
 DROP INDEX {schema}.runs_ready;
 CREATE INDEX runs_ready ON {schema}.runs (wake_at, id)
     WHERE status IN ('pending', 'running', 'blocked');
+"#;
+
+/// Child runs (SPEC 10): a run started with `start_child` names its parent, and whether a
+/// cancellation of the parent reaches it.
+const MIGRATION_4: &str = r#"
+ALTER TABLE {schema}.runs
+    ADD COLUMN parent_id TEXT COLLATE "C",  -- NULL: started from outside a workflow
+    ADD COLUMN detached BOOLEAN NOT NULL DEFAULT FALSE;
+CREATE INDEX runs_parent ON {schema}.runs (parent_id) WHERE parent_id IS NOT NULL;
 "#;
 
 /// Streams from runs (SPEC 12): a row per stream holds its length, which is the index the
@@ -364,6 +379,7 @@ impl PostgresStore {
             sql: &self.inner.sql,
             channel: &self.inner.schema,
             inbox_lock: self.inner.inbox_lock,
+            lock_with_append: false,
         }
     }
 }
@@ -565,6 +581,18 @@ impl Store for PostgresStore {
         settle(tx, created).await
     }
 
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<Admission, StoreError> {
+        let row = NewRunRow::new(child, None)?;
+        let mut tx = self.begin().await?;
+        let started = policy::start_child(&mut self.tx(&mut tx), lease, child_key, &row).await;
+        settle(tx, started).await
+    }
+
     async fn record_failure(
         &self,
         lease: &Lease,
@@ -695,11 +723,12 @@ impl Store for PostgresStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit) = policy::run_filter(filter);
+        let (status, workflow, limit, parent) = policy::run_filter(filter);
         let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
             .bind(status)
             .bind(workflow)
             .bind(limit)
+            .bind(parent)
             .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(RunRow::decode).collect()
@@ -803,10 +832,20 @@ impl Store for PostgresStore {
 /// Every statement with the schema spelled in, built once per store: sqlx prepares each one
 /// once per connection and reuses it (its cache is keyed by the SQL text). Read it side by
 /// side with SQLite's.
-type Statements = super::sql::Statements<String, ()>;
+type Statements = super::sql::Statements<String, PgOnly>;
+
+/// The statements SQLite does without: its writer holds the database's one write lock.
+struct PgOnly {
+    /// `append`, taking the inbox lock first when the run has a parent (`$6` lock key): the
+    /// first statement of a run's end, which may queue a notice to the parent. The lock is
+    /// an InitPlan of the row's UPDATE, so it is held before the row is locked.
+    append_ending: String,
+    /// Takes the inbox lock (see `resume_hook`). `$1` lock key.
+    lock_inbox: String,
+}
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
-                           hook_token, deadline";
+                           hook_token, deadline, parent_id";
 
 /// The statements for the tables in schema `s` (quoted).
 fn statements(s: &str) -> Statements {
@@ -818,8 +857,8 @@ fn statements(s: &str) -> Statements {
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                          deadline)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7)
+                          deadline, parent_id, detached)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
@@ -829,8 +868,8 @@ fn statements(s: &str) -> Statements {
             insert_leased_run: format!(
                 "INSERT INTO {s}.runs
                      (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      epoch, lease_until, deadline)
-                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7)
+                      epoch, lease_until, deadline, parent_id, detached)
+                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7, $8, $9)
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
@@ -869,8 +908,8 @@ fn statements(s: &str) -> Statements {
                  SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
-                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.epoch,
-                           r.wake_at"
+                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
+                           r.epoch, r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -893,14 +932,39 @@ fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Ended and announced. `$6` channel.
+            // Ended and announced; a child's end (`$7`, a `ChildNotice`) is queued to its
+            // parent under the notice token (`$8`), with the inbox lock (`$9`, see `resume`)
+            // taken only then, and the parent woken and told. `$6` channel.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
-                     RETURNING id)
-                 SELECT pg_notify($6, '{NOTE_ENDED}' || id) FROM ended"
+                     RETURNING id, parent_id),
+                 locked AS (
+                     SELECT pg_advisory_xact_lock($9), e.parent_id
+                     FROM ended e WHERE e.parent_id IS NOT NULL),
+                 queued AS (
+                     INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
+                     SELECT l.parent_id, $8, $7, $5 FROM locked l
+                     RETURNING run_id),
+                 woken AS (
+                     UPDATE {s}.runs r SET wake_at = CASE r.status
+                         WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $5) END
+                     FROM queued q WHERE r.id = q.run_id
+                     RETURNING r.id, r.status IN ('pending', 'running')
+                         AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
+                 notes AS (
+                     SELECT pg_notify($6, n) FROM ended e,
+                     UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
+                         || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
+                         || ARRAY(SELECT '{NOTE_READY}' FROM woken w WHERE w.idle)) AS n)
+                 SELECT (SELECT count(*) FROM notes)"
+            ),
+            children_to_cancel: format!(
+                "SELECT id FROM {s}.runs
+                 WHERE parent_id = $1 AND NOT detached
+                   AND status NOT IN ('completed', 'failed', 'cancelled')"
             ),
             // Giving up tokens (`$3`, or NULL for all the run's): the row goes, freeing the
             // token, unless retained past now; then it stays, inactive, until a claim after
@@ -1013,6 +1077,7 @@ fn statements(s: &str) -> Statements {
             list_runs: format!(
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
+                   AND ($4::text IS NULL OR parent_id = $4)
                  ORDER BY created_at DESC, id DESC
                  LIMIT $3"
             ),
@@ -1083,7 +1148,27 @@ fn statements(s: &str) -> Statements {
             list_streams: format!(
                 "SELECT name, len, closed FROM {s}.streams WHERE run_id = $1 ORDER BY name"
             ),
-            dialect: (),
+            dialect: PgOnly {
+                append_ending: format!(
+                    "WITH numbered AS (
+                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])
+                         WHERE id = $1
+                           AND ($5::bigint IS NULL
+                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                           AND (SELECT count(*) FROM (
+                                    SELECT pg_advisory_xact_lock($6) FROM {s}.runs p
+                                    WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
+                         RETURNING last_seq - cardinality($2::bigint[]) AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
+                         FROM numbered,
+                              UNNEST($2::bigint[], $3::text[], $4::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n))
+                     SELECT base FROM numbered"
+                ),
+                lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
+            },
         }
     }
 }
@@ -1097,6 +1182,9 @@ struct Pg<'a> {
     channel: &'a str,
     /// The advisory lock key serializing the schema's inbox inserts.
     inbox_lock: i64,
+    /// Set by `lock_inbox_for_end(Some(run))`: the next append of that run takes the inbox
+    /// lock (if the run has a parent) before its row lock, in the same statement.
+    lock_with_append: bool,
 }
 
 impl Tx for Pg<'_> {
@@ -1125,7 +1213,11 @@ impl Tx for Pg<'_> {
             None => insert.bind(self.channel),
             Some(until) => insert.bind(until),
         };
-        let insert = insert.bind(run.deadline);
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let insert = insert.bind(run.deadline).bind(parent).bind(detached);
         Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
     }
 
@@ -1178,14 +1270,22 @@ impl Tx for Pg<'_> {
         fence: Option<i64>,
         events: &EncodedEvents,
     ) -> Result<bool, StoreError> {
-        let base: Option<i64> = sqlx::query_scalar(&self.sql.append)
+        let ending = std::mem::take(&mut self.lock_with_append);
+        let sql = if ending {
+            &self.sql.dialect.append_ending
+        } else {
+            &self.sql.append
+        };
+        let mut query = sqlx::query_scalar(sql)
             .bind(run)
             .bind(&events.at)
             .bind(&events.kind)
             .bind(&events.data)
-            .bind(fence)
-            .fetch_optional(&mut *self.conn)
-            .await?;
+            .bind(fence);
+        if ending {
+            query = query.bind(self.inbox_lock);
+        }
+        let base: Option<i64> = query.fetch_optional(&mut *self.conn).await?;
         Ok(base.is_some())
     }
 
@@ -1306,9 +1406,33 @@ impl Tx for Pg<'_> {
             .bind(&end.error)
             .bind(now)
             .bind(self.channel)
+            .bind(end.notice(run))
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
             .execute(&mut *self.conn)
             .await?;
         Ok(())
+    }
+
+    async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
+        match run {
+            // Taken by the run's next statement, its fenced append: no round trip of its own.
+            Some(_) => self.lock_with_append = true,
+            None => {
+                sqlx::query(&self.sql.dialect.lock_inbox)
+                    .bind(self.inbox_lock)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.children_to_cancel)
+            .bind(run)
+            .fetch_all(&mut *self.conn)
+            .await?)
     }
 }
 
@@ -1934,6 +2058,7 @@ mod tests {
                 "hooks_run",
                 "runs",
                 "runs_created",
+                "runs_parent",
                 "runs_pkey",
                 "runs_ready",
                 "stream_chunks",
@@ -2004,6 +2129,7 @@ mod tests {
         let (schema, store) = fresh!();
         let id = RunId::new();
         within(store.create_run(NewRun {
+            parent: None,
             id,
             workflow: "orders".to_owned(),
             input: json!(null),
@@ -2034,7 +2160,7 @@ mod tests {
             .exec(&format!(
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
                  ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
-                     DROP COLUMN deadline;
+                     DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
                  DROP TABLE {streams}, {chunks};
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),

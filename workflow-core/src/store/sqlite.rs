@@ -43,6 +43,7 @@ use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
     PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
+    CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -77,6 +78,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "failed tries and blocks counted per run; blocked runs",
         ddl: SCHEMA_V4,
+    },
+    Migration {
+        version: 5,
+        name: "child runs: each run names the run that started it",
+        ddl: SCHEMA_V5,
     },
     Migration {
         version: 7,
@@ -172,6 +178,14 @@ DROP INDEX runs_ready;
 CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running', 'blocked');
 ";
 
+/// Child runs (SPEC 10): a run started with `start_child` names its parent, and whether
+/// a cancellation of the parent reaches it.
+const SCHEMA_V5: &str = "
+ALTER TABLE runs ADD COLUMN parent_id TEXT;  -- NULL: started from outside a workflow
+ALTER TABLE runs ADD COLUMN detached INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_parent ON runs (parent_id) WHERE parent_id IS NOT NULL;
+";
+
 /// Streams from runs (SPEC 12): a row per stream holds its length, which is the index the
 /// next chunk gets (drawn by the append's upsert), and whether it is closed; a row per chunk.
 const SCHEMA_V7: &str = "
@@ -204,6 +218,7 @@ struct SqliteOnly {
     insert_event: &'static str,
     insert_chunk: &'static str,
     wake: &'static str,
+    child_notice: &'static str,
     tables: &'static str,
     migration_version: &'static str,
     record_migration: &'static str,
@@ -214,12 +229,13 @@ struct SqliteOnly {
 const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
-                                   hook_token, deadline)
-                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6)
+                                   hook_token, deadline, parent_id, detached)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT (id) DO NOTHING",
     insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
-                                          wake_at, hook_token, epoch, lease_until, deadline)
-                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7)
+                                          wake_at, hook_token, epoch, lease_until, deadline,
+                                          parent_id, detached)
+                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9)
                         ON CONFLICT (id) DO NOTHING",
     claim: "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
             VALUES (?1, ?2, ?3, 1, ?4)
@@ -229,7 +245,7 @@ const SQL: Statements = Statements {
             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                     hook_token, deadline
+                     hook_token, deadline, parent_id
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -248,7 +264,7 @@ const SQL: Statements = Statements {
                   ORDER BY wake_at, id
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
-                        hook_token, deadline, epoch, wake_at",
+                        hook_token, deadline, parent_id, epoch, wake_at",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -256,9 +272,14 @@ const SQL: Statements = Statements {
                AND (?3 IS NULL OR (epoch = ?3 AND status = 'running' AND lease_until IS NOT NULL))
              RETURNING last_seq - ?2",
     run_status: "SELECT status FROM runs WHERE id = ?1",
+    // The parent, if any, is told next (`SqliteOnly::child_notice`).
     end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
                   lease_until = NULL
-              WHERE id = ?1",
+              WHERE id = ?1
+              RETURNING parent_id",
+    children_to_cancel: "SELECT id FROM runs
+                         WHERE parent_id = ?1 AND detached = 0
+                           AND status NOT IN ('completed', 'failed', 'cancelled')",
     // `?3`: the tokens as a JSON array, or NULL for all the run's.
     release_tokens: [
         "DELETE FROM hooks
@@ -309,9 +330,10 @@ const SQL: Statements = Statements {
                 RETURNING id, epoch",
     // A NULL filter matches everything.
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                       hook_token, deadline
+                       hook_token, deadline, parent_id
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
+                  AND (?4 IS NULL OR parent_id = ?4)
                 ORDER BY created_at DESC, id DESC LIMIT ?3",
     list_hooks: "SELECT token, run_id, created_at FROM hooks
                  WHERE active = 1 AND (?1 IS NULL OR token = ?1) AND (?2 IS NULL OR run_id = ?2)
@@ -348,6 +370,9 @@ const SQL: Statements = Statements {
                        VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         // A blocked run waits for a build that fits, not for payloads.
         wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1 AND status <> 'blocked'",
+        // A child's end, queued to its parent (`?1`) as a `ChildNotice` (`?3`) under the
+        // notice token (`?2`).
+        child_notice: "INSERT INTO hook_inbox (run_id, token, payload, at) VALUES (?1, ?2, ?3, ?4)",
         tables: "SELECT name FROM sqlite_schema
                  WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
                  ORDER BY name",
@@ -681,6 +706,18 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<Admission, StoreError> {
+        let row = NewRunRow::new(child, None)?;
+        let (lease, key) = (lease.clone(), child_key.to_owned());
+        self.write(move |tx| self::now(policy::start_child(&mut Lite(tx), &lease, &key, &row)))
+            .await
+    }
+
     async fn record_failure(
         &self,
         lease: &Lease,
@@ -904,16 +941,20 @@ impl Tx for Lite<'_> {
         let token = run.hook.as_ref().map(|h| &h.0);
         let (id, wf, input, at) = (&run.key, &run.workflow, &run.input, run.created_at);
         let deadline = run.deadline;
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
         let inserted = match run.lease_until {
             None => exec(
                 self.0,
                 SQL.insert_run,
-                params![id, wf, input, at, token, deadline],
+                params![id, wf, input, at, token, deadline, parent, detached],
             )?,
             Some(until) => exec(
                 self.0,
                 SQL.insert_leased_run,
-                params![id, wf, input, at, token, until, deadline],
+                params![id, wf, input, at, token, until, deadline, parent, detached],
             )?,
         };
         Ok(inserted > 0)
@@ -1068,12 +1109,32 @@ impl Tx for Lite<'_> {
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
         let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
-        exec(
+        let parent = one(
             self.0,
             SQL.end_run,
             params![run, status, output, error, now],
-        )?;
+            |r| r.get::<_, Option<String>>(0),
+        )?
+        .flatten();
+        if let Some(parent) = parent {
+            let notice = end.notice(run);
+            exec(
+                self.0,
+                SQL.dialect.child_notice,
+                params![parent, CHILD_NOTICE_TOKEN, notice, now],
+            )?;
+            exec(self.0, SQL.dialect.wake, params![parent, now])?;
+        }
         Ok(())
+    }
+
+    async fn lock_inbox_for_end(&mut self, _run: Option<&str>) -> Result<(), StoreError> {
+        // The writer's transaction holds the database's one write lock already.
+        Ok(())
+    }
+
+    async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
+        all(self.0, SQL.children_to_cancel, params![run], |r| r.get(0))
     }
 }
 
@@ -1116,7 +1177,7 @@ fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(10)?, r.get(11)?);
+        let (epoch, wake_at) = (r.get(11)?, r.get(12)?);
         Ok(LeasedRow {
             run,
             epoch,
@@ -2064,6 +2125,7 @@ mod tests {
                 "hooks",
                 "hooks_run",
                 "runs",
+                "runs_parent",
                 "runs_ready",
                 "stream_chunks",
                 "streams",

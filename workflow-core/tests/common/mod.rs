@@ -618,6 +618,14 @@ impl Store for FailingAdmissions {
     ) -> Result<ClaimOutcome, StoreError> {
         self.inner.claim_hook(lease, hook_key, token, at).await
     }
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<workflow_core::store::Admission, StoreError> {
+        self.inner.start_child(lease, child_key, child).await
+    }
     async fn resume_hook(
         &self,
         token: &str,

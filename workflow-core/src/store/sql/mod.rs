@@ -34,7 +34,10 @@ pub(super) struct Statements<S, X> {
     /// Fences, numbers and (PostgreSQL) inserts the events of an append.
     pub append: S,
     pub run_status: S,
+    /// Ends a run, returning its parent (PostgreSQL: and queues the child's end to it).
     pub end_run: S,
+    /// The children of a run that a cancellation of it reaches: not detached, not ended.
+    pub children_to_cancel: S,
     /// Deletes the rows of given-up tokens that are not retained, then deactivates the rest.
     pub release_tokens: [S; 2],
     pub release: S,
@@ -74,7 +77,6 @@ pub(super) struct Statements<S, X> {
     pub stream_chunks: S,
     /// A run's streams by name.
     pub list_streams: S,
-    /// PostgreSQL has none (`()`).
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    /// The statements only one dialect runs.
     pub dialect: X,
 }

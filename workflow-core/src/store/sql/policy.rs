@@ -38,6 +38,8 @@ pub(in crate::store) struct NewRunRow {
     pub lease_until: Option<i64>,
     /// The run fails if it has not ended by then.
     pub deadline: Option<i64>,
+    /// The parent that started it with `start_child`, and whether it is detached from it.
+    pub parent: Option<(String, bool)>,
 }
 
 impl NewRunRow {
@@ -52,6 +54,7 @@ impl NewRunRow {
             hook: run.hook.map(|h| (h.token, h.retain_until.map(sql_time))),
             lease_until: lease.map(|l| lease_end(run.created_at, l)),
             deadline: run.deadline.map(sql_time),
+            parent: run.parent.map(|p| (p.run.to_string(), p.detached)),
         })
     }
 }
@@ -186,7 +189,25 @@ pub(in crate::store) trait Tx {
         stream: &str,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
-    /// Ends the run as `end` says, at `now`, without a lease; announces the end.
+    /// Takes, before any run row is locked, the lock a child's end needs to queue its notice
+    /// to the parent (PostgreSQL's inbox lock; SQLite's writer holds every lock already):
+    /// for `Some(run)` only when that run has a parent (then the dialect may take it with
+    /// the run's next statement, its fenced append), for `None` always. Taken in this order
+    /// (inbox, then run rows) by every writer that queues payloads, so none waits for
+    /// another in a cycle.
+    fn lock_inbox_for_end(
+        &mut self,
+        run: Option<&str>,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// The children of `run` a cancellation of it reaches: not detached, not ended.
+    fn children_to_cancel(
+        &mut self,
+        run: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>>;
+
+    /// Ends the run as `end` says, at `now`, without a lease; announces the end. A child's
+    /// end goes to its parent's inbox too ([`EncodedEnd::notice`]), making the parent due.
     fn end_run(
         &mut self,
         run: &str,
@@ -293,6 +314,9 @@ pub(in crate::store) async fn append(
     write: &EncodedAppend,
 ) -> Result<(), StoreError> {
     let run = lease.run_id.to_string();
+    if write.end.is_some() {
+        tx.lock_inbox_for_end(Some(&run)).await?;
+    }
     if !tx
         .append_events(&run, Some(sql_epoch(lease.epoch)), &write.events)
         .await?
@@ -482,6 +506,40 @@ pub(in crate::store) async fn claim_hook(
     })
 }
 
+/// Admits `child` under the leased run and records the [`Event::ChildStarted`] that says so
+/// (or, when the child's token is taken, its owner as the conflict, and no child).
+pub(in crate::store) async fn start_child(
+    tx: &mut impl Tx,
+    lease: &Lease,
+    child_key: &str,
+    child: &NewRunRow,
+) -> Result<Admission, StoreError> {
+    let run = lease.run_id.to_string();
+    let fence = Some(sql_epoch(lease.epoch));
+    if !tx
+        .append_events(&run, fence, &EncodedEvents::default())
+        .await?
+    {
+        return Err(StoreError::LeaseLost(lease.run_id));
+    }
+    let (admission, _) = admit(tx, child).await?;
+    let conflict = match admission {
+        Admission::Admitted => None,
+        Admission::Conflict(owner) => Some(owner),
+    };
+    let event = EncodedEvents::new(&[NewEvent {
+        at: crate::history::from_millis(u64::try_from(child.created_at).unwrap_or(0)),
+        event: Event::ChildStarted {
+            child_key: child_key.to_owned(),
+            child_id: child.id,
+            workflow: child.workflow.clone(),
+            conflict,
+        },
+    }])?;
+    tx.append_events(&run, None, &event).await?;
+    Ok(admission)
+}
+
 /// A chunk to append ([`append_chunk`]), encoded before the transaction.
 pub(in crate::store) struct EncodedChunk {
     pub stream: String,
@@ -586,7 +644,8 @@ impl EncodedCancel {
     }
 }
 
-/// Cancels the run unless it already ended. The status is read with the row locked (where
+/// Cancels the run unless it already ended, and then its children that are not detached,
+/// down the tree, in the same transaction. The status is read with the row locked (where
 /// the dialect locks rows), so this and the worker's own writes are ordered: whichever
 /// commits second sees the other.
 pub(in crate::store) async fn cancel(
@@ -594,15 +653,49 @@ pub(in crate::store) async fn cancel(
     c: &EncodedCancel,
 ) -> Result<CancelOutcome, StoreError> {
     let key = c.id.to_string();
+    tx.lock_inbox_for_end(None).await?;
     let status = tx.run_status(&key).await?;
     let status = status_of(&status.ok_or(StoreError::RunNotFound(c.id))?, &key)?;
     if status.is_terminal() {
         return Ok(CancelOutcome::AlreadyEnded(status));
     }
-    tx.append_events(&key, None, &c.event).await?;
-    tx.end_run(&key, &c.end, c.now).await?;
-    tx.release_tokens(&key, None, c.now).await?;
+    end_cancelled(tx, &key, c, c.end.error.as_deref()).await?;
+    let mut tree = tx.children_to_cancel(&key).await?;
+    while let Some(child) = tree.pop() {
+        // Read with its row locked, like the run's: a child ending on its own meanwhile is
+        // left as it ended.
+        let status = tx.run_status(&child).await?;
+        if status.is_none_or(|s| status_of(&s, &child).is_ok_and(RunStatus::is_terminal)) {
+            continue;
+        }
+        let id: RunId = child
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("run {child}: id: {e}")))?;
+        let error = to_json(
+            &Error::cancelled_with_parent(&id, &c.id),
+            "the cancellation error",
+        )?;
+        end_cancelled(tx, &child, c, Some(&error)).await?;
+        tree.extend(tx.children_to_cancel(&child).await?);
+    }
     Ok(CancelOutcome::Cancelled)
+}
+
+/// Records the cancellation of `run` and ends it, with `error` as its error.
+async fn end_cancelled(
+    tx: &mut impl Tx,
+    run: &str,
+    c: &EncodedCancel,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    let end = EncodedEnd {
+        status: RunStatus::Cancelled,
+        output: None,
+        error: error.map(str::to_owned),
+    };
+    tx.append_events(run, None, &c.event).await?;
+    tx.end_run(run, &end, c.now).await?;
+    tx.release_tokens(run, None, c.now).await
 }
 
 /// Deletes the runs that ended before `before`, except those retaining a token past `now`,
@@ -636,13 +729,16 @@ pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> V
         .collect()
 }
 
-/// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run) and the
-/// limit. Inspection, not a hot path: one statement serves every combination.
-pub(in crate::store) fn run_filter(f: &RunFilter) -> (Option<&'static str>, Option<String>, i64) {
+/// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run), the
+/// limit and the parent. Inspection, not a hot path: one statement serves every combination.
+pub(in crate::store) fn run_filter(
+    f: &RunFilter,
+) -> (Option<&'static str>, Option<String>, i64, Option<String>) {
     (
         f.status.map(RunStatus::as_str),
         f.workflow.clone(),
         sql_id(f.limit),
+        f.parent.map(|p| p.to_string()),
     )
 }
 

@@ -43,7 +43,7 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token, deadline`.
+    /// hook_token, deadline, parent_id`.
     RunRow {
         id: String,
         workflow: String,
@@ -55,6 +55,7 @@ row! {
         updated_at: i64,
         hook_token: Option<String>,
         deadline: Option<i64>,
+        parent_id: Option<String>,
     }
 }
 
@@ -74,6 +75,10 @@ impl RunRow {
             deadline: self
                 .deadline
                 .map(|t| time_of(t, run, "deadline"))
+                .transpose()?,
+            parent: self
+                .parent_id
+                .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "parent_id", e)))
                 .transpose()?,
         })
     }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::error::StoreError;
-use crate::store::{from_millis, to_millis, Append, Event, NewEvent, RunOutcome, RunStatus};
+use crate::store::{from_millis, to_millis, Append, NewEvent, RunOutcome, RunStatus};
 
 /// A time column: milliseconds since the Unix epoch.
 pub(in crate::store) fn sql_time(t: SystemTime) -> i64 {
@@ -92,8 +92,8 @@ impl EncodedEvents {
             out.at.push(sql_time(e.at));
             out.kind.push(e.event.kind().to_owned());
             out.data.push(to_json(&e.event, "an event")?);
-            if let Event::HookReceived { payload_id, .. } = &e.event {
-                out.received.push(sql_id(*payload_id));
+            if let Some(payload_id) = e.event.delivered_payload() {
+                out.received.push(sql_id(payload_id));
             }
         }
         Ok(out)
@@ -113,6 +113,18 @@ pub(in crate::store) struct EncodedEnd {
     pub output: Option<String>,
     /// JSON of the error.
     pub error: Option<String>,
+}
+
+impl EncodedEnd {
+    /// The end of child `run` as its parent's inbox holds it (a `ChildNotice`).
+    pub fn notice(&self, run: &str) -> String {
+        crate::store::ChildNotice::encode(
+            run,
+            self.status,
+            self.output.as_deref(),
+            self.error.as_deref(),
+        )
+    }
 }
 
 /// An [`Append`] ready for the database. Encoded by the caller, not on SQLite's writer

@@ -1,0 +1,210 @@
+//! Child runs (SPEC 10): a workflow starts another workflow's run with [`start_child`] and
+//! waits for its end with [`Child::result`], durably.
+//!
+//! The start is a recorded command: the store admits the child and records
+//! [`Event::ChildStarted`](crate::store::Event::ChildStarted) in the parent's history in one
+//! transaction, so a replay returns the same child and never starts a second one. Awaiting the
+//! result suspends the parent (it may be evicted meanwhile); the child's end, in whatever
+//! process it runs, puts a notice into the parent's inbox and wakes it, and the parent records
+//! the result when it delivers it, so later replays read it from the history.
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::check_payload;
+use crate::context::{current, invalid_token, mismatched_delivery, Command, Ready, RunCtx};
+use crate::error::{Error, HookConflictError};
+use crate::ids::RunId;
+use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
+use crate::replay::{ChildCall, Key};
+
+/// Starts a run of `workflow` with `args` (a tuple of its arguments) as a child of the
+/// calling workflow's run; await the returned builder. Only inside a `#[workflow]` fn.
+///
+/// The child runs on any worker of the store, like any run; its id is recorded in the
+/// parent's history, so a replay of the parent gets the same [`Child`] back. Cancelling the
+/// parent cancels its unfinished children, unless started with [`StartChild::detached`].
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[step]
+/// async fn pack(item: String) -> Result<String> {
+///     Ok(format!("parcel with {item}"))
+/// }
+///
+/// #[workflow]
+/// async fn ship(item: String) -> Result<String> {
+///     pack(item).await
+/// }
+///
+/// #[workflow]
+/// async fn order(item: String) -> Result<String> {
+///     let shipment = start_child(ship, (item,)).await?;
+///     // The order is suspended until the shipment ends, wherever it runs.
+///     let parcel = shipment.result().await?;
+///     Ok(format!("shipped the {parcel}"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// let rt = Runtime::builder().in_memory().build().await?;
+/// let run = rt.start(order, ("tea".to_owned(),)).await?;
+/// assert_eq!(run.return_value().await?, "shipped the parcel with tea");
+/// # Ok(())
+/// # }
+/// ```
+pub fn start_child<F, Args>(workflow: F, args: Args) -> StartChild<F::Def>
+where
+    F: IntoWorkflow<Args>,
+{
+    let _ = workflow;
+    let name = <F::Def as WorkflowDef>::NAME;
+    let input = <F::Def as WorkflowDef>::encode_args(&args).map_err(|e| {
+        Error::fatal(format!(
+            "the arguments of child workflow `{name}` could not be serialized: {e}"
+        ))
+    });
+    StartChild {
+        input,
+        hook: None,
+        timeout: None,
+        detached: false,
+        _def: PhantomData,
+    }
+}
+
+/// A pending child start; await it. From [`start_child`].
+#[must_use = "a child run is started only when the start is awaited"]
+pub struct StartChild<W: WorkflowDef> {
+    input: Result<Value, Error>,
+    hook: Option<String>,
+    timeout: Option<Duration>,
+    detached: bool,
+    _def: PhantomData<fn() -> W>,
+}
+
+impl<W: WorkflowDef> StartChild<W> {
+    /// Claims hook `token` atomically with the child's admission, as
+    /// [`Start::hook`](crate::Start::hook) does: when another run owns the token, no child is
+    /// started and the start fails with a hook-conflict error
+    /// ([`Error::as_hook_conflict`] names the owner). The decision is recorded, so a
+    /// replay decides the same.
+    pub fn hook(mut self, token: impl Into<String>) -> Self {
+        self.hook = Some(token.into());
+        self
+    }
+
+    /// A deadline for the child run, from its admission, as
+    /// [`Start::timeout`](crate::Start::timeout): a child not ended by then fails with an
+    /// error saying it timed out, which [`Child::result`] returns.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Cancelling the parent leaves this child running (by default a cancellation of the
+    /// parent cancels its unfinished children, down the tree).
+    pub fn detached(mut self) -> Self {
+        self.detached = true;
+        self
+    }
+}
+
+impl<W: WorkflowDef> IntoFuture for StartChild<W> {
+    type Output = Result<Child<W::Output>, Error>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let Some(ctx) = current() else {
+                return Err(Error::fatal(format!(
+                    "start_child({}) was called outside a workflow; child runs exist only \
+                     inside `#[workflow]` fns (use `rt.start(..)` elsewhere)",
+                    W::NAME
+                )));
+            };
+            let input = self.input?;
+            check_payload(&input, ctx.max_payload_bytes, || {
+                format!("the arguments of child workflow `{}`", W::NAME)
+            })
+            .map_err(|e| Error::fatal(e.to_string()))?;
+            if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
+                return Err(Error::fatal(why));
+            }
+            let child_key = ctx.next_child_key();
+            ctx.issue(Command::StartChild(ChildCall {
+                child_key: child_key.clone(),
+                workflow: W::NAME,
+                input,
+                hook: self.hook.clone(),
+                timeout: self.timeout,
+                detached: self.detached,
+            }));
+            match ctx.wait(Key::Child(child_key)).await {
+                Ready::ChildStarted {
+                    child_id,
+                    conflict: None,
+                } => Ok(Child {
+                    id: child_id,
+                    ctx,
+                    _t: PhantomData,
+                }),
+                Ready::ChildStarted {
+                    conflict: Some(owner),
+                    ..
+                } => Err(Error::hook_conflict(HookConflictError {
+                    token: self.hook.unwrap_or_default(),
+                    conflicting_run_id: owner,
+                })),
+                _ => Err(mismatched_delivery("start_child")),
+            }
+        })
+    }
+}
+
+/// A child run started with [`start_child`].
+pub struct Child<T> {
+    id: RunId,
+    ctx: Arc<RunCtx>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Child<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Child").field("id", &self.id).finish()
+    }
+}
+
+impl<T> Child<T> {
+    /// The child run's id (the same on every replay).
+    pub fn id(&self) -> RunId {
+        self.id
+    }
+}
+
+impl<T: DeserializeOwned> Child<T> {
+    /// Waits, durably, for the child's end: its return value, or its error (a child that was
+    /// cancelled or timed out gives that error). The parent is suspended meanwhile and may be
+    /// evicted; the child's end wakes it, in this process at once, elsewhere through the
+    /// store. The result is recorded in the parent's history.
+    pub async fn result(self) -> Result<T, Error> {
+        self.ctx.issue(Command::AwaitChild { child_id: self.id });
+        let value = match self.ctx.wait(Key::ChildEnd(self.id)).await {
+            Ready::ChildEnded(result) => result?,
+            _ => return Err(mismatched_delivery("Child::result")),
+        };
+        serde_json::from_value(value).map_err(|e| {
+            Error::fatal(format!(
+                "the result of child run {} does not fit `{}`: {e}",
+                self.id,
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+}
