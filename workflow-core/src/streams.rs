@@ -39,8 +39,9 @@ const MAX_NAME: usize = 255;
 /// apart. [`close`](StreamWriter::close) ends the stream: readers end after its last chunk, and
 /// later writes are errors. A stream also ends, for its readers, when its run ends.
 ///
-/// Called outside a step executed by a runtime (in a workflow body, or a step called as a
-/// plain fn), `write` and `close` return an error.
+/// Called outside a step executed by a runtime (in a workflow body, a step called as a plain
+/// fn, or a task the step spawned: the step's context does not follow `tokio::spawn`), `write`
+/// and `close` return an error.
 ///
 /// ```
 /// use futures::TryStreamExt;
@@ -69,6 +70,9 @@ const MAX_NAME: usize = 255;
 /// assert_eq!(values, [1, 2, 3]);
 /// assert_eq!(chunks[2].index, 2);
 /// assert_eq!(chunks[2].attempt, 1);
+/// // The run's streams, with their length and state:
+/// let streams = run.streams().await?;
+/// assert_eq!((streams[0].name.as_str(), streams[0].len, streams[0].closed), ("numbers", 3, true));
 /// # Ok(())
 /// # }
 /// ```
@@ -83,6 +87,15 @@ pub fn stream<T>(name: impl Into<String>) -> StreamWriter<T> {
 pub struct StreamWriter<T> {
     name: String,
     _t: PhantomData<fn(T)>,
+}
+
+impl<T> Clone for StreamWriter<T> {
+    fn clone(&self) -> Self {
+        StreamWriter {
+            name: self.name.clone(),
+            _t: PhantomData,
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for StreamWriter<T> {
