@@ -135,6 +135,7 @@ on_every_store!(
     a_stream_ends_on_close_while_its_run_goes_on,
     a_stream_ends_with_its_run,
     a_live_reader_gets_each_chunk_as_it_is_written,
+    a_reader_is_woken_by_the_write_not_by_its_poll,
     a_closed_stream_refuses_writes,
     a_chunk_over_the_payload_limit_is_refused,
 );
@@ -255,6 +256,30 @@ async fn a_live_reader_gets_each_chunk_as_it_is_written(b: Backend) {
     assert!(reader.next().await.is_none());
     resume(&rt, &token, 0).await;
     run.return_value().await.unwrap();
+}
+
+/// With an hour-long poll interval, only the wake-up of the write (and of the run's end) can
+/// deliver in time: the test would hit its bound otherwise.
+async fn a_reader_is_woken_by_the_write_not_by_its_poll(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let run = rt.start(paced, (3, false)).await.unwrap();
+    let token = format!("paced:{}", run.id());
+    let mut reader = run.stream::<u32>("paced");
+    for i in 0..3 {
+        resume(&rt, &token, i).await;
+        let c = reader.next().await.unwrap().unwrap();
+        assert_eq!((c.index, c.value), (u64::from(i), i));
+    }
+    let rest = tokio::spawn(async move { reader.try_collect::<Vec<_>>().await });
+    resume(&rt, &token, 0).await;
+    run.return_value().await.unwrap();
+    assert!(rest.await.unwrap().unwrap().is_empty(), "ends with the run");
 }
 
 async fn a_closed_stream_refuses_writes(b: Backend) {
@@ -384,8 +409,8 @@ fn child_main() {
 }
 
 /// A reader in this process follows a stream written by a worker process, chunk by chunk, and
-/// ends on the close.
-fn live_across_processes(place: Place) {
+/// ends on the close; it polls every `reader_poll` (PostgreSQL's notices make an hour work).
+fn live_across_processes(place: Place, reader_poll: Duration) {
     let env = place.env();
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let worker = Worker::spawn(&env);
@@ -395,7 +420,7 @@ fn live_across_processes(place: Place) {
         // Not a worker: every run is driven by the other process.
         let client = place
             .builder()
-            .poll_interval(Duration::from_millis(20))
+            .poll_interval(reader_poll)
             .worker(false)
             .build()
             .await
@@ -420,9 +445,9 @@ fn live_across_processes(place: Place) {
 #[test]
 fn live_across_processes_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    live_across_processes(Place::Sqlite {
-        path: dir.path().join("wf.db"),
-    });
+    // The poll is how a SQLite reader learns of other processes' writes.
+    let path = dir.path().join("wf.db");
+    live_across_processes(Place::Sqlite { path }, Duration::from_millis(20));
 }
 
 #[cfg(feature = "postgres")]
@@ -432,8 +457,7 @@ fn live_across_processes_on_postgres() {
         return;
     };
     let db = TestDb::new(Backend::Postgres);
-    live_across_processes(Place::Postgres {
-        url,
-        schema: db.schema.clone(),
-    });
+    // The notices alone: a reader polling hourly gets every chunk at once.
+    let schema = db.schema.clone();
+    live_across_processes(Place::Postgres { url, schema }, Duration::from_secs(3600));
 }
