@@ -758,13 +758,13 @@ async fn export_prints_the_versioned_history(b: Backend) {
     eprintln!("workflow export {completed}:\n{out}");
     assert!(
         out.starts_with(
-            "{\n  \"format\": \"workflow-rs/history\",\n  \"version\": 1,\n  \"run\": {\n"
+            "{\n  \"format\": \"workflow-rs/history\",\n  \"version\": 2,\n  \"run\": {\n"
         ),
         "pretty, in the documented order: {out}"
     );
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["format"], "workflow-rs/history");
-    assert_eq!(v["version"], 1);
+    assert_eq!(v["version"], 2);
     assert_eq!(v["run"]["id"], completed);
     assert_eq!(v["run"]["workflow"], "cli::common::welcome");
     assert_eq!(v["run"]["input"], json!(["ada"]));
