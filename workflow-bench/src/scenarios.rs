@@ -265,6 +265,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
             created_at: SystemTime::now(),
             hook: None,
             deadline: None,
+            queue: None,
         })
         .await?;
     let names = [workflow];

@@ -57,6 +57,7 @@ mod history;
 mod ids;
 mod registry;
 mod replay;
+mod queue;
 mod runtime;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
@@ -81,6 +82,7 @@ pub use history::{
     ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 pub use ids::{ParseRunIdError, RunId};
+pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
     HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
@@ -97,7 +99,8 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
         step_metadata, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
-        HookError, HookRef, Result, Run, RunId, RunStatus, Runtime, StartError, StartOrResume,
+        HookError, HookRef, Queue, Result, Run, RunId, RunStatus, Runtime, StartError,
+        StartOrResume,
         StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;

@@ -130,6 +130,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
         created_at: at,
         hook: None,
         deadline: None,
+        queue: None,
     };
     let history = [NewEvent {
         at,

@@ -111,6 +111,11 @@ pub(crate) struct Inner {
     /// good, and `api` outside a step no longer finds it even while a step briefly holds a
     /// handle on it.
     abandoned: AtomicBool,
+    /// Whether queued runs are about (declared here, started or driven here): then the end
+    /// of a run here may free a slot for a waiting run, and wakes the worker.
+    queued: AtomicBool,
+    /// The queues this runtime declared.
+    queues: std::collections::HashSet<String>,
 }
 
 impl Inner {
@@ -155,6 +160,13 @@ impl Inner {
                 true
             }
             None => false,
+        }
+    }
+
+    /// A run ended here: if it may have held a queue's slot, a waiting run may begin now.
+    fn slot_freed(&self) {
+        if self.queued.load(Ordering::Relaxed) {
+            self.work.notify_one();
         }
     }
 
@@ -271,6 +283,7 @@ impl Host for Inner {
 
     fn ended(&self, run: RunId) {
         self.run_ended(run);
+        self.slot_freed();
     }
 
     fn now(&self) -> SystemTime {

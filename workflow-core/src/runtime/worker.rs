@@ -158,6 +158,9 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
         return;
     };
+    if leased.run.queue.is_some() {
+        rt.queued.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let signals = Signals {
         stop: Arc::new(Notify::new()),
         inbox: Arc::new(Notify::new()),

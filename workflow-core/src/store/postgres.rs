@@ -23,7 +23,8 @@ use tokio::sync::{broadcast, oneshot};
 use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
 use super::sql::rows::{
-    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
+    decode_events, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, QueueLimits,
+    QueueRow, RunRow,
 };
 use super::sql::{
     lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
@@ -32,7 +33,7 @@ use super::sql::{
 use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store,
+    PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter, RunRecord, Store,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -68,9 +69,20 @@ const MIGRATIONS: &[Migration] = &[
         name: "failed tries and blocks counted per run; blocked runs",
         ddl: MIGRATION_3,
     },
+    Migration {
+        version: 5,
+        name: "queues: their limits, and each run's queue, partition key, priority and begin",
+        ddl: MIGRATION_5,
+    },
 ];
 /// The tables each version must have (from the version that created them on).
-const TABLES: &[(&str, i64)] = &[("runs", 1), ("events", 1), ("hooks", 1), ("hook_inbox", 1)];
+const TABLES: &[(&str, i64)] = &[
+    ("runs", 1),
+    ("events", 1),
+    ("hooks", 1),
+    ("hook_inbox", 1),
+    ("queues", 5),
+];
 
 const MIGRATION_1: &str = r#"
 CREATE TABLE {schema}.runs (
@@ -156,6 +168,34 @@ ALTER TABLE {schema}.runs
 DROP INDEX {schema}.runs_ready;
 CREATE INDEX runs_ready ON {schema}.runs (wake_at, id)
     WHERE status IN ('pending', 'running', 'blocked');
+"#;
+
+/// Flow control (SPEC 11): the queues every process enforces, and where each run stands in
+/// its queue. A queued run holds a slot from its first lease (`began_at`) until it ends. An
+/// acquirer locks a queue's row while it begins runs of the queue, so acquirers in every
+/// process take turns per queue.
+const MIGRATION_5: &str = r#"
+ALTER TABLE {schema}.runs
+    ADD COLUMN queue TEXT,              -- NULL: not in a queue
+    ADD COLUMN partition_key TEXT,      -- one run at a time per key and queue
+    ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN began_at BIGINT;         -- queued runs: when it took its slot
+CREATE TABLE {schema}.queues (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    concurrency BIGINT,                 -- NULL: no limit
+    rate_limit  BIGINT,                 -- runs begun per window; NULL: no limit
+    rate_period BIGINT,                 -- the window, ms
+    updated_at  BIGINT NOT NULL
+);
+-- The runs waiting for a slot, in the order they begin.
+CREATE INDEX runs_queue_waiting ON {schema}.runs (queue, priority DESC, created_at, id)
+    WHERE queue IS NOT NULL AND began_at IS NULL AND status IN ('pending', 'running', 'blocked');
+-- The runs holding a slot, by partition key.
+CREATE INDEX runs_queue_holding ON {schema}.runs (queue, partition_key)
+    WHERE queue IS NOT NULL AND began_at IS NOT NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- Begins, for the rate window.
+CREATE INDEX runs_queue_begun ON {schema}.runs (queue, began_at) WHERE began_at IS NOT NULL;
 "#;
 
 /// The server's clock, in microseconds since the Unix epoch: what [`Store::now`] reports and
@@ -411,13 +451,27 @@ impl Store for PostgresStore {
         let leased = async {
             // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
             // process, pass over each other's picks instead of waiting or sharing them.
-            let rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
-                .bind(lease_end(req.now, req.lease))
-                .bind(sql_time(req.now))
+            let (until, at, limit) = (lease_end(req.now, req.lease), sql_time(req.now), sql_id(req.limit));
+            let mut rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
+                .bind(until)
+                .bind(at)
                 .bind(req.workflows)
-                .bind(sql_id(req.limit))
+                .bind(limit)
                 .fetch_all(&mut *tx)
                 .await?;
+            // Then the queued runs that may begin, each queue's row locked meanwhile.
+            let room = limit - rows.len() as i64;
+            let begin =
+                policy::queued_to_begin(&mut self.tx(&mut tx), at, req.workflows, room).await?;
+            if !begin.is_empty() {
+                let begun: Vec<LeasedRow> = sqlx::query_as(&s.begin_queued)
+                    .bind(until)
+                    .bind(at)
+                    .bind(&begin)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                rows.extend(begun);
+            }
             let picked = Picked::new(rows.into_iter().map(Ok).collect());
             let ids = picked.ids();
             if ids.is_empty() {
@@ -657,14 +711,44 @@ impl Store for PostgresStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit) = policy::run_filter(filter);
+        let (status, workflow, limit, queue) = policy::run_filter(filter);
         let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
             .bind(status)
             .bind(workflow)
             .bind(limit)
+            .bind(queue)
             .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(RunRow::decode).collect()
+    }
+
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let rows = policy::queue_rows(queues);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        let concurrency: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
+        let rates: Vec<Option<i64>> = rows.iter().map(|r| r.2).collect();
+        let periods: Vec<Option<i64>> = rows.iter().map(|r| r.3).collect();
+        let at = self.now().await?.unwrap_or_else(SystemTime::now);
+        sqlx::query(&self.inner.sql.define_queue)
+            .bind(names)
+            .bind(concurrency)
+            .bind(rates)
+            .bind(periods)
+            .bind(sql_time(at))
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let rows: Vec<QueueRow> = sqlx::query_as(&self.inner.sql.list_queues)
+            .bind(sql_time(now))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(QueueRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
@@ -708,7 +792,7 @@ impl Store for PostgresStore {
 type Statements = super::sql::Statements<String, ()>;
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
-                           hook_token, deadline";
+                           hook_token, deadline, queue, partition_key, priority";
 
 /// The statements for the tables in schema `s` (quoted).
 fn statements(s: &str) -> Statements {
@@ -720,8 +804,8 @@ fn statements(s: &str) -> Statements {
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                          deadline)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7)
+                          deadline, queue, partition_key, priority)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $10)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
@@ -764,6 +848,7 @@ fn statements(s: &str) -> Statements {
                        AND wake_at <= $2
                        AND (lease_until IS NULL OR lease_until <= $2)
                        AND workflow = ANY($3)
+                       AND (queue IS NULL OR began_at IS NOT NULL)
                      ORDER BY wake_at, id
                      LIMIT $4
                      FOR UPDATE SKIP LOCKED)
@@ -771,8 +856,8 @@ fn statements(s: &str) -> Statements {
                  SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
-                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.epoch,
-                           r.wake_at"
+                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.queue,
+                           r.partition_key, r.priority, r.epoch, r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -795,14 +880,18 @@ fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Ended and announced. `$6` channel.
+            // Ended and announced; the end of a queued run frees a slot, so its queue's
+            // waiting runs may be ready. `$6` channel.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
-                     RETURNING id)
-                 SELECT pg_notify($6, '{NOTE_ENDED}' || id) FROM ended"
+                     RETURNING id, queue)
+                 SELECT pg_notify($6, n) FROM ended,
+                     UNNEST(CASE WHEN ended.queue IS NULL
+                         THEN ARRAY['{NOTE_ENDED}' || ended.id]
+                         ELSE ARRAY['{NOTE_ENDED}' || ended.id, '{NOTE_READY}'] END) AS n"
             ),
             // Giving up tokens (`$3`, or NULL for all the run's): the row goes, freeing the
             // token, unless retained past now; then it stays, inactive, until a claim after
@@ -849,6 +938,8 @@ fn statements(s: &str) -> Statements {
                      UPDATE {s}.runs SET
                          status = CASE status WHEN 'failed' THEN 'pending' ELSE status END,
                          error = CASE status WHEN 'failed' THEN NULL ELSE error END,
+                         -- Re-opened, it waits for a slot of its queue again.
+                         began_at = CASE status WHEN 'failed' THEN NULL ELSE began_at END,
                          updated_at = $2, wake_at = $2, failed_tries = 0, blocked_tries = 0
                      WHERE id = $1 AND status IN ('failed', 'blocked')
                      RETURNING id)
@@ -915,6 +1006,7 @@ fn statements(s: &str) -> Statements {
             list_runs: format!(
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
+                   AND ($4::text IS NULL OR queue = $4)
                  ORDER BY created_at DESC, id DESC
                  LIMIT $3"
             ),
@@ -936,6 +1028,93 @@ fn statements(s: &str) -> Statements {
             ),
             prune_records: ["events", "hook_inbox", "hooks"]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
+            // Rows as arrays: `$1` names, `$2` concurrency, `$3` rate limits, `$4` periods,
+            // `$5` now.
+            define_queue: format!(
+                "INSERT INTO {s}.queues (name, concurrency, rate_limit, rate_period, updated_at)
+                 SELECT q.name, q.concurrency, q.rate_limit, q.rate_period, $5
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+                     AS q(name, concurrency, rate_limit, rate_period)
+                 ON CONFLICT (name) DO UPDATE SET concurrency = EXCLUDED.concurrency,
+                     rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period,
+                     updated_at = EXCLUDED.updated_at"
+            ),
+            // `$1` now.
+            list_queues: format!(
+                "SELECT q.name, q.concurrency, q.rate_limit, q.rate_period,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = q.name AND began_at IS NOT NULL
+                        AND status IN ('pending', 'running', 'blocked')) AS occupied,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = q.name AND began_at IS NULL
+                        AND status IN ('pending', 'running', 'blocked')) AS waiting,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE q.rate_period IS NOT NULL AND queue = q.name
+                        AND began_at > $1 - q.rate_period) AS begun_in_window
+                 FROM {s}.queues q ORDER BY q.name"
+            ),
+            waiting_queues: format!(
+                "SELECT DISTINCT queue FROM {s}.runs
+                 WHERE queue IS NOT NULL AND began_at IS NULL
+                   AND status IN ('pending', 'running', 'blocked')
+                   AND wake_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)
+                   AND workflow = ANY($2)
+                 ORDER BY queue"
+            ),
+            // Held until the acquire's transaction ends: one acquirer at a time begins runs
+            // of the queue, and the next one's counts, read after the lock is granted, see
+            // what it began.
+            lock_queue: format!(
+                "SELECT concurrency, rate_limit, rate_period FROM {s}.queues
+                 WHERE name = $1 FOR UPDATE"
+            ),
+            queue_counts: format!(
+                "SELECT
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = $1 AND began_at IS NOT NULL
+                        AND status IN ('pending', 'running', 'blocked')),
+                     (SELECT count(*) FROM {s}.runs WHERE queue = $1 AND began_at > $2)"
+            ),
+            // `$1` queue, `$2` now, `$3` workflows, `$4` limit. A key's runs are numbered in
+            // start order among the waiting ones: only the first may begin, and only while
+            // none of the key holds a slot.
+            queue_candidates: format!(
+                "SELECT id FROM (
+                     SELECT id, workflow, wake_at, lease_until, partition_key, priority,
+                            created_at,
+                            row_number() OVER (PARTITION BY partition_key
+                                               ORDER BY created_at, id) AS nth
+                     FROM {s}.runs
+                     WHERE queue = $1 AND began_at IS NULL
+                       AND status IN ('pending', 'running', 'blocked')) AS w
+                 WHERE wake_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
+                   AND workflow = ANY($3)
+                   AND (partition_key IS NULL
+                        OR (nth = 1 AND NOT EXISTS (
+                            SELECT 1 FROM {s}.runs h
+                            WHERE h.queue = $1 AND h.partition_key = w.partition_key
+                              AND h.began_at IS NOT NULL
+                              AND h.status IN ('pending', 'running', 'blocked'))))
+                 ORDER BY priority DESC, created_at, id
+                 LIMIT $4"
+            ),
+            // `$1` lease until, `$2` now, `$3` the run ids. A run locked meanwhile (being
+            // cancelled) is passed over.
+            begin_queued: format!(
+                "WITH picked AS MATERIALIZED (
+                     SELECT id FROM {s}.runs
+                     WHERE id = ANY($3) AND began_at IS NULL
+                       AND status IN ('pending', 'running', 'blocked')
+                       AND (lease_until IS NULL OR lease_until <= $2)
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE {s}.runs AS r
+                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL,
+                     began_at = $2
+                 FROM picked WHERE r.id = picked.id
+                 RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
+                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.queue,
+                           r.partition_key, r.priority, r.epoch, r.wake_at"
+            ),
             dialect: (),
         }
     }
@@ -979,6 +1158,13 @@ impl Tx for Pg<'_> {
             Some(until) => insert.bind(until),
         };
         let insert = insert.bind(run.deadline);
+        let insert = match run.lease_until {
+            None => insert
+                .bind(&run.queue)
+                .bind(&run.partition_key)
+                .bind(run.priority),
+            Some(_) => insert,
+        };
         Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
     }
 
@@ -1115,6 +1301,49 @@ impl Tx for Pg<'_> {
         Ok(sqlx::query_scalar(&self.sql.run_status)
             .bind(run)
             .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.waiting_queues)
+            .bind(now)
+            .bind(workflows)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
+    async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
+        Ok(sqlx::query_as(&self.sql.lock_queue)
+            .bind(name)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_counts(&mut self, name: &str, since: i64) -> Result<(i64, i64), StoreError> {
+        Ok(sqlx::query_as(&self.sql.queue_counts)
+            .bind(name)
+            .bind(since)
+            .fetch_one(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.queue_candidates)
+            .bind(name)
+            .bind(now)
+            .bind(workflows)
+            .bind(limit)
+            .fetch_all(&mut *self.conn)
             .await?)
     }
 
@@ -1820,6 +2049,7 @@ mod tests {
             created_at: t(0),
             hook: None,
             deadline: None,
+            queue: None,
         }))
         .await
         .unwrap();

@@ -62,6 +62,20 @@ pub(super) struct Statements<S, X> {
     pub prune_runs: S,
     /// Deletes the events, inbox payloads and hook rows of the runs given as ids.
     pub prune_records: [S; 3],
+    /// Declares a queue, replacing its limits (SPEC 11).
+    pub define_queue: S,
+    /// Every queue with its occupancy.
+    pub list_queues: S,
+    /// See [`policy::Tx::waiting_queues`].
+    pub waiting_queues: S,
+    /// See [`policy::Tx::lock_queue`].
+    pub lock_queue: S,
+    /// See [`policy::Tx::queue_counts`].
+    pub queue_counts: S,
+    /// See [`policy::Tx::queue_candidates`].
+    pub queue_candidates: S,
+    /// Leases the queued runs [`policy::queued_to_begin`] picked, marking them begun.
+    pub begin_queued: S,
     /// PostgreSQL has none (`()`).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub dialect: X,
