@@ -1867,7 +1867,7 @@ mod tests {
         conn.execute(
             "INSERT INTO workflow_migrations (version, name, applied_at)
              VALUES (?1, 'from the future', 0)",
-            [MIGRATIONS.len() + 1],
+            [MIGRATIONS.last().map_or(0, |m| m.version) + 1],
         )
         .unwrap();
         conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
@@ -1879,7 +1879,7 @@ mod tests {
         let StoreError::Incompatible(msg) = &err else {
             panic!("expected Incompatible, got {err:?}");
         };
-        let newest = MIGRATIONS.len();
+        let newest = MIGRATIONS.last().map_or(0, |m| m.version);
         assert!(
             msg.contains(&format!("schema version {}", newest + 1)),
             "{msg}"
@@ -2097,7 +2097,11 @@ mod tests {
                 "hook_inbox_run",
                 "hooks",
                 "hooks_run",
+                "queues",
                 "runs",
+                "runs_queue_begun",
+                "runs_queue_holding",
+                "runs_queue_waiting",
                 "runs_ready",
                 "workflow_migrations"
             ]
