@@ -190,6 +190,10 @@ CREATE TABLE {schema}.queues (
 -- The runs waiting for a slot, in the order they begin.
 CREATE INDEX runs_queue_waiting ON {schema}.runs (queue, priority DESC, created_at, id)
     WHERE queue IS NOT NULL AND began_at IS NULL AND status IN ('pending', 'running', 'blocked');
+-- The waiting runs of each partition key, in start order.
+CREATE INDEX runs_queue_keyed ON {schema}.runs (queue, partition_key, created_at, id)
+    WHERE queue IS NOT NULL AND partition_key IS NOT NULL AND began_at IS NULL
+      AND status IN ('pending', 'running', 'blocked');
 -- The runs holding a slot, by partition key.
 CREATE INDEX runs_queue_holding ON {schema}.runs (queue, partition_key)
     WHERE queue IS NOT NULL AND began_at IS NOT NULL
@@ -1075,26 +1079,27 @@ fn statements(s: &str) -> Statements {
                         AND status IN ('pending', 'running', 'blocked')),
                      (SELECT count(*) FROM {s}.runs WHERE queue = $1 AND began_at > $2)"
             ),
-            // `$1` queue, `$2` now, `$3` workflows, `$4` limit. A key's runs are numbered in
-            // start order among the waiting ones: only the first may begin, and only while
-            // none of the key holds a slot.
+            // `$1` queue, `$2` now, `$3` workflows, `$4` limit. Walks the waiting runs in the
+            // order they begin and stops at the limit. Of a key, only the earliest started
+            // waiting run may begin, and only while none of the key holds a slot.
             queue_candidates: format!(
-                "SELECT id FROM (
-                     SELECT id, workflow, wake_at, lease_until, partition_key, priority,
-                            created_at,
-                            row_number() OVER (PARTITION BY partition_key
-                                               ORDER BY created_at, id) AS nth
-                     FROM {s}.runs
-                     WHERE queue = $1 AND began_at IS NULL
-                       AND status IN ('pending', 'running', 'blocked')) AS w
-                 WHERE wake_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
+                "SELECT id FROM {s}.runs w
+                 WHERE queue = $1 AND began_at IS NULL
+                   AND status IN ('pending', 'running', 'blocked')
+                   AND wake_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
                    AND workflow = ANY($3)
-                   AND (partition_key IS NULL
-                        OR (nth = 1 AND NOT EXISTS (
-                            SELECT 1 FROM {s}.runs h
-                            WHERE h.queue = $1 AND h.partition_key = w.partition_key
-                              AND h.began_at IS NOT NULL
-                              AND h.status IN ('pending', 'running', 'blocked'))))
+                   AND (partition_key IS NULL OR (
+                       NOT EXISTS (
+                           SELECT 1 FROM {s}.runs e
+                           WHERE e.queue = $1 AND e.partition_key = w.partition_key
+                             AND e.partition_key IS NOT NULL AND e.began_at IS NULL
+                             AND e.status IN ('pending', 'running', 'blocked')
+                             AND (e.created_at, e.id) < (w.created_at, w.id))
+                       AND NOT EXISTS (
+                           SELECT 1 FROM {s}.runs h
+                           WHERE h.queue = $1 AND h.partition_key = w.partition_key
+                             AND h.began_at IS NOT NULL
+                             AND h.status IN ('pending', 'running', 'blocked'))))
                  ORDER BY priority DESC, created_at, id
                  LIMIT $4"
             ),
@@ -1985,6 +1990,7 @@ mod tests {
                 "runs_pkey",
                 "runs_queue_begun",
                 "runs_queue_holding",
+                "runs_queue_keyed",
                 "runs_queue_waiting",
                 "runs_ready",
                 "workflow_migrations",
