@@ -55,9 +55,9 @@ mod driver;
 pub mod error;
 mod history;
 mod ids;
+mod queue;
 mod registry;
 mod replay;
-mod queue;
 mod runtime;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
@@ -100,8 +100,7 @@ pub mod prelude {
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step,
         step_metadata, workflow, workflow_metadata, Error, Hook, HookConflict, HookConflictError,
         HookError, HookRef, Queue, Result, Run, RunId, RunStatus, Runtime, StartError,
-        StartOrResume,
-        StepMetadata, WorkflowMetadata,
+        StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

@@ -37,7 +37,12 @@ fn marks() -> &'static Mutex<HashMap<String, Vec<(String, SystemTime)>>> {
 }
 
 fn marked(tag: &str) -> Vec<(String, SystemTime)> {
-    marks().lock().unwrap().get(tag).cloned().unwrap_or_default()
+    marks()
+        .lock()
+        .unwrap()
+        .get(tag)
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[step]
@@ -123,7 +128,10 @@ async fn in_flight_never_exceeds_the_concurrency(backend: Backend) {
     }
     let most = most_at_once(&tag);
     eprintln!("{backend:?}: at most {most} runs of 12 in flight at once (limit 3)");
-    assert!(most <= 3, "{most} runs in flight at once, over the limit of 3");
+    assert!(
+        most <= 3,
+        "{most} runs in flight at once, over the limit of 3"
+    );
     assert!(most >= 1);
 }
 
@@ -185,7 +193,11 @@ async fn priority_order_holds(backend: Backend) {
         runs.push(run);
     }
     for run in &runs {
-        assert_eq!(run.status().await.unwrap(), RunStatus::Pending, "waits for the slot");
+        assert_eq!(
+            run.status().await.unwrap(),
+            RunStatus::Pending,
+            "waits for the slot"
+        );
     }
     rt.resume_hook(&token, ()).await.unwrap();
     blocker.return_value().await.unwrap();
@@ -220,13 +232,23 @@ async fn the_rate_window_holds(backend: Backend) {
     let after = |i: usize| at[i].duration_since(started).unwrap_or_default();
     eprintln!(
         "{backend:?}: steps at {:?} ms after the first start",
-        (0..at.len()).map(|i| after(i).as_millis()).collect::<Vec<_>>()
+        (0..at.len())
+            .map(|i| after(i).as_millis())
+            .collect::<Vec<_>>()
     );
     // The 4th run began at least a period after the 1st, the 7th two periods after it (the
     // stores keep milliseconds: a begin may count from up to 1 ms earlier).
     let slack = Duration::from_millis(2);
-    assert!(after(3) + slack >= PERIOD, "4th began {:?} after the start", after(3));
-    assert!(after(6) + slack >= PERIOD * 2, "7th began {:?} after the start", after(6));
+    assert!(
+        after(3) + slack >= PERIOD,
+        "4th began {:?} after the start",
+        after(3)
+    );
+    assert!(
+        after(6) + slack >= PERIOD * 2,
+        "7th began {:?} after the start",
+        after(6)
+    );
 }
 
 async fn an_unknown_queue_is_an_error_at_start(backend: Backend) {
@@ -376,7 +398,11 @@ async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
         .into_iter()
         .map(|(_, _, label, pid, ms)| (ms, if label.starts_with("in") { 1 } else { -1 }, pid))
         .collect();
-    assert_eq!(edges.len() as u64, RUNS * 2, "each run logged in and out once");
+    assert_eq!(
+        edges.len() as u64,
+        RUNS * 2,
+        "each run logged in and out once"
+    );
     edges.sort();
     let (mut now, mut most) = (0, 0);
     for (_, d, _) in &edges {
@@ -391,7 +417,10 @@ async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
         place.name(),
         pids.len()
     );
-    assert!(most <= 2, "{most} runs in flight at once across processes, over the limit");
+    assert!(
+        most <= 2,
+        "{most} runs in flight at once across processes, over the limit"
+    );
 }
 
 #[cfg(feature = "sqlite")]

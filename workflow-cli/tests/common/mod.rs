@@ -225,7 +225,7 @@ impl TestDb {
         self.dir.path().join("runs.db")
     }
 
-    fn builder(&self) -> workflow_core::RuntimeBuilder {
+    pub fn builder(&self) -> workflow_core::RuntimeBuilder {
         match self.backend {
             Backend::Sqlite => Runtime::builder().sqlite(self.sqlite_path()),
             #[cfg(feature = "postgres")]

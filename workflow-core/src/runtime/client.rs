@@ -396,7 +396,9 @@ impl<W: WorkflowDef> Start<W> {
     /// (default 0). Runs of one partition key keep their start order whatever their priority.
     /// No effect without a queue.
     pub fn priority(mut self, p: i32) -> Self {
-        self.queue.get_or_insert_with(|| QueueEntry::new("")).priority = p;
+        self.queue
+            .get_or_insert_with(|| QueueEntry::new(""))
+            .priority = p;
         self
     }
 }
@@ -418,7 +420,9 @@ async fn checked_queue(
             return Err(StartError::UnknownQueue { queue: entry.name });
         }
     }
-    inner.queued.store(true, std::sync::atomic::Ordering::Relaxed);
+    inner
+        .queued
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(Some(entry))
 }
 
@@ -680,8 +684,8 @@ async fn admit_or_resume(
     let id = run.id;
     let record = admitted_run(&run);
     let token = record.hook_token.clone().unwrap_or_default();
-    let lease = (run.queue.is_none() && inner.can_take(&record.workflow))
-        .then_some(inner.config.lease);
+    let lease =
+        (run.queue.is_none() && inner.can_take(&record.workflow)).then_some(inner.config.lease);
     let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
     if let Some(flight) = flight {
         flight.land(match &outcome {

@@ -12,8 +12,8 @@ use serde_json::Value;
 use super::{
     block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
     CancelOutcome, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter, HookRecord, Lease,
-    LeasedRun, NewEvent, NewRun, Payload, PruneStats, QueueDef, QueueInfo, RetryOutcome,
-    RunFilter, RunOutcome, RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
+    LeasedRun, NewEvent, NewRun, Payload, PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter,
+    RunOutcome, RunRecord, RunStatus, Store, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -251,8 +251,7 @@ impl State {
                         .get(k)
                         .and_then(|w| w.first())
                         .map(|(_, first)| *first);
-                    if book.held_keys.contains(k) || keys_taken.contains(k) || first != Some(*id)
-                    {
+                    if book.held_keys.contains(k) || keys_taken.contains(k) || first != Some(*id) {
                         continue;
                     }
                     keys_taken.insert(k);

@@ -759,7 +759,9 @@ pub trait Store: Send + Sync + 'static {
         if queues.is_empty() {
             return Ok(());
         }
-        Err(StoreError::database("queues are not supported by this store"))
+        Err(StoreError::database(
+            "queues are not supported by this store",
+        ))
     }
 
     /// Every declared queue by name, with its occupancy at `now` (for the rate window).

@@ -455,7 +455,11 @@ impl Store for PostgresStore {
         let leased = async {
             // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
             // process, pass over each other's picks instead of waiting or sharing them.
-            let (until, at, limit) = (lease_end(req.now, req.lease), sql_time(req.now), sql_id(req.limit));
+            let (until, at, limit) = (
+                lease_end(req.now, req.lease),
+                sql_time(req.now),
+                sql_id(req.limit),
+            );
             let mut rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
                 .bind(until)
                 .bind(at)

@@ -2723,7 +2723,11 @@ pub(crate) async fn create_queued<S: Store>(
         .await
         .unwrap();
     // A queued run waits for its slot: never leased at admission.
-    assert_eq!(admission, (Admission::Admitted, None), "a queued run was leased at admission");
+    assert_eq!(
+        admission,
+        (Admission::Admitted, None),
+        "a queued run was leased at admission"
+    );
     id
 }
 
@@ -2746,7 +2750,14 @@ pub(crate) async fn declare<S: Store>(
 
 /// The runs `acquire` leases of `orders` at `now` (limit 100), in the order handed out.
 async fn acquire_orders<S: Store>(store: &S, now: SystemTime) -> Vec<LeasedRun> {
-    acquire(store, &names(&["orders"]), now, Duration::from_secs(600), 100).await
+    acquire(
+        store,
+        &names(&["orders"]),
+        now,
+        Duration::from_secs(600),
+        100,
+    )
+    .await
 }
 
 fn ids_of(runs: &[LeasedRun]) -> Vec<RunId> {
@@ -2758,7 +2769,9 @@ async fn complete<S: Store>(store: &S, lease: &Lease, at: SystemTime) {
     let end = ap(
         vec![NewEvent {
             at,
-            event: Event::RunCompleted { output: json!(null) },
+            event: Event::RunCompleted {
+                output: json!(null),
+            },
         }],
         Some(RunOutcome::Completed(json!(null))),
     );
@@ -2776,16 +2789,30 @@ pub async fn a_queue_s_concurrency_counts_runs_begun_and_not_ended<S: Store>(sto
     let first = acquire_orders(store, t(10)).await;
     assert_eq!(ids_of(&first), runs[..2], "the two first started begin");
     for r in &first {
-        let q = r.run.queue.as_ref().expect("a leased queued run names its queue");
+        let q = r
+            .run
+            .queue
+            .as_ref()
+            .expect("a leased queued run names its queue");
         assert_eq!(q.name, "q");
     }
-    assert!(acquire_orders(store, t(20)).await.is_empty(), "the queue is full");
+    assert!(
+        acquire_orders(store, t(20)).await.is_empty(),
+        "the queue is full"
+    );
 
     // Run 0 sleeps until t(100): it holds its slot meanwhile.
     store.release(&first[0].lease, t(100), 0).await.unwrap();
-    assert!(acquire_orders(store, t(30)).await.is_empty(), "a sleeping run holds its slot");
+    assert!(
+        acquire_orders(store, t(30)).await.is_empty(),
+        "a sleeping run holds its slot"
+    );
     let woken = acquire_orders(store, t(100)).await;
-    assert_eq!(ids_of(&woken), [runs[0]], "the sleeper wakes, the waiting runs still wait");
+    assert_eq!(
+        ids_of(&woken),
+        [runs[0]],
+        "the sleeper wakes, the waiting runs still wait"
+    );
 
     // Run 1's worker died: after its lease expired, it is taken back, still within the limit.
     let later = t(1000) + Duration::from_secs(600);
@@ -2802,7 +2829,11 @@ pub async fn a_queue_s_concurrency_counts_runs_begun_and_not_ended<S: Store>(sto
             .clone()
     };
     complete(store, &lease_of(runs[1]), later).await;
-    assert_eq!(ids_of(&acquire_orders(store, later).await), [runs[2]], "one slot freed");
+    assert_eq!(
+        ids_of(&acquire_orders(store, later).await),
+        [runs[2]],
+        "one slot freed"
+    );
     assert!(acquire_orders(store, later).await.is_empty());
     // A cancelled run frees its slot too.
     store.cancel(&runs[0], later).await.unwrap();
@@ -2827,9 +2858,16 @@ pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
     );
     assert!(acquire_orders(store, t(1009)).await.is_empty());
     let second = acquire_orders(store, t(1010)).await;
-    assert_eq!(ids_of(&second), runs[2..4], "the window moved past the first begins");
+    assert_eq!(
+        ids_of(&second),
+        runs[2..4],
+        "the window moved past the first begins"
+    );
     let info = store.list_queues(t(1010)).await.unwrap();
-    let r = info.iter().find(|q| q.def.name == "r").expect("queue r is listed");
+    let r = info
+        .iter()
+        .find(|q| q.def.name == "r")
+        .expect("queue r is listed");
     assert_eq!(
         (r.occupied, r.waiting, r.begun_in_window),
         (2, 1, 2),
@@ -2853,11 +2891,17 @@ pub async fn a_partition_key_runs_one_at_a_time_in_start_order<S: Store>(store: 
     let mut want = vec![a1, b1, free];
     want.sort();
     assert_eq!(got, want, "one run per key, and the run without a key");
-    assert!(acquire_orders(store, t(20)).await.is_empty(), "a2 waits for a1");
+    assert!(
+        acquire_orders(store, t(20)).await.is_empty(),
+        "a2 waits for a1"
+    );
     let a1_lease = first.iter().find(|r| r.run.id == a1).unwrap().lease.clone();
     // A sleeping a1 still holds its key.
     store.release(&a1_lease, t(100), 0).await.unwrap();
-    assert!(acquire_orders(store, t(30)).await.is_empty(), "a2 waits for a sleeping a1");
+    assert!(
+        acquire_orders(store, t(30)).await.is_empty(),
+        "a2 waits for a sleeping a1"
+    );
     let a1_again = acquire_orders(store, t(100)).await;
     assert_eq!(ids_of(&a1_again), [a1]);
     complete(store, &a1_again[0].lease, t(110)).await;
@@ -2912,8 +2956,14 @@ pub async fn concurrent_acquirers_never_exceed_a_queue_s_concurrency<S: Store + 
         for _ in 0..3 {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                let got = acquire(&store, &names(&["orders"]), t(100), Duration::from_secs(600), 2)
-                    .await;
+                let got = acquire(
+                    &store,
+                    &names(&["orders"]),
+                    t(100),
+                    Duration::from_secs(600),
+                    2,
+                )
+                .await;
                 got.len()
             }));
         }

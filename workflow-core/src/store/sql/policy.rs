@@ -14,8 +14,8 @@ use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
     block_backoff, failure_backoff, gave_up, no_token, Admission, AdmitOrResume, CancelOutcome,
-    ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats,
-    QueueDef, RetryOutcome, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
+    ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats, QueueDef,
+    RetryOutcome, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
 };
 
 use super::rows::{InboxRow, QueueLimits};
@@ -351,7 +351,9 @@ pub(in crate::store) async fn queued_to_begin(
         if allowance <= 0 {
             continue;
         }
-        let picked = tx.queue_candidates(&queue, now, workflows, allowance).await?;
+        let picked = tx
+            .queue_candidates(&queue, now, workflows, allowance)
+            .await?;
         room -= picked.len() as i64;
         begin.extend(picked);
     }

@@ -10,7 +10,7 @@ use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
-    EventRecord, HookRecord, Lease, LeasedRun, Payload, QueueDef, QueueInfo, QueueEntry, RunRecord,
+    EventRecord, HookRecord, Lease, LeasedRun, Payload, QueueDef, QueueEntry, QueueInfo, RunRecord,
 };
 
 /// Declares a row struct whose fields are the statement's columns in order, readable by
