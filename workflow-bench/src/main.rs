@@ -59,8 +59,12 @@ enum Scenario {
     W1,
     /// 1000 starts over 100 idempotency tokens, 100 in flight.
     W2,
-    /// 1000 1-step workflows, 100 in flight: workflows/s.
+    /// 1000 1-step workflows, 100 in flight: workflows/s (W3), and the same in one queue of
+    /// concurrency 100 (W3q).
     W3,
+    /// A queue of concurrency 1: from a slot's release to the next queued run's first step.
+    #[value(alias = "handoff")]
+    QueueHandoff,
 }
 
 #[derive(Debug, Parser)]
@@ -101,6 +105,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency,
             Memory,
             ReplayTest,
+            QueueHandoff,
             W0,
             W1,
             W2,
@@ -116,6 +121,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => &HookLatency,
             Memory => &Memory,
             ReplayTest => &ReplayTest,
+            QueueHandoff => &QueueHandoff,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -132,6 +138,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
+            QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -211,6 +218,7 @@ mod tests {
             "hook latency",
             "memory",
             "replay test",
+            "queue handoff",
             "W0",
             "W1",
             "W2",
