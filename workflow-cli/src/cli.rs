@@ -553,6 +553,13 @@ fn run_text(d: &RunDetail) -> String {
     if let Some(token) = &r.hook_token {
         field("token", token);
     }
+    if let Some(q) = &r.queue {
+        let mut place = format!("{}, priority {}", q.name, q.priority);
+        if let Some(k) = &q.partition_key {
+            let _ = write!(place, ", key {k}");
+        }
+        field("queue", &place);
+    }
     field("input", &r.input.to_string());
     if let Some(output) = &r.output {
         field("output", &output.to_string());
