@@ -307,7 +307,36 @@ async fn an_unknown_queue_is_an_error_at_start(backend: Backend) {
     }
 }
 
+async fn a_waiting_run_times_out_without_taking_a_slot(backend: Backend) {
+    let db = TestDb::new(backend);
+    let rt = runtime_with(&db, Queue::new("single").concurrency(1)).await;
+    let tag = tag(backend, "deadline");
+    let token = format!("{tag}-holder");
+    let holder = rt
+        .start(waits_for, (token.clone(),))
+        .queue("single")
+        .await
+        .unwrap();
+    while rt.get_hook_by_token(&token).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let late = rt
+        .start(marks_once, (tag.clone(), "late".to_owned()))
+        .queue("single")
+        .timeout(Duration::from_millis(100))
+        .await
+        .unwrap();
+    let err = late.return_value().await.unwrap_err();
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(marked(&tag).is_empty(), "the late run's step never ran");
+    // The holder kept its slot all along.
+    assert_eq!(holder.status().await.unwrap(), RunStatus::Running);
+    rt.resume_hook(&token, ()).await.unwrap();
+    holder.return_value().await.unwrap();
+}
+
 on_every_store!(
+    a_waiting_run_times_out_without_taking_a_slot,
     in_flight_never_exceeds_the_concurrency,
     per_key_order_equals_start_order,
     priority_order_holds,

@@ -481,7 +481,10 @@ impl Store for MemoryStore {
                 st.runs.get(id).is_some_and(|r| {
                     r.lease_until.is_none_or(|t| t <= req.now)
                         && req.workflows.contains(&r.record.workflow)
-                        && r.slot != Slot::Waiting
+                        // A waiting run past its deadline is handed out without a slot,
+                        // to fail at once.
+                        && (r.slot != Slot::Waiting
+                            || r.record.deadline.is_some_and(|d| d <= req.now))
                 })
             })
             .take(req.limit)

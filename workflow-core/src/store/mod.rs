@@ -585,7 +585,8 @@ pub trait Store: Send + Sync + 'static {
     /// `now`, and of one partition key only the earliest started, once no run of that key
     /// holds a slot. Among a queue's runs allowed to begin, higher priority first, then start
     /// order (admission time, then id). A run begun keeps its slot until it ends, through
-    /// sleeps and lease expiries. A queue the store does not know admits nothing.
+    /// sleeps and lease expiries. A queue the store does not know admits nothing. A waiting
+    /// run whose deadline has passed is handed out without taking a slot (to fail at once).
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError>;
 
     /// Writes `write` — all or nothing, and only while `lease` is current and the run is

@@ -856,7 +856,9 @@ fn statements(s: &str) -> Statements {
                        AND wake_at <= $2
                        AND (lease_until IS NULL OR lease_until <= $2)
                        AND workflow = ANY($3)
-                       AND (queue IS NULL OR began_at IS NOT NULL)
+                       -- Waiting queued runs are left to `begin_queued`, unless their
+                       -- deadline has passed: handed out without a slot, they fail at once.
+                       AND (queue IS NULL OR began_at IS NOT NULL OR deadline <= $2)
                      ORDER BY wake_at, id
                      LIMIT $4
                      FOR UPDATE SKIP LOCKED)

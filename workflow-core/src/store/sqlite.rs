@@ -240,7 +240,8 @@ const SQL: Statements = Statements {
                 WHERE run_id IN (SELECT value FROM json_each(?1)) ORDER BY run_id, seq",
     // One statement picks and leases; the IMMEDIATE transaction around it keeps every other
     // connection, in any process, from leasing the same rows meanwhile.
-    // Queued runs waiting for a slot are left to `begin_queued`.
+    // Queued runs waiting for a slot are left to `begin_queued`, unless their deadline has
+    // passed: handed out without a slot, they fail at once.
     acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
                   error = NULL
               WHERE id IN (
@@ -249,7 +250,7 @@ const SQL: Statements = Statements {
                     AND wake_at <= ?2
                     AND (lease_until IS NULL OR lease_until <= ?2)
                     AND workflow IN (SELECT value FROM json_each(?3))
-                    AND (queue IS NULL OR began_at IS NOT NULL)
+                    AND (queue IS NULL OR began_at IS NOT NULL OR deadline <= ?2)
                   ORDER BY wake_at, id
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,

@@ -185,6 +185,7 @@ macro_rules! __store_conformance_tests {
             a_partition_key_runs_one_at_a_time_in_start_order,
             a_queue_begins_higher_priority_first_then_start_order,
             an_undeclared_queue_begins_nothing,
+            a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
         ] shared [
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_acquirers_never_share_a_run,
@@ -2975,4 +2976,61 @@ pub async fn concurrent_acquirers_never_exceed_a_queue_s_concurrency<S: Store + 
     assert_eq!(leased, 3, "exactly the queue's concurrency began");
     let info = stores[0].list_queues(t(100)).await.unwrap();
     assert_eq!((info[0].occupied, info[0].waiting), (3, 27));
+}
+
+/// A run waiting for a slot whose deadline passed is handed out anyway (its driver fails it at
+/// once), without taking a slot: the queue's waiting runs still begin within its limit.
+pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Store>(store: &S) {
+    declare(store, "d", Some(1), None).await;
+    let holder = create_queued(store, "d", None, 0, t(0)).await;
+    assert_eq!(ids_of(&acquire_orders(store, t(1)).await), [holder]);
+    let late = RunId::new();
+    store
+        .create_run(NewRun {
+            id: late,
+            workflow: "orders".to_owned(),
+            input: json!([]),
+            created_at: t(2),
+            hook: None,
+            deadline: Some(t(50)),
+            queue: Some(QueueEntry::new("d")),
+        })
+        .await
+        .unwrap();
+    let next = create_queued(store, "d", None, 0, t(3)).await;
+    assert!(
+        acquire_orders(store, t(10)).await.is_empty(),
+        "both wait for the slot"
+    );
+    let got = acquire_orders(store, t(50)).await;
+    assert_eq!(ids_of(&got), [late], "past its deadline, it is handed out");
+    assert_eq!(got[0].run.deadline, Some(t(50)));
+    let info = store.list_queues(t(50)).await.unwrap();
+    assert_eq!(info[0].occupied, 1, "without taking a slot: {info:?}");
+    let failed = ap(
+        vec![NewEvent {
+            at: t(51),
+            event: Event::RunFailed {
+                error: Error::fatal("timed out"),
+            },
+        }],
+        Some(RunOutcome::Failed(Error::fatal("timed out"))),
+    );
+    store.append(&got[0].lease, &failed).await.unwrap();
+    assert!(
+        acquire_orders(store, t(60)).await.is_empty(),
+        "the holder still holds"
+    );
+    let holder_again = acquire_orders(store, t(1) + Duration::from_secs(601)).await;
+    assert_eq!(ids_of(&holder_again), [holder]);
+    complete(
+        store,
+        &holder_again[0].lease,
+        t(1) + Duration::from_secs(601),
+    )
+    .await;
+    assert_eq!(
+        ids_of(&acquire_orders(store, t(1) + Duration::from_secs(601)).await),
+        [next]
+    );
 }
