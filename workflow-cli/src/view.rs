@@ -918,7 +918,30 @@ mod tests {
             updated_at: t(updated),
             hook_token: hook_token.map(str::to_owned),
             deadline: None,
+            queue: None,
         }
+    }
+
+    #[test]
+    fn waiting_runs_are_numbered_by_priority_then_start_order() {
+        let queued = |status, created: u64, priority| {
+            let mut r = run(status, created, None);
+            r.created_at = t(created);
+            r.queue = Some(QueueEntry {
+                name: "q".into(),
+                partition_key: None,
+                priority,
+            });
+            RunSummary::new(r)
+        };
+        let runs = vec![
+            queued(RunStatus::Pending, 3, 0),
+            queued(RunStatus::Running, 0, 9),
+            queued(RunStatus::Pending, 2, 5),
+            queued(RunStatus::Pending, 1, 0),
+        ];
+        let numbered: Vec<Option<usize>> = positions(runs).iter().map(|r| r.position).collect();
+        assert_eq!(numbered, [Some(3), None, Some(1), Some(2)]);
     }
 
     #[test]

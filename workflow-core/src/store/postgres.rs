@@ -1063,13 +1063,14 @@ fn statements(s: &str) -> Statements {
                         AND began_at > $1 - q.rate_period) AS begun_in_window
                  FROM {s}.queues q ORDER BY q.name"
             ),
+            // In byte order, the order declarations lock queues in too.
             waiting_queues: format!(
-                "SELECT DISTINCT queue FROM {s}.runs
+                "SELECT DISTINCT queue COLLATE \"C\" AS q FROM {s}.runs
                  WHERE queue IS NOT NULL AND began_at IS NULL
                    AND status IN ('pending', 'running', 'blocked')
                    AND wake_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)
                    AND workflow = ANY($2)
-                 ORDER BY queue"
+                 ORDER BY q"
             ),
             // Held until the acquire's transaction ends: one acquirer at a time begins runs
             // of the queue, and the next one's counts, read after the lock is granted, see

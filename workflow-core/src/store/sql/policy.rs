@@ -645,12 +645,16 @@ pub(in crate::store) fn run_filter(
     )
 }
 
-/// [`QueueDef`]s as rows: name, concurrency, rate limit, rate period (ms).
+/// [`QueueDef`]s as rows: name, concurrency, rate limit, rate period (ms); in name order
+/// (byte-wise), the order `acquire` locks queues in, so a declaration and an acquire never
+/// wait on each other's locks in a cycle.
 pub(in crate::store) fn queue_rows(
     queues: &[QueueDef],
 ) -> Vec<(String, Option<i64>, Option<i64>, Option<i64>)> {
+    let mut queues: Vec<&QueueDef> = queues.iter().collect();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
     queues
-        .iter()
+        .into_iter()
         .map(|q| {
             (
                 q.name.clone(),
