@@ -30,13 +30,16 @@ fn most_at_once(tag: &str) -> i64 {
     gauges().lock().unwrap().get(tag).map_or(0, |g| g.1)
 }
 
-/// Per test: what the step bodies marked, in order, with when.
-fn marks() -> &'static Mutex<HashMap<String, Vec<(String, SystemTime)>>> {
-    static M: OnceLock<Mutex<HashMap<String, Vec<(String, SystemTime)>>>> = OnceLock::new();
+/// What one step body marked, and when.
+type Mark = (String, SystemTime);
+
+/// Per test: what the step bodies marked, in order.
+fn marks() -> &'static Mutex<HashMap<String, Vec<Mark>>> {
+    static M: OnceLock<Mutex<HashMap<String, Vec<Mark>>>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
 
-fn marked(tag: &str) -> Vec<(String, SystemTime)> {
+fn marked(tag: &str) -> Vec<Mark> {
     marks()
         .lock()
         .unwrap()

@@ -2676,22 +2676,6 @@ pub async fn prune_leaves_no_rows_of_a_pruned_run<S: Store + Inspect>(store: &S)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::check;
-
-    #[tokio::test]
-    #[should_panic(expected = "store conformance case `some_case` failed: the row is missing")]
-    async fn a_failing_case_is_reported_with_its_name_and_what_failed() {
-        check("some_case", async { panic!("the row is missing") }).await;
-    }
-
-    #[tokio::test]
-    async fn a_passing_case_passes() {
-        check("some_case", async {}).await;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Queues (SPEC 11)
 
@@ -3033,4 +3017,20 @@ pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Sto
         ids_of(&acquire_orders(store, t(1) + Duration::from_secs(601)).await),
         [next]
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[tokio::test]
+    #[should_panic(expected = "store conformance case `some_case` failed: the row is missing")]
+    async fn a_failing_case_is_reported_with_its_name_and_what_failed() {
+        check("some_case", async { panic!("the row is missing") }).await;
+    }
+
+    #[tokio::test]
+    async fn a_passing_case_passes() {
+        check("some_case", async {}).await;
+    }
 }

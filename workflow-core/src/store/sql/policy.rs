@@ -645,12 +645,13 @@ pub(in crate::store) fn run_filter(
     )
 }
 
+/// A queue's columns: name, concurrency, rate limit, rate period (ms).
+pub(in crate::store) type QueueColumns = (String, Option<i64>, Option<i64>, Option<i64>);
+
 /// [`QueueDef`]s as rows: name, concurrency, rate limit, rate period (ms); in name order
 /// (byte-wise), the order `acquire` locks queues in, so a declaration and an acquire never
 /// wait on each other's locks in a cycle.
-pub(in crate::store) fn queue_rows(
-    queues: &[QueueDef],
-) -> Vec<(String, Option<i64>, Option<i64>, Option<i64>)> {
+pub(in crate::store) fn queue_rows(queues: &[QueueDef]) -> Vec<QueueColumns> {
     let mut queues: Vec<&QueueDef> = queues.iter().collect();
     queues.sort_by(|a, b| a.name.cmp(&b.name));
     queues
