@@ -1,6 +1,7 @@
 //! Flow control (SPEC 11) as a user sees it, on every store: a queue's concurrency counted in
 //! the step bodies (a sleeping run keeps its slot), per-key order, priority order, the rate
-//! window, unknown queues; and three worker processes sharing one queue (SQLite, PostgreSQL).
+//! window, unknown queues; and, with worker processes, three workers sharing one queue and a
+//! worker killed holding a slot (SQLite, PostgreSQL).
 
 mod common;
 
@@ -377,7 +378,29 @@ fn shared_queue() -> Queue {
     Queue::new(SHARED).concurrency(2)
 }
 
-/// A worker process: declares the shared queue, prints `READY`, and drives runs.
+/// The queue of the crash test: one slot.
+const SOLO: &str = "solo";
+
+/// Run 0's first attempt hangs (its worker is killed in it); later attempts and other runs
+/// go on at once.
+#[step]
+async fn stall_first(run: u64) -> Result<()> {
+    log_execution(&format!("stall{run}"));
+    if run == 0 && step_metadata().attempt == 1 {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    Ok(())
+}
+
+#[workflow]
+async fn stalls(run: u64) -> Result<()> {
+    log_in(run).await?;
+    stall_first(run).await?;
+    log_out(run).await
+}
+
+/// A worker process: declares the shared queues, prints `READY`, and drives runs, with a
+/// lease of `WF_LEASE_MS` (default 5 s).
 #[test]
 #[ignore = "entry point of the worker processes the cross-process queue tests spawn"]
 fn child_main() {
@@ -386,11 +409,16 @@ fn child_main() {
     }
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
+        let lease = std::env::var("WF_LEASE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(5), Duration::from_millis);
         let _worker = Place::from_env()
             .builder()
             .queue(shared_queue())
+            .queue(Queue::new(SOLO).concurrency(1))
             .poll_interval(Duration::from_millis(20))
-            .lease(Duration::from_secs(5))
+            .lease(lease)
             .build()
             .await
             .unwrap();
@@ -453,6 +481,91 @@ async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
         most <= 2,
         "{most} runs in flight at once across processes, over the limit"
     );
+}
+
+/// A worker dies holding the only slot: the waiting run does not begin until the run holding
+/// the slot has ended, taken over by another worker once its lease expired.
+async fn a_dead_worker_s_slot_returns_with_its_run(place: Place, files: &std::path::Path) {
+    let log = files.join("steps.log");
+    let mut env: Vec<(&str, String)> = place.env();
+    env.push(("WF_LOG", log.to_str().unwrap().to_owned()));
+    env.push(("WF_LEASE_MS", "1000".to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let doomed = Worker::spawn(&env);
+    doomed.line("READY", Duration::from_secs(60));
+    let client = place
+        .builder()
+        .queue(Queue::new(SOLO).concurrency(1))
+        .worker(false)
+        .build()
+        .await
+        .unwrap();
+    let first = client.start(stalls, (0,)).queue(SOLO).await.unwrap();
+    let labels = || -> Vec<(String, u32, u32)> {
+        read_log_timed(&log)
+            .into_iter()
+            .map(|(_, attempt, label, pid, _)| (label, attempt, pid))
+            .collect()
+    };
+    while !labels().iter().any(|(l, _, _)| l == "stall0") {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = client.start(stalls, (1,)).queue(SOLO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(second.status().await.unwrap(), RunStatus::Pending);
+    let doomed_pid = doomed.pid();
+    doomed.kill();
+
+    let heir = Worker::spawn(&env);
+    heir.line("READY", Duration::from_secs(60));
+    first.return_value().await.unwrap();
+    second.return_value().await.unwrap();
+    let lines = read_log_timed(&log);
+    let at = |label: &str| {
+        lines
+            .iter()
+            .filter(|l| l.2 == label)
+            .map(|l| l.4)
+            .max()
+            .unwrap_or_else(|| panic!("no {label} in {lines:?}"))
+    };
+    assert!(
+        at("in1") >= at("out0"),
+        "the second run began before the first ended: {lines:?}"
+    );
+    let stalls: Vec<(u32, u32)> = lines
+        .iter()
+        .filter(|l| l.2 == "stall0")
+        .map(|l| (l.1, l.3))
+        .collect();
+    assert_eq!(stalls.len(), 2, "{lines:?}");
+    assert_eq!(stalls[0], (1, doomed_pid));
+    assert_eq!(stalls[1], (2, heir.pid()), "taken over by the other worker");
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_s_slot_returns_with_its_run_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let place = Place::Sqlite {
+        path: dir.path().join("wf.db"),
+    };
+    common::bounded(a_dead_worker_s_slot_returns_with_its_run(place, dir.path())).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_s_slot_returns_with_its_run_on_postgres() {
+    let Some(url) = common::postgres_url() else {
+        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let place = Place::Postgres {
+        url,
+        schema: common::fresh_schema(),
+    };
+    common::bounded(a_dead_worker_s_slot_returns_with_its_run(place, dir.path())).await;
 }
 
 #[cfg(feature = "sqlite")]
