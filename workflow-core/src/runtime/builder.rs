@@ -204,7 +204,7 @@ impl RuntimeBuilder {
             handles: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
             queued: AtomicBool::new(!queues.is_empty()),
-            queues: queues.into_iter().map(|q| q.name).collect(),
+            queues: Mutex::new(queues.into_iter().map(|q| q.name).collect()),
         });
         if let Some(rx) = notices {
             tokio::spawn(notice_loop(inner.clone(), rx));

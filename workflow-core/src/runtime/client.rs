@@ -413,12 +413,14 @@ async fn checked_queue(
     let Some(entry) = queue.filter(|q| !q.name.is_empty()) else {
         return Ok(None);
     };
-    if !inner.queues.contains(&entry.name) {
+    let known = crate::lock(&inner.queues).contains(&entry.name);
+    if !known {
         let now = inner.clock.tick().await;
-        let known = inner.store.list_queues(now).await?;
-        if !known.iter().any(|q| q.def.name == entry.name) {
+        let declared = inner.store.list_queues(now).await?;
+        if !declared.iter().any(|q| q.def.name == entry.name) {
             return Err(StartError::UnknownQueue { queue: entry.name });
         }
+        crate::lock(&inner.queues).extend(declared.into_iter().map(|q| q.def.name));
     }
     inner
         .queued

@@ -114,8 +114,9 @@ pub(crate) struct Inner {
     /// Whether queued runs are about (declared here, started or driven here): then the end
     /// of a run here may free a slot for a waiting run, and wakes the worker.
     queued: AtomicBool,
-    /// The queues this runtime declared.
-    queues: std::collections::HashSet<String>,
+    /// The queues known to exist: declared by this runtime, or found in the store by a start
+    /// (queues are never undeclared, so a name once found stays known).
+    queues: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Inner {
