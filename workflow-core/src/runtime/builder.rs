@@ -204,6 +204,7 @@ impl RuntimeBuilder {
             handles: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
             queued: AtomicBool::new(!queues.is_empty()),
+            rate_limited: queues.iter().any(|q| q.rate_limit.is_some()),
             queues: Mutex::new(queues.into_iter().map(|q| q.name).collect()),
         });
         if let Some(rx) = notices {

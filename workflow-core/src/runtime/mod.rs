@@ -114,6 +114,9 @@ pub(crate) struct Inner {
     /// Whether queued runs are about (declared here, started or driven here): then the end
     /// of a run here may free a slot for a waiting run, and wakes the worker.
     queued: AtomicBool,
+    /// Whether a queue declared here has a rate limit: then the worker asks the store when a
+    /// rate window reopens instead of waiting for its next poll.
+    rate_limited: bool,
     /// The queues known to exist: declared by this runtime, or found in the store by a start
     /// (queues are never undeclared, so a name once found stays known).
     queues: Mutex<std::collections::HashSet<String>>,

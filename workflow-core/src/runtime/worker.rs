@@ -122,6 +122,20 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
         if pushed {
             wait = wait.saturating_mul(PUSHED_POLL_FACTOR);
         }
+        if rt.rate_limited {
+            // Nothing announces a rate window reopening: sleep until it does, not a poll more.
+            let now = rt.clock.tick().await;
+            match rt.store.queue_opening(now).await {
+                Ok(Some(at)) => {
+                    let until = at.duration_since(now).unwrap_or_default();
+                    wait = wait.min(until + std::time::Duration::from_millis(1));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading when a queue's rate window reopens failed")
+                }
+            }
+        }
         tokio::select! {
             _ = rt.work.notified() => {}
             _ = tokio::time::sleep(wait) => {}

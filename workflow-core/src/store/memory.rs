@@ -889,6 +889,29 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let st = self.lock();
+        let mut opening: Option<SystemTime> = None;
+        for (name, book) in &st.books {
+            let Some((n, period)) = st.queues.get(name).and_then(|d| d.rate_limit) else {
+                continue;
+            };
+            if book.waiting.is_empty() {
+                continue;
+            }
+            let since = now.checked_sub(period);
+            let mut in_window = book.begins.iter().filter(|t| since.is_none_or(|s| **t > s));
+            let count = in_window.clone().count();
+            if count >= n as usize {
+                if let Some(oldest) = in_window.next() {
+                    let at = after(*oldest, period);
+                    opening = Some(opening.map_or(at, |o| o.min(at)));
+                }
+            }
+        }
+        Ok(opening)
+    }
+
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
         let st = self.lock();
         let mut queues: Vec<QueueInfo> = st

@@ -765,6 +765,16 @@ pub trait Store: Send + Sync + 'static {
         ))
     }
 
+    /// The earliest time after `now` at which a queue whose waiting runs are held back by its
+    /// rate window may begin one again: when the oldest begin in its window leaves it. `None`
+    /// when no queue with waiting runs is at its rate limit (ends of runs, which free the
+    /// other limits, are announced instead). Workers sleep until then rather than poll. The
+    /// default: `None`.
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let _ = now;
+        Ok(None)
+    }
+
     /// Every declared queue by name, with its occupancy at `now` (for the rate window).
     /// Stores without queues keep this default: none.
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {

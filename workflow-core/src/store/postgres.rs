@@ -751,6 +751,16 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let opening: Option<i64> = sqlx::query_scalar(&self.inner.sql.queue_opening)
+            .bind(sql_time(now))
+            .fetch_one(&self.inner.pool)
+            .await?;
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
+    }
+
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
         let rows: Vec<QueueRow> = sqlx::query_as(&self.inner.sql.list_queues)
             .bind(sql_time(now))
@@ -1062,6 +1072,21 @@ fn statements(s: &str) -> Statements {
                       WHERE q.rate_period IS NOT NULL AND queue = q.name
                         AND began_at > $1 - q.rate_period) AS begun_in_window
                  FROM {s}.queues q ORDER BY q.name"
+            ),
+            // `$1` now. The window's oldest begin leaves it at `began_at + rate_period`.
+            queue_opening: format!(
+                "SELECT MIN(opening) FROM (
+                     SELECT (SELECT MIN(began_at) FROM {s}.runs r
+                             WHERE r.queue = q.name AND r.began_at > $1 - q.rate_period)
+                            + q.rate_period AS opening
+                     FROM {s}.queues q
+                     WHERE q.rate_limit IS NOT NULL AND q.rate_period IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM {s}.runs w
+                                   WHERE w.queue = q.name AND w.began_at IS NULL
+                                     AND w.status IN ('pending', 'running', 'blocked'))
+                       AND (SELECT count(*) FROM {s}.runs r
+                            WHERE r.queue = q.name AND r.began_at > $1 - q.rate_period)
+                           >= q.rate_limit) AS o"
             ),
             // In byte order, the order declarations lock queues in too.
             waiting_queues: format!(

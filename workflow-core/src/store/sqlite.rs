@@ -353,6 +353,20 @@ const SQL: Statements = Statements {
                           WHERE q.rate_period IS NOT NULL AND queue = q.name
                             AND began_at > ?1 - q.rate_period)
                   FROM queues q ORDER BY q.name",
+    // `?1` now. The window's oldest begin leaves it at `began_at + rate_period`.
+    queue_opening: "SELECT MIN(opening) FROM (
+                        SELECT (SELECT MIN(began_at) FROM runs r
+                                WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
+                               + q.rate_period AS opening
+                        FROM queues q
+                        WHERE q.rate_limit IS NOT NULL AND q.rate_period IS NOT NULL
+                          AND EXISTS (SELECT 1 FROM runs w
+                                      WHERE w.queue = q.name AND w.queue IS NOT NULL
+                                        AND w.began_at IS NULL
+                                        AND w.status IN ('pending', 'running', 'blocked'))
+                          AND (SELECT COUNT(*) FROM runs r
+                               WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
+                              >= q.rate_limit)",
     // `?1` now, `?2` the workflows as a JSON array.
     waiting_queues: "SELECT DISTINCT queue FROM runs
                      WHERE queue IS NOT NULL AND began_at IS NULL
@@ -897,6 +911,17 @@ impl Store for SqliteStore {
             Ok(())
         })
         .await
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let at = sql_time(now);
+        let opening: Option<i64> = self
+            .read(move |conn| one(conn, SQL.queue_opening, [at], |r| r.get(0)))
+            .await?
+            .flatten();
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
     }
 
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {

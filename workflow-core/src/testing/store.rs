@@ -2832,6 +2832,11 @@ pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
     for i in 0..5 {
         runs.push(create_queued(store, "r", None, 0, t(i)).await);
     }
+    assert_eq!(
+        store.queue_opening(t(0)).await.unwrap(),
+        None,
+        "none began yet"
+    );
     let first = acquire_orders(store, t(10)).await;
     assert_eq!(ids_of(&first), runs[..2]);
     for r in &first {
@@ -2842,12 +2847,18 @@ pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
         "two began within the last second, though both ended"
     );
     assert!(acquire_orders(store, t(1009)).await.is_empty());
+    assert_eq!(
+        store.queue_opening(t(500)).await.unwrap(),
+        Some(t(1010)),
+        "the window reopens when its oldest begin leaves it"
+    );
     let second = acquire_orders(store, t(1010)).await;
     assert_eq!(
         ids_of(&second),
         runs[2..4],
         "the window moved past the first begins"
     );
+    assert_eq!(store.queue_opening(t(1010)).await.unwrap(), Some(t(2010)));
     let info = store.list_queues(t(1010)).await.unwrap();
     let r = info
         .iter()

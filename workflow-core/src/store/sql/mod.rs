@@ -66,6 +66,8 @@ pub(super) struct Statements<S, X> {
     pub define_queue: S,
     /// Every queue with its occupancy.
     pub list_queues: S,
+    /// See [`crate::store::Store::queue_opening`].
+    pub queue_opening: S,
     /// See [`policy::Tx::waiting_queues`].
     pub waiting_queues: S,
     /// See [`policy::Tx::lock_queue`].
