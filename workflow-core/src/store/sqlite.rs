@@ -343,7 +343,7 @@ const SQL: Statements = Statements {
                        updated_at = excluded.updated_at",
     // `?1` now.
     list_queues: "SELECT q.name, q.concurrency, q.rate_limit, q.rate_period,
-                         (SELECT COUNT(*) FROM runs
+                         (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
                           WHERE queue = q.name AND began_at IS NOT NULL
                             AND status IN ('pending', 'running', 'blocked')),
                          (SELECT COUNT(*) FROM runs
@@ -376,8 +376,10 @@ const SQL: Statements = Statements {
                      ORDER BY queue",
     // The writer is serial (and `BEGIN IMMEDIATE` between processes): no lock needed.
     lock_queue: "SELECT concurrency, rate_limit, rate_period FROM queues WHERE name = ?1",
+    // The planner would count the holding runs on `runs_queue_begun`, which keeps every
+    // begin, the ended runs' too: `INDEXED BY` keeps it on the live ones.
     queue_counts: "SELECT
-                       (SELECT COUNT(*) FROM runs
+                       (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
                         WHERE queue = ?1 AND began_at IS NOT NULL
                           AND status IN ('pending', 'running', 'blocked')),
                        (SELECT COUNT(*) FROM runs WHERE queue = ?1 AND began_at > ?2)",
@@ -398,7 +400,7 @@ const SQL: Statements = Statements {
                                    AND e.status IN ('pending', 'running', 'blocked')
                                    AND (e.created_at, e.id) < (w.created_at, w.id))
                              AND NOT EXISTS (
-                                 SELECT 1 FROM runs h
+                                 SELECT 1 FROM runs h INDEXED BY runs_queue_holding
                                  WHERE h.queue = ?1 AND h.partition_key = w.partition_key
                                    AND h.queue IS NOT NULL AND h.began_at IS NOT NULL
                                    AND h.status IN ('pending', 'running', 'blocked'))))
