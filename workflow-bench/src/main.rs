@@ -65,8 +65,12 @@ enum Scenario {
     W1,
     /// 1000 starts over 100 idempotency tokens, 100 in flight.
     W2,
-    /// 1000 1-step workflows, 100 in flight: workflows/s.
+    /// 1000 1-step workflows, 100 in flight: workflows/s (W3), and the same in one queue of
+    /// concurrency 100 (W3q).
     W3,
+    /// A queue of concurrency 1: from a slot's release to the next queued run's first step.
+    #[value(alias = "handoff")]
+    QueueHandoff,
 }
 
 #[derive(Debug, Parser)]
@@ -109,6 +113,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             ReplayTest,
             Children,
             Streams,
+            QueueHandoff,
             W0,
             W1,
             W2,
@@ -126,6 +131,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             ReplayTest => &ReplayTest,
             Children => &Children,
             Streams => &Streams,
+            QueueHandoff => &QueueHandoff,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -144,6 +150,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
             Children => scenarios::children(ctx, &mut rep).await?,
             Streams => streams::streams(ctx, &mut rep).await?,
+            QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -228,6 +235,7 @@ mod tests {
             "replay test",
             "children",
             "streams",
+            "queue handoff",
             "W0",
             "W1",
             "W2",

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use workflow_core::store::Event;
-use workflow_core::{Runtime, StartError};
+use workflow_core::{Queue, Runtime, StartError};
 
 use crate::flows::{listener, one_step, parent_of_one, parked, probe, recovering, sequential};
 use crate::report::{median, percentile, Report, Row, Target, Unit};
@@ -42,6 +42,8 @@ pub struct Sizes {
     pub stream_chunks: u32,
     /// Timed chunks per latency trial of the streams scenario.
     pub stream_timed: u32,
+    /// Runs through a queue of concurrency 1, one slot handed over between each two.
+    pub handoff_runs: usize,
 }
 
 impl Sizes {
@@ -68,6 +70,7 @@ impl Sizes {
             w3_runs: 1000,
             stream_chunks: 2000,
             stream_timed: 200,
+            handoff_runs: 200,
         }
     }
 
@@ -94,6 +97,7 @@ impl Sizes {
             w3_runs: 20,
             stream_chunks: 20,
             stream_timed: 5,
+            handoff_runs: 5,
         }
     }
 }
@@ -274,6 +278,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
             created_at: SystemTime::now(),
             hook: None,
             deadline: None,
+            queue: None,
         })
         .await?;
     let names = [workflow];
@@ -1076,46 +1081,114 @@ pub async fn w2(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     Ok(())
 }
 
-/// W3: 1000 distinct 1-step workflows, 100 in flight; workflows per second.
+/// W3: 1000 distinct 1-step workflows, 100 in flight; workflows per second. Then the same with
+/// every run in one queue of concurrency 100 (W3q): what the queue costs (a queued run is
+/// never leased at admission; a worker begins it within the queue's limit).
 pub async fn w3(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     let (n, in_flight) = (ctx.sizes.w3_runs, ctx.sizes.w_in_flight);
     for kind in w_stores(ctx, rep) {
-        let mut rate = Vec::new();
+        for queued in [false, true] {
+            let mut rate = Vec::new();
+            for _ in 0..ctx.trials {
+                let fresh = ctx.fresh(kind).await?;
+                let mut builder = fresh.builder();
+                if queued {
+                    builder = builder.queue(Queue::new("w3").concurrency(in_flight as u32));
+                }
+                let rt = builder.build().await?;
+                warm_up(&rt).await?;
+                let t0 = Instant::now();
+                let results: Vec<BoxResult<u64>> = futures::stream::iter(0..n)
+                    .map(|i| {
+                        let rt = rt.clone();
+                        async move {
+                            let start = rt.start(one_step, (i as u64,));
+                            let run = if queued {
+                                start.queue("w3").await?
+                            } else {
+                                start.await?
+                            };
+                            BoxResult::Ok(run.return_value().await?)
+                        }
+                    })
+                    .buffer_unordered(in_flight)
+                    .collect()
+                    .await;
+                let wall = t0.elapsed().as_secs_f64();
+                results.into_iter().collect::<BoxResult<Vec<u64>>>()?;
+                rate.push(n as f64 / wall);
+                rt.shutdown();
+                fresh.cleanup().await?;
+            }
+            let s = kind.name();
+            let (w, what) = if queued {
+                (
+                    "W3q",
+                    format!("{n} 1-step runs, {in_flight} in flight, one queue of concurrency {in_flight}"),
+                )
+            } else {
+                ("W3", format!("{n} 1-step runs, {in_flight} in flight"))
+            };
+            wline(rep, w, s, &rate, "workflows/s", 1.0);
+            let mut row = Row::new("W3", s, what, Unit::PerSec).samples(rate);
+            if kind == StoreKind::Sqlite && !queued {
+                row = row.target(Target::AtLeast(10_000.0));
+            }
+            rep.push(row);
+        }
+    }
+    Ok(())
+}
+
+/// A queue's slot handed over: runs of one 1-step workflow started at once into a queue of
+/// concurrency 1, so each begins when the one before it ends. Per trial, the median time from
+/// a run's step to the next run's step: the run's end written (its slot released), the next
+/// run begun by a worker and its step started.
+pub async fn queue_handoff(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
+    let n = ctx.sizes.handoff_runs;
+    let stores = ctx.stores(
+        &[StoreKind::Memory, StoreKind::Sqlite, StoreKind::Postgres],
+        rep,
+    );
+    for kind in stores {
+        let (mut p50, mut p99) = (Vec::new(), Vec::new());
         for _ in 0..ctx.trials {
             let fresh = ctx.fresh(kind).await?;
-            let rt = fresh.builder().build().await?;
+            let rt = fresh
+                .builder()
+                .queue(Queue::new("handoff").concurrency(1))
+                .build()
+                .await?;
             warm_up(&rt).await?;
-            let t0 = Instant::now();
-            let results: Vec<BoxResult<u64>> = futures::stream::iter(0..n)
-                .map(|i| {
-                    let rt = rt.clone();
-                    async move {
-                        let run = rt.start(one_step, (i as u64,)).await?;
-                        BoxResult::Ok(run.return_value().await?)
-                    }
-                })
-                .buffer_unordered(in_flight)
-                .collect()
-                .await;
-            let wall = t0.elapsed().as_secs_f64();
-            results.into_iter().collect::<BoxResult<Vec<u64>>>()?;
-            rate.push(n as f64 / wall);
+            probe::record_ticks(true);
+            let mut runs = Vec::with_capacity(n);
+            for _ in 0..n {
+                runs.push(rt.start(sequential, (1,)).queue("handoff").await?);
+            }
+            for run in runs {
+                run.return_value().await?;
+            }
+            probe::record_ticks(false);
+            let mut ticks = probe::ticks();
+            ticks.sort();
+            let mut gaps: Vec<f64> = ticks.windows(2).map(|w| us(w[1] - w[0])).collect();
+            gaps.sort_by(f64::total_cmp);
+            p50.push(percentile(&gaps, 50.0));
+            p99.push(percentile(&gaps, 99.0));
             rt.shutdown();
             fresh.cleanup().await?;
         }
         let s = kind.name();
-        wline(rep, "W3", s, &rate, "workflows/s", 1.0);
-        let mut row = Row::new(
-            "W3",
-            s,
-            format!("{n} 1-step runs, {in_flight} in flight"),
-            Unit::PerSec,
-        )
-        .samples(rate);
-        if kind == StoreKind::Sqlite {
-            row = row.target(Target::AtLeast(10_000.0));
-        }
-        rep.push(row);
+        rep.push(
+            Row::new(
+                "queue handoff",
+                s,
+                format!("slot released → next queued run's step, {n} runs, concurrency 1: p50"),
+                Unit::Micros,
+            )
+            .samples(p50),
+        );
+        rep.push(Row::new("queue handoff", s, "… p99", Unit::Micros).samples(p99));
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use crate::connect::{self, Target};
 use crate::error::CliError;
 use crate::ops;
 use crate::text::{self, Table};
-use crate::view::{AttemptOutcome, RunDetail};
+use crate::view::{AttemptOutcome, QueueView, QueuedRun, RunDetail};
 
 const AFTER_HELP: &str = "\
 The database is --db (or WORKFLOW_DB), else --database-url (or WORKFLOW_DATABASE_URL), else
@@ -70,10 +70,17 @@ pub enum Command {
         /// Only runs of this workflow.
         #[arg(long, value_name = "NAME")]
         workflow: Option<String>,
+        /// Only runs started in this queue; shows the queue's limits and occupancy and each
+        /// waiting run's position (1 begins next).
+        #[arg(long, value_name = "NAME")]
+        queue: Option<String>,
         /// At most this many runs.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
+    /// List the declared queues: limits, occupied slots, waiting runs, begins in the rate
+    /// window.
+    Queues,
     /// Show a run: status, input, result, steps with attempts and durations, hooks and sleeps.
     Run {
         /// The run's id.
@@ -218,6 +225,40 @@ impl Cli {
     }
 }
 
+/// `workflow runs --queue`: the queue's limits and occupancy, then its runs with the waiting
+/// ones' positions.
+fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
+    let mut out = format!(
+        "queue {}: {}; {} waiting\n",
+        text::printable(&queue.name, false),
+        queue.limits(),
+        queue.waiting
+    );
+    let mut t = Table::new([
+        "RUN", "WORKFLOW", "STATUS", "POSITION", "KEY", "PRIORITY", "CREATED",
+    ]);
+    for r in runs {
+        let entry = r.run.queue.as_ref();
+        t.row(vec![
+            r.run.id.to_string(),
+            r.run.workflow.clone(),
+            r.run.status.to_string(),
+            r.position.map(|p| p.to_string()).unwrap_or_default(),
+            entry
+                .and_then(|q| q.partition_key.clone())
+                .unwrap_or_default(),
+            entry.map_or(0, |q| q.priority).to_string(),
+            r.run.created_at.to_string(),
+        ]);
+    }
+    if t.is_empty() {
+        out.push_str("no runs\n");
+    } else {
+        out.push_str(&t.to_string());
+    }
+    out
+}
+
 /// Runs the command; returns what to print on standard output.
 pub async fn run(cli: Cli) -> Result<String, CliError> {
     let target = cli.target();
@@ -266,6 +307,7 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         Command::Runs {
             status,
             workflow,
+            queue,
             limit,
         } => {
             let mut filter = RunFilter::new().limit(limit);
@@ -274,6 +316,13 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             }
             if let Some(w) = workflow {
                 filter = filter.workflow(w);
+            }
+            if let Some(q) = queue {
+                let (queue, runs) = ops::queue_runs(&rt, &q, &filter.queue(&q)).await?;
+                if json {
+                    return to_json(&serde_json::json!({"queue": queue, "runs": runs}));
+                }
+                return Ok(queue_table(&queue, &runs));
             }
             let runs = ops::list_runs(&rt, &filter).await?;
             if json {
@@ -291,6 +340,31 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             }
             Ok(if t.is_empty() {
                 "no runs\n".to_owned()
+            } else {
+                t.to_string()
+            })
+        }
+        Command::Queues => {
+            let queues = ops::list_queues(&rt).await?;
+            if json {
+                return to_json(&queues);
+            }
+            let mut t = Table::new(["QUEUE", "CONCURRENCY", "RATE LIMIT", "OCCUPIED", "WAITING"]);
+            for q in &queues {
+                t.row(vec![
+                    q.name.clone(),
+                    q.concurrency
+                        .map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                    q.rate_limit.map_or_else(
+                        || "-".to_owned(),
+                        |r| format!("{} per {}", r.runs, text::duration_ms(r.period_ms)),
+                    ),
+                    q.occupied.to_string(),
+                    q.waiting.to_string(),
+                ]);
+            }
+            Ok(if t.is_empty() {
+                "no queues\n".to_owned()
             } else {
                 t.to_string()
             })
@@ -561,6 +635,13 @@ fn run_text(d: &RunDetail) -> String {
     }
     if let Some(parent) = &r.parent {
         field("parent", &parent.to_string());
+    }
+    if let Some(q) = &r.queue {
+        let mut place = format!("{}, priority {}", q.name, q.priority);
+        if let Some(k) = &q.partition_key {
+            let _ = write!(place, ", key {k}");
+        }
+        field("queue", &place);
     }
     field("input", &r.input.to_string());
     if let Some(output) = &r.output {

@@ -10,7 +10,10 @@ use workflow_core::store::{CancelOutcome, HookFilter, RunFilter};
 use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 
 use crate::error::CliError;
-use crate::view::{ChunkView, EventView, HookSummary, RunDetail, RunSummary, StreamView};
+use crate::view::{
+    positions, ChunkView, EventView, HookSummary, QueueView, QueuedRun, RunDetail, RunSummary,
+    StreamView,
+};
 
 /// The time on the store's clock (on PostgreSQL the server's, which the workers time their
 /// runs by), so that a wrong clock here neither misdates a cancellation nor misstates how long
@@ -84,6 +87,53 @@ pub fn parse_age(s: &str) -> Result<Duration, CliError> {
 pub async fn list_runs(rt: &Runtime, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
     let runs = rt.store().list_runs(filter).await?;
     Ok(runs.into_iter().map(RunSummary::new).collect())
+}
+
+/// Every declared queue with its limits and occupancy.
+pub async fn list_queues(rt: &Runtime) -> Result<Vec<QueueView>, CliError> {
+    let now = store_now(rt).await?;
+    let queues = rt.store().list_queues(now).await?;
+    Ok(queues.into_iter().map(QueueView::new).collect())
+}
+
+/// Queue `name` (its limits and occupancy) and its runs matching `filter`, the waiting ones
+/// numbered in the order they begin. Positions count every waiting run of the queue, even
+/// those beyond `filter`'s limit or status.
+pub async fn queue_runs(
+    rt: &Runtime,
+    name: &str,
+    filter: &RunFilter,
+) -> Result<(QueueView, Vec<QueuedRun>), CliError> {
+    let queue = list_queues(rt)
+        .await?
+        .into_iter()
+        .find(|q| q.name == name)
+        .ok_or_else(|| CliError::NotFound(format!("no queue {name:?} is declared")))?;
+    let waiting = rt
+        .store()
+        .list_runs(
+            &RunFilter::new()
+                .queue(name)
+                .status(RunStatus::Pending)
+                .limit(usize::try_from(queue.waiting).unwrap_or(usize::MAX).max(1)),
+        )
+        .await?;
+    let numbered = positions(waiting.into_iter().map(RunSummary::new).collect());
+    let runs = rt.store().list_runs(filter).await?;
+    let runs = runs
+        .into_iter()
+        .map(|r| {
+            let position = numbered
+                .iter()
+                .find(|n| n.run.id == r.id)
+                .and_then(|n| n.position);
+            QueuedRun {
+                run: RunSummary::new(r),
+                position,
+            }
+        })
+        .collect();
+    Ok((queue, runs))
 }
 
 pub async fn run_detail(rt: &Runtime, id: RunId) -> Result<RunDetail, CliError> {

@@ -557,6 +557,7 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
                 created_at: at,
                 hook: None,
                 deadline: None,
+                queue: None,
             },
             &[NewEvent {
                 at,

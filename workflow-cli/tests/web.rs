@@ -657,3 +657,110 @@ async fn the_run_page_shows_its_streams() {
     );
     assert_eq!(foreign.status, 403);
 }
+
+/// The queues page lists each queue's limits and occupancy; the runs list filtered by a queue
+/// shows the queue and each waiting run's position; a run's page names its queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_show_their_limits_occupancy_and_positions() {
+    use std::time::Duration;
+    use workflow_core::prelude::*;
+
+    let db = common::TestDb::new(Backend::Sqlite);
+    let rt = db
+        .builder()
+        .queue(
+            Queue::new("payments")
+                .concurrency(1)
+                .rate_limit(100, Duration::from_secs(60)),
+        )
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let order = RunId::new().to_string();
+    let token = format!("approval:{order}");
+    let holder = rt
+        .start(common::approval, (order,))
+        .queue("payments")
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, async {
+        while rt.get_hook_by_token(&token).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first run began");
+    let waiting = rt
+        .start(common::welcome, ("<ada>".to_string(),))
+        .queue("payments")
+        .partition_key("<customer>")
+        .priority(3)
+        .await
+        .unwrap();
+
+    let web = dashboard(&db.args(), &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+
+    let page = get(web.addr, "/queues", &host);
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(r#"<tr data-queue="payments">"#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(
+            r#"<td><a href="/?queue=payments">payments</a></td><td>1</td><td>100 per 1m 00s</td><td>1</td><td>1</td><td>1</td>"#
+        ),
+        "{}",
+        page.body
+    );
+
+    let page = get(web.addr, "/?queue=payments", &host);
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(
+            "Queue <strong>payments</strong>: slots 1/1, rate 1/100 per 1m 00s; 1 waiting."
+        ),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<th>Position</th>"), "{}", page.body);
+    assert!(
+        page.body.contains(
+            r#"<td class="position">1</td><td class="mono">&lt;customer&gt;</td><td>3</td>"#
+        ),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(&holder.id().to_string()));
+
+    let api = get(web.addr, "/api/runs?queue=payments", &host);
+    let v: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    assert_eq!(v["queue"]["occupied"], 1);
+    let runs = v["runs"].as_array().unwrap();
+    let of = |id: workflow_core::RunId| {
+        runs.iter().find(|r| r["id"] == id.to_string()).unwrap()["position"].clone()
+    };
+    assert_eq!(of(waiting.id()), 1);
+    assert_eq!(of(holder.id()), serde_json::Value::Null);
+    let api = get(web.addr, "/api/queues", &host);
+    let v: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    assert_eq!(v[0]["name"], "payments");
+    assert_eq!(v[0]["waiting"], 1);
+
+    let page = get(web.addr, &format!("/runs/{}", waiting.id()), &host);
+    assert!(
+        page.body.contains(
+            r#"<dt>queue</dt><dd><a href="/?queue=payments">payments</a>, priority 3, key <span class="mono">&lt;customer&gt;</span></dd>"#
+        ),
+        "{}",
+        page.body
+    );
+    drop(web);
+    rt.resume_hook(&token, common::Approval { approved: true })
+        .await
+        .unwrap();
+    common::until_status(&rt, waiting.id(), RunStatus::Completed).await;
+}

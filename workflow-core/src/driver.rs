@@ -575,6 +575,7 @@ impl Driver {
         at: SystemTime,
     ) -> Result<Option<RunId>, StoreError> {
         let child = NewRun {
+            queue: None,
             id: child_id,
             workflow: call.workflow.to_owned(),
             input: call.input,

@@ -451,6 +451,13 @@ pub enum StartError {
         /// What serde reported.
         message: String,
     },
+    /// `.queue(name)` or `#[workflow(queue = "..")]` names a queue that neither this runtime
+    /// nor any other on the store declared (`RuntimeBuilder::queue`); nothing was written.
+    #[error("unknown queue {queue:?}: declare it with `Runtime::builder().queue(Queue::new({queue:?}))`")]
+    UnknownQueue {
+        /// The name given.
+        queue: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -518,6 +525,15 @@ pub enum BuildError {
         kind: &'static str,
         /// The shared name.
         name: String,
+    },
+    /// A queue given to `RuntimeBuilder::queue` cannot hold runs: an empty name, a
+    /// concurrency of 0, a rate limit of 0 runs or over a zero period, or declared twice.
+    #[error("queue {name:?}: {why}")]
+    InvalidQueue {
+        /// The queue's name.
+        name: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// The store could not be opened.
     #[error(transparent)]

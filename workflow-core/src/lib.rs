@@ -56,6 +56,7 @@ mod driver;
 pub mod error;
 mod history;
 mod ids;
+mod queue;
 mod registry;
 mod replay;
 mod runtime;
@@ -84,6 +85,7 @@ pub use history::{
     ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 pub use ids::{ParseRunIdError, RunId};
+pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
     HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
@@ -101,7 +103,7 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Error, Hook,
-        HookConflict, HookConflictError, HookError, HookRef, Result, Run, RunId, RunStatus,
+        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunId, RunStatus,
         RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;

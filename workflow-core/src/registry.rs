@@ -63,6 +63,8 @@ inventory::collect!(StepRegistration);
 pub trait WorkflowDef: Send + Sync + 'static {
     /// The stable name (module path + fn name unless pinned with `name = ".."`).
     const NAME: &'static str;
+    /// The queue its runs enter unless a start names another (`#[workflow(queue = "..")]`).
+    const QUEUE: Option<&'static str> = None;
     /// The argument tuple.
     type Args: 'static;
     /// The `T` of the returned `Result<T>`.

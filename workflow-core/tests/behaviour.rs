@@ -834,6 +834,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
             created_at: SystemTime::now(),
             hook: None,
             deadline: None,
+            queue: None,
         })
         .await
         .unwrap();

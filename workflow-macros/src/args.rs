@@ -16,6 +16,8 @@ use crate::errors::Errors;
 pub(crate) struct WorkflowArgs {
     /// Pins the workflow's stable name; default: module path + fn name.
     pub(crate) name: Option<LitStr>,
+    /// The queue its runs enter by default (SPEC 11); default none.
+    pub(crate) queue: Option<LitStr>,
 }
 
 /// Options of `#[step]`.
@@ -32,16 +34,19 @@ pub(crate) struct StepArgs {
 /// Retries after the first attempt, so at most four attempts (SPEC section 2).
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 3;
 
-const WORKFLOW_OPTIONS: &[&str] = &["name"];
+const WORKFLOW_OPTIONS: &[&str] = &["name", "queue"];
 const STEP_OPTIONS: &[&str] = &["name", "max_retries", "timeout"];
 
 impl Parse for WorkflowArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut errors = Errors::default();
         let mut args = WorkflowArgs::default();
-        // `name` is the only option `options` lets through.
-        for (_, value) in options(input, "workflow", WORKFLOW_OPTIONS, &mut errors)? {
-            args.name = name(&value, "workflow", &mut errors);
+        for (key, value) in options(input, "workflow", WORKFLOW_OPTIONS, &mut errors)? {
+            if key == "queue" {
+                args.queue = queue(&value, &mut errors);
+            } else {
+                args.name = name(&value, "workflow", &mut errors);
+            }
         }
         errors.finish(args)
     }
@@ -149,6 +154,7 @@ fn example(option: &str) -> &'static str {
     match option {
         "max_retries" => "5",
         "timeout" => "\"30s\"",
+        "queue" => "\"payments\"",
         _ => "\"billing.charge\"",
     }
 }
@@ -170,6 +176,28 @@ fn name(value: &Expr, macro_name: &str, errors: &mut Errors) -> Option<LitStr> {
             errors.spanned(
                 value,
                 "`name` takes a string literal, e.g. `name = \"billing.charge\"`",
+            );
+            None
+        }
+    }
+}
+
+fn queue(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
+    match literal(value) {
+        Some(Lit::Str(queue)) if queue.value().is_empty() => {
+            errors.spanned(
+                queue,
+                "`queue` must not be empty: it names a queue declared with \
+                 `Runtime::builder().queue(Queue::new(\"..\"))`",
+            );
+            None
+        }
+        Some(Lit::Str(queue)) => Some(queue.clone()),
+        _ => {
+            errors.spanned(
+                value,
+                "`queue` takes a string literal naming a queue declared on the runtime \
+                 builder, e.g. `queue = \"payments\"`",
             );
             None
         }

@@ -229,6 +229,7 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
 //     pub struct __WorkflowDef_process_order;                  // the fn's visibility
 //     impl WorkflowDef for __WorkflowDef_process_order {
 //         const NAME: &'static str = concat!(module_path!(), "::", "process_order");  // or `name`
+//         const QUEUE: Option<&'static str> = Some("payments");   // only with `queue = ".."`
 //         type Args = (String, u32);                          // spanning the parameter list
 //         type Output = <Result<OrderResult> as WorkflowReturn>::Ok;   // spanning the return type
 //         fn call(__wf_args: Self::Args) -> BoxFuture<'static, Result<Self::Output, Error>> {
@@ -295,6 +296,12 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
     let output = ok_type(function);
     let ret = &function.output;
     let unique_name = unique_name(Kind::Workflow, args.name.as_ref(), &cfgs);
+    // Only when given, so that the trait's default (`None`) stands otherwise.
+    let queue = args.queue.as_ref().map(|q| {
+        quote_spanned! {q.span()=>
+            const QUEUE: ::core::option::Option<&'static str> = ::core::option::Option::Some(#q);
+        }
+    });
 
     let mut sig = function.forwarding_signature();
     sig.asyncness = None;
@@ -323,6 +330,7 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
         #(#cfgs)*
         impl ::workflow_core::__private::WorkflowDef for #def {
             const NAME: &'static str = #name;
+            #queue
             type Args = #arg_types;
             type Output = #output;
 

@@ -25,6 +25,7 @@ use workflow_core::{RunStatus, Runtime};
 use crate::connect::Target;
 use crate::error::CliError;
 use crate::ops;
+use crate::view::{QueueView, QueuedRun};
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/app.js");
@@ -51,6 +52,7 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/retry", post(retry))
         .route("/hooks", get(hooks_page))
+        .route("/queues", get(queues_page))
         .route("/hooks/resume", post(resume))
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{id}", get(api_run))
@@ -58,6 +60,7 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/api/runs/{id}/streams", get(api_streams))
         .route("/api/runs/{id}/streams/{name}", get(api_stream))
         .route("/api/hooks", get(api_hooks))
+        .route("/api/queues", get(api_queues))
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
         .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
         .route("/favicon.ico", get(|| asset("image/svg+xml", ICON)))
@@ -175,6 +178,7 @@ impl IntoResponse for WebError {
 struct RunsQuery {
     status: Option<String>,
     workflow: Option<String>,
+    queue: Option<String>,
     limit: Option<usize>,
     notice: Option<String>,
     error: Option<String>,
@@ -194,8 +198,31 @@ impl RunsQuery {
         {
             f = f.workflow(w);
         }
+        if let Some(q) = self.queue.as_deref().filter(|q| !q.is_empty()) {
+            f = f.queue(q);
+        }
         Ok(f)
     }
+}
+
+/// The runs `filter` selects; with a queue, also the queue and each waiting run's position.
+async fn listed(
+    rt: &Runtime,
+    filter: &RunFilter,
+) -> Result<(Option<QueueView>, Vec<QueuedRun>), CliError> {
+    if let Some(name) = &filter.queue {
+        let (queue, runs) = ops::queue_runs(rt, name, filter).await?;
+        return Ok((Some(queue), runs));
+    }
+    let runs = ops::list_runs(rt, filter).await?;
+    let runs = runs
+        .into_iter()
+        .map(|run| QueuedRun {
+            run,
+            position: None,
+        })
+        .collect();
+    Ok((None, runs))
 }
 
 /// The one-off message a redirect after an action carries.
@@ -220,9 +247,7 @@ async fn runs_page(
     Query(q): Query<RunsQuery>,
 ) -> Result<Html<String>, WebError> {
     let filter = q.filter().map_err(WebError::page)?;
-    let runs = ops::list_runs(&app.rt, &filter)
-        .await
-        .map_err(WebError::page)?;
+    let (queue, runs) = listed(&app.rt, &filter).await.map_err(WebError::page)?;
     let flash = Flash {
         notice: q.notice.clone(),
         error: q.error.clone(),
@@ -230,9 +255,20 @@ async fn runs_page(
     Ok(Html(pages::runs(
         &app.database,
         &filter,
+        queue.as_ref(),
         &runs,
         flash.banner(),
     )))
+}
+
+async fn queues_page(State(app): Shared) -> Result<Html<String>, WebError> {
+    let queues = ops::list_queues(&app.rt).await.map_err(WebError::page)?;
+    Ok(Html(pages::queues(&app.database, &queues)))
+}
+
+async fn api_queues(State(app): Shared) -> Result<Response, WebError> {
+    let queues = ops::list_queues(&app.rt).await.map_err(WebError::api)?;
+    Ok(Json(queues).into_response())
 }
 
 async fn run_page(
@@ -363,10 +399,15 @@ async fn resume(
 
 async fn api_runs(State(app): Shared, Query(q): Query<RunsQuery>) -> Result<Response, WebError> {
     let filter = q.filter().map_err(WebError::api)?;
-    let runs = ops::list_runs(&app.rt, &filter)
-        .await
-        .map_err(WebError::api)?;
-    Ok(Json(runs).into_response())
+    let (queue, runs) = listed(&app.rt, &filter).await.map_err(WebError::api)?;
+    Ok(match queue {
+        // With a queue: the queue and its runs, each with its position.
+        Some(queue) => Json(serde_json::json!({ "queue": queue, "runs": runs })).into_response(),
+        None => {
+            let runs: Vec<_> = runs.into_iter().map(|r| r.run).collect();
+            Json(runs).into_response()
+        }
+    })
 }
 
 async fn api_run(State(app): Shared, Path(id): Path<String>) -> Result<Response, WebError> {

@@ -9,7 +9,9 @@ use workflow_core::RunStatus;
 
 use super::timeline;
 use crate::text;
-use crate::view::{AttemptOutcome, DivergenceView, EventView, HookSummary, RunDetail, RunSummary};
+use crate::view::{
+    AttemptOutcome, DivergenceView, EventView, HookSummary, QueueView, QueuedRun, RunDetail,
+};
 
 /// A message at the top of a page, after an action.
 pub enum Banner<'a> {
@@ -79,7 +81,7 @@ fn layout(title: &str, nav: &str, database: &str, banner: Banner<'_>, body: &str
 <body>
 <header class="top">
   <a class="brand" href="/">workflow</a>
-  <nav>{runs}{hooks}</nav>
+  <nav>{runs}{hooks}{queues}</nav>
   <span class="db" title="database">{database}</span>
   <label class="live"><input type="checkbox" id="live-toggle" checked> live</label>
   <span id="live-status" class="muted"></span>
@@ -94,6 +96,7 @@ fn layout(title: &str, nav: &str, database: &str, banner: Banner<'_>, body: &str
         title = esc(title),
         runs = tab("/", "runs", "Runs"),
         hooks = tab("/hooks", "hooks", "Hooks"),
+        queues = tab("/queues", "queues", "Queues"),
         database = esc(database),
     )
 }
@@ -114,7 +117,13 @@ pub fn error(status: StatusCode, message: &str) -> String {
     layout("Error", "", "", Banner::None, &body)
 }
 
-pub fn runs(database: &str, filter: &RunFilter, runs: &[RunSummary], banner: Banner<'_>) -> String {
+pub fn runs(
+    database: &str,
+    filter: &RunFilter,
+    queue: Option<&QueueView>,
+    runs: &[QueuedRun],
+    banner: Banner<'_>,
+) -> String {
     let mut body = String::new();
     let status = filter.status.map(RunStatus::as_str).unwrap_or_default();
     let mut options = String::from(r#"<option value="">any status</option>"#);
@@ -135,20 +144,50 @@ pub fn runs(database: &str, filter: &RunFilter, runs: &[RunSummary], banner: Ban
 <form class="filters" method="get" action="/">
   <label>Status <select name="status">{options}</select></label>
   <label>Workflow <input name="workflow" value="{workflow}" placeholder="any workflow"></label>
+  <label>Queue <input name="queue" value="{queue}" placeholder="any queue"></label>
   <label>Limit <input name="limit" type="number" min="1" max="10000" value="{limit}"></label>
   <button type="submit">Filter</button>
 </form>
 "#,
         workflow = esc(filter.workflow.as_deref().unwrap_or_default()),
+        queue = esc(filter.queue.as_deref().unwrap_or_default()),
         limit = filter.limit,
     );
+    if let Some(q) = queue {
+        let _ = write!(
+            body,
+            r#"<p class="queue-summary" data-queue="{name}">Queue <strong>{name}</strong>: {limits}; {waiting} waiting.</p>"#,
+            name = esc(&q.name),
+            limits = esc(&q.limits()),
+            waiting = q.waiting,
+        );
+    }
+    let position_header = if queue.is_some() {
+        "<th>Position</th><th>Key</th><th>Priority</th>"
+    } else {
+        ""
+    };
     if runs.is_empty() {
         body.push_str(r#"<p class="empty">No runs match.</p>"#);
     } else {
-        body.push_str(
-            r#"<table class="runs"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th><th>Created</th><th>Duration</th><th>Result</th></tr></thead><tbody>"#,
+        let _ = write!(
+            body,
+            r#"<table class="runs"><thead><tr><th>Run</th><th>Workflow</th><th>Status</th>{position_header}<th>Created</th><th>Duration</th><th>Result</th></tr></thead><tbody>"#,
         );
-        for r in runs {
+        for QueuedRun { run: r, position } in runs {
+            let place = if queue.is_some() {
+                let entry = r.queue.as_ref();
+                format!(
+                    r#"<td class="position">{}</td><td class="mono">{}</td><td>{}</td>"#,
+                    position.map(|p| p.to_string()).unwrap_or_default(),
+                    esc(entry
+                        .and_then(|e| e.partition_key.as_deref())
+                        .unwrap_or_default()),
+                    entry.map_or(0, |e| e.priority),
+                )
+            } else {
+                String::new()
+            };
             let result = match (&r.output, &r.error) {
                 (Some(v), _) => text::json_line(v, 60),
                 (_, Some(e)) => text::cut(&e.to_string(), 60),
@@ -156,7 +195,7 @@ pub fn runs(database: &str, filter: &RunFilter, runs: &[RunSummary], banner: Ban
             };
             let _ = write!(
                 body,
-                r#"<tr data-run-id="{id}"><td class="mono"><a href="/runs/{id}">{id}</a></td><td>{wf}</td><td>{badge}</td><td class="time">{created}</td><td class="time">{duration}</td><td class="mono small">{result}</td></tr>"#,
+                r#"<tr data-run-id="{id}"><td class="mono"><a href="/runs/{id}">{id}</a></td><td>{wf}</td><td>{badge}</td>{place}<td class="time">{created}</td><td class="time">{duration}</td><td class="mono small">{result}</td></tr>"#,
                 id = r.id,
                 wf = esc(&r.workflow),
                 badge = badge(r.status),
@@ -178,6 +217,40 @@ pub fn runs(database: &str, filter: &RunFilter, runs: &[RunSummary], banner: Ban
         }
     );
     layout("Runs", "runs", database, banner, &body)
+}
+
+/// Every declared queue: its limits and occupancy, linking to its runs.
+pub fn queues(database: &str, queues: &[QueueView]) -> String {
+    let mut body = String::from("<h1>Queues</h1>\n");
+    if queues.is_empty() {
+        body.push_str(r#"<p class="empty">No queues are declared.</p>"#);
+        return layout("Queues", "queues", database, Banner::None, &body);
+    }
+    body.push_str(
+        r#"<table class="queues"><thead><tr><th>Queue</th><th>Concurrency</th><th>Rate limit</th><th>Occupied</th><th>Waiting</th><th>Begun in window</th></tr></thead><tbody>"#,
+    );
+    for q in queues {
+        let _ = write!(
+            body,
+            r#"<tr data-queue="{name}"><td><a href="/?queue={link}">{name}</a></td><td>{concurrency}</td><td>{rate}</td><td>{occupied}</td><td>{waiting}</td><td>{begun}</td></tr>"#,
+            name = esc(&q.name),
+            link = url_encode(&q.name),
+            concurrency = q
+                .concurrency
+                .map_or_else(|| "none".to_owned(), |c| c.to_string()),
+            rate = q.rate_limit.map_or_else(
+                || "none".to_owned(),
+                |r| format!("{} per {}", r.runs, text::duration_ms(r.period_ms))
+            ),
+            occupied = q.occupied,
+            waiting = q.waiting,
+            begun = q
+                .rate_limit
+                .map_or_else(String::new, |_| q.begun_in_window.to_string()),
+        );
+    }
+    body.push_str("</tbody></table>");
+    layout("Queues", "queues", database, Banner::None, &body)
 }
 
 pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'_>) -> String {
@@ -249,6 +322,18 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             "parent",
             format!(r#"<a class="mono" id="parent" href="/runs/{p}">{p}</a>"#),
         );
+    }
+    if let Some(q) = &r.queue {
+        let mut place = format!(
+            r#"<a href="/?queue={}">{}</a>, priority {}"#,
+            url_encode(&q.name),
+            esc(&q.name),
+            q.priority
+        );
+        if let Some(k) = &q.partition_key {
+            let _ = write!(place, r#", key <span class="mono">{}</span>"#, esc(k));
+        }
+        fact("queue", place);
     }
     body.push_str("</dl>\n");
     if !d.waiting_on.is_empty() {

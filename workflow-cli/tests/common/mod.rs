@@ -131,6 +131,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
         created_at: at,
         hook: None,
         deadline: None,
+        queue: None,
     };
     let history = [NewEvent {
         at,
@@ -225,7 +226,7 @@ impl TestDb {
         self.dir.path().join("runs.db")
     }
 
-    fn builder(&self) -> workflow_core::RuntimeBuilder {
+    pub fn builder(&self) -> workflow_core::RuntimeBuilder {
         match self.backend {
             Backend::Sqlite => Runtime::builder().sqlite(self.sqlite_path()),
             #[cfg(feature = "postgres")]

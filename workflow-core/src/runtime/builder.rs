@@ -16,9 +16,10 @@ use super::{Inner, Runtime};
 use crate::config::Config;
 use crate::error::BuildError;
 use crate::ids::RunId;
+use crate::queue::Queue;
 use crate::registry::{StepRegistration, WorkflowRegistration};
 use crate::store::memory::MemoryStore;
-use crate::store::Store;
+use crate::store::{QueueDef, Store};
 
 /// Where the runtime keeps its state.
 enum StoreChoice {
@@ -35,6 +36,7 @@ enum StoreChoice {
 pub struct RuntimeBuilder {
     store: StoreChoice,
     config: Config,
+    queues: Vec<Queue>,
     #[cfg(feature = "postgres")]
     schema: String,
 }
@@ -126,6 +128,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares a queue (SPEC 11): at `build` its limits are stored, replacing any earlier
+    /// declaration of the same name, and every worker on the store enforces them. Runs enter
+    /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
+    pub fn queue(mut self, queue: Queue) -> Self {
+        self.queues.push(queue);
+        self
+    }
+
     /// Opens the store, registers every workflow and step linked into the binary and, unless
     /// disabled, starts the worker. Must be called inside a tokio runtime.
     pub async fn build(self) -> Result<Runtime, BuildError> {
@@ -147,6 +157,17 @@ impl RuntimeBuilder {
                 });
             }
         }
+        let mut queues = Vec::with_capacity(self.queues.len());
+        for q in self.queues {
+            let def = q.into_def()?;
+            if queues.iter().any(|d: &QueueDef| d.name == def.name) {
+                return Err(BuildError::InvalidQueue {
+                    name: def.name,
+                    why: "declared twice on one builder".to_owned(),
+                });
+            }
+            queues.push(def);
+        }
         let store: Arc<dyn Store> = match self.store {
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
             #[cfg(feature = "sqlite")]
@@ -159,6 +180,7 @@ impl RuntimeBuilder {
             }
             StoreChoice::Custom(s) => s,
         };
+        store.define_queues(&queues).await?;
         let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
         workflow_names.sort();
         let notices = store.notices();
@@ -182,6 +204,9 @@ impl RuntimeBuilder {
             tasks: tokio::runtime::Handle::current(),
             handles: AtomicUsize::new(0),
             abandoned: AtomicBool::new(false),
+            queued: AtomicBool::new(!queues.is_empty()),
+            rate_limited: queues.iter().any(|q| q.rate_limit.is_some()),
+            queues: Mutex::new(queues.into_iter().map(|q| q.name).collect()),
         });
         if let Some(rx) = notices {
             tokio::spawn(notice_loop(inner.clone(), rx));
@@ -206,6 +231,7 @@ impl Runtime {
             #[cfg(not(feature = "sqlite"))]
             store: StoreChoice::Memory,
             config: Config::default(),
+            queues: Vec::new(),
             #[cfg(feature = "postgres")]
             schema: "workflow".to_owned(),
         }

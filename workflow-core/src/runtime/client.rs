@@ -26,8 +26,8 @@ use crate::history::{
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
-    Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, RetryOutcome,
-    RunRecord, RunStatus, StartHook, Store, StreamInfo,
+    Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, QueueEntry,
+    RetryOutcome, RunRecord, RunStatus, StartHook, Store, StreamInfo,
 };
 use crate::streams::RunStream;
 
@@ -70,6 +70,7 @@ impl Runtime {
             hook: None,
             retention: None,
             timeout: None,
+            queue: <F::Def as WorkflowDef>::QUEUE.map(QueueEntry::new),
             _def: PhantomData,
         }
     }
@@ -209,6 +210,9 @@ pub struct Start<W: WorkflowDef> {
     hook: Option<String>,
     retention: Option<Duration>,
     timeout: Option<Duration>,
+    /// From `#[workflow(queue = "..")]` until `.queue(..)` names another; the partition key
+    /// and priority wait here for a queue.
+    queue: Option<QueueEntry>,
     _def: PhantomData<fn() -> W>,
 }
 
@@ -313,6 +317,116 @@ impl<W: WorkflowDef> Start<W> {
         self.timeout = Some(d);
         self
     }
+
+    /// Enters the run in queue `name` (SPEC 11), declared with
+    /// [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue) by this or another runtime on
+    /// the store; replaces the workflow's `#[workflow(queue = "..")]`. The run waits,
+    /// [`RunStatus::Pending`], until the queue's limits let it begin. An unknown name fails
+    /// the start with [`StartError::UnknownQueue`].
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn charge(order: String) -> Result<String> {
+    ///     Ok(format!("charged {order}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder()
+    ///     .in_memory()
+    ///     .queue(Queue::new("payments").concurrency(10))
+    ///     .build()
+    ///     .await?;
+    /// let run = rt.start(charge, ("o-1".to_string(),)).queue("payments").await?;
+    /// assert_eq!(run.return_value().await?, "charged o-1");
+    ///
+    /// let unknown = rt.start(charge, ("o-2".to_string(),)).queue("nope").await;
+    /// assert!(matches!(unknown, Err(StartError::UnknownQueue { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        match &mut self.queue {
+            Some(q) => q.name = name,
+            None => self.queue = Some(QueueEntry::new(name)),
+        }
+        self
+    }
+
+    /// Runs of the queue with the same `key` run one at a time, in start order (e.g. one
+    /// per customer); runs with different keys run in parallel within the queue's limits.
+    /// No effect without a queue.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn update_account(customer: String, change: i64) -> Result<i64> {
+    ///     Ok(change)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().queue(Queue::new("accounts")).build().await?;
+    /// let first = rt
+    ///     .start(update_account, ("c-1".to_string(), 5))
+    ///     .queue("accounts")
+    ///     .partition_key("c-1")
+    ///     .await?;
+    /// // Begins only once `first` has ended.
+    /// let second = rt
+    ///     .start(update_account, ("c-1".to_string(), -2))
+    ///     .queue("accounts")
+    ///     .partition_key("c-1")
+    ///     .await?;
+    /// assert_eq!(first.return_value().await? + second.return_value().await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.queue
+            .get_or_insert_with(|| QueueEntry::new(""))
+            .partition_key = Some(key.into());
+        self
+    }
+
+    /// Among the queue's waiting runs, higher `p` begins first; equal priority in start order
+    /// (default 0). Runs of one partition key keep their start order whatever their priority.
+    /// No effect without a queue.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.queue
+            .get_or_insert_with(|| QueueEntry::new(""))
+            .priority = p;
+        self
+    }
+}
+
+/// The queue entry of a start, checked: `None` without a queue (a partition key or priority
+/// alone has no effect), [`StartError::UnknownQueue`] for a queue that neither this runtime
+/// nor any other on the store declared.
+async fn checked_queue(
+    inner: &Inner,
+    queue: Option<QueueEntry>,
+) -> Result<Option<QueueEntry>, StartError> {
+    let Some(entry) = queue.filter(|q| !q.name.is_empty()) else {
+        return Ok(None);
+    };
+    let known = crate::lock(&inner.queues).contains(&entry.name);
+    if !known {
+        let now = inner.clock.tick().await;
+        let declared = inner.store.list_queues(now).await?;
+        if !declared.iter().any(|q| q.def.name == entry.name) {
+            return Err(StartError::UnknownQueue { queue: entry.name });
+        }
+        crate::lock(&inner.queues).extend(declared.into_iter().map(|q| q.def.name));
+    }
+    inner
+        .queued
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(Some(entry))
 }
 
 impl<W: WorkflowDef> IntoFuture for Start<W> {
@@ -328,6 +442,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             let id = RunId::new();
             let token = self.hook;
             let inner = &self.rt.inner;
+            let queue = checked_queue(inner, self.queue).await?;
             let mut flight = None;
             if let Some(token) = &token {
                 match inner.join_start(token) {
@@ -352,6 +467,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 token,
                 retention: self.retention,
                 timeout: self.timeout,
+                queue,
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
@@ -399,6 +515,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 hook,
                 retention,
                 timeout,
+                queue,
                 ..
             } = self.start;
             let input = input?;
@@ -412,6 +529,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             }
             let payload = self.payload?;
             let inner = &rt.inner;
+            let queue = checked_queue(inner, queue).await?;
             let flight = match inner.join_start(&token) {
                 Joined::Lead(lead) => Some(lead),
                 Joined::Follow(mut owner) => {
@@ -430,6 +548,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 token: Some(token),
                 retention,
                 timeout,
+                queue,
             };
             let id = start.id;
             // In a task of its own, as for `start`: a dropped call does not strand followers.
@@ -462,6 +581,7 @@ struct Admit {
     token: Option<String>,
     retention: Option<Duration>,
     timeout: Option<Duration>,
+    queue: Option<QueueEntry>,
 }
 
 impl Admit {
@@ -481,6 +601,7 @@ impl Admit {
                 .timeout
                 .and_then(|d| created_at.checked_add(d))
                 .filter(|t| *t < never()),
+            queue: self.queue,
         }
     }
 }
@@ -498,8 +619,8 @@ async fn admit(
     let record = admitted_run(&run);
     let token = record.hook_token.clone();
     // A worker with room for the run leases it at admission (one transaction instead of
-    // admission + acquire) and drives it at once.
-    let (admission, lease) = if inner.can_take(&record.workflow) {
+    // admission + acquire) and drives it at once; a queued run waits for its slot instead.
+    let (admission, lease) = if run.queue.is_none() && inner.can_take(&record.workflow) {
         inner
             .store
             .create_run_leased(run, inner.config.lease)
@@ -537,6 +658,7 @@ fn admitted_run(run: &NewRun) -> RunRecord {
         updated_at: run.created_at,
         hook_token: run.hook.as_ref().map(|h| h.token.clone()),
         deadline: run.deadline,
+        queue: run.queue.clone(),
     }
 }
 
@@ -567,9 +689,8 @@ async fn admit_or_resume(
     let id = run.id;
     let record = admitted_run(&run);
     let token = record.hook_token.clone().unwrap_or_default();
-    let lease = inner
-        .can_take(&record.workflow)
-        .then_some(inner.config.lease);
+    let lease =
+        (run.queue.is_none() && inner.can_take(&record.workflow)).then_some(inner.config.lease);
     let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
     if let Some(flight) = flight {
         flight.land(match &outcome {
@@ -706,6 +827,7 @@ impl<T> Run<T> {
                 a.stop.notify_one();
             }
             self.rt.inner.run_ended(self.id);
+            self.rt.inner.slot_freed();
         }
         Ok(())
     }
@@ -767,6 +889,8 @@ impl<T> Run<T> {
             created_at: inner.clock.tick().await,
             hook: None,
             deadline: None,
+            // The copy waits for a slot of the same queue.
+            queue: run.queue,
         };
         inner.store.create_run_with_history(new, &history).await?;
         inner.work.notify_one();

@@ -115,6 +115,15 @@ pub(crate) struct Inner {
     /// good, and `api` outside a step no longer finds it even while a step briefly holds a
     /// handle on it.
     abandoned: AtomicBool,
+    /// Whether queued runs are about (declared here, started or driven here): then the end
+    /// of a run here may free a slot for a waiting run, and wakes the worker.
+    queued: AtomicBool,
+    /// Whether a queue declared here has a rate limit: then the worker asks the store when a
+    /// rate window reopens instead of waiting for its next poll.
+    rate_limited: bool,
+    /// The queues known to exist: declared by this runtime, or found in the store by a start
+    /// (queues are never undeclared, so a name once found stays known).
+    queues: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Inner {
@@ -179,6 +188,13 @@ impl Inner {
                 true
             }
             None => false,
+        }
+    }
+
+    /// A run ended here: if it may have held a queue's slot, a waiting run may begin now.
+    fn slot_freed(&self) {
+        if self.queued.load(Ordering::Relaxed) {
+            self.work.notify_one();
         }
     }
 
@@ -382,6 +398,7 @@ impl Host for Inner {
 
     fn ended(&self, run: RunId, parent: Option<RunId>) {
         self.run_ended(run);
+        self.slot_freed();
         // The parent's driver here reads the child's end from its inbox at once; a parent
         // given back to the store is due now, so the worker looks.
         if let Some(parent) = parent {

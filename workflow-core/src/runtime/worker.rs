@@ -125,6 +125,20 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
         if pushed {
             wait = wait.saturating_mul(PUSHED_POLL_FACTOR);
         }
+        if rt.rate_limited {
+            // Nothing announces a rate window reopening: sleep until it does, not a poll more.
+            let now = rt.clock.tick().await;
+            match rt.store.queue_opening(now).await {
+                Ok(Some(at)) => {
+                    let until = at.duration_since(now).unwrap_or_default();
+                    wait = wait.min(until + std::time::Duration::from_millis(1));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading when a queue's rate window reopens failed")
+                }
+            }
+        }
         tokio::select! {
             _ = rt.work.notified() => {}
             _ = tokio::time::sleep(wait) => {}
@@ -161,6 +175,9 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
         return;
     };
+    if leased.run.queue.is_some() {
+        rt.queued.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let signals = Signals {
         stop: Arc::new(Notify::new()),
         inbox: Arc::new(Notify::new()),

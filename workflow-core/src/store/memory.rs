@@ -2,7 +2,8 @@
 //! the whole state makes every operation atomic; clones share the state, so several runtimes in
 //! one process can act as competing workers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -11,9 +12,9 @@ use serde_json::Value;
 use super::{
     block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
     CancelOutcome, ChildNotice, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats, RetryOutcome, RunFilter,
-    RunOutcome, RunRecord, RunStatus, Store, StoredChunk, StreamInfo, StreamPage,
-    CHILD_NOTICE_TOKEN, MAX_FAILED_TRIES,
+    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats, QueueDef, QueueInfo,
+    RetryOutcome, RunFilter, RunOutcome, RunRecord, RunStatus, Store, StoredChunk, StreamInfo,
+    StreamPage, CHILD_NOTICE_TOKEN, MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -38,6 +39,35 @@ struct State {
     /// The last payload id handed out: pruning deletes payloads, and their ids must never
     /// come back (a worker's cursor may already be past them).
     last_payload: u64,
+    /// Declared queues by name (SPEC 11).
+    queues: HashMap<String, QueueDef>,
+    /// What each queue holds, kept in step with the runs by [`State::schedule`].
+    books: BTreeMap<String, QueueBook>,
+}
+
+/// The runs of one queue that have not ended: those waiting to begin, in the order they
+/// may, and those holding a slot.
+#[derive(Default)]
+struct QueueBook {
+    /// Waiting runs: higher priority first, then start order.
+    waiting: BTreeSet<(Reverse<i32>, SystemTime, RunId)>,
+    /// Waiting runs of each partition key, in start order: only the first may begin.
+    key_waiting: HashMap<String, BTreeSet<(SystemTime, RunId)>>,
+    /// Runs begun and not ended.
+    holding: HashSet<RunId>,
+    /// The partition keys of the holding runs.
+    held_keys: HashSet<String>,
+    /// When runs of the queue began, oldest first, trimmed to the rate window.
+    begins: VecDeque<SystemTime>,
+}
+
+/// Where a run stands in its queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Not in a queue, or ended.
+    Out,
+    Waiting,
+    Holding,
 }
 
 struct Row {
@@ -56,12 +86,28 @@ struct Row {
     detached: bool,
     /// Its streams by name; they go with the run when it is pruned.
     streams: BTreeMap<String, StreamRow>,
+    /// When a queued run first began (was leased within its queue's limits).
+    began_at: Option<SystemTime>,
+    /// Where [`State::books`] lists it.
+    slot: Slot,
 }
 
 #[derive(Default)]
 struct StreamRow {
     chunks: Vec<StoredChunk>,
     closed: bool,
+}
+
+impl Row {
+    /// Where the run belongs in its queue's book now.
+    fn wanted_slot(&self) -> Slot {
+        match (&self.record.queue, self.began_at) {
+            (None, _) => Slot::Out,
+            _ if self.record.status.is_terminal() => Slot::Out,
+            (Some(_), None) => Slot::Waiting,
+            (Some(_), Some(_)) => Slot::Holding,
+        }
+    }
 }
 
 struct HookRow {
@@ -95,6 +141,7 @@ impl State {
     /// Puts run `id` where it belongs in [`State::due`] after a change of its status or wake
     /// time.
     fn schedule(&mut self, id: RunId) {
+        self.rebook(id);
         let Some(row) = self.runs.get_mut(&id) else {
             return;
         };
@@ -111,6 +158,123 @@ impl State {
         row.due_at = due_at;
     }
 
+    /// Puts run `id` where it belongs in its queue's book (waiting, holding a slot, or out).
+    fn rebook(&mut self, id: RunId) {
+        let Some(row) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let wanted = row.wanted_slot();
+        if wanted == row.slot {
+            return;
+        }
+        let (old, created) = (row.slot, row.record.created_at);
+        row.slot = wanted;
+        let Some(entry) = row.record.queue.clone() else {
+            return;
+        };
+        let book = self.books.entry(entry.name.clone()).or_default();
+        let key = (Reverse(entry.priority), created, id);
+        match old {
+            Slot::Out => {}
+            Slot::Waiting => {
+                book.waiting.remove(&key);
+                if let Some(k) = &entry.partition_key {
+                    if let Some(w) = book.key_waiting.get_mut(k) {
+                        w.remove(&(created, id));
+                        if w.is_empty() {
+                            book.key_waiting.remove(k);
+                        }
+                    }
+                }
+            }
+            Slot::Holding => {
+                book.holding.remove(&id);
+                if let Some(k) = &entry.partition_key {
+                    book.held_keys.remove(k);
+                }
+            }
+        }
+        match wanted {
+            Slot::Out => {}
+            Slot::Waiting => {
+                book.waiting.insert(key);
+                if let Some(k) = entry.partition_key {
+                    book.key_waiting.entry(k).or_default().insert((created, id));
+                }
+            }
+            Slot::Holding => {
+                book.holding.insert(id);
+                if let Some(k) = entry.partition_key {
+                    book.held_keys.insert(k);
+                }
+            }
+        }
+    }
+
+    /// The waiting queued runs that may begin now within their queues' limits, at most
+    /// `limit`, for `acquire` (see [`Store::acquire`]).
+    fn admissible(&mut self, req: &AcquireRequest<'_>, mut limit: usize) -> Vec<RunId> {
+        let mut picked = Vec::new();
+        for (name, book) in &mut self.books {
+            if limit == 0 {
+                break;
+            }
+            let Some(def) = self.queues.get(name) else {
+                continue;
+            };
+            if book.waiting.is_empty() {
+                continue;
+            }
+            let mut allowance = limit;
+            if let Some(c) = def.concurrency {
+                allowance = allowance.min((c as usize).saturating_sub(book.holding.len()));
+            }
+            if let Some((n, period)) = def.rate_limit {
+                if let Some(since) = req.now.checked_sub(period) {
+                    while book.begins.front().is_some_and(|t| *t <= since) {
+                        book.begins.pop_front();
+                    }
+                }
+                allowance = allowance.min((n as usize).saturating_sub(book.begins.len()));
+            }
+            let mut keys_taken: HashSet<&str> = HashSet::new();
+            for (_, _, id) in &book.waiting {
+                if allowance == 0 {
+                    break;
+                }
+                let Some(row) = self.runs.get(id) else {
+                    continue;
+                };
+                let ready = row.wake_at <= req.now
+                    && row.lease_until.is_none_or(|t| t <= req.now)
+                    && req.workflows.contains(&row.record.workflow);
+                if !ready {
+                    continue;
+                }
+                if let Some(k) = row
+                    .record
+                    .queue
+                    .as_ref()
+                    .and_then(|q| q.partition_key.as_deref())
+                {
+                    let first = book
+                        .key_waiting
+                        .get(k)
+                        .and_then(|w| w.first())
+                        .map(|(_, first)| *first);
+                    if book.held_keys.contains(k) || keys_taken.contains(k) || first != Some(*id) {
+                        continue;
+                    }
+                    keys_taken.insert(k);
+                }
+                picked.push(*id);
+                allowance -= 1;
+                limit -= 1;
+            }
+        }
+        picked
+    }
+
     fn held(&mut self, lease: &Lease) -> Result<&mut Row, StoreError> {
         self.runs
             .get_mut(&lease.run_id)
@@ -125,6 +289,8 @@ impl State {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let (id, created_at) = (run.id, run.created_at);
+        // A queued run waits for its slot, which only `acquire` gives.
+        let lease = lease.filter(|_| run.queue.is_none());
         if self.runs.contains_key(&run.id) {
             return Err(StoreError::database(format!(
                 "run {} already exists",
@@ -168,6 +334,7 @@ impl State {
                     hook_token: run.hook.map(|h| h.token),
                     deadline: run.deadline,
                     parent: run.parent.map(|p| p.run),
+                    queue: run.queue,
                 },
                 events: Vec::new(),
                 wake_at: run.created_at,
@@ -178,6 +345,8 @@ impl State {
                 blocked_tries: 0,
                 streams: BTreeMap::new(),
                 detached: run.parent.is_some_and(|p| p.detached),
+                began_at: None,
+                slot: Slot::Out,
             },
         );
         self.schedule(id);
@@ -379,7 +548,8 @@ impl Store for MemoryStore {
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         let mut st = self.lock();
-        let ready: Vec<RunId> = st
+        // Runs outside queues, and queued runs that hold their slot already.
+        let mut ready: Vec<RunId> = st
             .due
             .iter()
             .take_while(|(at, _)| *at <= req.now)
@@ -387,11 +557,31 @@ impl Store for MemoryStore {
                 st.runs.get(id).is_some_and(|r| {
                     r.lease_until.is_none_or(|t| t <= req.now)
                         && req.workflows.contains(&r.record.workflow)
+                        // A waiting run past its deadline is handed out without a slot,
+                        // to fail at once.
+                        && (r.slot != Slot::Waiting
+                            || r.record.deadline.is_some_and(|d| d <= req.now))
                 })
             })
             .take(req.limit)
             .map(|(_, id)| *id)
             .collect();
+        let room = req.limit - ready.len();
+        let begin = st.admissible(&req, room);
+        for id in &begin {
+            let Some(r) = st.runs.get_mut(id) else {
+                continue;
+            };
+            r.began_at = Some(req.now);
+            let queue = r.record.queue.as_ref().map(|q| q.name.clone());
+            if let Some(q) = queue {
+                if st.queues.get(&q).is_some_and(|d| d.rate_limit.is_some()) {
+                    st.books.entry(q).or_default().begins.push_back(req.now);
+                }
+            }
+            st.rebook(*id);
+        }
+        ready.extend(begin);
         let mut leased = Vec::with_capacity(ready.len());
         for id in ready {
             if let Some(r) = st.runs.get_mut(&id) {
@@ -546,6 +736,8 @@ impl Store for MemoryStore {
                 row.record.error = None;
                 row.record.updated_at = now;
                 row.failed_tries = 0;
+                // Re-opened, it waits for a slot of its queue again.
+                row.began_at = None;
                 RetryOutcome::Reopened
             }
             other => return Ok(RetryOutcome::NotRetryable(other)),
@@ -739,6 +931,12 @@ impl Store for MemoryStore {
             .filter(|r| filter.status.is_none_or(|s| r.status == s))
             .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
             .filter(|r| filter.parent.is_none_or(|p| r.parent == Some(p)))
+            .filter(|r| {
+                filter
+                    .queue
+                    .as_ref()
+                    .is_none_or(|q| r.queue.as_ref().is_some_and(|e| &e.name == q))
+            })
             .collect();
         runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
         Ok(runs.into_iter().take(filter.limit).cloned().collect())
@@ -850,6 +1048,64 @@ impl Store for MemoryStore {
                 })
                 .collect()
         }))
+    }
+
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        let mut st = self.lock();
+        for q in queues {
+            st.queues.insert(q.name.clone(), q.clone());
+        }
+        Ok(())
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let st = self.lock();
+        let mut opening: Option<SystemTime> = None;
+        for (name, book) in &st.books {
+            let Some((n, period)) = st.queues.get(name).and_then(|d| d.rate_limit) else {
+                continue;
+            };
+            if book.waiting.is_empty() {
+                continue;
+            }
+            let since = now.checked_sub(period);
+            let mut in_window = book.begins.iter().filter(|t| since.is_none_or(|s| **t > s));
+            let count = in_window.clone().count();
+            if count >= n as usize {
+                if let Some(oldest) = in_window.next() {
+                    let at = after(*oldest, period);
+                    opening = Some(opening.map_or(at, |o| o.min(at)));
+                }
+            }
+        }
+        Ok(opening)
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let st = self.lock();
+        let mut queues: Vec<QueueInfo> = st
+            .queues
+            .values()
+            .map(|def| {
+                let book = st.books.get(&def.name);
+                let since = def.rate_limit.and_then(|(_, p)| now.checked_sub(p));
+                QueueInfo {
+                    def: def.clone(),
+                    occupied: book.map_or(0, |b| b.holding.len() as u64),
+                    waiting: book.map_or(0, |b| b.waiting.len() as u64),
+                    begun_in_window: match (book, def.rate_limit) {
+                        (Some(b), Some(_)) => b
+                            .begins
+                            .iter()
+                            .filter(|t| since.is_none_or(|s| **t > s))
+                            .count() as u64,
+                        _ => 0,
+                    },
+                }
+            })
+            .collect();
+        queues.sort_by(|a, b| a.def.name.cmp(&b.def.name));
+        Ok(queues)
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {

@@ -99,6 +99,9 @@ pub struct NewRun {
     pub deadline: Option<SystemTime>,
     /// The run that started this one with `start_child`, if any.
     pub parent: Option<ParentLink>,
+    /// The queue the run waits in for a slot (SPEC 11): `start(..).queue(name)` or the
+    /// workflow's `#[workflow(queue = "..")]`. A queued run is never leased at admission.
+    pub queue: Option<QueueEntry>,
 }
 
 /// How a child run is tied to the run that started it.
@@ -108,6 +111,53 @@ pub struct ParentLink {
     pub run: RunId,
     /// Started with `.detached()`: cancelling the parent leaves this child running.
     pub detached: bool,
+}
+
+/// Where a run stands in a queue (SPEC 11): the queue, the run's partition key and priority.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// The queue's name (declared with [`crate::Queue`] on the runtime builder).
+    pub name: String,
+    /// Runs of the queue with the same key run one at a time, in start order.
+    pub partition_key: Option<String>,
+    /// Among the queue's waiting runs, higher begins first; equal priority in start order.
+    pub priority: i32,
+}
+
+impl QueueEntry {
+    /// An entry in queue `name`, no partition key, priority 0.
+    pub fn new(name: impl Into<String>) -> Self {
+        QueueEntry {
+            name: name.into(),
+            partition_key: None,
+            priority: 0,
+        }
+    }
+}
+
+/// A queue's limits as the store keeps them, shared by every process on the store
+/// (see [`crate::Queue`]). `None`: no such limit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueDef {
+    /// The queue's name.
+    pub name: String,
+    /// At most this many runs of the queue begun and not ended.
+    pub concurrency: Option<u32>,
+    /// At most this many runs of the queue begin in any window of this length.
+    pub rate_limit: Option<(u32, Duration)>,
+}
+
+/// A queue as [`Store::list_queues`] reports it: its limits and what it holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Its limits.
+    pub def: QueueDef,
+    /// Runs begun and not ended (each holds a slot; a sleeping run too).
+    pub occupied: u64,
+    /// Runs waiting for a slot (not yet begun).
+    pub waiting: u64,
+    /// Runs begun within the last rate window (0 without a rate limit).
+    pub begun_in_window: u64,
 }
 
 /// The token a run claims when it is admitted.
@@ -172,6 +222,8 @@ pub struct RunRecord {
     pub deadline: Option<SystemTime>,
     /// The run that started this one with `start_child`, if any.
     pub parent: Option<RunId>,
+    /// The queue it was started in, if any.
+    pub queue: Option<QueueEntry>,
 }
 
 /// A write of the worker driving a run: events in order, hook tokens to release, and possibly
@@ -239,6 +291,8 @@ pub struct RunFilter {
     pub workflow: Option<String>,
     /// Only the children of this run (`start_child`).
     pub parent: Option<RunId>,
+    /// Only runs started in this queue.
+    pub queue: Option<String>,
     /// At most this many runs (default 100).
     pub limit: usize,
 }
@@ -249,6 +303,7 @@ impl Default for RunFilter {
             status: None,
             workflow: None,
             parent: None,
+            queue: None,
             limit: 100,
         }
     }
@@ -275,6 +330,12 @@ impl RunFilter {
     /// Only the runs `parent` started with `start_child`.
     pub fn parent(mut self, parent: RunId) -> Self {
         self.parent = Some(parent);
+        self
+    }
+
+    /// Only runs started in queue `name`.
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        self.queue = Some(name.into());
         self
     }
 
@@ -629,6 +690,15 @@ pub trait Store: Send + Sync + 'static {
     /// Leases up to `limit` runs that are `Pending` or `Running`, of the given workflows, whose
     /// wake time has come and that no live lease holds (none, or expired). Each gets a new epoch,
     /// status `Running`, and a lease until `now + lease`. Earliest wake time first.
+    ///
+    /// A queued run that has not begun yet (SPEC 11) begins only within its queue's limits,
+    /// decided in the same act across every process: at most `concurrency` runs of the queue
+    /// begun and not ended, at most `rate_limit.0` begun within the last `rate_limit.1` before
+    /// `now`, and of one partition key only the earliest started, once no run of that key
+    /// holds a slot. Among a queue's runs allowed to begin, higher priority first, then start
+    /// order (admission time, then id). A run begun keeps its slot until it ends, through
+    /// sleeps and lease expiries. A queue the store does not know admits nothing. A waiting
+    /// run whose deadline has passed is handed out without taking a slot (to fail at once).
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError>;
 
     /// Writes `write` — all or nothing, and only while `lease` is current and the run is
@@ -870,6 +940,35 @@ pub trait Store: Send + Sync + 'static {
         Err(StoreError::database(
             "list_hooks is not supported by this store",
         ))
+    }
+
+    /// Declares `queues` (SPEC 11), replacing the limits of any queue of the same name: every
+    /// process on the store enforces them from then on. Stores without queues keep this
+    /// default, which refuses a non-empty list.
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::database(
+            "queues are not supported by this store",
+        ))
+    }
+
+    /// The earliest time after `now` at which a queue whose waiting runs are held back by its
+    /// rate window may begin one again: when the oldest begin in its window leaves it. `None`
+    /// when no queue with waiting runs is at its rate limit (ends of runs, which free the
+    /// other limits, are announced instead). Workers sleep until then rather than poll. The
+    /// default: `None`.
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let _ = now;
+        Ok(None)
+    }
+
+    /// Every declared queue by name, with its occupancy at `now` (for the rate window).
+    /// Stores without queues keep this default: none.
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let _ = now;
+        Ok(Vec::new())
     }
 
     /// Changes made by any process, for stores that push them; `None` (the default) when the

@@ -25,8 +25,8 @@ use super::sql::policy::{
     self, ChunkAppend, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx,
 };
 use super::sql::rows::{
-    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
-    StreamRow, StreamStateRow,
+    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked,
+    QueueLimits, QueueRow, RunRow, StreamRow, StreamStateRow,
 };
 use super::sql::{
     lease_end, owner_of, payload_id_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend,
@@ -35,8 +35,8 @@ use super::sql::{
 use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
-    CHILD_NOTICE_TOKEN,
+    PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo,
+    StreamPage, CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -78,6 +78,11 @@ const MIGRATIONS: &[Migration] = &[
         ddl: MIGRATION_4,
     },
     Migration {
+        version: 5,
+        name: "queues: their limits, and each run's queue, partition key, priority and begin",
+        ddl: MIGRATION_5,
+    },
+    Migration {
         version: 6,
         name: "streams from runs and their chunks",
         ddl: MIGRATION_6,
@@ -91,6 +96,7 @@ const TABLES: &[(&str, i64)] = &[
     ("hook_inbox", 1),
     ("streams", 6),
     ("stream_chunks", 6),
+    ("queues", 5),
 ];
 
 const MIGRATION_1: &str = r#"
@@ -208,6 +214,38 @@ CREATE TABLE {schema}.stream_chunks (
     value   TEXT NOT NULL,       -- JSON
     PRIMARY KEY (run_id, name, idx)
 );
+"#;
+
+/// Flow control (SPEC 11): the queues every process enforces, and where each run stands in
+/// its queue. A queued run holds a slot from its first lease (`began_at`) until it ends. An
+/// acquirer locks a queue's row while it begins runs of the queue, so acquirers in every
+/// process take turns per queue.
+const MIGRATION_5: &str = r#"
+ALTER TABLE {schema}.runs
+    ADD COLUMN queue TEXT,              -- NULL: not in a queue
+    ADD COLUMN partition_key TEXT,      -- one run at a time per key and queue
+    ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN began_at BIGINT;         -- queued runs: when it took its slot
+CREATE TABLE {schema}.queues (
+    name        TEXT COLLATE "C" PRIMARY KEY,
+    concurrency BIGINT,                 -- NULL: no limit
+    rate_limit  BIGINT,                 -- runs begun per window; NULL: no limit
+    rate_period BIGINT,                 -- the window, ms
+    updated_at  BIGINT NOT NULL
+);
+-- The runs waiting for a slot, in the order they begin.
+CREATE INDEX runs_queue_waiting ON {schema}.runs (queue, priority DESC, created_at, id)
+    WHERE queue IS NOT NULL AND began_at IS NULL AND status IN ('pending', 'running', 'blocked');
+-- The waiting runs of each partition key, in start order.
+CREATE INDEX runs_queue_keyed ON {schema}.runs (queue, partition_key, created_at, id)
+    WHERE queue IS NOT NULL AND partition_key IS NOT NULL AND began_at IS NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- The runs holding a slot, by partition key.
+CREATE INDEX runs_queue_holding ON {schema}.runs (queue, partition_key)
+    WHERE queue IS NOT NULL AND began_at IS NOT NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- Begins, for the rate window.
+CREATE INDEX runs_queue_begun ON {schema}.runs (queue, began_at) WHERE began_at IS NOT NULL;
 "#;
 
 /// The server's clock, in microseconds since the Unix epoch: what [`Store::now`] reports and
@@ -465,13 +503,31 @@ impl Store for PostgresStore {
         let leased = async {
             // One statement picks and leases; SKIP LOCKED makes concurrent acquirers, in any
             // process, pass over each other's picks instead of waiting or sharing them.
-            let rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
-                .bind(lease_end(req.now, req.lease))
-                .bind(sql_time(req.now))
+            let (until, at, limit) = (
+                lease_end(req.now, req.lease),
+                sql_time(req.now),
+                sql_id(req.limit),
+            );
+            let mut rows: Vec<LeasedRow> = sqlx::query_as(&s.acquire)
+                .bind(until)
+                .bind(at)
                 .bind(req.workflows)
-                .bind(sql_id(req.limit))
+                .bind(limit)
                 .fetch_all(&mut *tx)
                 .await?;
+            // Then the queued runs that may begin, each queue's row locked meanwhile.
+            let room = limit - rows.len() as i64;
+            let begin =
+                policy::queued_to_begin(&mut self.tx(&mut tx), at, req.workflows, room).await?;
+            if !begin.is_empty() {
+                let begun: Vec<LeasedRow> = sqlx::query_as(&s.begin_queued)
+                    .bind(until)
+                    .bind(at)
+                    .bind(&begin)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                rows.extend(begun);
+            }
             let picked = Picked::new(rows.into_iter().map(Ok).collect());
             let ids = picked.ids();
             if ids.is_empty() {
@@ -723,15 +779,55 @@ impl Store for PostgresStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit, parent) = policy::run_filter(filter);
+        let (status, workflow, limit, queue, parent) = policy::run_filter(filter);
         let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
             .bind(status)
             .bind(workflow)
             .bind(limit)
+            .bind(queue)
             .bind(parent)
             .fetch_all(&self.inner.pool)
             .await?;
         rows.into_iter().map(RunRow::decode).collect()
+    }
+
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let rows = policy::queue_rows(queues);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        let concurrency: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
+        let rates: Vec<Option<i64>> = rows.iter().map(|r| r.2).collect();
+        let periods: Vec<Option<i64>> = rows.iter().map(|r| r.3).collect();
+        let at = self.now().await?.unwrap_or_else(SystemTime::now);
+        sqlx::query(&self.inner.sql.define_queue)
+            .bind(names)
+            .bind(concurrency)
+            .bind(rates)
+            .bind(periods)
+            .bind(sql_time(at))
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let opening: Option<i64> = sqlx::query_scalar(&self.inner.sql.queue_opening)
+            .bind(sql_time(now))
+            .fetch_one(&self.inner.pool)
+            .await?;
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let rows: Vec<QueueRow> = sqlx::query_as(&self.inner.sql.list_queues)
+            .bind(sql_time(now))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.into_iter().map(QueueRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
@@ -845,7 +941,7 @@ struct PgOnly {
 }
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
-                           hook_token, deadline, parent_id";
+                           hook_token, deadline, parent_id, queue, partition_key, priority";
 
 /// The statements for the tables in schema `s` (quoted).
 fn statements(s: &str) -> Statements {
@@ -857,8 +953,8 @@ fn statements(s: &str) -> Statements {
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                          deadline, parent_id, detached)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9)
+                          deadline, parent_id, detached, queue, partition_key, priority)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $10, $11, $12)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
@@ -901,6 +997,9 @@ fn statements(s: &str) -> Statements {
                        AND wake_at <= $2
                        AND (lease_until IS NULL OR lease_until <= $2)
                        AND workflow = ANY($3)
+                       -- Waiting queued runs are left to `begin_queued`, unless their
+                       -- deadline has passed: handed out without a slot, they fail at once.
+                       AND (queue IS NULL OR began_at IS NOT NULL OR deadline <= $2)
                      ORDER BY wake_at, id
                      LIMIT $4
                      FOR UPDATE SKIP LOCKED)
@@ -909,7 +1008,7 @@ fn statements(s: &str) -> Statements {
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
-                           r.epoch, r.wake_at"
+                           r.queue, r.partition_key, r.priority, r.epoch, r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -934,13 +1033,14 @@ fn statements(s: &str) -> Statements {
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
             // Ended and announced; a child's end (`$7`, a `ChildNotice`) is queued to its
             // parent under the notice token (`$8`), with the inbox lock (`$9`, see `resume`)
-            // taken only then, and the parent woken and told. `$6` channel.
+            // taken only then, and the parent woken and told; the end of a queued run frees a
+            // slot, so its queue's waiting runs may be ready. `$6` channel.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
-                     RETURNING id, parent_id),
+                     RETURNING id, parent_id, queue),
                  locked AS (
                      SELECT pg_advisory_xact_lock($9), e.parent_id
                      FROM ended e WHERE e.parent_id IS NOT NULL),
@@ -958,7 +1058,9 @@ fn statements(s: &str) -> Statements {
                      SELECT pg_notify($6, n) FROM ended e,
                      UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
                          || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
-                         || ARRAY(SELECT '{NOTE_READY}' FROM woken w WHERE w.idle)) AS n)
+                         || CASE WHEN e.queue IS NOT NULL
+                                      OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
+                                 THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END) AS n)
                  SELECT (SELECT count(*) FROM notes)"
             ),
             children_to_cancel: format!(
@@ -1011,6 +1113,8 @@ fn statements(s: &str) -> Statements {
                      UPDATE {s}.runs SET
                          status = CASE status WHEN 'failed' THEN 'pending' ELSE status END,
                          error = CASE status WHEN 'failed' THEN NULL ELSE error END,
+                         -- Re-opened, it waits for a slot of its queue again.
+                         began_at = CASE status WHEN 'failed' THEN NULL ELSE began_at END,
                          updated_at = $2, wake_at = $2, failed_tries = 0, blocked_tries = 0
                      WHERE id = $1 AND status IN ('failed', 'blocked')
                      RETURNING id)
@@ -1077,7 +1181,7 @@ fn statements(s: &str) -> Statements {
             list_runs: format!(
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
-                   AND ($4::text IS NULL OR parent_id = $4)
+                   AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR parent_id = $5)
                  ORDER BY created_at DESC, id DESC
                  LIMIT $3"
             ),
@@ -1147,6 +1251,110 @@ fn statements(s: &str) -> Statements {
             ),
             list_streams: format!(
                 "SELECT name, len, closed FROM {s}.streams WHERE run_id = $1 ORDER BY name"
+            ),
+            // Rows as arrays: `$1` names, `$2` concurrency, `$3` rate limits, `$4` periods,
+            // `$5` now.
+            define_queue: format!(
+                "INSERT INTO {s}.queues (name, concurrency, rate_limit, rate_period, updated_at)
+                 SELECT q.name, q.concurrency, q.rate_limit, q.rate_period, $5
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
+                     AS q(name, concurrency, rate_limit, rate_period)
+                 ON CONFLICT (name) DO UPDATE SET concurrency = EXCLUDED.concurrency,
+                     rate_limit = EXCLUDED.rate_limit, rate_period = EXCLUDED.rate_period,
+                     updated_at = EXCLUDED.updated_at"
+            ),
+            // `$1` now.
+            list_queues: format!(
+                "SELECT q.name, q.concurrency, q.rate_limit, q.rate_period,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = q.name AND began_at IS NOT NULL
+                        AND status IN ('pending', 'running', 'blocked')) AS occupied,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = q.name AND began_at IS NULL
+                        AND status IN ('pending', 'running', 'blocked')) AS waiting,
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE q.rate_period IS NOT NULL AND queue = q.name
+                        AND began_at > $1 - q.rate_period) AS begun_in_window
+                 FROM {s}.queues q ORDER BY q.name"
+            ),
+            // `$1` now. The window's oldest begin leaves it at `began_at + rate_period`.
+            queue_opening: format!(
+                "SELECT MIN(opening) FROM (
+                     SELECT (SELECT MIN(began_at) FROM {s}.runs r
+                             WHERE r.queue = q.name AND r.began_at > $1 - q.rate_period)
+                            + q.rate_period AS opening
+                     FROM {s}.queues q
+                     WHERE q.rate_limit IS NOT NULL AND q.rate_period IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM {s}.runs w
+                                   WHERE w.queue = q.name AND w.began_at IS NULL
+                                     AND w.status IN ('pending', 'running', 'blocked'))
+                       AND (SELECT count(*) FROM {s}.runs r
+                            WHERE r.queue = q.name AND r.began_at > $1 - q.rate_period)
+                           >= q.rate_limit) AS o"
+            ),
+            // In byte order, the order declarations lock queues in too.
+            waiting_queues: format!(
+                "SELECT DISTINCT queue COLLATE \"C\" AS q FROM {s}.runs
+                 WHERE queue IS NOT NULL AND began_at IS NULL
+                   AND status IN ('pending', 'running', 'blocked')
+                   AND wake_at <= $1 AND (lease_until IS NULL OR lease_until <= $1)
+                   AND workflow = ANY($2)
+                 ORDER BY q"
+            ),
+            // Held until the acquire's transaction ends: one acquirer at a time begins runs
+            // of the queue, and the next one's counts, read after the lock is granted, see
+            // what it began.
+            lock_queue: format!(
+                "SELECT concurrency, rate_limit, rate_period FROM {s}.queues
+                 WHERE name = $1 FOR UPDATE"
+            ),
+            queue_counts: format!(
+                "SELECT
+                     (SELECT count(*) FROM {s}.runs
+                      WHERE queue = $1 AND began_at IS NOT NULL
+                        AND status IN ('pending', 'running', 'blocked')),
+                     (SELECT count(*) FROM {s}.runs WHERE queue = $1 AND began_at > $2)"
+            ),
+            // `$1` queue, `$2` now, `$3` workflows, `$4` limit. Walks the waiting runs in the
+            // order they begin and stops at the limit. Of a key, only the earliest started
+            // waiting run may begin, and only while none of the key holds a slot.
+            queue_candidates: format!(
+                "SELECT id FROM {s}.runs w
+                 WHERE queue = $1 AND began_at IS NULL
+                   AND status IN ('pending', 'running', 'blocked')
+                   AND wake_at <= $2 AND (lease_until IS NULL OR lease_until <= $2)
+                   AND workflow = ANY($3)
+                   AND (partition_key IS NULL OR (
+                       NOT EXISTS (
+                           SELECT 1 FROM {s}.runs e
+                           WHERE e.queue = $1 AND e.partition_key = w.partition_key
+                             AND e.partition_key IS NOT NULL AND e.began_at IS NULL
+                             AND e.status IN ('pending', 'running', 'blocked')
+                             AND (e.created_at, e.id) < (w.created_at, w.id))
+                       AND NOT EXISTS (
+                           SELECT 1 FROM {s}.runs h
+                           WHERE h.queue = $1 AND h.partition_key = w.partition_key
+                             AND h.began_at IS NOT NULL
+                             AND h.status IN ('pending', 'running', 'blocked'))))
+                 ORDER BY priority DESC, created_at, id
+                 LIMIT $4"
+            ),
+            // `$1` lease until, `$2` now, `$3` the run ids. A run locked meanwhile (being
+            // cancelled) is passed over.
+            begin_queued: format!(
+                "WITH picked AS MATERIALIZED (
+                     SELECT id FROM {s}.runs
+                     WHERE id = ANY($3) AND began_at IS NULL
+                       AND status IN ('pending', 'running', 'blocked')
+                       AND (lease_until IS NULL OR lease_until <= $2)
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE {s}.runs AS r
+                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL,
+                     began_at = $2
+                 FROM picked WHERE r.id = picked.id
+                 RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
+                           r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
+                           r.queue, r.partition_key, r.priority, r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
                 append_ending: format!(
@@ -1218,6 +1426,13 @@ impl Tx for Pg<'_> {
             None => (None, false),
         };
         let insert = insert.bind(run.deadline).bind(parent).bind(detached);
+        let insert = match run.lease_until {
+            None => insert
+                .bind(&run.queue)
+                .bind(&run.partition_key)
+                .bind(run.priority),
+            Some(_) => insert,
+        };
         Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
     }
 
@@ -1396,6 +1611,49 @@ impl Tx for Pg<'_> {
             .execute(&mut *self.conn)
             .await?;
         Ok(())
+    }
+
+    async fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.waiting_queues)
+            .bind(now)
+            .bind(workflows)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
+    async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
+        Ok(sqlx::query_as(&self.sql.lock_queue)
+            .bind(name)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_counts(&mut self, name: &str, since: i64) -> Result<(i64, i64), StoreError> {
+        Ok(sqlx::query_as(&self.sql.queue_counts)
+            .bind(name)
+            .bind(since)
+            .fetch_one(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.queue_candidates)
+            .bind(name)
+            .bind(now)
+            .bind(workflows)
+            .bind(limit)
+            .fetch_all(&mut *self.conn)
+            .await?)
     }
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
@@ -2056,10 +2314,16 @@ mod tests {
                 "hooks",
                 "hooks_pkey",
                 "hooks_run",
+                "queues",
+                "queues_pkey",
                 "runs",
                 "runs_created",
                 "runs_parent",
                 "runs_pkey",
+                "runs_queue_begun",
+                "runs_queue_holding",
+                "runs_queue_keyed",
+                "runs_queue_waiting",
                 "runs_ready",
                 "stream_chunks",
                 "stream_chunks_pkey",
@@ -2136,6 +2400,7 @@ mod tests {
             created_at: t(0),
             hook: None,
             deadline: None,
+            queue: None,
         }))
         .await
         .unwrap();
@@ -2161,11 +2426,14 @@ mod tests {
                 "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
                  ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
                      DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
-                 DROP TABLE {streams}, {chunks};
+                 ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
+                     DROP COLUMN priority, DROP COLUMN began_at;
+                 DROP TABLE {streams}, {chunks}, {queues};
                  DELETE FROM {migrations} WHERE version > 1",
                 runs = schema.table("runs"),
                 streams = schema.table("streams"),
                 chunks = schema.table("stream_chunks"),
+                queues = schema.table("queues"),
                 migrations = schema.table("workflow_migrations"),
             ))
             .await;

@@ -33,8 +33,8 @@ use super::sql::policy::{
     self, ChunkAppend, EncodedCancel, EncodedChunk, EncodedFailure, NewRunRow, Tx,
 };
 use super::sql::rows::{
-    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked, RunRow,
-    StreamRow, StreamStateRow,
+    decode_events, ChunkRow, EventRow, HookRow, InboxRow, LeasedRow, PayloadRow, Picked,
+    QueueLimits, QueueRow, RunRow, StreamRow, StreamStateRow,
 };
 use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
@@ -42,8 +42,8 @@ use super::sql::{
 use super::{
     AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
     FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
-    PruneStats, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo, StreamPage,
-    CHILD_NOTICE_TOKEN,
+    PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo,
+    StreamPage, CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -85,6 +85,11 @@ const MIGRATIONS: &[Migration] = &[
         ddl: SCHEMA_V5,
     },
     Migration {
+        version: 6,
+        name: "queues: their limits, and each run's queue, partition key, priority and begin",
+        ddl: SCHEMA_V6,
+    },
+    Migration {
         version: 7,
         name: "streams from runs and their chunks",
         ddl: SCHEMA_V7,
@@ -99,6 +104,7 @@ const TABLES: &[(&str, i64)] = &[
     ("hook_inbox", 2),
     ("streams", 7),
     ("stream_chunks", 7),
+    ("queues", 6),
 ];
 
 const SCHEMA_V1: &str = "
@@ -207,6 +213,35 @@ CREATE TABLE stream_chunks (
 ) WITHOUT ROWID;
 ";
 
+/// Flow control (SPEC 11): the queues every process enforces, and where each run stands in
+/// its queue. A queued run holds a slot from its first lease (`began_at`) until it ends.
+const SCHEMA_V6: &str = "
+ALTER TABLE runs ADD COLUMN queue TEXT;             -- NULL: not in a queue
+ALTER TABLE runs ADD COLUMN partition_key TEXT;     -- one run at a time per key and queue
+ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN began_at INTEGER;       -- queued runs: when it took its slot
+CREATE TABLE queues (
+    name        TEXT PRIMARY KEY NOT NULL,
+    concurrency INTEGER,            -- NULL: no limit
+    rate_limit  INTEGER,            -- runs begun per window; NULL: no limit
+    rate_period INTEGER,            -- the window, ms
+    updated_at  INTEGER NOT NULL
+);
+-- The runs waiting for a slot, in the order they begin.
+CREATE INDEX runs_queue_waiting ON runs (queue, priority DESC, created_at, id)
+    WHERE queue IS NOT NULL AND began_at IS NULL AND status IN ('pending', 'running', 'blocked');
+-- The waiting runs of each partition key, in start order.
+CREATE INDEX runs_queue_keyed ON runs (queue, partition_key, created_at, id)
+    WHERE queue IS NOT NULL AND partition_key IS NOT NULL AND began_at IS NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- The runs holding a slot, by partition key.
+CREATE INDEX runs_queue_holding ON runs (queue, partition_key)
+    WHERE queue IS NOT NULL AND began_at IS NOT NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- Begins, for the rate window.
+CREATE INDEX runs_queue_begun ON runs (queue, began_at) WHERE began_at IS NOT NULL;
+";
+
 /// Every statement the store runs (beside the schema's), as SQLite spells it; read it side
 /// by side with PostgreSQL's. `?n` are the arguments in the order bound.
 type Statements = super::sql::Statements<&'static str, SqliteOnly>;
@@ -229,8 +264,9 @@ struct SqliteOnly {
 const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
-                                   hook_token, deadline, parent_id, detached)
-                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6, ?7, ?8)
+                                   hook_token, deadline, parent_id, detached, queue,
+                                   partition_key, priority)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (id) DO NOTHING",
     insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
                                           wake_at, hook_token, epoch, lease_until, deadline,
@@ -245,7 +281,7 @@ const SQL: Statements = Statements {
             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                     hook_token, deadline, parent_id
+                     hook_token, deadline, parent_id, queue, partition_key, priority
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -253,6 +289,8 @@ const SQL: Statements = Statements {
                 WHERE run_id IN (SELECT value FROM json_each(?1)) ORDER BY run_id, seq",
     // One statement picks and leases; the IMMEDIATE transaction around it keeps every other
     // connection, in any process, from leasing the same rows meanwhile.
+    // Queued runs waiting for a slot are left to `begin_queued`, unless their deadline has
+    // passed: handed out without a slot, they fail at once.
     acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
                   error = NULL
               WHERE id IN (
@@ -261,10 +299,12 @@ const SQL: Statements = Statements {
                     AND wake_at <= ?2
                     AND (lease_until IS NULL OR lease_until <= ?2)
                     AND workflow IN (SELECT value FROM json_each(?3))
+                    AND (queue IS NULL OR began_at IS NOT NULL OR deadline <= ?2)
                   ORDER BY wake_at, id
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
-                        hook_token, deadline, parent_id, epoch, wake_at",
+                        hook_token, deadline, parent_id, queue, partition_key, priority,
+                        epoch, wake_at",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -305,8 +345,10 @@ const SQL: Statements = Statements {
                 blocked_tries = blocked_tries + 1
             WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL
             RETURNING blocked_tries",
+    // A failed run re-opened waits for a slot of its queue again.
     retry: "UPDATE runs SET status = CASE status WHEN 'failed' THEN 'pending' ELSE status END,
                 error = CASE status WHEN 'failed' THEN NULL ELSE error END,
+                began_at = CASE status WHEN 'failed' THEN NULL ELSE began_at END,
                 updated_at = ?2, wake_at = ?2, failed_tries = 0, blocked_tries = 0
             WHERE id = ?1 AND status IN ('failed', 'blocked')",
     wake_blocked: "UPDATE runs SET wake_at = MIN(wake_at, ?1) WHERE status = 'blocked'",
@@ -330,10 +372,10 @@ const SQL: Statements = Statements {
                 RETURNING id, epoch",
     // A NULL filter matches everything.
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                       hook_token, deadline, parent_id
+                       hook_token, deadline, parent_id, queue, partition_key, priority
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
-                  AND (?4 IS NULL OR parent_id = ?4)
+                  AND (?4 IS NULL OR queue = ?4) AND (?5 IS NULL OR parent_id = ?5)
                 ORDER BY created_at DESC, id DESC LIMIT ?3",
     list_hooks: "SELECT token, run_id, created_at FROM hooks
                  WHERE active = 1 AND (?1 IS NULL OR token = ?1) AND (?2 IS NULL OR run_id = ?2)
@@ -363,6 +405,86 @@ const SQL: Statements = Statements {
     stream_chunks: "SELECT idx, attempt, at, value FROM stream_chunks
                     WHERE run_id = ?1 AND name = ?2 AND idx >= ?3 ORDER BY idx LIMIT ?4",
     list_streams: "SELECT name, len, closed FROM streams WHERE run_id = ?1 ORDER BY name",
+    // `?5` now.
+    define_queue: "INSERT INTO queues (name, concurrency, rate_limit, rate_period, updated_at)
+                   VALUES (?1, ?2, ?3, ?4, ?5)
+                   ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+                       rate_limit = excluded.rate_limit, rate_period = excluded.rate_period,
+                       updated_at = excluded.updated_at",
+    // `?1` now.
+    list_queues: "SELECT q.name, q.concurrency, q.rate_limit, q.rate_period,
+                         (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+                          WHERE queue = q.name AND began_at IS NOT NULL
+                            AND status IN ('pending', 'running', 'blocked')),
+                         (SELECT COUNT(*) FROM runs
+                          WHERE queue = q.name AND began_at IS NULL
+                            AND status IN ('pending', 'running', 'blocked')),
+                         (SELECT COUNT(*) FROM runs
+                          WHERE q.rate_period IS NOT NULL AND queue = q.name
+                            AND began_at > ?1 - q.rate_period)
+                  FROM queues q ORDER BY q.name",
+    // `?1` now. The window's oldest begin leaves it at `began_at + rate_period`.
+    queue_opening: "SELECT MIN(opening) FROM (
+                        SELECT (SELECT MIN(began_at) FROM runs r
+                                WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
+                               + q.rate_period AS opening
+                        FROM queues q
+                        WHERE q.rate_limit IS NOT NULL AND q.rate_period IS NOT NULL
+                          AND EXISTS (SELECT 1 FROM runs w
+                                      WHERE w.queue = q.name AND w.queue IS NOT NULL
+                                        AND w.began_at IS NULL
+                                        AND w.status IN ('pending', 'running', 'blocked'))
+                          AND (SELECT COUNT(*) FROM runs r
+                               WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
+                              >= q.rate_limit)",
+    // `?1` now, `?2` the workflows as a JSON array.
+    waiting_queues: "SELECT DISTINCT queue FROM runs
+                     WHERE queue IS NOT NULL AND began_at IS NULL
+                       AND status IN ('pending', 'running', 'blocked')
+                       AND wake_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
+                       AND workflow IN (SELECT value FROM json_each(?2))
+                     ORDER BY queue",
+    // The writer is serial (and `BEGIN IMMEDIATE` between processes): no lock needed.
+    lock_queue: "SELECT concurrency, rate_limit, rate_period FROM queues WHERE name = ?1",
+    // The planner would count the holding runs on `runs_queue_begun`, which keeps every
+    // begin, the ended runs' too: `INDEXED BY` keeps it on the live ones.
+    queue_counts: "SELECT
+                       (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+                        WHERE queue = ?1 AND began_at IS NOT NULL
+                          AND status IN ('pending', 'running', 'blocked')),
+                       (SELECT COUNT(*) FROM runs WHERE queue = ?1 AND began_at > ?2)",
+    // `?1` queue, `?2` now, `?3` the workflows as a JSON array, `?4` limit. Walks the
+    // waiting runs in the order they begin and stops at the limit. Of a key, only the
+    // earliest started waiting run may begin, and only while none of the key holds a slot.
+    queue_candidates: "SELECT id FROM runs w
+                       WHERE queue = ?1 AND queue IS NOT NULL AND began_at IS NULL
+                         AND status IN ('pending', 'running', 'blocked')
+                         AND wake_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2)
+                         AND workflow IN (SELECT value FROM json_each(?3))
+                         AND (partition_key IS NULL OR (
+                             NOT EXISTS (
+                                 SELECT 1 FROM runs e
+                                 WHERE e.queue = ?1 AND e.partition_key = w.partition_key
+                                   AND e.queue IS NOT NULL AND e.partition_key IS NOT NULL
+                                   AND e.began_at IS NULL
+                                   AND e.status IN ('pending', 'running', 'blocked')
+                                   AND (e.created_at, e.id) < (w.created_at, w.id))
+                             AND NOT EXISTS (
+                                 SELECT 1 FROM runs h INDEXED BY runs_queue_holding
+                                 WHERE h.queue = ?1 AND h.partition_key = w.partition_key
+                                   AND h.queue IS NOT NULL AND h.began_at IS NOT NULL
+                                   AND h.status IN ('pending', 'running', 'blocked'))))
+                       ORDER BY priority DESC, created_at, id
+                       LIMIT ?4",
+    // `?1` lease until, `?2` now, `?3` the run ids as a JSON array.
+    begin_queued: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
+                       error = NULL, began_at = ?2
+                   WHERE id IN (SELECT value FROM json_each(?3)) AND began_at IS NULL
+                     AND status IN ('pending', 'running', 'blocked')
+                     AND (lease_until IS NULL OR lease_until <= ?2)
+                   RETURNING id, workflow, status, input, output, error, created_at,
+                             updated_at, hook_token, deadline, parent_id, queue, partition_key,
+                             priority, epoch, wake_at",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -604,10 +726,19 @@ impl Store for SqliteStore {
         let workflows = to_json(&req.workflows, "workflow names")?;
         let until = lease_end(req.now, req.lease);
         let (at, limit) = (sql_time(req.now), sql_id(req.limit));
+        let names = req.workflows.to_vec();
         let picked = self
             .write(move |tx| {
-                let args = params![until, at, workflows, limit];
-                Ok(Picked::new(all(tx, SQL.acquire, args, leased_row)?))
+                let args = params![until, at, &workflows, limit];
+                let mut rows = all(tx, SQL.acquire, args, leased_row)?;
+                let room = limit - rows.len() as i64;
+                let begin = now(policy::queued_to_begin(&mut Lite(tx), at, &names, room))?;
+                if !begin.is_empty() {
+                    let ids = to_json(&begin, "run ids")?;
+                    let args = params![until, at, ids];
+                    rows.extend(all(tx, SQL.begin_queued, args, leased_row)?);
+                }
+                Ok(Picked::new(rows))
             })
             .await?;
         let ids = picked.ids();
@@ -855,6 +986,41 @@ impl Store for SqliteStore {
         rows.into_iter().map(RunRow::decode).collect()
     }
 
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        let rows = policy::queue_rows(queues);
+        let at = sql_time(SystemTime::now());
+        self.write(move |tx| {
+            for (name, concurrency, rate, period) in &rows {
+                exec(
+                    tx,
+                    SQL.define_queue,
+                    params![name, concurrency, rate, period, at],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let at = sql_time(now);
+        let opening: Option<i64> = self
+            .read(move |conn| one(conn, SQL.queue_opening, [at], |r| r.get(0)))
+            .await?
+            .flatten();
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let at = sql_time(now);
+        let rows = self
+            .read(move |conn| all(conn, SQL.list_queues, [at], QueueRow::from_sqlite))
+            .await?;
+        rows.into_iter().map(QueueRow::decode).collect()
+    }
+
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let args = policy::hook_filter(filter);
         let rows = self
@@ -949,7 +1115,19 @@ impl Tx for Lite<'_> {
             None => exec(
                 self.0,
                 SQL.insert_run,
-                params![id, wf, input, at, token, deadline, parent, detached],
+                params![
+                    id,
+                    wf,
+                    input,
+                    at,
+                    token,
+                    deadline,
+                    parent,
+                    detached,
+                    run.queue,
+                    run.partition_key,
+                    run.priority
+                ],
             )?,
             Some(until) => exec(
                 self.0,
@@ -1107,6 +1285,40 @@ impl Tx for Lite<'_> {
         Ok(())
     }
 
+    async fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let workflows = to_json(&workflows, "workflow names")?;
+        all(self.0, SQL.waiting_queues, params![now, workflows], |r| {
+            r.get(0)
+        })
+    }
+
+    async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
+        one(self.0, SQL.lock_queue, [name], QueueLimits::from_sqlite)
+    }
+
+    async fn queue_counts(&mut self, name: &str, since: i64) -> Result<(i64, i64), StoreError> {
+        let counts = one(self.0, SQL.queue_counts, params![name, since], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(counts.unwrap_or((0, 0)))
+    }
+
+    async fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let workflows = to_json(&workflows, "workflow names")?;
+        let args = params![name, now, workflows, limit];
+        all(self.0, SQL.queue_candidates, args, |r| r.get(0))
+    }
+
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
         let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
         let parent = one(
@@ -1177,7 +1389,7 @@ fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(11)?, r.get(12)?);
+        let (epoch, wake_at) = (r.get(14)?, r.get(15)?);
         Ok(LeasedRow {
             run,
             epoch,
@@ -2124,8 +2336,13 @@ mod tests {
                 "hook_inbox_run",
                 "hooks",
                 "hooks_run",
+                "queues",
                 "runs",
                 "runs_parent",
+                "runs_queue_begun",
+                "runs_queue_holding",
+                "runs_queue_keyed",
+                "runs_queue_waiting",
                 "runs_ready",
                 "stream_chunks",
                 "streams",

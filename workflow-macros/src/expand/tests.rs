@@ -203,6 +203,12 @@ async fn process_order(order_id: String) -> Result<OrderResult> {
     Ok(OrderResult::accepted(order_id))
 }
 "#,
+    workflow_with_queue: r#"
+#[workflow(queue = "payments")]
+async fn process_order(order_id: String) -> Result<OrderResult> {
+    Ok(OrderResult::accepted(order_id))
+}
+"#,
     workflow_with_concurrent_steps: r#"
 #[workflow]
 async fn fan_out(order_ids: Vec<String>) -> Result<Vec<Receipt>> {
@@ -337,6 +343,12 @@ async fn charge(amount: u64) -> Result<()> {
 "#,
     error_workflow_max_retries: r#"
 #[workflow(max_retries = 2)]
+async fn process_order(order_id: String) -> Result<()> {
+    Ok(())
+}
+"#,
+    error_bad_queue: r#"
+#[workflow(queue = payments, name = "a", queue = "")]
 async fn process_order(order_id: String) -> Result<()> {
     Ok(())
 }

@@ -77,6 +77,22 @@ pub(super) struct Statements<S, X> {
     pub stream_chunks: S,
     /// A run's streams by name.
     pub list_streams: S,
+    /// Declares a queue, replacing its limits (SPEC 11).
+    pub define_queue: S,
+    /// Every queue with its occupancy.
+    pub list_queues: S,
+    /// See [`crate::store::Store::queue_opening`].
+    pub queue_opening: S,
+    /// See [`policy::Tx::waiting_queues`].
+    pub waiting_queues: S,
+    /// See [`policy::Tx::lock_queue`].
+    pub lock_queue: S,
+    /// See [`policy::Tx::queue_counts`].
+    pub queue_counts: S,
+    /// See [`policy::Tx::queue_candidates`].
+    pub queue_candidates: S,
+    /// Leases the queued runs [`policy::queued_to_begin`] picked, marking them begun.
+    pub begin_queued: S,
     /// The statements only one dialect runs.
     pub dialect: X,
 }

@@ -14,11 +14,11 @@ use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
     block_backoff, failure_backoff, gave_up, no_token, Admission, AdmitOrResume, CancelOutcome,
-    ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats,
+    ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats, QueueDef,
     RetryOutcome, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
 };
 
-use super::rows::InboxRow;
+use super::rows::{InboxRow, QueueLimits};
 use super::{
     lease_end, owner_of, sql_epoch, sql_id, sql_time, status_of, to_json, EncodedAppend,
     EncodedEnd, EncodedEvents,
@@ -40,12 +40,25 @@ pub(in crate::store) struct NewRunRow {
     pub deadline: Option<i64>,
     /// The parent that started it with `start_child`, and whether it is detached from it.
     pub parent: Option<(String, bool)>,
+    /// The queue it waits in, its partition key and priority (SPEC 11).
+    pub queue: Option<String>,
+    pub partition_key: Option<String>,
+    pub priority: i32,
 }
 
 impl NewRunRow {
     /// `run`, leased to the admitting worker for `lease` if given.
     pub fn new(run: NewRun, lease: Option<Duration>) -> Result<Self, StoreError> {
+        // A queued run waits for its slot, which only `acquire` gives.
+        let lease = lease.filter(|_| run.queue.is_none());
+        let (queue, partition_key, priority) = match run.queue {
+            Some(q) => (Some(q.name), q.partition_key, q.priority),
+            None => (None, None, 0),
+        };
         Ok(NewRunRow {
+            queue,
+            partition_key,
+            priority,
             id: run.id,
             key: run.id.to_string(),
             input: to_json(&run.input, "the run's input")?,
@@ -168,6 +181,41 @@ pub(in crate::store) trait Tx {
         &mut self,
         runs: &[String],
     ) -> impl Future<Output = Result<Vec<u64>, StoreError>>;
+
+    /// The queues with runs of `workflows` waiting to begin that are due at `now` and not
+    /// leased, by name.
+    fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>>;
+
+    /// The limits of queue `name`, its row locked until the transaction ends where the
+    /// dialect can (so one acquirer at a time begins runs of the queue); `None` for a queue
+    /// nobody declared.
+    fn lock_queue(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<QueueLimits>, StoreError>>;
+
+    /// Of queue `name`: the runs holding a slot (begun, not ended), and the runs begun after
+    /// `since`.
+    fn queue_counts(
+        &mut self,
+        name: &str,
+        since: i64,
+    ) -> impl Future<Output = Result<(i64, i64), StoreError>>;
+
+    /// Up to `limit` waiting runs of queue `name` that may begin at `now`: of `workflows`,
+    /// due, not leased, and, with a partition key, the key's earliest started waiting run
+    /// while no run of the key holds a slot. Higher priority first, then start order.
+    fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>>;
 
     /// Appends `chunk` to its stream of `run` while `fence` (an epoch) holds the run's lease:
     /// the run's row is locked until the transaction ends (no end or cancel of the run
@@ -305,6 +353,52 @@ async fn claim_token(
     }
     let (owner, _) = tx.hook_owner(token).await?;
     owner_of(&owner, token).map(Some)
+}
+
+/// The waiting queued runs that may begin at `now` within their queues' limits, at most
+/// `room`, for `acquire` to lease (see [`Store::acquire`]). Each queue's row is locked while
+/// it is decided, and the counts are read after the lock is granted, so concurrent acquirers
+/// in any process take turns per queue and each sees the runs the previous one began.
+/// Queues are visited in name order, so two acquirers never wait on each other's locks in a
+/// cycle.
+pub(in crate::store) async fn queued_to_begin(
+    tx: &mut impl Tx,
+    now: i64,
+    workflows: &[String],
+    mut room: i64,
+) -> Result<Vec<String>, StoreError> {
+    let mut begin = Vec::new();
+    if room <= 0 {
+        return Ok(begin);
+    }
+    for queue in tx.waiting_queues(now, workflows).await? {
+        if room <= 0 {
+            break;
+        }
+        let Some(limits) = tx.lock_queue(&queue).await? else {
+            continue;
+        };
+        let since = limits
+            .rate_period
+            .map_or(i64::MAX, |p| now.saturating_sub(p));
+        let (holding, begun) = tx.queue_counts(&queue, since).await?;
+        let mut allowance = room;
+        if let Some(c) = limits.concurrency {
+            allowance = allowance.min(c - holding);
+        }
+        if let (Some(n), Some(_)) = (limits.rate_limit, limits.rate_period) {
+            allowance = allowance.min(n - begun);
+        }
+        if allowance <= 0 {
+            continue;
+        }
+        let picked = tx
+            .queue_candidates(&queue, now, workflows, allowance)
+            .await?;
+        room -= picked.len() as i64;
+        begin.extend(picked);
+    }
+    Ok(begin)
 }
 
 /// The worker's write under `lease`: all of it, or [`StoreError::LeaseLost`] and nothing.
@@ -730,16 +824,47 @@ pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> V
 }
 
 /// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run), the
-/// limit and the parent. Inspection, not a hot path: one statement serves every combination.
+/// limit, the queue and the parent. Inspection, not a hot path: one statement serves every
+/// combination.
 pub(in crate::store) fn run_filter(
     f: &RunFilter,
-) -> (Option<&'static str>, Option<String>, i64, Option<String>) {
+) -> (
+    Option<&'static str>,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+) {
     (
         f.status.map(RunStatus::as_str),
         f.workflow.clone(),
         sql_id(f.limit),
+        f.queue.clone(),
         f.parent.map(|p| p.to_string()),
     )
+}
+
+/// A queue's columns: name, concurrency, rate limit, rate period (ms).
+pub(in crate::store) type QueueColumns = (String, Option<i64>, Option<i64>, Option<i64>);
+
+/// [`QueueDef`]s as rows: name, concurrency, rate limit, rate period (ms); in name order
+/// (byte-wise), the order `acquire` locks queues in, so a declaration and an acquire never
+/// wait on each other's locks in a cycle.
+pub(in crate::store) fn queue_rows(queues: &[QueueDef]) -> Vec<QueueColumns> {
+    let mut queues: Vec<&QueueDef> = queues.iter().collect();
+    queues.sort_by(|a, b| a.name.cmp(&b.name));
+    queues
+        .into_iter()
+        .map(|q| {
+            (
+                q.name.clone(),
+                q.concurrency.map(i64::from),
+                q.rate_limit.map(|(n, _)| i64::from(n)),
+                q.rate_limit
+                    .map(|(_, p)| i64::try_from(p.as_millis()).unwrap_or(i64::MAX)),
+            )
+        })
+        .collect()
 }
 
 /// A [`HookFilter`] as statement arguments: token, run (NULL matches every hook) and the

@@ -10,8 +10,8 @@ use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
-    EventRecord, HookRecord, Lease, LeasedRun, Payload, RunRecord, StoredChunk, StreamInfo,
-    StreamPage,
+    EventRecord, HookRecord, Lease, LeasedRun, Payload, QueueDef, QueueEntry, QueueInfo, RunRecord,
+    StoredChunk, StreamInfo, StreamPage,
 };
 
 /// Declares a row struct whose fields are the statement's columns in order, readable by
@@ -43,7 +43,7 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token, deadline, parent_id`.
+    /// hook_token, deadline, parent_id, queue, partition_key, priority`.
     RunRow {
         id: String,
         workflow: String,
@@ -56,6 +56,9 @@ row! {
         hook_token: Option<String>,
         deadline: Option<i64>,
         parent_id: Option<String>,
+        queue: Option<String>,
+        partition_key: Option<String>,
+        priority: i32,
     }
 }
 
@@ -80,6 +83,11 @@ impl RunRow {
                 .parent_id
                 .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "parent_id", e)))
                 .transpose()?,
+            queue: self.queue.map(|name| QueueEntry {
+                name,
+                partition_key: self.partition_key,
+                priority: self.priority,
+            }),
         })
     }
 }
@@ -356,4 +364,59 @@ fn skip_run(run: &str, e: &StoreError) {
         error = %e,
         "skipping a leased run whose id or epoch cannot be read; its lease will expire"
     );
+}
+
+row! {
+    /// A `queues` row with its occupancy: `name, concurrency, rate_limit, rate_period,
+    /// occupied, waiting, begun_in_window`.
+    QueueRow {
+        name: String,
+        concurrency: Option<i64>,
+        rate_limit: Option<i64>,
+        rate_period: Option<i64>,
+        occupied: i64,
+        waiting: i64,
+        begun_in_window: i64,
+    }
+}
+
+impl QueueRow {
+    pub fn decode(self) -> Result<QueueInfo, StoreError> {
+        let bad = |what: &str, v: i64| {
+            StoreError::Corrupt(format!("queue {:?}: {what} is {v}", self.name))
+        };
+        let count = |what: &str, v: i64| u32::try_from(v).map_err(|_| bad(what, v));
+        let concurrency = self
+            .concurrency
+            .map(|c| count("concurrency", c))
+            .transpose()?;
+        let rate_limit = match (self.rate_limit, self.rate_period) {
+            (Some(n), Some(ms)) => Some((
+                count("rate_limit", n)?,
+                std::time::Duration::from_millis(
+                    u64::try_from(ms).map_err(|_| bad("rate_period", ms))?,
+                ),
+            )),
+            _ => None,
+        };
+        Ok(QueueInfo {
+            occupied: self.occupied.unsigned_abs(),
+            waiting: self.waiting.unsigned_abs(),
+            begun_in_window: self.begun_in_window.unsigned_abs(),
+            def: QueueDef {
+                name: self.name,
+                concurrency,
+                rate_limit,
+            },
+        })
+    }
+}
+
+row! {
+    /// A `queues` row's limits: `concurrency, rate_limit, rate_period`.
+    QueueLimits {
+        concurrency: Option<i64>,
+        rate_limit: Option<i64>,
+        rate_period: Option<i64>,
+    }
 }
