@@ -683,11 +683,13 @@ fn run_text(d: &RunDetail) -> String {
         for c in &d.children {
             let status = match (c.status, c.conflict) {
                 (_, Some(_)) => "not started".to_owned(),
+                _ if c.refused.is_some() => "not started".to_owned(),
                 (Some(s), _) => s.as_str().to_owned(),
                 (None, _) => "pruned".to_owned(),
             };
             let details = match (&c.conflict, &c.output, &c.error) {
                 (Some(owner), _, _) => format!("token owned by run {owner}"),
+                _ if c.refused.is_some() => c.refused.clone().unwrap_or_default(),
                 (_, Some(v), _) => format!("received ok={}", text::json_line(v, 60)),
                 (_, _, Some(e)) => format!("received error: {}", text::cut(&e.to_string(), 80)),
                 _ => c.child_key.clone(),

@@ -566,12 +566,14 @@ impl RunDetail {
                     child_id,
                     workflow,
                     conflict,
+                    refused,
                 } => children.push(ChildView {
                     child_key: child_key.clone(),
-                    child_id: conflict.is_none().then_some(*child_id),
+                    child_id: (conflict.is_none() && refused.is_none()).then_some(*child_id),
                     workflow: workflow.clone(),
                     started_at: at,
                     conflict: *conflict,
+                    refused: refused.clone(),
                     status: None,
                     ended_at: None,
                     output: None,
@@ -704,6 +706,8 @@ pub struct ChildView {
     pub started_at: Time,
     /// The owner of the child's `.hook(token)`, when that kept it from starting.
     pub conflict: Option<RunId>,
+    /// Why else it was not started (its queue is declared nowhere).
+    pub refused: Option<String>,
     /// The child's status now, from its own record.
     pub status: Option<RunStatus>,
     /// When the parent received the child's end.
@@ -972,12 +976,16 @@ impl EventView {
                 child_id,
                 workflow,
                 conflict,
-            } => match conflict {
-                Some(owner) => format!(
+                refused,
+            } => match (conflict, refused) {
+                (Some(owner), _) => format!(
                     "{child_key} {} not started: its token is owned by run {owner}",
                     short_name(workflow)
                 ),
-                None => format!("{child_key} {} run {child_id}", short_name(workflow)),
+                (None, Some(why)) => {
+                    format!("{child_key} {} not started: {why}", short_name(workflow))
+                }
+                (None, None) => format!("{child_key} {} run {child_id}", short_name(workflow)),
             },
             Event::ChildEnded {
                 child_id, result, ..

@@ -22,6 +22,7 @@ use crate::error::{Error, HookConflictError};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::replay::{ChildCall, Key};
+use crate::store::QueueEntry;
 
 /// Starts a run of `workflow` with `args` (a tuple of its arguments) as a child of the
 /// calling workflow's run; await the returned builder. Only inside a `#[workflow]` fn.
@@ -75,6 +76,7 @@ where
         hook: None,
         timeout: None,
         detached: false,
+        queue: <F::Def as WorkflowDef>::QUEUE.map(QueueEntry::new),
         _def: PhantomData,
     }
 }
@@ -86,6 +88,8 @@ pub struct StartChild<W: WorkflowDef> {
     hook: Option<String>,
     timeout: Option<Duration>,
     detached: bool,
+    /// From the child workflow's `#[workflow(queue = "..")]` until `.queue(..)` names another.
+    queue: Option<QueueEntry>,
     _def: PhantomData<fn() -> W>,
 }
 
@@ -112,6 +116,36 @@ impl<W: WorkflowDef> StartChild<W> {
     /// parent cancels its unfinished children, down the tree).
     pub fn detached(mut self) -> Self {
         self.detached = true;
+        self
+    }
+
+    /// Enters the child in queue `name` (SPEC 11), as [`Start::queue`](crate::Start::queue)
+    /// does; replaces the child workflow's `#[workflow(queue = "..")]`. A queue declared
+    /// nowhere on the store fails the start (recorded, no child).
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        match &mut self.queue {
+            Some(q) => q.name = name,
+            None => self.queue = Some(QueueEntry::new(name)),
+        }
+        self
+    }
+
+    /// The child's partition key in its queue, as
+    /// [`Start::partition_key`](crate::Start::partition_key). No effect without a queue.
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.queue
+            .get_or_insert_with(|| QueueEntry::new(""))
+            .partition_key = Some(key.into());
+        self
+    }
+
+    /// The child's priority in its queue, as [`Start::priority`](crate::Start::priority).
+    /// No effect without a queue.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.queue
+            .get_or_insert_with(|| QueueEntry::new(""))
+            .priority = p;
         self
     }
 }
@@ -145,11 +179,16 @@ impl<W: WorkflowDef> IntoFuture for StartChild<W> {
                 hook: self.hook.clone(),
                 timeout: self.timeout,
                 detached: self.detached,
+                queue: self.queue.clone().filter(|q| !q.name.is_empty()),
             }));
             match ctx.wait(Key::Child(child_key)).await {
                 Ready::ChildStarted {
+                    refused: Some(why), ..
+                } => Err(Error::fatal(why)),
+                Ready::ChildStarted {
                     child_id,
                     conflict: None,
+                    ..
                 } => Ok(Child {
                     id: child_id,
                     ctx,

@@ -48,6 +48,7 @@ pub(crate) enum Ready {
     ChildStarted {
         child_id: RunId,
         conflict: Option<RunId>,
+        refused: Option<String>,
     },
     ChildEnded(Result<Value, Error>),
 }
@@ -195,10 +196,17 @@ impl RunCtx {
                     child_key,
                     child_id,
                     conflict,
+                    refused,
                 } => {
                     let key = Key::Child(child_key);
-                    j.ready
-                        .insert(key.clone(), Ready::ChildStarted { child_id, conflict });
+                    j.ready.insert(
+                        key.clone(),
+                        Ready::ChildStarted {
+                            child_id,
+                            conflict,
+                            refused,
+                        },
+                    );
                     j.waiters.remove(&key)
                 }
                 Delivered::ChildEnded { child_id, result } => {

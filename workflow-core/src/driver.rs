@@ -60,6 +60,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
 
+    /// Whether queue `name` is declared on the store (by this or another runtime).
+    fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
     /// The current time on the store's clock: every time the driver records or compares.
     fn now(&self) -> SystemTime;
 
@@ -551,6 +554,19 @@ impl Driver {
                     };
                     let at = self.host.now();
                     let child_id = RunId::new();
+                    if let Some(q) = &call.queue {
+                        let name = q.name.clone();
+                        if !self.retry(|| self.host.queue_known(&name)).await? {
+                            let why = format!(
+                                "unknown queue {name:?} for child workflow `{}`: declare it \
+                                 with `Runtime::builder().queue(Queue::new({name:?}))`",
+                                call.workflow
+                            );
+                            self.replay.child_refused(child_key, child_id, why, at);
+                            self.deliver_ready();
+                            return Ok(true);
+                        }
+                    }
                     let conflict = self.start_child(call, child_id, at).await?;
                     self.last_seq += 1;
                     if conflict.is_none() {
@@ -575,7 +591,7 @@ impl Driver {
         at: SystemTime,
     ) -> Result<Option<RunId>, StoreError> {
         let child = NewRun {
-            queue: None,
+            queue: call.queue,
             id: child_id,
             workflow: call.workflow.to_owned(),
             input: call.input,

@@ -120,6 +120,9 @@ pub enum Event {
         /// The run owning the child's `.hook(token)`, when the token was taken: then no child
         /// was admitted.
         conflict: Option<RunId>,
+        /// Why no child was admitted otherwise (its queue is declared nowhere).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
     },
     /// A child run's end, delivered to the workflow awaiting `child.result()`.
     ChildEnded {
@@ -445,6 +448,7 @@ mod tests {
             Event::PatchMarked { patch_id: s() },
             Event::RunRetried,
             Event::ChildStarted {
+                refused: None,
                 child_key: s(),
                 child_id: RunId::new(),
                 workflow: s(),

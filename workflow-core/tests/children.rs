@@ -112,6 +112,51 @@ async fn parent_of_many(n: u64) -> Result<u64> {
     Ok(sum)
 }
 
+/// Per group (one per test): how many steps run now, and the most at once.
+fn crowds() -> &'static std::sync::Mutex<std::collections::HashMap<String, (u32, u32)>> {
+    static C: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, (u32, u32)>>> =
+        std::sync::OnceLock::new();
+    C.get_or_init(Default::default)
+}
+
+/// Counts how many of `group` run at once, for a while.
+#[step]
+async fn crowded(group: String, i: u64) -> Result<u64> {
+    {
+        let mut c = crowds().lock().unwrap();
+        let e = c.entry(group.clone()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    crowds().lock().unwrap().entry(group).or_default().0 -= 1;
+    Ok(i)
+}
+
+#[workflow]
+async fn crowd_member(group: String, i: u64) -> Result<u64> {
+    crowded(group, i).await
+}
+
+/// Starts `n` children into queue `queue`, then sums their results.
+#[workflow]
+async fn parent_of_queued(queue: String, n: u64) -> Result<u64> {
+    let group = workflow_metadata().run_id.to_string();
+    let mut children = Vec::new();
+    for i in 0..n {
+        let child = start_child(crowd_member, (group.clone(), i))
+            .queue(queue.clone())
+            .priority(1)
+            .await?;
+        children.push(child);
+    }
+    let mut sum = 0;
+    for c in children {
+        sum += c.result().await?;
+    }
+    Ok(sum)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -330,6 +375,44 @@ async fn cancels_racing_child_ends_all_finish(b: Backend) {
     }
 }
 
+/// Children started into a queue wait for its slots like any run (SPEC 11 on start_child);
+/// a queue declared nowhere fails the start, recorded, with no child.
+async fn children_wait_in_their_queue(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .queue(Queue::new("kids").concurrency(1))
+        .build()
+        .await
+        .unwrap();
+    let run = rt
+        .start(parent_of_queued, ("kids".to_owned(), 4))
+        .await
+        .unwrap();
+    assert_eq!(run.return_value().await.unwrap(), 6);
+    let most = crowds().lock().unwrap()[&run.id().to_string()].1;
+    assert_eq!(most, 1, "at most one child of the queue at a time");
+    for c in children_of(&rt, run.id()).await {
+        let q = c.queue.expect("the child is in its queue");
+        assert_eq!((q.name.as_str(), q.priority), ("kids", 1));
+    }
+
+    let run = rt
+        .start(parent_of_queued, ("nowhere".to_owned(), 1))
+        .await
+        .unwrap();
+    let err = run.return_value().await.unwrap_err();
+    assert!(
+        err.to_string().contains("unknown queue \"nowhere\""),
+        "{err}"
+    );
+    assert!(children_of(&rt, run.id()).await.is_empty());
+    let history = rt.store().events(&run.id()).await.unwrap();
+    assert!(history.iter().any(|e| matches!(&e.event,
+        Event::ChildStarted { refused: Some(why), .. } if why.contains("nowhere"))));
+}
+
 async fn start_child_outside_a_workflow_is_an_error(_b: Backend) {
     let err = start_child(doubler, (1,)).await.unwrap_err();
     assert!(err.to_string().contains("outside a workflow"), "{err}");
@@ -343,6 +426,7 @@ on_every_store!(
     a_child_token_taken_elsewhere_is_a_conflict_at_start,
     a_child_past_its_deadline_fails_and_its_parent_hears_of_it,
     cancels_racing_child_ends_all_finish,
+    children_wait_in_their_queue,
     start_child_outside_a_workflow_is_an_error,
 );
 

@@ -423,12 +423,16 @@ fn children_section(body: &mut String, d: &RunDetail) {
             (_, Some(owner)) => format!(
                 r#"not started: its token is owned by <a class="mono" href="/runs/{owner}">{owner}</a>"#
             ),
+            (_, None) if c.refused.is_some() => format!(
+                "not started: {}",
+                esc(c.refused.as_deref().unwrap_or_default())
+            ),
             (Some(id), None) => format!(r#"<a class="mono" href="/runs/{id}">{id}</a>"#),
             (None, None) => String::new(),
         };
         let status = match c.status {
             Some(s) => badge(s),
-            None if c.conflict.is_some() => String::new(),
+            None if c.conflict.is_some() || c.refused.is_some() => String::new(),
             None => r#"<span class="muted">pruned</span>"#.to_owned(),
         };
         let received = match (&c.ended_at, &c.output, &c.error) {

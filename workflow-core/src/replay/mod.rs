@@ -112,6 +112,9 @@ pub(crate) struct ChildCall {
     pub(crate) timeout: Option<Duration>,
     /// Started with `.detached()`: the parent's cancellation does not reach it.
     pub(crate) detached: bool,
+    /// The queue it waits in (`.queue(..)` or the child workflow's own), with its partition
+    /// key and priority.
+    pub(crate) queue: Option<crate::store::QueueEntry>,
 }
 
 impl<S> Command<S> {
@@ -181,6 +184,7 @@ pub(crate) enum Delivered {
         child_key: String,
         child_id: RunId,
         conflict: Option<RunId>,
+        refused: Option<String>,
     },
     /// A child run's end.
     ChildEnded {
@@ -591,6 +595,7 @@ impl<S> Replay<S> {
                 child_id,
                 workflow,
                 conflict,
+                refused,
             } => {
                 // The command and its decision are one event, as for hooks.
                 self.recorded.push(Recorded {
@@ -606,6 +611,7 @@ impl<S> Replay<S> {
                         child_key,
                         child_id,
                         conflict,
+                        refused,
                     },
                 );
             }
@@ -991,6 +997,40 @@ impl<S> Replay<S> {
                 child_key,
                 child_id,
                 conflict,
+                refused: None,
+            },
+        });
+    }
+
+    /// Child start `child_key` is refused before the store admits anything (its queue is
+    /// declared nowhere): recorded as such, and delivered.
+    pub(crate) fn child_refused(
+        &mut self,
+        child_key: String,
+        child_id: RunId,
+        why: String,
+        at: SystemTime,
+    ) {
+        let Some(call) = self.children.remove(&child_key) else {
+            return;
+        };
+        self.writes.push(NewEvent {
+            at,
+            event: Event::ChildStarted {
+                child_key: child_key.clone(),
+                child_id,
+                workflow: call.workflow.to_owned(),
+                conflict: None,
+                refused: Some(why.clone()),
+            },
+        });
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::ChildStarted {
+                child_key,
+                child_id,
+                conflict: None,
+                refused: Some(why),
             },
         });
     }

@@ -1035,6 +1035,7 @@ fn a_reopened_run_runs_the_step_that_ended_it_again_and_keeps_the_others() {
 
 fn start_child(child_key: &str, workflow: &'static str) -> Command<()> {
     Command::StartChild(ChildCall {
+        queue: None,
         child_key: child_key.into(),
         workflow,
         input: json!([]),
@@ -1075,6 +1076,7 @@ fn a_new_child_start_asks_the_store_and_records_nothing_itself() {
     assert_eq!(
         deliveries(&mut r),
         [Delivered::ChildStarted {
+            refused: None,
             child_key: "ch_0".into(),
             child_id: child,
             conflict: None
@@ -1090,6 +1092,7 @@ fn a_recorded_child_is_replayed_and_never_started_again() {
         .at(
             1,
             Event::ChildStarted {
+                refused: None,
                 child_key: "ch_0".into(),
                 child_id: child,
                 workflow: "ship".into(),
@@ -1110,6 +1113,7 @@ fn a_recorded_child_is_replayed_and_never_started_again() {
     assert_eq!(
         r.next_delivery().unwrap().unwrap().what,
         Delivered::ChildStarted {
+            refused: None,
             child_key: "ch_0".into(),
             child_id: child,
             conflict: None
@@ -1136,6 +1140,7 @@ fn another_child_workflow_diverges() {
         .at(
             1,
             Event::ChildStarted {
+                refused: None,
                 child_key: "ch_0".into(),
                 child_id: RunId::new(),
                 workflow: "ship".into(),
@@ -1158,6 +1163,7 @@ fn a_child_end_is_recorded_when_awaited_not_when_read() {
         .at(
             1,
             Event::ChildStarted {
+                refused: None,
                 child_key: "ch_0".into(),
                 child_id: child,
                 workflow: "ship".into(),

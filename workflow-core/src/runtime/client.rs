@@ -407,7 +407,7 @@ impl<W: WorkflowDef> Start<W> {
 /// The queue entry of a start, checked: `None` without a queue (a partition key or priority
 /// alone has no effect), [`StartError::UnknownQueue`] for a queue that neither this runtime
 /// nor any other on the store declared.
-async fn checked_queue(
+pub(super) async fn checked_queue(
     inner: &Inner,
     queue: Option<QueueEntry>,
 ) -> Result<Option<QueueEntry>, StartError> {

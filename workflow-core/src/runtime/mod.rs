@@ -26,7 +26,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
 use crate::driver::Host;
-use crate::error::Error;
+use crate::error::{Error, StartError, StoreError};
 use crate::ids::RunId;
 use crate::registry::BoxFuture;
 use crate::registry::WorkflowRegistration;
@@ -410,6 +410,17 @@ impl Host for Inner {
 
     fn admitted(&self) {
         self.work.notify_one();
+    }
+
+    fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            match client::checked_queue(self, Some(crate::store::QueueEntry::new(name))).await {
+                Ok(_) => Ok(true),
+                Err(StartError::UnknownQueue { .. }) => Ok(false),
+                Err(StartError::Store(e)) => Err(e),
+                Err(other) => Err(StoreError::database(other.to_string())),
+            }
+        })
     }
 
     fn now(&self) -> SystemTime {

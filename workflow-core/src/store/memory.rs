@@ -842,6 +842,7 @@ impl Store for MemoryStore {
         st.held(lease)?.push(
             at,
             Event::ChildStarted {
+                refused: None,
                 child_key: child_key.to_owned(),
                 child_id,
                 workflow,

@@ -638,6 +638,7 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
             seq: 1,
             at: t(2),
             event: Event::ChildStarted {
+                refused: None,
                 child_key: "ch_0".into(),
                 child_id,
                 workflow: "child".into(),

@@ -624,6 +624,7 @@ pub(in crate::store) async fn start_child(
     let event = EncodedEvents::new(&[NewEvent {
         at: crate::history::from_millis(u64::try_from(child.created_at).unwrap_or(0)),
         event: Event::ChildStarted {
+            refused: None,
             child_key: child_key.to_owned(),
             child_id: child.id,
             workflow: child.workflow.clone(),
