@@ -626,6 +626,66 @@ impl Store for FailingAdmissions {
     ) -> Result<workflow_core::store::Admission, StoreError> {
         self.inner.start_child(lease, child_key, child).await
     }
+    async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
+        self.inner.ended_among(runs).await
+    }
+    async fn prune(
+        &self,
+        ended_before: SystemTime,
+        now: SystemTime,
+    ) -> Result<workflow_core::PruneStats, StoreError> {
+        self.inner.prune(ended_before, now).await
+    }
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: serde_json::Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        self.inner
+            .append_chunk(lease, stream, attempt, value, at)
+            .await
+    }
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner.close_stream(lease, stream, at).await
+    }
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<workflow_core::store::StreamPage, StoreError> {
+        self.inner.read_stream(run, stream, from, limit).await
+    }
+    async fn list_streams(
+        &self,
+        run: &RunId,
+    ) -> Result<Vec<workflow_core::store::StreamInfo>, StoreError> {
+        self.inner.list_streams(run).await
+    }
+    async fn define_queues(
+        &self,
+        queues: &[workflow_core::store::QueueDef],
+    ) -> Result<(), StoreError> {
+        self.inner.define_queues(queues).await
+    }
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        self.inner.queue_opening(now).await
+    }
+    async fn list_queues(
+        &self,
+        now: SystemTime,
+    ) -> Result<Vec<workflow_core::store::QueueInfo>, StoreError> {
+        self.inner.list_queues(now).await
+    }
     async fn resume_hook(
         &self,
         token: &str,
