@@ -8,12 +8,12 @@ use std::pin::pin;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{bounded, Backend, TestDb};
+use common::{bounded, until_status, Backend, TestDb};
 use futures::future::Either;
 use serde_json::json;
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, NewRun};
-use workflow_core::{RunError, RunRecord};
+use workflow_core::RunError;
 
 /// (step name, step id, attempt) of one step execution.
 type Execution = (String, String, u32);
@@ -438,17 +438,6 @@ async fn patched_versions(key: String) -> Result<String> {
     };
     sleep(Duration::from_millis(1500)).await;
     Ok(first)
-}
-
-/// Polls until the run has `status`.
-async fn until_status(rt: &Runtime, id: RunId, status: RunStatus) -> RunRecord {
-    loop {
-        let run = rt.get_run(&id).info().await.unwrap();
-        if run.status == status {
-            return run;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A deploy while runs sleep (SPEC 9): under the new build, the run whose code changed

@@ -6,10 +6,10 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{bounded, Backend, Worker};
+use common::{bounded, resume_when_ready, until_status, Backend, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, RunFilter};
-use workflow_core::{ErrorKind, HookError, RunRecord};
+use workflow_core::{ErrorKind, RunRecord};
 
 // ---------------------------------------------------------------------------------------------
 // Workflows
@@ -159,27 +159,6 @@ async fn parent_of_queued(queue: String, n: u64) -> Result<u64> {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-async fn until_status(rt: &Runtime, id: RunId, status: RunStatus) -> RunRecord {
-    loop {
-        let info = rt.get_run(&id).info().await.unwrap();
-        if info.status == status {
-            return info;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Sends `payload` to `token` once a hook owns it.
-async fn resume_when_ready(rt: &Runtime, token: &str, payload: &str) {
-    loop {
-        match rt.resume_hook(token, payload).await {
-            Ok(_) => return,
-            Err(HookError::NotFound(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(e) => panic!("resume_hook({token}): {e}"),
-        }
-    }
-}
 
 async fn children_of(rt: &Runtime, parent: RunId) -> Vec<RunRecord> {
     rt.store()

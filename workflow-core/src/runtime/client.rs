@@ -24,6 +24,7 @@ use crate::history::{
     HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 use crate::ids::RunId;
+use crate::queue::{change_entry, EntryChange};
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
     Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, QueueEntry,
@@ -348,11 +349,7 @@ impl<W: WorkflowDef> Start<W> {
     /// # }
     /// ```
     pub fn queue(mut self, name: impl Into<String>) -> Self {
-        let name = name.into();
-        match &mut self.queue {
-            Some(q) => q.name = name,
-            None => self.queue = Some(QueueEntry::new(name)),
-        }
+        change_entry(&mut self.queue, EntryChange::Name(name.into()));
         self
     }
 
@@ -387,9 +384,7 @@ impl<W: WorkflowDef> Start<W> {
     /// # }
     /// ```
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
-        self.queue
-            .get_or_insert_with(|| QueueEntry::new(""))
-            .partition_key = Some(key.into());
+        change_entry(&mut self.queue, EntryChange::Key(key.into()));
         self
     }
 
@@ -397,9 +392,7 @@ impl<W: WorkflowDef> Start<W> {
     /// (default 0). Runs of one partition key keep their start order whatever their priority.
     /// No effect without a queue.
     pub fn priority(mut self, p: i32) -> Self {
-        self.queue
-            .get_or_insert_with(|| QueueEntry::new(""))
-            .priority = p;
+        change_entry(&mut self.queue, EntryChange::Priority(p));
         self
     }
 }

@@ -183,6 +183,34 @@ pub async fn bounded<F: Future>(f: F) -> F::Output {
         .expect("test timed out after 90 s")
 }
 
+/// Polls until the run has `status` (bounded by the test's own limit, [`bounded`]).
+pub async fn until_status(
+    rt: &Runtime,
+    id: RunId,
+    status: workflow_core::RunStatus,
+) -> workflow_core::RunRecord {
+    loop {
+        let run = rt.get_run(&id).info().await.unwrap();
+        if run.status == status {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends `payload` to `token` once a hook owns it (polling while none does).
+pub async fn resume_when_ready(rt: &Runtime, token: &str, payload: &str) {
+    loop {
+        match rt.resume_hook(token, payload).await {
+            Ok(_) => return,
+            Err(workflow_core::HookError::NotFound(_)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("resume_hook({token}): {e}"),
+        }
+    }
+}
+
 /// Whether tests on `backend` run here (PostgreSQL needs the feature and a URL).
 pub fn available(backend: Backend) -> bool {
     match backend {
