@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, Mutex};
 
 use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{
@@ -53,6 +53,11 @@ const NOTICE_CAPACITY: usize = 1024;
 /// The listener's reconnect delay: doubled after each failure, up to the maximum.
 const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Committers per store, each committing one batch at a time on a pooled connection: while
+/// one waits for its commit (the WAL flush), the next takes the writes that arrived meanwhile.
+const COMMITTERS: usize = 3;
+/// Writes per group transaction at most.
+const MAX_BATCH: usize = 256;
 
 /// The schema's history, applied in order on connect. `{schema}` stands for the quoted
 /// schema name.
@@ -294,13 +299,15 @@ struct Inner {
     target: String,
     /// For the listener's own connection.
     options: PgConnectOptions,
-    sql: Statements,
+    sql: Arc<Statements>,
     /// The advisory lock key serializing this schema's inbox inserts.
     inbox_lock: i64,
     /// Where the listener task runs; captured on connect, so `notices()` works from any thread.
     runtime: tokio::runtime::Handle,
     /// Started by the first `notices()` call.
     notices: OnceLock<Notices>,
+    /// The queue to the committers, started by the first batched write.
+    committers: OnceLock<mpsc::UnboundedSender<Write>>,
 }
 
 /// The listener task's side of the store. Dropping it (with the last store clone) drops
@@ -362,10 +369,11 @@ impl PostgresStore {
                 schema: schema.to_owned(),
                 target,
                 options,
-                sql: statements(&quoted),
+                sql: Arc::new(statements(&quoted)),
                 inbox_lock: lock_key("inbox", schema),
                 runtime: tokio::runtime::Handle::current(),
                 notices: OnceLock::new(),
+                committers: OnceLock::new(),
             }),
         })
     }
@@ -395,9 +403,10 @@ impl PostgresStore {
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
         if row.hook.is_none() {
-            // One statement (the insert), so no transaction.
-            let mut conn = self.inner.pool.acquire().await?;
-            return policy::admit(&mut self.tx(&mut conn), &row).await;
+            // One statement (the insert): committed with whatever other writes are waiting.
+            let (reply, answer) = oneshot::channel();
+            self.commit(Write::Admit(row, reply)).await;
+            return answer.await.unwrap_or_else(|_| Err(writer_gone()));
         }
         let mut tx = self.begin().await?;
         let admitted = policy::admit(&mut self.tx(&mut tx), &row).await;
@@ -418,6 +427,44 @@ impl PostgresStore {
             channel: &self.inner.schema,
             inbox_lock: self.inner.inbox_lock,
             lock_with_append: false,
+            inbox_held: false,
+        }
+    }
+
+    /// Hands `write` to the committers (starting them on first use), which answer on the
+    /// write's own reply channel. Outside a tokio runtime, or when the committers' runtime is
+    /// gone, the write is committed here, alone.
+    async fn commit(&self, write: Write) {
+        let queue = match tokio::runtime::Handle::try_current() {
+            Ok(here) => Some(self.inner.committers.get_or_init(|| {
+                let (queue, writes) = mpsc::unbounded_channel();
+                let writes = Arc::new(Mutex::new(writes));
+                for _ in 0..COMMITTERS {
+                    here.spawn(committer(self.writer(), writes.clone()));
+                }
+                queue
+            })),
+            Err(_) => None,
+        };
+        let write = match queue {
+            Some(queue) => match queue.send(write) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(write)) => write,
+            },
+            None => write,
+        };
+        let answer = self.writer().alone(&write).await;
+        write.answer(answer);
+    }
+
+    /// What a committer needs of the store (not the store itself: the committers end when
+    /// the last clone of it is dropped, which closes their queue).
+    fn writer(&self) -> Writer {
+        Writer {
+            pool: self.inner.pool.clone(),
+            sql: self.inner.sql.clone(),
+            channel: self.inner.schema.clone(),
+            inbox_lock: self.inner.inbox_lock,
         }
     }
 }
@@ -556,14 +603,9 @@ impl Store for PostgresStore {
             && (write.outcome.is_some() || !write.release_tokens.is_empty());
         let at = if timeless { self.now().await? } else { None };
         let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
-        if write.events_only() {
-            // A step's result, a timer, a payload...: one statement, its own transaction.
-            let mut conn = self.inner.pool.acquire().await?;
-            return policy::append(&mut self.tx(&mut conn), lease, &write).await;
-        }
-        let mut tx = self.begin().await?;
-        let written = policy::append(&mut self.tx(&mut tx), lease, &write).await;
-        settle(tx, written).await
+        let (reply, answer) = oneshot::channel();
+        self.commit(Write::Append(lease.clone(), write, reply)).await;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
     async fn release(
@@ -1393,6 +1435,9 @@ struct Pg<'a> {
     /// Set by `lock_inbox_for_end(Some(run))`: the next append of that run takes the inbox
     /// lock (if the run has a parent) before its row lock, in the same statement.
     lock_with_append: bool,
+    /// The transaction took the inbox lock before any row lock (a group transaction with
+    /// runs' ends): `lock_inbox_for_end` has nothing left to take.
+    inbox_held: bool,
 }
 
 impl Tx for Pg<'_> {
@@ -1673,6 +1718,9 @@ impl Tx for Pg<'_> {
     }
 
     async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
+        if self.inbox_held {
+            return Ok(());
+        }
         match run {
             // Taken by the run's next statement, its fenced append: no round trip of its own.
             Some(_) => self.lock_with_append = true,
@@ -1691,6 +1739,248 @@ impl Tx for Pg<'_> {
             .bind(run)
             .fetch_all(&mut *self.conn)
             .await?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The committers (group commit across runs)
+
+/// A write the committers take: an append, or an admission without a hook token (one
+/// insert). Each carries where its answer goes.
+enum Write {
+    Append(Lease, EncodedAppend, Reply<()>),
+    Admit(NewRunRow, Reply<(Admission, Option<Lease>)>),
+}
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// A write's outcome, held until its transaction's fate is known.
+enum Answer {
+    Append(Result<(), StoreError>),
+    Admit(Result<(Admission, Option<Lease>), StoreError>),
+}
+
+impl Answer {
+    /// The error, if the write failed.
+    fn error(&self) -> Option<&StoreError> {
+        match self {
+            Answer::Append(r) => r.as_ref().err(),
+            Answer::Admit(r) => r.as_ref().err(),
+        }
+    }
+}
+
+impl Write {
+    /// Whether the write may take the inbox lock: an append ending its run.
+    fn ends_run(&self) -> bool {
+        matches!(self, Write::Append(_, write, _) if write.end.is_some())
+    }
+
+    /// Its policy, on `pg`.
+    async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
+        match self {
+            Write::Append(lease, write, _) => Answer::Append(policy::append(pg, lease, write).await),
+            Write::Admit(row, _) => Answer::Admit(policy::admit(pg, row).await),
+        }
+    }
+
+    /// Sends `answer` to the caller, who may have stopped waiting (the write stands either
+    /// way). An answer of the other kind cannot happen; it is reported, not panicked on.
+    fn answer(self, answer: Answer) {
+        let mismatch = || StoreError::database("internal error: a write got another's answer");
+        match (self, answer) {
+            (Write::Append(_, _, reply), Answer::Append(r)) => drop(reply.send(r)),
+            (Write::Admit(_, reply), Answer::Admit(r)) => drop(reply.send(r)),
+            (Write::Append(_, _, reply), _) => drop(reply.send(Err(mismatch()))),
+            (Write::Admit(_, reply), _) => drop(reply.send(Err(mismatch()))),
+        }
+    }
+
+    /// Answers with `why` (its group transaction did not commit).
+    fn fail(self, why: &DatabaseError) {
+        let e = || StoreError::Database(why.clone());
+        match self {
+            Write::Append(_, _, reply) => drop(reply.send(Err(e()))),
+            Write::Admit(_, reply) => drop(reply.send(Err(e()))),
+        }
+    }
+}
+
+/// The error a caller gets when its write's committer ended before answering (its tokio
+/// runtime shut down): whether the write committed is unknown.
+fn writer_gone() -> StoreError {
+    StoreError::Database(
+        DatabaseError::new("the store's committer stopped before answering; the write may or may not have committed")
+            .transient(true),
+    )
+}
+
+/// `e` as the error of a whole group transaction.
+fn database_of(e: StoreError) -> DatabaseError {
+    match e {
+        StoreError::Database(why) => why,
+        other => DatabaseError::new(other.to_string()),
+    }
+}
+
+/// What the committers write with: the store's pool and statements.
+#[derive(Clone)]
+struct Writer {
+    pool: PgPool,
+    sql: Arc<Statements>,
+    channel: String,
+    inbox_lock: i64,
+}
+
+/// Takes the writes waiting in `writes` (at least one: a lone write goes out at once) and
+/// commits them together, until every store clone is gone.
+async fn committer(writer: Writer, writes: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            // Held only while taking writes, never while committing them.
+            let mut queue = writes.lock().await;
+            let Some(first) = queue.recv().await else {
+                return;
+            };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(write) => batch.push(write),
+                    Err(_) => break,
+                }
+            }
+        }
+        writer.commit_batch(batch).await;
+    }
+}
+
+/// How a group transaction ended.
+enum Group {
+    /// Committed: each write's own answer holds.
+    Committed(Vec<Answer>),
+    /// A write failed in a way that may have aborted the transaction, which was rolled
+    /// back: every write is committed again, alone.
+    Redo,
+    /// The transaction did not commit.
+    Failed(DatabaseError),
+}
+
+impl Writer {
+    fn pg<'a>(&'a self, conn: &'a mut PgConnection, inbox_held: bool) -> Pg<'a> {
+        Pg {
+            conn,
+            sql: &self.sql,
+            channel: &self.channel,
+            inbox_lock: self.inbox_lock,
+            lock_with_append: false,
+            inbox_held,
+        }
+    }
+
+    async fn commit_batch(&self, mut batch: Vec<Write>) {
+        if batch.len() == 1 {
+            if let Some(write) = batch.pop() {
+                let answer = self.alone(&write).await;
+                write.answer(answer);
+            }
+            return;
+        }
+        match self.together(&batch).await {
+            Group::Committed(answers) => {
+                for (write, answer) in batch.into_iter().zip(answers) {
+                    write.answer(answer);
+                }
+            }
+            Group::Redo => {
+                for write in batch {
+                    let answer = self.alone(&write).await;
+                    write.answer(answer);
+                }
+            }
+            Group::Failed(why) => {
+                tracing::error!(requests = batch.len(), error = %why, "store write failed");
+                for write in batch {
+                    write.fail(&why);
+                }
+            }
+        }
+    }
+
+    /// One write in its own transaction, as if no other were waiting: a write of one
+    /// statement (a step's events, an admission) commits by itself, without BEGIN and COMMIT.
+    async fn alone(&self, write: &Write) -> Answer {
+        let single = match write {
+            Write::Append(_, append, _) => append.events_only(),
+            Write::Admit(..) => true,
+        };
+        let failed = |e: StoreError| match write {
+            Write::Append(..) => Answer::Append(Err(e)),
+            Write::Admit(..) => Answer::Admit(Err(e)),
+        };
+        if single {
+            return match self.pool.acquire().await {
+                Ok(mut conn) => write.apply(&mut self.pg(&mut conn, false)).await,
+                Err(e) => failed(e.into()),
+            };
+        }
+        let mut tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return failed(e.into()),
+        };
+        let answer = write.apply(&mut self.pg(&mut tx, false)).await;
+        let settled = match answer.error() {
+            None => tx.commit().await,
+            Some(_) => tx.rollback().await,
+        };
+        match (settled, answer.error()) {
+            (Err(e), None) => failed(e.into()),
+            // Rolled back or not, the write's own error is its answer.
+            _ => answer,
+        }
+    }
+
+    /// The writes in one transaction. A write refused without writing (lease lost) answers
+    /// only its caller; any other error may have aborted the transaction (PostgreSQL aborts
+    /// it on a failed statement), so all are redone alone. No savepoints: a refusal of the
+    /// policies batched here (`append`: the fenced first statement; `admit` without a token:
+    /// its one insert) writes nothing, so the round trip a savepoint costs per write buys
+    /// nothing.
+    ///
+    /// Lock order: a transaction ending runs takes the inbox lock before any run row lock, as
+    /// every writer does (see `lock_inbox_for_end`), since a later write in the batch could
+    /// otherwise wait for it while holding a row a resume or another end waits for.
+    async fn together(&self, batch: &[Write]) -> Group {
+        let started = async {
+            let mut tx = self.pool.begin().await?;
+            let ending = batch.iter().any(Write::ends_run);
+            if ending {
+                sqlx::query(&self.sql.dialect.lock_inbox)
+                    .bind(self.inbox_lock)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Ok::<_, sqlx::Error>((tx, ending))
+        };
+        let (mut tx, ending) = match started.await {
+            Ok(started) => started,
+            Err(e) => return Group::Failed(database_of(e.into())),
+        };
+        let mut answers = Vec::with_capacity(batch.len());
+        for write in batch {
+            let answer = write.apply(&mut self.pg(&mut tx, ending)).await;
+            if matches!(answer.error(), Some(StoreError::Database(_))) {
+                if let Err(why) = tx.rollback().await {
+                    tracing::debug!(error = %why, "rolling back after an error failed");
+                }
+                return Group::Redo;
+            }
+            answers.push(answer);
+        }
+        match tx.commit().await {
+            Ok(()) => Group::Committed(answers),
+            Err(e) => Group::Failed(database_of(e.into())),
+        }
     }
 }
 
