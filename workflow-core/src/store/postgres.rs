@@ -980,6 +980,9 @@ struct PgOnly {
     append_ending: String,
     /// Takes the inbox lock (see `resume_hook`). `$1` lock key.
     lock_inbox: String,
+    /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
+    /// transaction ending those runs does first.
+    lock_inbox_for_children: String,
 }
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
@@ -1076,13 +1079,21 @@ fn statements(s: &str) -> Statements {
             // Ended and announced; a child's end (`$7`, a `ChildNotice`) is queued to its
             // parent under the notice token (`$8`), with the inbox lock (`$9`, see `resume`)
             // taken only then, and the parent woken and told; the end of a queued run frees a
-            // slot, so its queue's waiting runs may be ready. `$6` channel.
+            // slot, so its queue's waiting runs may be ready. `$6` channel. With `$10`, the
+            // run's tokens are given up too (as `release_tokens` does for all of them): a
+            // retained row stays, inactive, the others go.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
                      RETURNING id, parent_id, queue),
+                 freed AS (
+                     DELETE FROM {s}.hooks
+                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
+                 kept AS (
+                     UPDATE {s}.hooks SET active = FALSE
+                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
                  locked AS (
                      SELECT pg_advisory_xact_lock($9), e.parent_id
                      FROM ended e WHERE e.parent_id IS NOT NULL),
@@ -1418,6 +1429,12 @@ fn statements(s: &str) -> Statements {
                      SELECT base FROM numbered"
                 ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
+                // Parent ids never change, so reading them unlocked is enough.
+                lock_inbox_for_children: format!(
+                    "SELECT count(pg_advisory_xact_lock($1)) FROM (
+                         SELECT 1 FROM {s}.runs
+                         WHERE id = ANY($2) AND parent_id IS NOT NULL LIMIT 1) AS c"
+                ),
             },
         }
     }
@@ -1438,6 +1455,32 @@ struct Pg<'a> {
     /// The transaction took the inbox lock before any row lock (a group transaction with
     /// runs' ends): `lock_inbox_for_end` has nothing left to take.
     inbox_held: bool,
+}
+
+impl Pg<'_> {
+    /// Ends the run; with `release`, gives up its tokens in the same statement.
+    async fn end(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.end_run)
+            .bind(run)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
+            .bind(now)
+            .bind(self.channel)
+            .bind(end.notice(run))
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
+            .bind(release)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
 }
 
 impl Tx for Pg<'_> {
@@ -1702,19 +1745,16 @@ impl Tx for Pg<'_> {
     }
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.end_run)
-            .bind(run)
-            .bind(end.status.as_str())
-            .bind(&end.output)
-            .bind(&end.error)
-            .bind(now)
-            .bind(self.channel)
-            .bind(end.notice(run))
-            .bind(CHILD_NOTICE_TOKEN)
-            .bind(self.inbox_lock)
-            .execute(&mut *self.conn)
-            .await?;
-        Ok(())
+        self.end(run, end, now, false).await
+    }
+
+    async fn end_run_releasing(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.end(run, end, now, true).await
     }
 
     async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
@@ -1947,20 +1987,32 @@ impl Writer {
     /// its one insert) writes nothing, so the round trip a savepoint costs per write buys
     /// nothing.
     ///
-    /// Lock order: a transaction ending runs takes the inbox lock before any run row lock, as
-    /// every writer does (see `lock_inbox_for_end`), since a later write in the batch could
-    /// otherwise wait for it while holding a row a resume or another end waits for.
+    /// Lock order: a transaction ending child runs takes the inbox lock before any run row
+    /// lock, as every writer does (see `lock_inbox_for_end`), since a later write in the
+    /// batch could otherwise wait for it while holding a row a resume or another end waits
+    /// for; ends of runs without a parent need no inbox lock, so a batch of them holds none
+    /// (holding it would make every committer's batch wait for the others'). A deadlock
+    /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
+    /// an error.
     async fn together(&self, batch: &[Write]) -> Group {
         let started = async {
             let mut tx = self.pool.begin().await?;
-            let ending = batch.iter().any(Write::ends_run);
-            if ending {
-                sqlx::query(&self.sql.dialect.lock_inbox)
+            let ending: Vec<String> = batch
+                .iter()
+                .filter(|w| w.ends_run())
+                .filter_map(|w| match w {
+                    Write::Append(lease, ..) => Some(lease.run_id.to_string()),
+                    Write::Admit(..) => None,
+                })
+                .collect();
+            if !ending.is_empty() {
+                sqlx::query(&self.sql.dialect.lock_inbox_for_children)
                     .bind(self.inbox_lock)
+                    .bind(&ending)
                     .execute(&mut *tx)
                     .await?;
             }
-            Ok::<_, sqlx::Error>((tx, ending))
+            Ok::<_, sqlx::Error>((tx, !ending.is_empty()))
         };
         let (mut tx, ending) = match started.await {
             Ok(started) => started,

@@ -262,6 +262,21 @@ pub(in crate::store) trait Tx {
         end: &EncodedEnd,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// Ends the run ([`Tx::end_run`]) and gives up every token it owns
+    /// ([`Tx::release_tokens`] with `None`), both at `now`: how every end is written. A
+    /// dialect may do both in one statement (one round trip).
+    fn end_run_releasing(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            self.end_run(run, end, now).await?;
+            self.release_tokens(run, None, now).await
+        }
+    }
 }
 
 fn exists(id: &RunId) -> StoreError {
@@ -425,8 +440,7 @@ pub(in crate::store) async fn append(
             .await?;
     }
     if let Some(end) = &write.end {
-        tx.end_run(&run, end, write.now).await?;
-        tx.release_tokens(&run, None, write.now).await?;
+        tx.end_run_releasing(&run, end, write.now).await?;
     }
     Ok(())
 }
@@ -475,8 +489,7 @@ pub(in crate::store) async fn record_failure(
     let now = sql_time(failure.now);
     if tries >= MAX_FAILED_TRIES {
         tx.append_events(&key, None, &failure.event).await?;
-        tx.end_run(&key, &failure.end, now).await?;
-        tx.release_tokens(&key, None, now).await?;
+        tx.end_run_releasing(&key, &failure.end, now).await?;
         return Ok(FailureOutcome::Failed);
     }
     let at = after(failure.now, failure_backoff(tries));
@@ -788,8 +801,7 @@ async fn end_cancelled(
         error: error.map(str::to_owned),
     };
     tx.append_events(run, None, &c.event).await?;
-    tx.end_run(run, &end, c.now).await?;
-    tx.release_tokens(run, None, c.now).await
+    tx.end_run_releasing(run, &end, c.now).await
 }
 
 /// Deletes the runs that ended before `before`, except those retaining a token past `now`,
