@@ -1223,11 +1223,19 @@ fn statements(s: &str) -> Statements {
             get_hook: format!(
                 "SELECT token, run_id, created_at FROM {s}.hooks WHERE token = $1 AND active"
             ),
+            // The rows are locked in id order, the order a group transaction of the
+            // committers locks them in: a renewal and a batch of the same runs never wait for
+            // each other both ways.
             heartbeat: format!(
-                "UPDATE {s}.runs AS r SET lease_until = $3
-                 FROM UNNEST($1::text[], $2::bigint[]) AS l(id, epoch)
-                 WHERE r.id = l.id AND r.epoch = l.epoch AND r.status = 'running'
-                   AND r.lease_until IS NOT NULL
+                "WITH held AS MATERIALIZED (
+                     SELECT r.id FROM {s}.runs r
+                     JOIN UNNEST($1::text[], $2::bigint[]) AS l(id, epoch)
+                         ON r.id = l.id AND r.epoch = l.epoch
+                     WHERE r.status = 'running' AND r.lease_until IS NOT NULL
+                     ORDER BY r.id
+                     FOR UPDATE OF r)
+                 UPDATE {s}.runs AS r SET lease_until = $3
+                 FROM held WHERE r.id = held.id
                  RETURNING r.id, r.epoch"
             ),
             // A NULL filter matches everything.
@@ -1811,6 +1819,14 @@ impl Answer {
 }
 
 impl Write {
+    /// The run it writes.
+    fn run_id(&self) -> &RunId {
+        match self {
+            Write::Append(lease, ..) => &lease.run_id,
+            Write::Admit(row, _) => &row.id,
+        }
+    }
+
     /// Whether the write may take the inbox lock: an append ending its run.
     fn ends_run(&self) -> bool {
         matches!(self, Write::Append(_, write, _) if write.end.is_some())
@@ -1926,6 +1942,8 @@ impl Writer {
             }
             return;
         }
+        // In run id order, the order heartbeats lock rows in (see `heartbeat`).
+        batch.sort_by(|a, b| a.run_id().cmp(b.run_id()));
         match self.together(&batch).await {
             Group::Committed(answers) => {
                 for (write, answer) in batch.into_iter().zip(answers) {
