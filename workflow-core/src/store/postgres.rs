@@ -980,6 +980,8 @@ struct PgOnly {
     append_ending: String,
     /// Takes the inbox lock (see `resume_hook`). `$1` lock key.
     lock_inbox: String,
+    /// See [`policy::Tx::append_and_end`].
+    append_and_end: String,
     /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
     /// transaction ending those runs does first.
     lock_inbox_for_children: String,
@@ -1436,6 +1438,59 @@ fn statements(s: &str) -> Statements {
                                   WITH ORDINALITY AS e(at, kind, data, n))
                      SELECT base FROM numbered"
                 ),
+                // `append_ending` and `end_run` (releasing the tokens) in one statement: the
+                // run's row is updated once, numbering the events and ending it. `$1` run,
+                // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
+                // output, `$8` error, `$9` now, `$10` channel, `$11` the child's notice,
+                // `$12` the notice token, `$13` the inbox lock (taken before the row lock,
+                // and only for a child). No row when the lease is lost.
+                append_and_end: format!(
+                    "WITH ended AS (
+                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
+                             status = $6, output = $7, error = $8, updated_at = $9,
+                             lease_until = NULL
+                         WHERE id = $1
+                           AND ($5::bigint IS NULL
+                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                           AND (SELECT count(*) FROM (
+                                    SELECT pg_advisory_xact_lock($13) FROM {s}.runs p
+                                    WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
+                         RETURNING id, parent_id, queue,
+                                   last_seq - cardinality($2::bigint[]) AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT $1, ended.base + e.n, e.at, e.kind, e.data
+                         FROM ended,
+                              UNNEST($2::bigint[], $3::text[], $4::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n)),
+                     freed AS (
+                         DELETE FROM {s}.hooks
+                         WHERE run_id = $1 AND EXISTS (SELECT 1 FROM ended)
+                           AND active AND COALESCE(retain_until, 0) <= $9),
+                     kept AS (
+                         UPDATE {s}.hooks SET active = FALSE
+                         WHERE run_id = $1 AND EXISTS (SELECT 1 FROM ended)
+                           AND active AND COALESCE(retain_until, 0) > $9),
+                     queued AS (
+                         INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
+                         SELECT e.parent_id, $12, $11, $9 FROM ended e
+                         WHERE e.parent_id IS NOT NULL
+                         RETURNING run_id),
+                     woken AS (
+                         UPDATE {s}.runs r SET wake_at = CASE r.status
+                             WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $9) END
+                         FROM queued q WHERE r.id = q.run_id
+                         RETURNING r.id, r.status IN ('pending', 'running')
+                             AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
+                     notes AS (
+                         SELECT pg_notify($10, n) FROM ended e,
+                         UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
+                             || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
+                             || CASE WHEN e.queue IS NOT NULL
+                                          OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
+                                     THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END) AS n)
+                     SELECT base, (SELECT count(*) FROM notes) FROM ended"
+                ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
                 // Parent ids never change, so reading them unlocked is enough.
                 lock_inbox_for_children: format!(
@@ -1756,6 +1811,35 @@ impl Tx for Pg<'_> {
         self.end(run, end, now, false).await
     }
 
+    async fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        // The statement takes the inbox lock itself (for a child), before the row lock.
+        self.lock_with_append = false;
+        let ended: Option<(i64, i64)> = sqlx::query_as(&self.sql.dialect.append_and_end)
+            .bind(run)
+            .bind(&events.at)
+            .bind(&events.kind)
+            .bind(&events.data)
+            .bind(fence)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
+            .bind(now)
+            .bind(self.channel)
+            .bind(end.notice(run))
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(ended.is_some())
+    }
+
     async fn end_run_releasing(
         &mut self,
         run: &str,
@@ -1966,10 +2050,12 @@ impl Writer {
     }
 
     /// One write in its own transaction, as if no other were waiting: a write of one
-    /// statement (a step's events, an admission) commits by itself, without BEGIN and COMMIT.
+    /// statement (a step's events, a run's usual end, an admission) commits by itself,
+    /// without BEGIN and COMMIT.
     async fn alone(&self, write: &Write) -> Answer {
         let single = match write {
-            Write::Append(_, append, _) => append.events_only(),
+            // Both are one statement (see `policy::append`).
+            Write::Append(_, append, _) => append.events_only() || append.plain_end(),
             Write::Admit(..) => true,
         };
         let failed = |e: StoreError| match write {

@@ -263,6 +263,26 @@ pub(in crate::store) trait Tx {
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// A run's last write: appends `events` as [`Tx::append_events`] does (false, writing
+    /// nothing, when `fence` no longer holds) and then ends the run as
+    /// [`Tx::end_run_releasing`] does. A dialect may do both in one statement.
+    fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> {
+        async move {
+            if !self.append_events(run, fence, events).await? {
+                return Ok(false);
+            }
+            self.end_run_releasing(run, end, now).await?;
+            Ok(true)
+        }
+    }
+
     /// Ends the run ([`Tx::end_run`]) and gives up every token it owns
     /// ([`Tx::release_tokens`] with `None`), both at `now`: how every end is written. A
     /// dialect may do both in one statement (one round trip).
@@ -423,13 +443,18 @@ pub(in crate::store) async fn append(
     write: &EncodedAppend,
 ) -> Result<(), StoreError> {
     let run = lease.run_id.to_string();
-    if write.end.is_some() {
+    let fence = Some(sql_epoch(lease.epoch));
+    if let Some(end) = &write.end {
         tx.lock_inbox_for_end(Some(&run)).await?;
+        // The usual end (no payload delivered, no token given up by itself): one write.
+        if write.plain_end() {
+            return match tx.append_and_end(&run, fence, &write.events, end, write.now).await? {
+                true => Ok(()),
+                false => Err(StoreError::LeaseLost(lease.run_id)),
+            };
+        }
     }
-    if !tx
-        .append_events(&run, Some(sql_epoch(lease.epoch)), &write.events)
-        .await?
-    {
+    if !tx.append_events(&run, fence, &write.events).await? {
         return Err(StoreError::LeaseLost(lease.run_id));
     }
     if !write.events.received.is_empty() {
