@@ -55,7 +55,7 @@ const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Committers per store, each committing one batch at a time on a pooled connection: while
 /// one waits for its commit (the WAL flush), the next takes the writes that arrived meanwhile.
-const COMMITTERS: usize = 3;
+const COMMITTERS: usize = 4;
 /// Writes per group transaction at most.
 const MAX_BATCH: usize = 256;
 
@@ -408,10 +408,13 @@ impl PostgresStore {
             self.commit(Write::Admit(row, reply)).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));
         }
+        // Not batched: a claim locks its token's row, won or lost, and a group transaction
+        // would hold it to its commit while the run owning the token, ending in another
+        // batch, waits for it (and that batch may hold a token this one claims next). A
+        // conflict wrote nothing: ending the transaction at once frees the token's row lock
+        // for the next contender.
         let mut tx = self.begin().await?;
         let admitted = policy::admit(&mut self.tx(&mut tx), &row).await;
-        // A conflict wrote nothing: ending the transaction at once frees the token's row
-        // lock for the next contender.
         settle(tx, admitted).await
     }
 
@@ -1903,7 +1906,9 @@ impl Answer {
 }
 
 impl Write {
-    /// The run it writes.
+    /// The run it writes: a group transaction writes its runs in id order, the order
+    /// heartbeats lock rows in (see `heartbeat`), so the two never wait for each other both
+    /// ways.
     fn run_id(&self) -> &RunId {
         match self {
             Write::Append(lease, ..) => &lease.run_id,
@@ -2026,7 +2031,6 @@ impl Writer {
             }
             return;
         }
-        // In run id order, the order heartbeats lock rows in (see `heartbeat`).
         batch.sort_by(|a, b| a.run_id().cmp(b.run_id()));
         match self.together(&batch).await {
             Group::Committed(answers) => {
