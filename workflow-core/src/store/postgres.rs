@@ -434,30 +434,24 @@ impl PostgresStore {
         }
     }
 
-    /// Hands `write` to the committers (starting them on first use), which answer on the
-    /// write's own reply channel. Outside a tokio runtime, or when the committers' runtime is
-    /// gone, the write is committed here, alone.
+    /// Hands `write` to the committers (starting them on first use, where the listener
+    /// runs: in the runtime the store was connected in), which answer on the write's own
+    /// reply channel. When that runtime is gone, the write is committed here, alone.
     async fn commit(&self, write: Write) {
-        let queue = match tokio::runtime::Handle::try_current() {
-            Ok(here) => Some(self.inner.committers.get_or_init(|| {
-                let (queue, writes) = mpsc::unbounded_channel();
-                let writes = Arc::new(Mutex::new(writes));
-                for _ in 0..COMMITTERS {
-                    here.spawn(committer(self.writer(), writes.clone()));
-                }
-                queue
-            })),
-            Err(_) => None,
-        };
-        let write = match queue {
-            Some(queue) => match queue.send(write) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(write)) => write,
-            },
-            None => write,
-        };
-        let answer = self.writer().alone(&write).await;
-        write.answer(answer);
+        let queue = self.inner.committers.get_or_init(|| {
+            let (queue, writes) = mpsc::unbounded_channel();
+            let writes = Arc::new(Mutex::new(writes));
+            for _ in 0..COMMITTERS {
+                self.inner
+                    .runtime
+                    .spawn(committer(self.writer(), writes.clone()));
+            }
+            queue
+        });
+        if let Err(mpsc::error::SendError(write)) = queue.send(write) {
+            let answer = self.writer().alone(&write).await;
+            write.answer(answer);
+        }
     }
 
     /// What a committer needs of the store (not the store itself: the committers end when
@@ -607,7 +601,8 @@ impl Store for PostgresStore {
         let at = if timeless { self.now().await? } else { None };
         let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
         let (reply, answer) = oneshot::channel();
-        self.commit(Write::Append(lease.clone(), write, reply)).await;
+        self.commit(Write::Append(lease.clone(), write, reply))
+            .await;
         answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
@@ -1924,7 +1919,9 @@ impl Write {
     /// Its policy, on `pg`.
     async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
         match self {
-            Write::Append(lease, write, _) => Answer::Append(policy::append(pg, lease, write).await),
+            Write::Append(lease, write, _) => {
+                Answer::Append(policy::append(pg, lease, write).await)
+            }
             Write::Admit(row, _) => Answer::Admit(policy::admit(pg, row).await),
         }
     }

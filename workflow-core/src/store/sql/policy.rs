@@ -448,7 +448,10 @@ pub(in crate::store) async fn append(
         tx.lock_inbox_for_end(Some(&run)).await?;
         // The usual end (no payload delivered, no token given up by itself): one write.
         if write.plain_end() {
-            return match tx.append_and_end(&run, fence, &write.events, end, write.now).await? {
+            return match tx
+                .append_and_end(&run, fence, &write.events, end, write.now)
+                .await?
+            {
                 true => Ok(()),
                 false => Err(StoreError::LeaseLost(lease.run_id)),
             };
