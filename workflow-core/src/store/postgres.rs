@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, Mutex};
 
 use super::sql::migrations::{self, Migration, Place};
 use super::sql::policy::{
@@ -53,6 +53,11 @@ const NOTICE_CAPACITY: usize = 1024;
 /// The listener's reconnect delay: doubled after each failure, up to the maximum.
 const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Committers per store, each committing one batch at a time on a pooled connection: while
+/// one waits for its commit (the WAL flush), the next takes the writes that arrived meanwhile.
+const COMMITTERS: usize = 4;
+/// Writes per group transaction at most.
+const MAX_BATCH: usize = 256;
 
 /// The schema's history, applied in order on connect. `{schema}` stands for the quoted
 /// schema name.
@@ -294,13 +299,15 @@ struct Inner {
     target: String,
     /// For the listener's own connection.
     options: PgConnectOptions,
-    sql: Statements,
+    sql: Arc<Statements>,
     /// The advisory lock key serializing this schema's inbox inserts.
     inbox_lock: i64,
     /// Where the listener task runs; captured on connect, so `notices()` works from any thread.
     runtime: tokio::runtime::Handle,
     /// Started by the first `notices()` call.
     notices: OnceLock<Notices>,
+    /// The queue to the committers, started by the first batched write.
+    committers: OnceLock<mpsc::UnboundedSender<Write>>,
 }
 
 /// The listener task's side of the store. Dropping it (with the last store clone) drops
@@ -362,10 +369,11 @@ impl PostgresStore {
                 schema: schema.to_owned(),
                 target,
                 options,
-                sql: statements(&quoted),
+                sql: Arc::new(statements(&quoted)),
                 inbox_lock: lock_key("inbox", schema),
                 runtime: tokio::runtime::Handle::current(),
                 notices: OnceLock::new(),
+                committers: OnceLock::new(),
             }),
         })
     }
@@ -395,14 +403,18 @@ impl PostgresStore {
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
         if row.hook.is_none() {
-            // One statement (the insert), so no transaction.
-            let mut conn = self.inner.pool.acquire().await?;
-            return policy::admit(&mut self.tx(&mut conn), &row).await;
+            // One statement (the insert): committed with whatever other writes are waiting.
+            let (reply, answer) = oneshot::channel();
+            self.commit(Write::Admit(row, reply)).await;
+            return answer.await.unwrap_or_else(|_| Err(writer_gone()));
         }
+        // Not batched: a claim locks its token's row, won or lost, and a group transaction
+        // would hold it to its commit while the run owning the token, ending in another
+        // batch, waits for it (and that batch may hold a token this one claims next). A
+        // conflict wrote nothing: ending the transaction at once frees the token's row lock
+        // for the next contender.
         let mut tx = self.begin().await?;
         let admitted = policy::admit(&mut self.tx(&mut tx), &row).await;
-        // A conflict wrote nothing: ending the transaction at once frees the token's row
-        // lock for the next contender.
         settle(tx, admitted).await
     }
 
@@ -418,6 +430,38 @@ impl PostgresStore {
             channel: &self.inner.schema,
             inbox_lock: self.inner.inbox_lock,
             lock_with_append: false,
+            inbox_held: false,
+        }
+    }
+
+    /// Hands `write` to the committers (starting them on first use, where the listener
+    /// runs: in the runtime the store was connected in), which answer on the write's own
+    /// reply channel. When that runtime is gone, the write is committed here, alone.
+    async fn commit(&self, write: Write) {
+        let queue = self.inner.committers.get_or_init(|| {
+            let (queue, writes) = mpsc::unbounded_channel();
+            let writes = Arc::new(Mutex::new(writes));
+            for _ in 0..COMMITTERS {
+                self.inner
+                    .runtime
+                    .spawn(committer(self.writer(), writes.clone()));
+            }
+            queue
+        });
+        if let Err(mpsc::error::SendError(write)) = queue.send(write) {
+            let answer = self.writer().alone(&write).await;
+            write.answer(answer);
+        }
+    }
+
+    /// What a committer needs of the store (not the store itself: the committers end when
+    /// the last clone of it is dropped, which closes their queue).
+    fn writer(&self) -> Writer {
+        Writer {
+            pool: self.inner.pool.clone(),
+            sql: self.inner.sql.clone(),
+            channel: self.inner.schema.clone(),
+            inbox_lock: self.inner.inbox_lock,
         }
     }
 }
@@ -556,14 +600,10 @@ impl Store for PostgresStore {
             && (write.outcome.is_some() || !write.release_tokens.is_empty());
         let at = if timeless { self.now().await? } else { None };
         let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
-        if write.events_only() {
-            // A step's result, a timer, a payload...: one statement, its own transaction.
-            let mut conn = self.inner.pool.acquire().await?;
-            return policy::append(&mut self.tx(&mut conn), lease, &write).await;
-        }
-        let mut tx = self.begin().await?;
-        let written = policy::append(&mut self.tx(&mut tx), lease, &write).await;
-        settle(tx, written).await
+        let (reply, answer) = oneshot::channel();
+        self.commit(Write::Append(lease.clone(), write, reply))
+            .await;
+        answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
     async fn release(
@@ -938,6 +978,11 @@ struct PgOnly {
     append_ending: String,
     /// Takes the inbox lock (see `resume_hook`). `$1` lock key.
     lock_inbox: String,
+    /// See [`policy::Tx::append_and_end`].
+    append_and_end: String,
+    /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
+    /// transaction ending those runs does first.
+    lock_inbox_for_children: String,
 }
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
@@ -1034,13 +1079,21 @@ fn statements(s: &str) -> Statements {
             // Ended and announced; a child's end (`$7`, a `ChildNotice`) is queued to its
             // parent under the notice token (`$8`), with the inbox lock (`$9`, see `resume`)
             // taken only then, and the parent woken and told; the end of a queued run frees a
-            // slot, so its queue's waiting runs may be ready. `$6` channel.
+            // slot, so its queue's waiting runs may be ready. `$6` channel. With `$10`, the
+            // run's tokens are given up too (as `release_tokens` does for all of them): a
+            // retained row stays, inactive, the others go.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
                      RETURNING id, parent_id, queue),
+                 freed AS (
+                     DELETE FROM {s}.hooks
+                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
+                 kept AS (
+                     UPDATE {s}.hooks SET active = FALSE
+                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
                  locked AS (
                      SELECT pg_advisory_xact_lock($9), e.parent_id
                      FROM ended e WHERE e.parent_id IS NOT NULL),
@@ -1170,11 +1223,19 @@ fn statements(s: &str) -> Statements {
             get_hook: format!(
                 "SELECT token, run_id, created_at FROM {s}.hooks WHERE token = $1 AND active"
             ),
+            // The rows are locked in id order, the order a group transaction of the
+            // committers locks them in: a renewal and a batch of the same runs never wait for
+            // each other both ways.
             heartbeat: format!(
-                "UPDATE {s}.runs AS r SET lease_until = $3
-                 FROM UNNEST($1::text[], $2::bigint[]) AS l(id, epoch)
-                 WHERE r.id = l.id AND r.epoch = l.epoch AND r.status = 'running'
-                   AND r.lease_until IS NOT NULL
+                "WITH held AS MATERIALIZED (
+                     SELECT r.id FROM {s}.runs r
+                     JOIN UNNEST($1::text[], $2::bigint[]) AS l(id, epoch)
+                         ON r.id = l.id AND r.epoch = l.epoch
+                     WHERE r.status = 'running' AND r.lease_until IS NOT NULL
+                     ORDER BY r.id
+                     FOR UPDATE OF r)
+                 UPDATE {s}.runs AS r SET lease_until = $3
+                 FROM held WHERE r.id = held.id
                  RETURNING r.id, r.epoch"
             ),
             // A NULL filter matches everything.
@@ -1375,7 +1436,66 @@ fn statements(s: &str) -> Statements {
                                   WITH ORDINALITY AS e(at, kind, data, n))
                      SELECT base FROM numbered"
                 ),
+                // `append_ending` and `end_run` (releasing the tokens) in one statement: the
+                // run's row is updated once, numbering the events and ending it. `$1` run,
+                // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
+                // output, `$8` error, `$9` now, `$10` channel, `$11` the child's notice,
+                // `$12` the notice token, `$13` the inbox lock (taken before the row lock,
+                // and only for a child). No row when the lease is lost.
+                append_and_end: format!(
+                    "WITH ended AS (
+                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
+                             status = $6, output = $7, error = $8, updated_at = $9,
+                             lease_until = NULL
+                         WHERE id = $1
+                           AND ($5::bigint IS NULL
+                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                           AND (SELECT count(*) FROM (
+                                    SELECT pg_advisory_xact_lock($13) FROM {s}.runs p
+                                    WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
+                         RETURNING id, parent_id, queue,
+                                   last_seq - cardinality($2::bigint[]) AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT $1, ended.base + e.n, e.at, e.kind, e.data
+                         FROM ended,
+                              UNNEST($2::bigint[], $3::text[], $4::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n)),
+                     freed AS (
+                         DELETE FROM {s}.hooks
+                         WHERE run_id = $1 AND EXISTS (SELECT 1 FROM ended)
+                           AND active AND COALESCE(retain_until, 0) <= $9),
+                     kept AS (
+                         UPDATE {s}.hooks SET active = FALSE
+                         WHERE run_id = $1 AND EXISTS (SELECT 1 FROM ended)
+                           AND active AND COALESCE(retain_until, 0) > $9),
+                     queued AS (
+                         INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
+                         SELECT e.parent_id, $12, $11, $9 FROM ended e
+                         WHERE e.parent_id IS NOT NULL
+                         RETURNING run_id),
+                     woken AS (
+                         UPDATE {s}.runs r SET wake_at = CASE r.status
+                             WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $9) END
+                         FROM queued q WHERE r.id = q.run_id
+                         RETURNING r.id, r.status IN ('pending', 'running')
+                             AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
+                     notes AS (
+                         SELECT pg_notify($10, n) FROM ended e,
+                         UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
+                             || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
+                             || CASE WHEN e.queue IS NOT NULL
+                                          OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
+                                     THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END) AS n)
+                     SELECT base, (SELECT count(*) FROM notes) FROM ended"
+                ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
+                // Parent ids never change, so reading them unlocked is enough.
+                lock_inbox_for_children: format!(
+                    "SELECT count(pg_advisory_xact_lock($1)) FROM (
+                         SELECT 1 FROM {s}.runs
+                         WHERE id = ANY($2) AND parent_id IS NOT NULL LIMIT 1) AS c"
+                ),
             },
         }
     }
@@ -1393,6 +1513,35 @@ struct Pg<'a> {
     /// Set by `lock_inbox_for_end(Some(run))`: the next append of that run takes the inbox
     /// lock (if the run has a parent) before its row lock, in the same statement.
     lock_with_append: bool,
+    /// The transaction took the inbox lock before any row lock (a group transaction with
+    /// runs' ends): `lock_inbox_for_end` has nothing left to take.
+    inbox_held: bool,
+}
+
+impl Pg<'_> {
+    /// Ends the run; with `release`, gives up its tokens in the same statement.
+    async fn end(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.end_run)
+            .bind(run)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
+            .bind(now)
+            .bind(self.channel)
+            .bind(end.notice(run))
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
+            .bind(release)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
 }
 
 impl Tx for Pg<'_> {
@@ -1657,8 +1806,25 @@ impl Tx for Pg<'_> {
     }
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.end_run)
+        self.end(run, end, now, false).await
+    }
+
+    async fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        // The statement takes the inbox lock itself (for a child), before the row lock.
+        self.lock_with_append = false;
+        let ended: Option<(i64, i64)> = sqlx::query_as(&self.sql.dialect.append_and_end)
             .bind(run)
+            .bind(&events.at)
+            .bind(&events.kind)
+            .bind(&events.data)
+            .bind(fence)
             .bind(end.status.as_str())
             .bind(&end.output)
             .bind(&end.error)
@@ -1667,12 +1833,24 @@ impl Tx for Pg<'_> {
             .bind(end.notice(run))
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
-            .execute(&mut *self.conn)
+            .fetch_optional(&mut *self.conn)
             .await?;
-        Ok(())
+        Ok(ended.is_some())
+    }
+
+    async fn end_run_releasing(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.end(run, end, now, true).await
     }
 
     async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
+        if self.inbox_held {
+            return Ok(());
+        }
         match run {
             // Taken by the run's next statement, its fenced append: no round trip of its own.
             Some(_) => self.lock_with_append = true,
@@ -1691,6 +1869,275 @@ impl Tx for Pg<'_> {
             .bind(run)
             .fetch_all(&mut *self.conn)
             .await?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The committers (group commit across runs)
+
+/// A write the committers take: an append, or an admission without a hook token (one
+/// insert). Each carries where its answer goes.
+enum Write {
+    Append(Lease, EncodedAppend, Reply<()>),
+    Admit(NewRunRow, Reply<(Admission, Option<Lease>)>),
+}
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// A write's outcome, held until its transaction's fate is known.
+enum Answer {
+    Append(Result<(), StoreError>),
+    Admit(Result<(Admission, Option<Lease>), StoreError>),
+}
+
+impl Answer {
+    /// The error, if the write failed.
+    fn error(&self) -> Option<&StoreError> {
+        match self {
+            Answer::Append(r) => r.as_ref().err(),
+            Answer::Admit(r) => r.as_ref().err(),
+        }
+    }
+}
+
+impl Write {
+    /// The run it writes: a group transaction writes its runs in id order, the order
+    /// heartbeats lock rows in (see `heartbeat`), so the two never wait for each other both
+    /// ways.
+    fn run_id(&self) -> &RunId {
+        match self {
+            Write::Append(lease, ..) => &lease.run_id,
+            Write::Admit(row, _) => &row.id,
+        }
+    }
+
+    /// Whether the write may take the inbox lock: an append ending its run.
+    fn ends_run(&self) -> bool {
+        matches!(self, Write::Append(_, write, _) if write.end.is_some())
+    }
+
+    /// Its policy, on `pg`.
+    async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
+        match self {
+            Write::Append(lease, write, _) => {
+                Answer::Append(policy::append(pg, lease, write).await)
+            }
+            Write::Admit(row, _) => Answer::Admit(policy::admit(pg, row).await),
+        }
+    }
+
+    /// Sends `answer` to the caller, who may have stopped waiting (the write stands either
+    /// way). An answer of the other kind cannot happen; it is reported, not panicked on.
+    fn answer(self, answer: Answer) {
+        let mismatch = || StoreError::database("internal error: a write got another's answer");
+        match (self, answer) {
+            (Write::Append(_, _, reply), Answer::Append(r)) => drop(reply.send(r)),
+            (Write::Admit(_, reply), Answer::Admit(r)) => drop(reply.send(r)),
+            (Write::Append(_, _, reply), _) => drop(reply.send(Err(mismatch()))),
+            (Write::Admit(_, reply), _) => drop(reply.send(Err(mismatch()))),
+        }
+    }
+
+    /// Answers with `why` (its group transaction did not commit).
+    fn fail(self, why: &DatabaseError) {
+        let e = || StoreError::Database(why.clone());
+        match self {
+            Write::Append(_, _, reply) => drop(reply.send(Err(e()))),
+            Write::Admit(_, reply) => drop(reply.send(Err(e()))),
+        }
+    }
+}
+
+/// The error a caller gets when its write's committer ended before answering (its tokio
+/// runtime shut down): whether the write committed is unknown.
+fn writer_gone() -> StoreError {
+    StoreError::Database(
+        DatabaseError::new("the store's committer stopped before answering; the write may or may not have committed")
+            .transient(true),
+    )
+}
+
+/// `e` as the error of a whole group transaction.
+fn database_of(e: StoreError) -> DatabaseError {
+    match e {
+        StoreError::Database(why) => why,
+        other => DatabaseError::new(other.to_string()),
+    }
+}
+
+/// What the committers write with: the store's pool and statements.
+#[derive(Clone)]
+struct Writer {
+    pool: PgPool,
+    sql: Arc<Statements>,
+    channel: String,
+    inbox_lock: i64,
+}
+
+/// Takes the writes waiting in `writes` (at least one: a lone write goes out at once) and
+/// commits them together, until every store clone is gone.
+async fn committer(writer: Writer, writes: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            // Held only while taking writes, never while committing them.
+            let mut queue = writes.lock().await;
+            let Some(first) = queue.recv().await else {
+                return;
+            };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(write) => batch.push(write),
+                    Err(_) => break,
+                }
+            }
+        }
+        writer.commit_batch(batch).await;
+    }
+}
+
+/// How a group transaction ended.
+enum Group {
+    /// Committed: each write's own answer holds.
+    Committed(Vec<Answer>),
+    /// A write failed in a way that may have aborted the transaction, which was rolled
+    /// back: every write is committed again, alone.
+    Redo,
+    /// The transaction did not commit.
+    Failed(DatabaseError),
+}
+
+impl Writer {
+    fn pg<'a>(&'a self, conn: &'a mut PgConnection, inbox_held: bool) -> Pg<'a> {
+        Pg {
+            conn,
+            sql: &self.sql,
+            channel: &self.channel,
+            inbox_lock: self.inbox_lock,
+            lock_with_append: false,
+            inbox_held,
+        }
+    }
+
+    async fn commit_batch(&self, mut batch: Vec<Write>) {
+        if batch.len() == 1 {
+            if let Some(write) = batch.pop() {
+                let answer = self.alone(&write).await;
+                write.answer(answer);
+            }
+            return;
+        }
+        batch.sort_by(|a, b| a.run_id().cmp(b.run_id()));
+        match self.together(&batch).await {
+            Group::Committed(answers) => {
+                for (write, answer) in batch.into_iter().zip(answers) {
+                    write.answer(answer);
+                }
+            }
+            Group::Redo => {
+                for write in batch {
+                    let answer = self.alone(&write).await;
+                    write.answer(answer);
+                }
+            }
+            Group::Failed(why) => {
+                tracing::error!(requests = batch.len(), error = %why, "store write failed");
+                for write in batch {
+                    write.fail(&why);
+                }
+            }
+        }
+    }
+
+    /// One write in its own transaction, as if no other were waiting: a write of one
+    /// statement (a step's events, a run's usual end, an admission) commits by itself,
+    /// without BEGIN and COMMIT.
+    async fn alone(&self, write: &Write) -> Answer {
+        let single = match write {
+            // Both are one statement (see `policy::append`).
+            Write::Append(_, append, _) => append.events_only() || append.plain_end(),
+            Write::Admit(..) => true,
+        };
+        let failed = |e: StoreError| match write {
+            Write::Append(..) => Answer::Append(Err(e)),
+            Write::Admit(..) => Answer::Admit(Err(e)),
+        };
+        if single {
+            return match self.pool.acquire().await {
+                Ok(mut conn) => write.apply(&mut self.pg(&mut conn, false)).await,
+                Err(e) => failed(e.into()),
+            };
+        }
+        let mut tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return failed(e.into()),
+        };
+        let answer = write.apply(&mut self.pg(&mut tx, false)).await;
+        let settled = match answer.error() {
+            None => tx.commit().await,
+            Some(_) => tx.rollback().await,
+        };
+        match (settled, answer.error()) {
+            (Err(e), None) => failed(e.into()),
+            // Rolled back or not, the write's own error is its answer.
+            _ => answer,
+        }
+    }
+
+    /// The writes in one transaction. A write refused without writing (lease lost) answers
+    /// only its caller; any other error may have aborted the transaction (PostgreSQL aborts
+    /// it on a failed statement), so all are redone alone. No savepoints: a refusal of the
+    /// policies batched here (`append`: the fenced first statement; `admit` without a token:
+    /// its one insert) writes nothing, so the round trip a savepoint costs per write buys
+    /// nothing.
+    ///
+    /// Lock order: a transaction ending child runs takes the inbox lock before any run row
+    /// lock, as every writer does (see `lock_inbox_for_end`), since a later write in the
+    /// batch could otherwise wait for it while holding a row a resume or another end waits
+    /// for; ends of runs without a parent need no inbox lock, so a batch of them holds none
+    /// (holding it would make every committer's batch wait for the others'). A deadlock
+    /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
+    /// an error.
+    async fn together(&self, batch: &[Write]) -> Group {
+        let started = async {
+            let mut tx = self.pool.begin().await?;
+            let ending: Vec<String> = batch
+                .iter()
+                .filter(|w| w.ends_run())
+                .filter_map(|w| match w {
+                    Write::Append(lease, ..) => Some(lease.run_id.to_string()),
+                    Write::Admit(..) => None,
+                })
+                .collect();
+            if !ending.is_empty() {
+                sqlx::query(&self.sql.dialect.lock_inbox_for_children)
+                    .bind(self.inbox_lock)
+                    .bind(&ending)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            Ok::<_, sqlx::Error>((tx, !ending.is_empty()))
+        };
+        let (mut tx, ending) = match started.await {
+            Ok(started) => started,
+            Err(e) => return Group::Failed(database_of(e.into())),
+        };
+        let mut answers = Vec::with_capacity(batch.len());
+        for write in batch {
+            let answer = write.apply(&mut self.pg(&mut tx, ending)).await;
+            if matches!(answer.error(), Some(StoreError::Database(_))) {
+                if let Err(why) = tx.rollback().await {
+                    tracing::debug!(error = %why, "rolling back after an error failed");
+                }
+                return Group::Redo;
+            }
+            answers.push(answer);
+        }
+        match tx.commit().await {
+            Ok(()) => Group::Committed(answers),
+            Err(e) => Group::Failed(database_of(e.into())),
+        }
     }
 }
 

@@ -196,6 +196,7 @@ macro_rules! __store_conformance_tests {
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_acquirers_never_share_a_run,
+            concurrent_writes_of_many_runs_each_answer_for_themselves,
             payloads_reach_the_owner_in_commit_order,
             payload_ids_follow_commit_order_under_concurrent_resumes,
         ]);
@@ -1311,6 +1312,89 @@ pub async fn concurrent_acquirers_never_share_a_run<S: Store + Clone>(stores: &[
         }
     }
     assert_eq!(seen, all, "shares per worker: {per_worker:?}");
+}
+
+/// Many runs written at once, from every handle (a store committing writes together, as
+/// PostgreSQL's committers do, puts them in one transaction): each write answers for itself.
+/// The writes of runs whose lease is gone (cancelled) are refused and write nothing; every
+/// other run gets its step and, for half of them, its end, numbered after its own events.
+pub async fn concurrent_writes_of_many_runs_each_answer_for_themselves<S: Store + Clone>(
+    stores: &[S],
+) {
+    const RUNS: usize = 60;
+    let store = &stores[0];
+    for i in 0..RUNS {
+        create(store, "many", t(i as u64)).await;
+    }
+    let leased = acquire(
+        store,
+        &names(&["many"]),
+        t(100),
+        Duration::from_secs(600),
+        RUNS,
+    )
+    .await;
+    assert_eq!(leased.len(), RUNS);
+    // Every fifth run loses its lease.
+    let lost: HashSet<RunId> = leased.iter().step_by(5).map(|r| r.run.id).collect();
+    for id in &lost {
+        store.cancel(id, t(200)).await.unwrap();
+    }
+    let writes: Vec<_> = leased
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let store = stores[i % stores.len()].clone();
+            let lease = run.lease.clone();
+            tokio::spawn(async move {
+                let step = store
+                    .append(&lease, &ap(vec![step_done(t(300), 1)], None))
+                    .await;
+                if step.is_err() || i % 2 == 1 {
+                    return (lease.run_id, step, None);
+                }
+                let end = NewEvent {
+                    at: t(301),
+                    event: Event::RunCompleted { output: json!(i) },
+                };
+                let outcome = Some(RunOutcome::Completed(json!(i)));
+                let ended = store.append(&lease, &ap(vec![end], outcome)).await;
+                (lease.run_id, step, Some(ended))
+            })
+        })
+        .collect();
+    for write in writes {
+        let (id, step, ended) = write.await.unwrap();
+        let run = store.get_run(&id).await.unwrap().unwrap();
+        let kinds: Vec<&str> = store
+            .events(&id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.event.kind())
+            .collect();
+        if lost.contains(&id) {
+            assert!(
+                matches!(step, Err(StoreError::LeaseLost(r)) if r == id),
+                "{id}: {step:?}"
+            );
+            assert_eq!(run.status, RunStatus::Cancelled);
+            assert_eq!(kinds, ["run_cancelled"], "{id}");
+            continue;
+        }
+        assert!(step.is_ok(), "{id}: {step:?}");
+        match ended {
+            Some(ended) => {
+                assert!(ended.is_ok(), "{id}: {ended:?}");
+                assert_eq!(run.status, RunStatus::Completed);
+                assert_eq!(kinds, ["step_completed", "run_completed"], "{id}");
+            }
+            None => {
+                assert_eq!(run.status, RunStatus::Running);
+                assert_eq!(kinds, ["step_completed"], "{id}");
+            }
+        }
+    }
 }
 
 /// A released run is not handed out before its wake time, and is handed out again after it.

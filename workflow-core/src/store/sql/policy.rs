@@ -262,6 +262,41 @@ pub(in crate::store) trait Tx {
         end: &EncodedEnd,
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// A run's last write: appends `events` as [`Tx::append_events`] does (false, writing
+    /// nothing, when `fence` no longer holds) and then ends the run as
+    /// [`Tx::end_run_releasing`] does. A dialect may do both in one statement.
+    fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> {
+        async move {
+            if !self.append_events(run, fence, events).await? {
+                return Ok(false);
+            }
+            self.end_run_releasing(run, end, now).await?;
+            Ok(true)
+        }
+    }
+
+    /// Ends the run ([`Tx::end_run`]) and gives up every token it owns
+    /// ([`Tx::release_tokens`] with `None`), both at `now`: how every end is written. A
+    /// dialect may do both in one statement (one round trip).
+    fn end_run_releasing(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            self.end_run(run, end, now).await?;
+            self.release_tokens(run, None, now).await
+        }
+    }
 }
 
 fn exists(id: &RunId) -> StoreError {
@@ -408,13 +443,21 @@ pub(in crate::store) async fn append(
     write: &EncodedAppend,
 ) -> Result<(), StoreError> {
     let run = lease.run_id.to_string();
-    if write.end.is_some() {
+    let fence = Some(sql_epoch(lease.epoch));
+    if let Some(end) = &write.end {
         tx.lock_inbox_for_end(Some(&run)).await?;
+        // The usual end (no payload delivered, no token given up by itself): one write.
+        if write.plain_end() {
+            return match tx
+                .append_and_end(&run, fence, &write.events, end, write.now)
+                .await?
+            {
+                true => Ok(()),
+                false => Err(StoreError::LeaseLost(lease.run_id)),
+            };
+        }
     }
-    if !tx
-        .append_events(&run, Some(sql_epoch(lease.epoch)), &write.events)
-        .await?
-    {
+    if !tx.append_events(&run, fence, &write.events).await? {
         return Err(StoreError::LeaseLost(lease.run_id));
     }
     if !write.events.received.is_empty() {
@@ -425,8 +468,7 @@ pub(in crate::store) async fn append(
             .await?;
     }
     if let Some(end) = &write.end {
-        tx.end_run(&run, end, write.now).await?;
-        tx.release_tokens(&run, None, write.now).await?;
+        tx.end_run_releasing(&run, end, write.now).await?;
     }
     Ok(())
 }
@@ -475,8 +517,7 @@ pub(in crate::store) async fn record_failure(
     let now = sql_time(failure.now);
     if tries >= MAX_FAILED_TRIES {
         tx.append_events(&key, None, &failure.event).await?;
-        tx.end_run(&key, &failure.end, now).await?;
-        tx.release_tokens(&key, None, now).await?;
+        tx.end_run_releasing(&key, &failure.end, now).await?;
         return Ok(FailureOutcome::Failed);
     }
     let at = after(failure.now, failure_backoff(tries));
@@ -789,8 +830,7 @@ async fn end_cancelled(
         error: error.map(str::to_owned),
     };
     tx.append_events(run, None, &c.event).await?;
-    tx.end_run(run, &end, c.now).await?;
-    tx.release_tokens(run, None, c.now).await
+    tx.end_run_releasing(run, &end, c.now).await
 }
 
 /// Deletes the runs that ended before `before`, except those retaining a token past `now`,

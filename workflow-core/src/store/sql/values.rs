@@ -170,6 +170,12 @@ impl EncodedAppend {
         })
     }
 
+    /// True when the append ends the run and does nothing else but add events (no payload
+    /// delivered, no token given up by itself): the usual last write of a run.
+    pub fn plain_end(&self) -> bool {
+        self.end.is_some() && self.events.received.is_empty() && self.release_tokens.is_empty()
+    }
+
     /// True when the append only adds events (no payload delivered, no tokens released, no
     /// end).
     #[cfg(feature = "postgres")]
