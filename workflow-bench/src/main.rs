@@ -14,6 +14,7 @@
 
 mod flows;
 mod report;
+mod scale;
 mod scenarios;
 mod stores;
 mod streams;
@@ -51,6 +52,9 @@ enum Scenario {
     /// `testing::replay` of an exported 10,000-step history (a replay test of a new build).
     #[value(alias = "replay")]
     ReplayTest,
+    /// Steps/s and CPU per step with 1, 2 and 3 worker processes on one database.
+    #[value(alias = "scale")]
+    ScaleOut,
     /// A parent starting a 1-step child and awaiting its result, one at a time: p50.
     #[value(alias = "child")]
     Children,
@@ -114,6 +118,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Children,
             Streams,
             QueueHandoff,
+            ScaleOut,
             W0,
             W1,
             W2,
@@ -130,6 +135,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Memory => &Memory,
             ReplayTest => &ReplayTest,
             Children => &Children,
+            ScaleOut => &ScaleOut,
             Streams => &Streams,
             QueueHandoff => &QueueHandoff,
             W0 => &W0,
@@ -149,6 +155,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
             Children => scenarios::children(ctx, &mut rep).await?,
+            ScaleOut => scale::scale_out(ctx, &mut rep).await?,
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
@@ -235,6 +242,7 @@ mod tests {
             "replay test",
             "children",
             "streams",
+            "scale-out",
             "queue handoff",
             "W0",
             "W1",

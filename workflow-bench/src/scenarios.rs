@@ -44,6 +44,9 @@ pub struct Sizes {
     pub stream_timed: u32,
     /// Runs through a queue of concurrency 1, one slot handed over between each two.
     pub handoff_runs: usize,
+    /// Runs and steps per run of each scale-out trial.
+    pub scale_runs: usize,
+    pub scale_steps: u32,
 }
 
 impl Sizes {
@@ -71,6 +74,8 @@ impl Sizes {
             stream_chunks: 2000,
             stream_timed: 200,
             handoff_runs: 200,
+            scale_runs: 200,
+            scale_steps: 20,
         }
     }
 
@@ -98,6 +103,8 @@ impl Sizes {
             stream_chunks: 20,
             stream_timed: 5,
             handoff_runs: 5,
+            scale_runs: 4,
+            scale_steps: 2,
         }
     }
 }
@@ -170,7 +177,7 @@ async fn warm_up(rt: &Runtime) -> BoxResult<()> {
     Ok(())
 }
 
-fn progress(what: impl std::fmt::Display) {
+pub(crate) fn progress(what: impl std::fmt::Display) {
     eprintln!("  .. {what}");
 }
 

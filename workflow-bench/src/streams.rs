@@ -94,11 +94,13 @@ pub async fn child() -> Option<BoxResult<()>> {
     )
 }
 
-/// The writer process of a cross-process trial on `fresh`; killed when dropped.
-struct Writer(Child);
+/// A worker process (this binary re-executed) on `fresh`'s store, driving every workflow of
+/// the benchmark; killed when dropped. The streams scenario's writer, the scale-out
+/// scenario's workers.
+pub(crate) struct Writer(pub(crate) Child);
 
 impl Writer {
-    fn spawn(fresh: &Fresh) -> BoxResult<Writer> {
+    pub(crate) fn spawn(fresh: &Fresh) -> BoxResult<Writer> {
         let mut cmd = Command::new(std::env::current_exe()?);
         if cfg!(test) {
             // The test binary: its ignored entry point serves as the writer.
