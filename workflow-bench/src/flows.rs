@@ -34,6 +34,22 @@ pub async fn one_step(i: u64) -> Result<u64> {
     body(i).await
 }
 
+/// A step that takes `ms` milliseconds.
+#[step(name = "bench.nap")]
+async fn nap(ms: u64) -> Result<()> {
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    Ok(())
+}
+
+/// `n` steps of `ms` milliseconds each, one after the other.
+#[workflow(name = "bench.napping")]
+pub async fn napping(n: u32, ms: u64) -> Result<u32> {
+    for _ in 0..n {
+        nap(ms).await?;
+    }
+    Ok(n)
+}
+
 /// Starts a `one_step` child and returns its result (SPEC 10).
 #[workflow(name = "bench.parent_of_one")]
 pub async fn parent_of_one(i: u64) -> Result<u64> {

@@ -4,9 +4,9 @@
 //! 2-core machine. The workers are this binary re-executed ([`Writer`]); this process only
 //! starts runs and waits for them (a client runtime, no worker).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::flows::sequential;
+use crate::flows::{napping, sequential};
 use crate::report::{Report, Row, Unit};
 use crate::scenarios::Ctx;
 use crate::stores::StoreKind;
@@ -110,6 +110,55 @@ async fn trial(
     ))
 }
 
+/// The lease of the failover trial's workers.
+const FAILOVER_LEASE: Duration = Duration::from_secs(2);
+
+/// Failover: one worker process takes `runs` runs of slow steps, a second one starts, and the
+/// first is SIGKILLed. The time from the kill until every run has recorded a new event: the
+/// last of the killed worker's runs resuming on the other (its lease expiring, then the
+/// other's poll).
+async fn failover_trial(ctx: &Ctx, kind: StoreKind, runs: usize) -> BoxResult<f64> {
+    let fresh = ctx.fresh(kind).await?;
+    let rt = fresh.builder().worker(false).build().await?;
+    let lease = [("WF_BENCH_LEASE_MS", FAILOVER_LEASE.as_millis().to_string())];
+    // The doomed worker alone takes every run; the survivor starts only then.
+    let mut doomed = Writer::spawn_with(&fresh, &lease)?;
+    let mut started = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        started.push(rt.start(napping, (10_000, 20)).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let survivor = Writer::spawn_with(&fresh, &lease)?;
+    let store = rt.store().clone();
+    let mut seen = Vec::with_capacity(runs);
+    for run in &started {
+        seen.push(store.events(&run.id()).await?.len());
+    }
+    doomed.0.kill()?;
+    let killed = Instant::now();
+    let _ = doomed.0.wait();
+    let mut moved = vec![false; runs];
+    while moved.iter().any(|m| !m) {
+        if killed.elapsed() > FAILOVER_LEASE * 10 {
+            return Err("the killed worker's runs did not resume in time".into());
+        }
+        for (i, run) in started.iter().enumerate() {
+            if !moved[i] {
+                moved[i] = store.events(&run.id()).await?.len() > seen[i];
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = killed.elapsed().as_secs_f64() * 1e6;
+    for run in &started {
+        let _ = run.cancel().await;
+    }
+    drop(survivor);
+    rt.shutdown();
+    fresh.cleanup().await?;
+    Ok(took)
+}
+
 /// Steps/s and CPU per step with 1, 2 and 3 worker processes, on SQLite and PostgreSQL.
 pub async fn scale_out(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     use StoreKind::*;
@@ -156,6 +205,23 @@ pub async fn scale_out(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
                 );
             }
         }
+        crate::scenarios::progress(format!("failover {}", kind.name()));
+        let mut took = Vec::new();
+        for _ in 0..ctx.trials {
+            took.push(failover_trial(ctx, kind, ctx.sizes.scale_runs.min(20)).await?);
+        }
+        rep.push(
+            Row::new(
+                "scale-out",
+                kind.name(),
+                format!(
+                    "a worker SIGKILLed (lease {} s): until all its runs resumed elsewhere",
+                    FAILOVER_LEASE.as_secs()
+                ),
+                Unit::Micros,
+            )
+            .samples(took),
+        );
     }
     Ok(())
 }

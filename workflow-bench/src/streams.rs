@@ -79,6 +79,14 @@ pub async fn child() -> Option<BoxResult<()>> {
                     .schema(var("WF_BENCH_SCHEMA")?),
                 other => return Err(format!("unknown store {other:?}").into()),
             };
+            // The scale-out scenario's failover trial shortens the lease.
+            let b = match std::env::var("WF_BENCH_LEASE_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                Some(ms) => b.lease(Duration::from_millis(ms)),
+                None => b,
+            };
             let _rt = b.build().await?;
             println!("READY");
             std::io::stdout().flush()?;
@@ -101,6 +109,11 @@ pub(crate) struct Writer(pub(crate) Child);
 
 impl Writer {
     pub(crate) fn spawn(fresh: &Fresh) -> BoxResult<Writer> {
+        Self::spawn_with(fresh, &[])
+    }
+
+    /// [`Writer::spawn`] with more environment for the process.
+    pub(crate) fn spawn_with(fresh: &Fresh, env: &[(&str, String)]) -> BoxResult<Writer> {
         let mut cmd = Command::new(std::env::current_exe()?);
         if cfg!(test) {
             // The test binary: its ignored entry point serves as the writer.
@@ -117,6 +130,9 @@ impl Writer {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         for (k, v) in fresh.child_env() {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn()?;
