@@ -82,22 +82,32 @@ fn resume_from(headers: &HeaderMap) -> std::result::Result<u64, (StatusCode, Str
 }
 
 /// The run's stream as events: `token` per chunk (`id` = index, data `{attempt, value}`),
-/// then `end`; a read error is an `error` event, and the response ends.
+/// then `end`; a read error is an `error` event instead of `end`, and the response ends
+/// (so a client reconnects with `Last-Event-ID` rather than taking the stream as finished).
 fn events(
     chunks: impl Stream<Item = Result<Chunk<String>>> + Send + 'static,
 ) -> impl Stream<Item = std::result::Result<Event, Infallible>> + Send + 'static {
-    let body = chunks.map(|chunk| {
-        Ok(match chunk {
-            Ok(c) => Event::default()
-                .id(c.index.to_string())
-                .event("token")
-                .data(json!({ "attempt": c.attempt, "value": c.value }).to_string()),
-            Err(e) => Event::default().event("error").data(e.to_string()),
-        })
-    });
-    body.chain(futures::stream::once(async {
-        Ok(Event::default().event("end").data("{}"))
-    }))
+    // `None` once the stream is over: after its end, or after an error.
+    let chunks = chunks
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    chunks.scan(false, |failed, chunk| {
+        let event = match (chunk, *failed) {
+            (_, true) => None,
+            (Some(Ok(c)), false) => Some(
+                Event::default()
+                    .id(c.index.to_string())
+                    .event("token")
+                    .data(json!({ "attempt": c.attempt, "value": c.value }).to_string()),
+            ),
+            (Some(Err(e)), false) => {
+                *failed = true;
+                Some(Event::default().event("error").data(e.to_string()))
+            }
+            (None, false) => Some(Event::default().event("end").data("{}")),
+        };
+        futures::future::ready(event.map(Ok))
+    })
 }
 
 async fn story_tokens(

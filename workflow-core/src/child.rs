@@ -20,7 +20,7 @@ use crate::config::check_payload;
 use crate::context::{current, invalid_token, mismatched_delivery, Command, Ready, RunCtx};
 use crate::error::{Error, HookConflictError};
 use crate::ids::RunId;
-use crate::queue::{change_entry, EntryChange};
+use crate::queue::entry;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::replay::{ChildCall, Key};
 use crate::store::QueueEntry;
@@ -124,21 +124,21 @@ impl<W: WorkflowDef> StartChild<W> {
     /// does; replaces the child workflow's `#[workflow(queue = "..")]`. A queue declared
     /// nowhere on the store fails the start (recorded, no child).
     pub fn queue(mut self, name: impl Into<String>) -> Self {
-        change_entry(&mut self.queue, EntryChange::Name(name.into()));
+        entry(&mut self.queue).name = name.into();
         self
     }
 
     /// The child's partition key in its queue, as
     /// [`Start::partition_key`](crate::Start::partition_key). No effect without a queue.
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
-        change_entry(&mut self.queue, EntryChange::Key(key.into()));
+        entry(&mut self.queue).partition_key = Some(key.into());
         self
     }
 
     /// The child's priority in its queue, as [`Start::priority`](crate::Start::priority).
     /// No effect without a queue.
     pub fn priority(mut self, p: i32) -> Self {
-        change_entry(&mut self.queue, EntryChange::Priority(p));
+        entry(&mut self.queue).priority = p;
         self
     }
 }

@@ -101,20 +101,9 @@ impl Queue {
     }
 }
 
-/// A start's queue entry as the builder methods of `start` and `start_child` set it: the
-/// queue's name replaces the workflow's default, while a partition key or priority given
-/// first waits for a queue (an entry with an empty name stands for "none yet").
-pub(crate) enum EntryChange {
-    Name(String),
-    Key(String),
-    Priority(i32),
-}
-
-pub(crate) fn change_entry(entry: &mut Option<crate::store::QueueEntry>, change: EntryChange) {
-    let e = entry.get_or_insert_with(|| crate::store::QueueEntry::new(""));
-    match change {
-        EntryChange::Name(name) => e.name = name,
-        EntryChange::Key(key) => e.partition_key = Some(key),
-        EntryChange::Priority(p) => e.priority = p,
-    }
+/// The queue entry a start's builder methods (`start`, `start_child`) write into: created
+/// empty when a partition key or priority comes before any queue (an entry with an empty name
+/// stands for "no queue yet"; `.queue(..)` or the workflow's default names it).
+pub(crate) fn entry(queue: &mut Option<crate::store::QueueEntry>) -> &mut crate::store::QueueEntry {
+    queue.get_or_insert_with(|| crate::store::QueueEntry::new(""))
 }

@@ -1038,10 +1038,17 @@ impl<S> Replay<S> {
     /// Records and delivers the end of one child the workflow waits for, if its notice was
     /// read. Returns whether one was delivered.
     pub(crate) fn deliver_child_end(&mut self, now: SystemTime) -> bool {
-        let Some(child_id) = self.child_ends.keys().copied().find(|id| {
-            let key = Key::ChildEnd(*id);
-            self.waiting.contains(&key) && !self.recorded_results.contains(&key)
-        }) else {
+        // Of the awaited ends read, the first committed (inbox order, as payloads go).
+        let Some(child_id) = self
+            .child_ends
+            .iter()
+            .filter(|(id, _)| {
+                let key = Key::ChildEnd(**id);
+                self.waiting.contains(&key) && !self.recorded_results.contains(&key)
+            })
+            .min_by_key(|(_, (payload_id, _))| *payload_id)
+            .map(|(id, _)| *id)
+        else {
             return false;
         };
         let Some((payload_id, result)) = self.child_ends.remove(&child_id) else {

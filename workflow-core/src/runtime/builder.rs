@@ -180,7 +180,9 @@ impl RuntimeBuilder {
             }
             StoreChoice::Custom(s) => s,
         };
-        store.define_queues(&queues).await?;
+        if !queues.is_empty() {
+            store.define_queues(&queues).await?;
+        }
         let mut workflow_names: Vec<String> = workflows.keys().map(|s| s.to_string()).collect();
         workflow_names.sort();
         let notices = store.notices();

@@ -24,7 +24,7 @@ use crate::history::{
     HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 use crate::ids::RunId;
-use crate::queue::{change_entry, EntryChange};
+use crate::queue::entry;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
     Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, QueueEntry,
@@ -349,7 +349,7 @@ impl<W: WorkflowDef> Start<W> {
     /// # }
     /// ```
     pub fn queue(mut self, name: impl Into<String>) -> Self {
-        change_entry(&mut self.queue, EntryChange::Name(name.into()));
+        entry(&mut self.queue).name = name.into();
         self
     }
 
@@ -384,7 +384,7 @@ impl<W: WorkflowDef> Start<W> {
     /// # }
     /// ```
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
-        change_entry(&mut self.queue, EntryChange::Key(key.into()));
+        entry(&mut self.queue).partition_key = Some(key.into());
         self
     }
 
@@ -392,7 +392,7 @@ impl<W: WorkflowDef> Start<W> {
     /// (default 0). Runs of one partition key keep their start order whatever their priority.
     /// No effect without a queue.
     pub fn priority(mut self, p: i32) -> Self {
-        change_entry(&mut self.queue, EntryChange::Priority(p));
+        entry(&mut self.queue).priority = p;
         self
     }
 }

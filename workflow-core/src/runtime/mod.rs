@@ -141,7 +141,9 @@ impl Inner {
     /// interval, or with a pushing store (whose notices wake it) ten times that.
     pub(crate) fn stream_poll(&self) -> std::time::Duration {
         if self.pushed {
-            self.config.poll_interval.saturating_mul(10)
+            self.config
+                .poll_interval
+                .saturating_mul(worker::PUSHED_POLL_FACTOR)
         } else {
             self.config.poll_interval
         }

@@ -13,7 +13,7 @@ use crate::ids::RunId;
 use crate::store::{AcquireRequest, Lease, LeasedRun, Notice};
 
 /// With a store that pushes changes, the safety-net poll runs this many times less often.
-const PUSHED_POLL_FACTOR: u32 = 10;
+pub(super) const PUSHED_POLL_FACTOR: u32 = 10;
 
 /// Applies the changes a pushing store reports: wakes the worker, the drivers of runs that got
 /// payloads, and the waiters of runs that ended (in any process, so client-only runtimes too).

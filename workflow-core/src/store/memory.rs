@@ -213,7 +213,12 @@ impl State {
 
     /// The waiting queued runs that may begin now within their queues' limits, at most
     /// `limit`, for `acquire` (see [`Store::acquire`]).
-    fn admissible(&mut self, req: &AcquireRequest<'_>, mut limit: usize) -> Vec<RunId> {
+    fn admissible(
+        &mut self,
+        req: &AcquireRequest<'_>,
+        leased: &[RunId],
+        mut limit: usize,
+    ) -> Vec<RunId> {
         let mut picked = Vec::new();
         for (name, book) in &mut self.books {
             if limit == 0 {
@@ -237,10 +242,13 @@ impl State {
                 }
                 allowance = allowance.min((n as usize).saturating_sub(book.begins.len()));
             }
-            let mut keys_taken: HashSet<&str> = HashSet::new();
             for (_, _, id) in &book.waiting {
                 if allowance == 0 {
                     break;
+                }
+                // Handed out by this acquire already (a waiting run past its deadline).
+                if leased.contains(id) {
+                    continue;
                 }
                 let Some(row) = self.runs.get(id) else {
                     continue;
@@ -262,10 +270,11 @@ impl State {
                         .get(k)
                         .and_then(|w| w.first())
                         .map(|(_, first)| *first);
-                    if book.held_keys.contains(k) || keys_taken.contains(k) || first != Some(*id) {
+                    // Only a key's first waiting run may begin, once no run of the key holds
+                    // a slot (so one per key and acquire).
+                    if book.held_keys.contains(k) || first != Some(*id) {
                         continue;
                     }
-                    keys_taken.insert(k);
                 }
                 picked.push(*id);
                 allowance -= 1;
@@ -404,29 +413,33 @@ impl State {
     /// of the due set, every token it owns released.
     /// A child's end also reaches its parent's inbox as a [`ChildNotice`].
     fn end(&mut self, run: RunId, outcome: RunOutcome, status: RunStatus, now: SystemTime) {
-        let mut parent = None;
-        if let Some(row) = self.runs.get_mut(&run) {
+        let parent = self.runs.get_mut(&run).and_then(|row| {
             row.record.status = status;
-            let (output, error) = match outcome {
-                RunOutcome::Completed(v) => (Some(v), None),
-                RunOutcome::Failed(e) => (None, Some(e)),
-            };
-            row.record.output.clone_from(&output);
-            if error.is_some() {
-                row.record.error.clone_from(&error);
+            let completed = matches!(outcome, RunOutcome::Completed(_));
+            match outcome {
+                RunOutcome::Completed(v) => row.record.output = Some(v),
+                RunOutcome::Failed(e) => row.record.error = Some(e),
             }
             row.record.updated_at = now;
             row.lease_until = None;
-            parent = row.record.parent.map(|p| {
-                let notice = ChildNotice {
-                    child: run,
-                    status,
-                    output,
-                    error,
-                };
-                (p, notice)
-            });
-        }
+            // Only a child's end is copied, into its parent's inbox.
+            let parent = row.record.parent?;
+            let notice = ChildNotice {
+                child: run,
+                status,
+                output: if completed {
+                    row.record.output.clone()
+                } else {
+                    None
+                },
+                error: if completed {
+                    None
+                } else {
+                    row.record.error.clone()
+                },
+            };
+            Some((parent, notice))
+        });
         self.schedule(run);
         self.release_all(run, now);
         if let Some((p, notice)) = parent {
@@ -567,7 +580,7 @@ impl Store for MemoryStore {
             .map(|(_, id)| *id)
             .collect();
         let room = req.limit - ready.len();
-        let begin = st.admissible(&req, room);
+        let begin = st.admissible(&req, &ready, room);
         for id in &begin {
             let Some(r) = st.runs.get_mut(id) else {
                 continue;

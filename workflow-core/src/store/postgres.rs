@@ -988,8 +988,20 @@ struct PgOnly {
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token, deadline, parent_id, queue, partition_key, priority";
 
+/// SQL building a child's [`ChildNotice`](crate::store::ChildNotice) JSON from the run id,
+/// status, output JSON and error JSON parameters named, as `ChildNotice::encode` writes it.
+fn child_notice_sql(id: &str, status: &str, output: &str, error: &str) -> String {
+    format!(
+        r#"('{{"child":"' || {id} || '","status":"' || {status} || '","output":' || COALESCE({output}, 'null') || ',"error":' || COALESCE({error}, 'null') || '}}')"#
+    )
+}
+
 /// The statements for the tables in schema `s` (quoted).
 fn statements(s: &str) -> Statements {
+    // A child's `ChildNotice` JSON, assembled by the statement that ends the child and only
+    // for a child: the end's status, output and error are sent once, as its columns.
+    let end_notice = child_notice_sql("$1", "$2", "$3", "$4");
+    let ending_notice = child_notice_sql("$1", "$6", "$7", "$8");
     {
         Statements {
             run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
@@ -1076,10 +1088,11 @@ fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Ended and announced; a child's end (`$7`, a `ChildNotice`) is queued to its
-            // parent under the notice token (`$8`), with the inbox lock (`$9`, see `resume`)
-            // taken only then, and the parent woken and told; the end of a queued run frees a
-            // slot, so its queue's waiting runs may be ready. `$6` channel. With `$10`, the
+            // Ended and announced; a child's end (a `ChildNotice`, built here from the end's
+            // own columns) is queued to its parent under the notice token (`$7`), with the
+            // inbox lock (`$8`, see `resume`) taken only then, and the parent woken and told;
+            // the end of a queued run frees a slot, so its queue's waiting runs may be ready.
+            // `$6` channel. With `$9`, the
             // run's tokens are given up too (as `release_tokens` does for all of them): a
             // retained row stays, inactive, the others go.
             end_run: format!(
@@ -1090,16 +1103,16 @@ fn statements(s: &str) -> Statements {
                      RETURNING id, parent_id, queue),
                  freed AS (
                      DELETE FROM {s}.hooks
-                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
+                     WHERE $9 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
                  kept AS (
                      UPDATE {s}.hooks SET active = FALSE
-                     WHERE $10 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
+                     WHERE $9 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
                  locked AS (
-                     SELECT pg_advisory_xact_lock($9), e.parent_id
+                     SELECT pg_advisory_xact_lock($8), e.parent_id
                      FROM ended e WHERE e.parent_id IS NOT NULL),
                  queued AS (
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                     SELECT l.parent_id, $8, $7, $5 FROM locked l
+                     SELECT l.parent_id, $7, {end_notice}, $5 FROM locked l
                      RETURNING run_id),
                  woken AS (
                      UPDATE {s}.runs r SET wake_at = CASE r.status
@@ -1439,9 +1452,10 @@ fn statements(s: &str) -> Statements {
                 // `append_ending` and `end_run` (releasing the tokens) in one statement: the
                 // run's row is updated once, numbering the events and ending it. `$1` run,
                 // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
-                // output, `$8` error, `$9` now, `$10` channel, `$11` the child's notice,
-                // `$12` the notice token, `$13` the inbox lock (taken before the row lock,
-                // and only for a child). No row when the lease is lost.
+                // output, `$8` error, `$9` now, `$10` channel, `$11` the notice token (the
+                // child's notice is built from `$1`, `$6`, `$7`, `$8`), `$12` the inbox lock
+                // (taken before the row lock, and only for a child). No row when the lease is
+                // lost.
                 append_and_end: format!(
                     "WITH ended AS (
                          UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
@@ -1451,7 +1465,7 @@ fn statements(s: &str) -> Statements {
                            AND ($5::bigint IS NULL
                                 OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
                            AND (SELECT count(*) FROM (
-                                    SELECT pg_advisory_xact_lock($13) FROM {s}.runs p
+                                    SELECT pg_advisory_xact_lock($12) FROM {s}.runs p
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
                          RETURNING id, parent_id, queue,
                                    last_seq - cardinality($2::bigint[]) AS base),
@@ -1471,7 +1485,7 @@ fn statements(s: &str) -> Statements {
                            AND active AND COALESCE(retain_until, 0) > $9),
                      queued AS (
                          INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                         SELECT e.parent_id, $12, $11, $9 FROM ended e
+                         SELECT e.parent_id, $11, {ending_notice}, $9 FROM ended e
                          WHERE e.parent_id IS NOT NULL
                          RETURNING run_id),
                      woken AS (
@@ -1534,7 +1548,6 @@ impl Pg<'_> {
             .bind(&end.error)
             .bind(now)
             .bind(self.channel)
-            .bind(end.notice(run))
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .bind(release)
@@ -1830,7 +1843,6 @@ impl Tx for Pg<'_> {
             .bind(&end.error)
             .bind(now)
             .bind(self.channel)
-            .bind(end.notice(run))
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .fetch_optional(&mut *self.conn)

@@ -416,7 +416,13 @@ pub(in crate::store) async fn queued_to_begin(
         let since = limits
             .rate_period
             .map_or(i64::MAX, |p| now.saturating_sub(p));
-        let (holding, begun) = tx.queue_counts(&queue, since).await?;
+        // A queue that only orders its runs (partition keys, priority) counts nothing.
+        let limited = limits.concurrency.is_some() || limits.rate_limit.is_some();
+        let (holding, begun) = if limited {
+            tx.queue_counts(&queue, since).await?
+        } else {
+            (0, 0)
+        };
         let mut allowance = room;
         if let Some(c) = limits.concurrency {
             allowance = allowance.min(c - holding);
