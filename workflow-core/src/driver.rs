@@ -53,9 +53,10 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// until its next wake-up (a payload may have made it due meanwhile).
     fn left(&self, lease: &Lease, evicted: bool);
 
-    /// The run's end is durable: wake whoever waits for it in this process, and its parent
-    /// if it has one (the end is in the parent's inbox).
-    fn ended(&self, run: crate::RunId, parent: Option<crate::RunId>);
+    /// The run's end is durable: wake whoever waits for it in this process (with `outcome`,
+    /// as written, when the driver knows it), and its parent if it has one (the end is in the
+    /// parent's inbox).
+    fn ended(&self, run: crate::RunId, parent: Option<crate::RunId>, outcome: Option<RunOutcome>);
 
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
@@ -312,7 +313,7 @@ impl Driver {
                     %run_id, error = %e,
                     "run driver stopped on a store error again; the run failed"
                 );
-                self.host.ended(run_id, self.parent);
+                self.host.ended(run_id, self.parent, None);
                 false
             }
             Err(why) => {
@@ -430,8 +431,8 @@ impl Driver {
             if let Some(result) = polled {
                 return match self.replay.returned(result, now) {
                     Ok(end) => {
-                        self.write(end).await?;
-                        self.host.ended(self.ctx.run_id, self.parent);
+                        let outcome = self.write(end).await?;
+                        self.host.ended(self.ctx.run_id, self.parent, outcome);
                         Ok(Stop::Ended)
                     }
                     Err(d) => self.diverge(d).await,
@@ -759,12 +760,13 @@ impl Driver {
         if writes.is_empty() {
             return Ok(());
         }
-        self.write(writes).await
+        self.write(writes).await.map(drop)
     }
 
     /// Appends `writes` under the lease. A transient error is retried, once the history
-    /// shows the failed call did not commit, so nothing is recorded twice.
-    async fn write(&mut self, writes: Writes) -> Result<(), StoreError> {
+    /// shows the failed call did not commit, so nothing is recorded twice. The run's end, when
+    /// `writes` ended it.
+    async fn write(&mut self, writes: Writes) -> Result<Option<RunOutcome>, StoreError> {
         let append = Append {
             events: writes.events,
             release_tokens: writes.releases,
@@ -789,7 +791,7 @@ impl Driver {
             }
         }
         self.last_seq = before + n;
-        Ok(())
+        Ok(append.outcome)
     }
 
     /// Fails the run at its deadline (`start(..).timeout(d)`); its attempts are dropped when
@@ -806,18 +808,19 @@ impl Driver {
             attempt.abort();
         }
         self.replay.take_writes();
-        self.write(Writes {
-            events: vec![NewEvent {
-                at: self.host.now(),
-                event: Event::RunFailed {
-                    error: error.clone(),
-                },
-            }],
-            releases: Vec::new(),
-            end: Some(End::Failed(error)),
-        })
-        .await?;
-        self.host.ended(self.ctx.run_id, self.parent);
+        let outcome = self
+            .write(Writes {
+                events: vec![NewEvent {
+                    at: self.host.now(),
+                    event: Event::RunFailed {
+                        error: error.clone(),
+                    },
+                }],
+                releases: Vec::new(),
+                end: Some(End::Failed(error)),
+            })
+            .await?;
+        self.host.ended(self.ctx.run_id, self.parent, outcome);
         Ok(Stop::Ended)
     }
 
@@ -834,8 +837,8 @@ impl Driver {
             releases: Vec::new(),
             end: Some(End::Failed(error)),
         };
-        self.write(writes).await?;
-        self.host.ended(self.ctx.run_id, self.parent);
+        let outcome = self.write(writes).await?;
+        self.host.ended(self.ctx.run_id, self.parent, outcome);
         Ok(Stop::Ended)
     }
 

@@ -28,7 +28,7 @@ use crate::queue::entry;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
     Admission, AdmitOrResume, CancelOutcome, Lease, LeasedRun, NewRun, PruneStats, QueueEntry,
-    RetryOutcome, RunRecord, RunStatus, StartHook, Store, StreamInfo,
+    RetryOutcome, RunOutcome, RunRecord, RunStatus, StartHook, Store, StreamInfo,
 };
 use crate::streams::RunStream;
 
@@ -819,7 +819,7 @@ impl<T> Run<T> {
             if let Some(a) = self.rt.inner.active().get(&self.id) {
                 a.stop.notify_one();
             }
-            self.rt.inner.run_ended(self.id);
+            self.rt.inner.run_ended(self.id, None);
             self.rt.inner.slot_freed();
         }
         Ok(())
@@ -932,41 +932,54 @@ impl<T: DeserializeOwned> Run<T> {
     pub async fn return_value(&self) -> Result<T, Error> {
         // Registered before the first read, so an end between the read and the wait counts.
         let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
+        // A run driven here tells its waiters its end as it writes it: no read before. An end
+        // told before this call may be an earlier one (the run was retried since): read.
+        let earlier = ended.signal.borrow().clone();
+        let mut read = earlier.is_some() || !self.rt.inner.drives(&self.id);
         loop {
-            let run = self.info().await?;
-            match run.status {
-                RunStatus::Completed => {
-                    let v = run.output.unwrap_or(Value::Null);
-                    return serde_json::from_value(v).map_err(|e| {
-                        Error::fatal(format!(
-                            "the result of run {} does not deserialize into the requested type: {e}",
-                            self.id
-                        ))
-                    });
-                }
-                RunStatus::Failed => {
-                    return Err(run
-                        .error
-                        .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
-                }
-                RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
-                RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => {
-                    // Read again when this run ends here, when notices were missed, or after
-                    // the poll interval (runs driven by processes that do not push).
-                    let _ = tokio::time::timeout(
-                        self.rt.inner.config.poll_interval,
-                        ended.signal.changed(),
-                    )
-                    .await;
+            if read {
+                let run = self.info().await?;
+                match run.status {
+                    RunStatus::Completed => return self.decode(run.output.unwrap_or(Value::Null)),
+                    RunStatus::Failed => {
+                        return Err(run
+                            .error
+                            .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
+                    }
+                    RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
+                    RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => {}
                 }
             }
+            // Read again when this run ends or leaves here, when notices were missed, or
+            // after the poll interval (runs driven by processes that do not push).
+            let _ =
+                tokio::time::timeout(self.rt.inner.config.poll_interval, ended.signal.changed())
+                    .await;
+            let seen = ended.signal.borrow_and_update().clone();
+            let told = seen.filter(|end| !earlier.as_ref().is_some_and(|e| Arc::ptr_eq(e, end)));
+            match told.as_deref() {
+                Some(RunOutcome::Completed(v)) => return self.decode(v.clone()),
+                Some(RunOutcome::Failed(e)) => return Err(e.clone()),
+                None => read = true,
+            }
         }
+    }
+
+    /// The run's output as a `T`.
+    fn decode(&self, output: Value) -> Result<T, Error> {
+        serde_json::from_value(output).map_err(|e| {
+            Error::fatal(format!(
+                "the result of run {} does not deserialize into the requested type: {e}",
+                self.id
+            ))
+        })
     }
 }
 
 /// The end signal of one run that `return_value` calls wait for, shared by all of them.
 pub(super) struct Waiting {
-    pub(super) ended: watch::Sender<()>,
+    /// Signalled at the run's end, with the run's outcome when it ended here.
+    pub(super) ended: watch::Sender<Option<Arc<RunOutcome>>>,
     waiters: usize,
 }
 
@@ -974,14 +987,14 @@ pub(super) struct Waiting {
 struct WaitForEnd {
     inner: Arc<Inner>,
     run: RunId,
-    signal: watch::Receiver<()>,
+    signal: watch::Receiver<Option<Arc<RunOutcome>>>,
 }
 
 impl WaitForEnd {
     fn new(inner: &Arc<Inner>, run: RunId) -> Self {
         let mut waiting = crate::lock(&inner.waiting);
         let w = waiting.entry(run).or_insert_with(|| Waiting {
-            ended: watch::channel(()).0,
+            ended: watch::channel(None).0,
             waiters: 0,
         });
         w.waiters += 1;

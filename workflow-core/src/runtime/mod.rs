@@ -30,7 +30,7 @@ use crate::error::{Error, StartError, StoreError};
 use crate::ids::RunId;
 use crate::registry::BoxFuture;
 use crate::registry::WorkflowRegistration;
-use crate::store::{Lease, Store};
+use crate::store::{Lease, RunOutcome, Store};
 
 pub use builder::RuntimeBuilder;
 pub use client::{HookInfo, HookRef, OrResume, Run, Start, StartOrResume};
@@ -165,6 +165,11 @@ impl Inner {
             active.remove(&lease.run_id);
         }
         drop(active);
+        // Whoever waits here for a run that left without ending here (given back, taken
+        // over) goes back to reading the store.
+        if let Some(w) = crate::lock(&self.waiting).get(&lease.run_id) {
+            w.ended.send_modify(|_| {});
+        }
         // Only a full worker may have left acquirable runs behind; otherwise the next
         // acquire would find nothing new and cost a write transaction per finished run.
         if was_full {
@@ -200,13 +205,26 @@ impl Inner {
         }
     }
 
-    pub(crate) fn run_ended(&self, id: RunId) {
+    /// Run `id` ended: here with `outcome` (as written), or else seen to have ended (its
+    /// waiters read it from the store, unless they got its outcome from here already: the
+    /// notice of an end here also comes back from the store).
+    pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>) {
         let waiting = crate::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {
-            w.ended.send_replace(());
+            match outcome {
+                Some(outcome) => {
+                    w.ended.send_replace(Some(Arc::new(outcome)));
+                }
+                None => w.ended.send_modify(|_| {}),
+            }
         }
         drop(waiting);
         self.stream_changed(id);
+    }
+
+    /// Whether run `id` is driven here now.
+    pub(crate) fn drives(&self, id: &RunId) -> bool {
+        self.active().contains_key(id)
     }
 
     /// Wakes the readers of run `run`'s streams here: a chunk was written, a stream closed,
@@ -398,8 +416,8 @@ impl Host for Inner {
         }
     }
 
-    fn ended(&self, run: RunId, parent: Option<RunId>) {
-        self.run_ended(run);
+    fn ended(&self, run: RunId, parent: Option<RunId>, outcome: Option<RunOutcome>) {
+        self.run_ended(run, outcome);
         self.slot_freed();
         // The parent's driver here reads the child's end from its inbox at once; a parent
         // given back to the store is due now, so the worker looks.

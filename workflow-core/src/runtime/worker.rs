@@ -34,7 +34,7 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 if let Some(a) = rt.active().get(&run) {
                     a.stop.notify_one();
                 }
-                rt.run_ended(run);
+                rt.run_ended(run, None);
             }
             Ok(Notice::Chunk(run)) => rt.stream_changed(run),
             // Missed notices: the worker's poll and the waiters' timeouts catch up.
@@ -43,7 +43,7 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 rt.work.notify_one();
                 let waiting = crate::lock(&rt.waiting);
                 for w in waiting.values() {
-                    w.ended.send_replace(());
+                    w.ended.send_modify(|_| {});
                 }
                 drop(waiting);
                 rt.streams_changed();
@@ -161,7 +161,7 @@ async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
                     tracing::info!(run_id = %id, "run ended elsewhere; stopping it here");
                     a.stop.notify_one();
                 }
-                rt.run_ended(id);
+                rt.run_ended(id, None);
             }
         }
         Err(e) => tracing::warn!(error = %e, "checking for runs ended elsewhere failed"),

@@ -12,12 +12,14 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{Connection, Executor, PgConnection, Postgres, Transaction};
+use sqlx::{Connection, Executor, PgConnection, Postgres};
 use tokio::sync::{broadcast, mpsc, oneshot, Mutex};
 
 use super::sql::migrations::{self, Migration, Place};
@@ -43,7 +45,7 @@ use crate::ids::{stable_hash, RunId};
 
 /// Connections per store. Each operation holds one for a few round trips; the listener has
 /// its own.
-const POOL_SIZE: u32 = 10;
+const POOL_SIZE: u32 = 16;
 /// How long the first connection (and the listener's reconnects) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an operation waits for a free pooled connection.
@@ -58,6 +60,8 @@ const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 const COMMITTERS: usize = 4;
 /// Writes per group transaction at most.
 const MAX_BATCH: usize = 256;
+/// Connections kept out of the pool between uses at most (see `Stash`).
+const STASHED: usize = 8;
 
 /// The schema's history, applied in order on connect. `{schema}` stands for the quoted
 /// schema name.
@@ -308,6 +312,8 @@ struct Inner {
     notices: OnceLock<Notices>,
     /// The queue to the committers, started by the first batched write.
     committers: OnceLock<mpsc::UnboundedSender<Write>>,
+    /// What the committers and a lone write write with.
+    writer: Writer,
 }
 
 /// The listener task's side of the store. Dropping it (with the last store clone) drops
@@ -341,7 +347,13 @@ impl PostgresStore {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| with_source(format!("invalid PostgreSQL URL: {e}"), e))?
             // Tells the store's connections apart in `pg_stat_activity`.
-            .application_name(&application_name(schema));
+            .application_name(&application_name(schema))
+            // Every statement here is prepared once per connection and looks rows up by key;
+            // planned anew for each call's values (PostgreSQL's default for a statement's
+            // first five runs, and for good when the generic plan looks costlier), the larger
+            // ones spent more time planning than running: an end's CTEs took about 0.45 ms to
+            // plan and 0.2 ms to run.
+            .options([("plan_cache_mode", "force_generic_plan")]);
         let target = describe_target(&options);
         let unreachable = format!("cannot connect to PostgreSQL at {target}");
         let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
@@ -363,17 +375,29 @@ impl PostgresStore {
             .test_before_acquire(false)
             .connect_lazy_with(options.clone());
         let quoted = quote_ident(schema);
+        let sql = Arc::new(statements(&quoted));
+        let writer = Writer {
+            stash: Arc::new(Stash {
+                pool: pool.clone(),
+                idle: std::sync::Mutex::new(Vec::new()),
+            }),
+            sql: sql.clone(),
+            channel: schema.into(),
+            inbox_lock: lock_key("inbox", schema),
+            writing: Arc::new(AtomicUsize::new(0)),
+        };
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 pool,
                 schema: schema.to_owned(),
                 target,
                 options,
-                sql: Arc::new(statements(&quoted)),
-                inbox_lock: lock_key("inbox", schema),
+                sql,
+                inbox_lock: writer.inbox_lock,
                 runtime: tokio::runtime::Handle::current(),
                 notices: OnceLock::new(),
                 committers: OnceLock::new(),
+                writer,
             }),
         })
     }
@@ -391,6 +415,8 @@ impl PostgresStore {
             quote_ident(&self.inner.schema)
         );
         sqlx::query(&sql).execute(&self.inner.pool).await?;
+        // The pool closes once every connection is back: the kept ones first.
+        crate::lock(&self.inner.writer.stash.idle).clear();
         self.inner.pool.close().await;
         Ok(())
     }
@@ -402,11 +428,14 @@ impl PostgresStore {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
-        if row.hook.is_none() {
+        let Some((token, retain_until)) = &row.hook else {
             // One statement (the insert): committed with whatever other writes are waiting.
             let (reply, answer) = oneshot::channel();
             self.commit(Write::Admit(row, reply)).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));
+        };
+        if let Some(decided) = self.admit_claiming(&row, token, *retain_until).await? {
+            return Ok(decided);
         }
         // Not batched: a claim locks its token's row, won or lost, and a group transaction
         // would hold it to its commit while the run owning the token, ending in another
@@ -418,8 +447,67 @@ impl PostgresStore {
         settle(tx, admitted).await
     }
 
-    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        Ok(self.inner.pool.begin().await?)
+    /// Admits `row` claiming `token` in one statement, committed on its own (`policy::admit`'s
+    /// statements in one): the claim is the upsert's WHERE on the token's primary key, and the
+    /// run is inserted only when it won. A claim that lost reads the owner from the
+    /// statement's snapshot; `None` when that snapshot shows no owner, because the winning
+    /// claim committed while this one waited for the token's row (then `policy::admit`, in a
+    /// transaction, reads it).
+    async fn admit_claiming(
+        &self,
+        row: &NewRunRow,
+        token: &str,
+        retain_until: Option<i64>,
+    ) -> Result<Option<(Admission, Option<Lease>)>, StoreError> {
+        let sql = &self.inner.sql.dialect.admit_claiming[usize::from(row.lease_until.is_some())];
+        let (parent, detached) = match &row.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool, i64)>(sql)
+            .bind(&row.key)
+            .bind(&row.workflow)
+            .bind(&row.input)
+            .bind(row.created_at)
+            .bind(token)
+            .bind(retain_until)
+            .bind(row.deadline)
+            .bind(parent)
+            .bind(detached);
+        let query = match row.lease_until {
+            Some(until) => query.bind(until),
+            None => query
+                .bind(&self.inner.schema)
+                .bind(&row.queue)
+                .bind(&row.partition_key)
+                .bind(row.priority),
+        };
+        let mut conn = self.conn().await?;
+        let decided = query.fetch_one(&mut *conn).await;
+        let (new, admitted, owner, taken, _) = conn.kept(decided)?;
+        if !new {
+            return Err(policy::exists(&row.id));
+        }
+        if admitted {
+            let lease = row.lease_until.map(|_| Lease {
+                run_id: row.id,
+                epoch: 1,
+            });
+            return Ok(Some((Admission::Admitted, lease)));
+        }
+        match owner {
+            Some(owner) if taken => Ok(Some((Admission::Conflict(owner_of(&owner, token)?), None))),
+            _ => Ok(None),
+        }
+    }
+
+    /// A connection for a few statements (see [`Stash`]).
+    async fn conn(&self) -> Result<Conn<'_>, StoreError> {
+        self.inner.writer.stash.conn().await
+    }
+
+    async fn begin(&self) -> Result<StashTx<'_>, StoreError> {
+        self.conn().await?.begin().await
     }
 
     /// The policies' statements on `conn`.
@@ -434,34 +522,36 @@ impl PostgresStore {
         }
     }
 
-    /// Hands `write` to the committers (starting them on first use, where the listener
-    /// runs: in the runtime the store was connected in), which answer on the write's own
-    /// reply channel. When that runtime is gone, the write is committed here, alone.
+    /// Commits `write`: at once from the caller's task when no other write is under way (a
+    /// committer would only add two task wake-ups, with nothing to batch it with), else
+    /// through the committers (starting them on first use, where the listener runs: in the
+    /// runtime the store was connected in), which answer on the write's own reply channel.
+    /// When that runtime is gone, the write is committed here, alone.
     async fn commit(&self, write: Write) {
+        let writer = &self.inner.writer;
+        let under_way = Writing::count(&writer.writing);
+        if under_way.before == 0 {
+            let answer = writer.alone(&write).await;
+            drop(under_way);
+            write.answer(answer);
+            return;
+        }
+        // Counted until a committer answers it.
+        under_way.hand_over();
         let queue = self.inner.committers.get_or_init(|| {
             let (queue, writes) = mpsc::unbounded_channel();
             let writes = Arc::new(Mutex::new(writes));
             for _ in 0..COMMITTERS {
                 self.inner
                     .runtime
-                    .spawn(committer(self.writer(), writes.clone()));
+                    .spawn(committer(writer.clone(), writes.clone()));
             }
             queue
         });
         if let Err(mpsc::error::SendError(write)) = queue.send(write) {
-            let answer = self.writer().alone(&write).await;
+            let answer = writer.alone(&write).await;
+            writer.writing.fetch_sub(1, Ordering::AcqRel);
             write.answer(answer);
-        }
-    }
-
-    /// What a committer needs of the store (not the store itself: the committers end when
-    /// the last clone of it is dropped, which closes their queue).
-    fn writer(&self) -> Writer {
-        Writer {
-            pool: self.inner.pool.clone(),
-            sql: self.inner.sql.clone(),
-            channel: self.inner.schema.clone(),
-            inbox_lock: self.inner.inbox_lock,
         }
     }
 }
@@ -471,9 +561,9 @@ impl Store for PostgresStore {
     /// The database server's clock: every process on this store times its writes and
     /// decisions by it, whatever its own clock says.
     async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
-        let micros: i64 = sqlx::query_scalar(CLOCK)
-            .fetch_one(&self.inner.pool)
-            .await?;
+        let mut conn = self.conn().await?;
+        let micros = sqlx::query_scalar(CLOCK).fetch_one(&mut *conn).await;
+        let micros: i64 = conn.kept(micros)?;
         let micros = u64::try_from(micros).map_err(|e| {
             StoreError::Corrupt(format!("the database's clock reads {micros} µs: {e}"))
         })?;
@@ -523,19 +613,21 @@ impl Store for PostgresStore {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
-        let row: Option<RunRow> = sqlx::query_as(&self.inner.sql.get_run)
+        let mut conn = self.conn().await?;
+        let row = sqlx::query_as::<_, RunRow>(&self.inner.sql.get_run)
             .bind(id.to_string())
-            .fetch_optional(&self.inner.pool)
-            .await?;
-        row.map(RunRow::decode).transpose()
+            .fetch_optional(&mut *conn)
+            .await;
+        conn.kept(row)?.map(RunRow::decode).transpose()
     }
 
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
-        let rows: Vec<EventRow> = sqlx::query_as(&self.inner.sql.events)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as::<_, EventRow>(&self.inner.sql.events)
             .bind(id.to_string())
-            .fetch_all(&self.inner.pool)
-            .await?;
-        decode_events(rows)
+            .fetch_all(&mut *conn)
+            .await;
+        decode_events(conn.kept(rows)?)
     }
 
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
@@ -657,11 +749,13 @@ impl Store for PostgresStore {
     }
 
     async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
-        let (woken, _notes): (i64, i64) = sqlx::query_as(&self.inner.sql.wake_blocked)
+        let mut conn = self.conn().await?;
+        let woken = sqlx::query_as::<_, (i64, i64)>(&self.inner.sql.wake_blocked)
             .bind(sql_time(now))
             .bind(&self.inner.schema)
-            .fetch_one(&self.inner.pool)
-            .await?;
+            .fetch_one(&mut *conn)
+            .await;
+        let (woken, _notes) = conn.kept(woken)?;
         Ok(woken.unsigned_abs())
     }
 
@@ -732,14 +826,16 @@ impl Store for PostgresStore {
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError> {
         let payload = to_json(&payload, "the payload")?;
-        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.inner.sql.resume)
+        let mut conn = self.conn().await?;
+        let queued = sqlx::query_as(&self.inner.sql.resume)
             .bind(token)
             .bind(&payload)
             .bind(sql_time(at))
             .bind(self.inner.inbox_lock)
             .bind(&self.inner.schema)
-            .fetch_optional(&self.inner.pool)
-            .await?;
+            .fetch_optional(&mut *conn)
+            .await;
+        let queued: Option<(i64, String, i64)> = conn.kept(queued)?;
         let Some((payload_id, owner, _notes)) = queued else {
             return Ok(None);
         };
@@ -748,11 +844,13 @@ impl Store for PostgresStore {
 
     async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
         let key = run.to_string();
-        let rows: Vec<PayloadRow> = sqlx::query_as(&self.inner.sql.payloads)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.payloads)
             .bind(&key)
             .bind(sql_id(after))
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<PayloadRow> = conn.kept(rows)?;
         rows.into_iter().map(|p| p.decode(&key)).collect()
     }
 
@@ -761,26 +859,32 @@ impl Store for PostgresStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        let rows: Vec<InboxRow> = sqlx::query_as(&self.inner.sql.payloads_since)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.payloads_since)
             .bind(sql_id(after))
             .bind(sql_id(limit))
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<InboxRow> = conn.kept(rows)?;
         rows.into_iter().map(InboxRow::decode).collect()
     }
 
     async fn last_payload_id(&self) -> Result<u64, StoreError> {
-        let last: i64 = sqlx::query_scalar(&self.inner.sql.last_payload_id)
-            .fetch_one(&self.inner.pool)
-            .await?;
+        let mut conn = self.conn().await?;
+        let last = sqlx::query_scalar(&self.inner.sql.last_payload_id)
+            .fetch_one(&mut *conn)
+            .await;
+        let last: i64 = conn.kept(last)?;
         payload_id_of(last)
     }
 
     async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
-        let row: Option<HookRow> = sqlx::query_as(&self.inner.sql.get_hook)
+        let mut conn = self.conn().await?;
+        let row = sqlx::query_as(&self.inner.sql.get_hook)
             .bind(token)
-            .fetch_optional(&self.inner.pool)
-            .await?;
+            .fetch_optional(&mut *conn)
+            .await;
+        let row: Option<HookRow> = conn.kept(row)?;
         row.map(HookRow::decode).transpose()
     }
 
@@ -796,12 +900,14 @@ impl Store for PostgresStore {
         let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
         let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
         // One statement renews every lease still held; the rest are lost.
-        let renewed: Vec<(String, i64)> = sqlx::query_as(&self.inner.sql.heartbeat)
+        let mut conn = self.conn().await?;
+        let renewed = sqlx::query_as(&self.inner.sql.heartbeat)
             .bind(&ids)
             .bind(&epochs)
             .bind(lease_end(now, lease))
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let renewed: Vec<(String, i64)> = conn.kept(renewed)?;
         Ok(policy::lost(leases, renewed))
     }
 
@@ -820,14 +926,16 @@ impl Store for PostgresStore {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let (status, workflow, limit, queue, parent) = policy::run_filter(filter);
-        let rows: Vec<RunRow> = sqlx::query_as(&self.inner.sql.list_runs)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_runs)
             .bind(status)
             .bind(workflow)
             .bind(limit)
             .bind(queue)
             .bind(parent)
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<RunRow> = conn.kept(rows)?;
         rows.into_iter().map(RunRow::decode).collect()
     }
 
@@ -841,43 +949,51 @@ impl Store for PostgresStore {
         let rates: Vec<Option<i64>> = rows.iter().map(|r| r.2).collect();
         let periods: Vec<Option<i64>> = rows.iter().map(|r| r.3).collect();
         let at = self.now().await?.unwrap_or_else(SystemTime::now);
-        sqlx::query(&self.inner.sql.define_queue)
+        let mut conn = self.conn().await?;
+        let done = sqlx::query(&self.inner.sql.define_queue)
             .bind(names)
             .bind(concurrency)
             .bind(rates)
             .bind(periods)
             .bind(sql_time(at))
-            .execute(&self.inner.pool)
-            .await?;
+            .execute(&mut *conn)
+            .await;
+        conn.kept(done)?;
         Ok(())
     }
 
     async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
-        let opening: Option<i64> = sqlx::query_scalar(&self.inner.sql.queue_opening)
+        let mut conn = self.conn().await?;
+        let opening = sqlx::query_scalar(&self.inner.sql.queue_opening)
             .bind(sql_time(now))
-            .fetch_one(&self.inner.pool)
-            .await?;
+            .fetch_one(&mut *conn)
+            .await;
+        let opening: Option<i64> = conn.kept(opening)?;
         opening
             .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
             .transpose()
     }
 
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
-        let rows: Vec<QueueRow> = sqlx::query_as(&self.inner.sql.list_queues)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_queues)
             .bind(sql_time(now))
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<QueueRow> = conn.kept(rows)?;
         rows.into_iter().map(QueueRow::decode).collect()
     }
 
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let (token, run, limit) = policy::hook_filter(filter);
-        let rows: Vec<HookRow> = sqlx::query_as(&self.inner.sql.list_hooks)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_hooks)
             .bind(token)
             .bind(run)
             .bind(limit)
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<HookRow> = conn.kept(rows)?;
         rows.into_iter().map(HookRow::decode).collect()
     }
 
@@ -891,8 +1007,9 @@ impl Store for PostgresStore {
     ) -> Result<Option<u64>, StoreError> {
         let chunk = EncodedChunk::new(stream, attempt, &value, at)?;
         // One statement, its own transaction.
-        let mut conn = self.inner.pool.acquire().await?;
-        policy::append_chunk(&mut self.tx(&mut conn), lease, &chunk).await
+        let mut conn = self.conn().await?;
+        let appended = policy::append_chunk(&mut self.tx(&mut conn), lease, &chunk).await;
+        conn.kept(appended)
     }
 
     async fn close_stream(
@@ -916,28 +1033,35 @@ impl Store for PostgresStore {
         limit: usize,
     ) -> Result<StreamPage, StoreError> {
         let run = run.to_string();
-        let mut conn = self.inner.pool.acquire().await?;
-        let state: StreamStateRow = sqlx::query_as(&self.inner.sql.stream_state)
-            .bind(&run)
-            .bind(stream)
-            .fetch_one(&mut *conn)
-            .await?;
-        let chunks: Vec<ChunkRow> = sqlx::query_as(&self.inner.sql.stream_chunks)
-            .bind(&run)
-            .bind(stream)
-            .bind(sql_id(from))
-            .bind(sql_id(limit))
-            .fetch_all(&mut *conn)
-            .await?;
+        let mut conn = self.conn().await?;
+        let read = async {
+            let state: StreamStateRow = sqlx::query_as(&self.inner.sql.stream_state)
+                .bind(&run)
+                .bind(stream)
+                .fetch_one(&mut *conn)
+                .await?;
+            let chunks: Vec<ChunkRow> = sqlx::query_as(&self.inner.sql.stream_chunks)
+                .bind(&run)
+                .bind(stream)
+                .bind(sql_id(from))
+                .bind(sql_id(limit))
+                .fetch_all(&mut *conn)
+                .await?;
+            Ok::<_, sqlx::Error>((state, chunks))
+        }
+        .await;
+        let (state, chunks) = conn.kept(read)?;
         state.page(&run, stream, chunks)
     }
 
     async fn list_streams(&self, run: &RunId) -> Result<Vec<StreamInfo>, StoreError> {
         let run = run.to_string();
-        let rows: Vec<StreamRow> = sqlx::query_as(&self.inner.sql.list_streams)
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_streams)
             .bind(&run)
-            .fetch_all(&self.inner.pool)
-            .await?;
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<StreamRow> = conn.kept(rows)?;
         rows.into_iter().map(|r| r.decode(&run)).collect()
     }
 
@@ -983,6 +1107,56 @@ struct PgOnly {
     /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
     /// transaction ending those runs does first.
     lock_inbox_for_children: String,
+    /// An admission claiming its token, in one statement: see `PostgresStore::admit_claiming`.
+    /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
+    admit_claiming: [String; 2],
+}
+
+/// The statement admitting a run with its token (see `PostgresStore::admit_claiming`): `$1` id,
+/// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
+/// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` the
+/// channel told the run is ready, `$11` queue, `$12` partition key, `$13` priority. One row:
+/// whether the id was new, whether the run was admitted, and the token's owner as the
+/// statement's snapshot saw it.
+fn admit_claiming_sql(s: &str, leased: bool) -> String {
+    let (insert, notify) = if leased {
+        (
+            format!(
+                "INSERT INTO {s}.runs
+                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                      epoch, lease_until, deadline, parent_id, detached)
+                 SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9 FROM claimed"
+            ),
+            "0::bigint".to_owned(),
+        )
+    } else {
+        (
+            format!(
+                "INSERT INTO {s}.runs
+                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                      deadline, parent_id, detached, queue, partition_key, priority)
+                 SELECT $1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $11, $12, $13
+                 FROM claimed"
+            ),
+            format!("(SELECT count(pg_notify($10, '{NOTE_READY}')) FROM inserted)"),
+        )
+    };
+    format!(
+        "WITH fresh AS (SELECT NOT EXISTS (SELECT 1 FROM {s}.runs WHERE id = $1) AS new),
+         claimed AS (
+             INSERT INTO {s}.hooks AS h (token, run_id, created_at, active, retain_until)
+             SELECT $5, $1, $4, TRUE, $6 FROM fresh WHERE fresh.new
+             ON CONFLICT (token) DO UPDATE SET
+                 run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at, active = TRUE,
+                 retain_until = EXCLUDED.retain_until
+             WHERE NOT h.active AND COALESCE(h.retain_until, 0) <= EXCLUDED.created_at
+             RETURNING run_id),
+         inserted AS ({insert} RETURNING id)
+         SELECT (SELECT new FROM fresh), EXISTS (SELECT 1 FROM inserted), o.run_id,
+                COALESCE(o.active OR COALESCE(o.retain_until, 0) > $4, FALSE), {notify}
+         FROM (SELECT 1) AS one
+         LEFT JOIN {s}.hooks AS o ON o.token = $5"
+    )
 }
 
 const RUN_COLUMNS: &str = "id, workflow, status, input, output, error, created_at, updated_at, \
@@ -1504,6 +1678,7 @@ fn statements(s: &str) -> Statements {
                      SELECT base, (SELECT count(*) FROM notes) FROM ended"
                 ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
+                admit_claiming: [false, true].map(|leased| admit_claiming_sql(s, leased)),
                 // Parent ids never change, so reading them unlocked is enough.
                 lock_inbox_for_children: format!(
                     "SELECT count(pg_advisory_xact_lock($1)) FROM (
@@ -1977,13 +2152,186 @@ fn database_of(e: StoreError) -> DatabaseError {
     }
 }
 
-/// What the committers write with: the store's pool and statements.
+/// Connections kept between uses instead of given back to sqlx's pool, which pings each
+/// connection given back (one more round trip, and a task, per use). A kept connection is
+/// used again as it is: sqlx reads whatever an earlier, cancelled use left unread before its
+/// next statement. One whose use failed on the database's or the network's side goes back to
+/// the pool, which checks it and closes it if it is broken.
+struct Stash {
+    pool: PgPool,
+    idle: std::sync::Mutex<Vec<PoolConnection<Postgres>>>,
+}
+
+impl Stash {
+    /// A kept connection, or else one from the pool.
+    async fn conn(&self) -> Result<Conn<'_>, StoreError> {
+        let kept = crate::lock(&self.idle).pop();
+        let conn = match kept {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        Ok(Conn {
+            stash: self,
+            conn: Some(conn),
+            keep: true,
+        })
+    }
+}
+
+/// A connection from the [`Stash`], kept again when dropped unless its use failed.
+struct Conn<'a> {
+    stash: &'a Stash,
+    /// Always `Some` until dropped.
+    conn: Option<PoolConnection<Postgres>>,
+    keep: bool,
+}
+
+impl Conn<'_> {
+    /// Passes on `result`, the outcome of this connection's use: after a database error the
+    /// connection goes back to the pool instead of being kept.
+    fn kept<T, E: Into<StoreError>>(mut self, result: Result<T, E>) -> Result<T, StoreError> {
+        let result = result.map_err(Into::into);
+        if matches!(result, Err(StoreError::Database(_))) {
+            self.keep = false;
+        }
+        result
+    }
+}
+
+impl<'a> Conn<'a> {
+    /// Opens a transaction on this connection.
+    async fn begin(mut self) -> Result<StashTx<'a>, StoreError> {
+        if let Err(e) = self.execute("BEGIN").await {
+            self.keep = false;
+            return Err(e.into());
+        }
+        Ok(StashTx {
+            conn: self,
+            open: true,
+        })
+    }
+}
+
+/// A transaction on a stashed connection, from BEGIN to COMMIT or ROLLBACK. Dropped while open
+/// (its caller stopped waiting), it closes its connection, which ends the transaction on the
+/// server; a connection is never kept or given back to the pool in a transaction.
+struct StashTx<'a> {
+    conn: Conn<'a>,
+    open: bool,
+}
+
+impl StashTx<'_> {
+    async fn commit(self) -> Result<(), StoreError> {
+        self.end("COMMIT").await
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.end("ROLLBACK").await
+    }
+
+    async fn end(mut self, how: &str) -> Result<(), StoreError> {
+        self.conn.execute(how).await?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for StashTx<'_> {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for StashTx<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+}
+
+impl Drop for StashTx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.keep = false;
+            if let Some(conn) = &mut self.conn.conn {
+                conn.close_on_drop();
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Conn<'_> {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match &self.conn {
+            Some(conn) => conn,
+            None => unreachable!("a stashed connection is only taken when dropped"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Conn<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match &mut self.conn {
+            Some(conn) => conn,
+            None => unreachable!("a stashed connection is only taken when dropped"),
+        }
+    }
+}
+
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.keep {
+            let mut idle = crate::lock(&self.stash.idle);
+            if idle.len() < STASHED {
+                idle.push(conn);
+            }
+        }
+    }
+}
+
+/// What the committers write with: the store's pool and statements (not the store itself:
+/// the committers end when the last clone of it is dropped, which closes their queue).
 #[derive(Clone)]
 struct Writer {
-    pool: PgPool,
+    stash: Arc<Stash>,
     sql: Arc<Statements>,
-    channel: String,
+    channel: Arc<str>,
     inbox_lock: i64,
+    /// Writes under way: taken by a caller alone, or handed to the committers and not yet
+    /// answered.
+    writing: Arc<AtomicUsize>,
+}
+
+/// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
+/// dropped, also when the caller stops waiting halfway.
+struct Writing<'a> {
+    count: &'a AtomicUsize,
+    /// The writes under way before this one.
+    before: usize,
+}
+
+impl<'a> Writing<'a> {
+    fn count(count: &'a AtomicUsize) -> Self {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        Writing { count, before }
+    }
+
+    /// Leaves the write counted: a committer uncounts it when it answers.
+    fn hand_over(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Takes the writes waiting in `writes` (at least one: a lone write goes out at once) and
@@ -2005,7 +2353,9 @@ async fn committer(writer: Writer, writes: Arc<Mutex<mpsc::UnboundedReceiver<Wri
                 }
             }
         }
+        let n = batch.len();
         writer.commit_batch(batch).await;
+        writer.writing.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
@@ -2075,26 +2425,40 @@ impl Writer {
             Write::Append(..) => Answer::Append(Err(e)),
             Write::Admit(..) => Answer::Admit(Err(e)),
         };
-        if single {
-            return match self.pool.acquire().await {
-                Ok(mut conn) => write.apply(&mut self.pg(&mut conn, false)).await,
+        let mut conn = match self.stash.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return failed(e),
+        };
+        let answer = if single {
+            write.apply(&mut self.pg(&mut conn, false)).await
+        } else {
+            match self.in_transaction(&mut conn, write).await {
+                Ok(answer) => answer,
                 Err(e) => failed(e.into()),
-            };
-        }
-        let mut tx = match self.pool.begin().await {
-            Ok(tx) => tx,
-            Err(e) => return failed(e.into()),
+            }
         };
+        conn.keep = !matches!(answer.error(), Some(StoreError::Database(_)));
+        answer
+    }
+
+    /// `write` in a transaction of its own on `conn`.
+    async fn in_transaction(
+        &self,
+        conn: &mut PgConnection,
+        write: &Write,
+    ) -> Result<Answer, sqlx::Error> {
+        let mut tx = conn.begin().await?;
         let answer = write.apply(&mut self.pg(&mut tx, false)).await;
-        let settled = match answer.error() {
-            None => tx.commit().await,
-            Some(_) => tx.rollback().await,
-        };
-        match (settled, answer.error()) {
-            (Err(e), None) => failed(e.into()),
+        match answer.error() {
+            None => tx.commit().await?,
             // Rolled back or not, the write's own error is its answer.
-            _ => answer,
+            Some(_) => {
+                if let Err(why) = tx.rollback().await {
+                    tracing::debug!(error = %why, "rolling back after an error failed");
+                }
+            }
         }
+        Ok(answer)
     }
 
     /// The writes in one transaction. A write refused without writing (lease lost) answers
@@ -2112,8 +2476,18 @@ impl Writer {
     /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
     /// an error.
     async fn together(&self, batch: &[Write]) -> Group {
+        let mut conn = match self.stash.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return Group::Failed(database_of(e)),
+        };
+        let group = self.together_on(&mut conn, batch).await;
+        conn.keep = matches!(group, Group::Committed(_));
+        group
+    }
+
+    async fn together_on(&self, conn: &mut PgConnection, batch: &[Write]) -> Group {
         let started = async {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = conn.begin().await?;
             let ending: Vec<String> = batch
                 .iter()
                 .filter(|w| w.ends_run())
@@ -2156,10 +2530,7 @@ impl Writer {
 /// Ends `tx` the way `result` says: commit on success, roll back on error. Every transaction
 /// ends here, at once, so an error never leaves a connection holding locks until its next use.
 /// (An `Ok` that wrote nothing, such as a conflict, commits nothing.)
-async fn settle<T>(
-    tx: Transaction<'static, Postgres>,
-    result: Result<T, StoreError>,
-) -> Result<T, StoreError> {
+async fn settle<T>(tx: StashTx<'_>, result: Result<T, StoreError>) -> Result<T, StoreError> {
     match result {
         Ok(v) => {
             tx.commit().await?;

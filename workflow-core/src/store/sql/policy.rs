@@ -299,7 +299,7 @@ pub(in crate::store) trait Tx {
     }
 }
 
-fn exists(id: &RunId) -> StoreError {
+pub(in crate::store) fn exists(id: &RunId) -> StoreError {
     StoreError::database(format!("run {id} already exists"))
 }
 
