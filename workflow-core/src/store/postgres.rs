@@ -6,9 +6,11 @@
 //! database (row locks, unique keys, `FOR UPDATE SKIP LOCKED`).
 //!
 //! Every statement names its tables through the quoted schema, so several stores (say, one per
-//! test, or one per tenant) share a database without seeing each other. Writers send
-//! `pg_notify` on a channel named after the schema inside their transaction, so a notice goes
-//! out exactly when the change it announces becomes visible.
+//! test, or one per tenant) share a database without seeing each other. Writers announce their
+//! changes with `pg_notify` on a channel named after the schema, after their commit, so a
+//! notice goes out only once the change it announces is visible: the hot statements (a run
+//! admitted or ended, a chunk written) return their notices and the `Notifier` sends them, many
+//! in one statement of their own; the others notify inside their transaction.
 
 use std::fmt;
 use std::str::FromStr;
@@ -273,6 +275,8 @@ const NOTE_READY: &str = "r";
 const NOTE_PAYLOAD: &str = "p:";
 const NOTE_ENDED: &str = "e:";
 const NOTE_CHUNK: &str = "c:";
+/// Sends every notice of `$2` on channel `$1`.
+const NOTIFY_ALL: &str = "SELECT count(pg_notify($1, n)) FROM UNNEST($2::text[]) AS n";
 
 /// A [`Store`] in a PostgreSQL schema, shared by any number of processes on any number of
 /// machines.
@@ -385,6 +389,10 @@ impl PostgresStore {
             channel: schema.into(),
             inbox_lock: lock_key("inbox", schema),
             writing: Arc::new(AtomicUsize::new(0)),
+            notifier: Arc::new(Notifier {
+                queue: OnceLock::new(),
+                runtime: tokio::runtime::Handle::current(),
+            }),
         };
         Ok(PostgresStore {
             inner: Arc::new(Inner {
@@ -443,8 +451,11 @@ impl PostgresStore {
         // conflict wrote nothing: ending the transaction at once frees the token's row lock
         // for the next contender.
         let mut tx = self.begin().await?;
-        let admitted = policy::admit(&mut self.tx(&mut tx), &row).await;
-        settle(tx, admitted).await
+        let mut notes = Vec::new();
+        let admitted = policy::admit(&mut self.noting(&mut tx, &mut notes), &row).await;
+        let admitted = settle(tx, admitted).await?;
+        self.inner.writer.announce(notes);
+        Ok(admitted)
     }
 
     /// Admits `row` claiming `token` in one statement, committed on its own (`policy::admit`'s
@@ -464,7 +475,7 @@ impl PostgresStore {
             Some((p, detached)) => (Some(p.as_str()), *detached),
             None => (None, false),
         };
-        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool, i64)>(sql)
+        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool)>(sql)
             .bind(&row.key)
             .bind(&row.workflow)
             .bind(&row.input)
@@ -477,18 +488,21 @@ impl PostgresStore {
         let query = match row.lease_until {
             Some(until) => query.bind(until),
             None => query
-                .bind(&self.inner.schema)
                 .bind(&row.queue)
                 .bind(&row.partition_key)
                 .bind(row.priority),
         };
         let mut conn = self.conn().await?;
         let decided = query.fetch_one(&mut *conn).await;
-        let (new, admitted, owner, taken, _) = conn.kept(decided)?;
+        let (new, admitted, owner, taken) = conn.kept(decided)?;
         if !new {
             return Err(policy::exists(&row.id));
         }
         if admitted {
+            if row.lease_until.is_none() {
+                // Nobody leased it: any worker may take it.
+                self.inner.writer.announce(vec![NOTE_READY.to_owned()]);
+            }
             let lease = row.lease_until.map(|_| Lease {
                 run_id: row.id,
                 epoch: 1,
@@ -519,6 +533,16 @@ impl PostgresStore {
             inbox_lock: self.inner.inbox_lock,
             lock_with_append: false,
             inbox_held: false,
+            notes: None,
+        }
+    }
+
+    /// The policies' statements on `conn`, the notices of the hot ones collected in `notes`
+    /// for [`Writer::announce`] once the transaction committed.
+    fn noting<'a>(&'a self, conn: &'a mut PgConnection, notes: &'a mut Vec<String>) -> Pg<'a> {
+        Pg {
+            notes: Some(notes),
+            ..self.tx(conn)
         }
     }
 
@@ -779,8 +803,17 @@ impl Store for PostgresStore {
     ) -> Result<Admission, StoreError> {
         let row = NewRunRow::new(child, None)?;
         let mut tx = self.begin().await?;
-        let started = policy::start_child(&mut self.tx(&mut tx), lease, child_key, &row).await;
-        settle(tx, started).await
+        let mut notes = Vec::new();
+        let started = policy::start_child(
+            &mut self.noting(&mut tx, &mut notes),
+            lease,
+            child_key,
+            &row,
+        )
+        .await;
+        let started = settle(tx, started).await?;
+        self.inner.writer.announce(notes);
+        Ok(started)
     }
 
     async fn record_failure(
@@ -914,8 +947,11 @@ impl Store for PostgresStore {
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
         let cancel = EncodedCancel::new(id, now)?;
         let mut tx = self.begin().await?;
-        let cancelled = policy::cancel(&mut self.tx(&mut tx), &cancel).await;
-        settle(tx, cancelled).await
+        let mut notes = Vec::new();
+        let cancelled = policy::cancel(&mut self.noting(&mut tx, &mut notes), &cancel).await;
+        let cancelled = settle(tx, cancelled).await?;
+        self.inner.writer.announce(notes);
+        Ok(cancelled)
     }
 
     async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
@@ -1008,8 +1044,12 @@ impl Store for PostgresStore {
         let chunk = EncodedChunk::new(stream, attempt, &value, at)?;
         // One statement, its own transaction.
         let mut conn = self.conn().await?;
-        let appended = policy::append_chunk(&mut self.tx(&mut conn), lease, &chunk).await;
-        conn.kept(appended)
+        let mut notes = Vec::new();
+        let appended =
+            policy::append_chunk(&mut self.noting(&mut conn, &mut notes), lease, &chunk).await;
+        let appended = conn.kept(appended)?;
+        self.inner.writer.announce(notes);
+        Ok(appended)
     }
 
     async fn close_stream(
@@ -1114,31 +1154,25 @@ struct PgOnly {
 
 /// The statement admitting a run with its token (see `PostgresStore::admit_claiming`): `$1` id,
 /// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
-/// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` the
-/// channel told the run is ready, `$11` queue, `$12` partition key, `$13` priority. One row:
-/// whether the id was new, whether the run was admitted, and the token's owner as the
-/// statement's snapshot saw it.
+/// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` queue,
+/// `$11` partition key, `$12` priority. One row: whether the id was new, whether the run was
+/// admitted, and the token's owner as the statement's snapshot saw it (and whether it holds
+/// the token).
 fn admit_claiming_sql(s: &str, leased: bool) -> String {
-    let (insert, notify) = if leased {
-        (
-            format!(
-                "INSERT INTO {s}.runs
-                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      epoch, lease_until, deadline, parent_id, detached)
-                 SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9 FROM claimed"
-            ),
-            "0::bigint".to_owned(),
+    let insert = if leased {
+        format!(
+            "INSERT INTO {s}.runs
+                 (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                  epoch, lease_until, deadline, parent_id, detached)
+             SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9 FROM claimed"
         )
     } else {
-        (
-            format!(
-                "INSERT INTO {s}.runs
-                     (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      deadline, parent_id, detached, queue, partition_key, priority)
-                 SELECT $1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $11, $12, $13
-                 FROM claimed"
-            ),
-            format!("(SELECT count(pg_notify($10, '{NOTE_READY}')) FROM inserted)"),
+        format!(
+            "INSERT INTO {s}.runs
+                 (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
+                  deadline, parent_id, detached, queue, partition_key, priority)
+             SELECT $1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $10, $11, $12
+             FROM claimed"
         )
     };
     format!(
@@ -1153,7 +1187,7 @@ fn admit_claiming_sql(s: &str, leased: bool) -> String {
              RETURNING run_id),
          inserted AS ({insert} RETURNING id)
          SELECT (SELECT new FROM fresh), EXISTS (SELECT 1 FROM inserted), o.run_id,
-                COALESCE(o.active OR COALESCE(o.retain_until, 0) > $4, FALSE), {notify}
+                COALESCE(o.active OR COALESCE(o.retain_until, 0) > $4, FALSE)
          FROM (SELECT 1) AS one
          LEFT JOIN {s}.hooks AS o ON o.token = $5"
     )
@@ -1185,10 +1219,10 @@ fn statements(s: &str) -> Statements {
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
                           deadline, parent_id, detached, queue, partition_key, priority)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $10, $11, $12)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $6, $7, $8, $9, $10, $11)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
-                 SELECT pg_notify($6, '{NOTE_READY}') FROM inserted"
+                 SELECT id FROM inserted"
             ),
             // Admitted and leased to the admitting worker (epoch 1, lease until `$6`): nobody
             // else may take it, so nobody is told it is ready.
@@ -1262,13 +1296,12 @@ fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Ended and announced; a child's end (a `ChildNotice`, built here from the end's
-            // own columns) is queued to its parent under the notice token (`$7`), with the
-            // inbox lock (`$8`, see `resume`) taken only then, and the parent woken and told;
-            // the end of a queued run frees a slot, so its queue's waiting runs may be ready.
-            // `$6` channel. With `$9`, the
-            // run's tokens are given up too (as `release_tokens` does for all of them): a
-            // retained row stays, inactive, the others go.
+            // Ended; a child's end (a `ChildNotice`, built here from the end's own columns) is
+            // queued to its parent under the notice token (`$6`), with the inbox lock (`$7`,
+            // see `resume`) taken only then, and the parent woken; the end of a queued run
+            // frees a slot, so its queue's waiting runs may be ready. The answer: the notices
+            // to send. With `$8`, the run's tokens are given up too (as `release_tokens` does
+            // for all of them): a retained row stays, inactive, the others go.
             end_run: format!(
                 "WITH ended AS (
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
@@ -1277,16 +1310,16 @@ fn statements(s: &str) -> Statements {
                      RETURNING id, parent_id, queue),
                  freed AS (
                      DELETE FROM {s}.hooks
-                     WHERE $9 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
+                     WHERE $8 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
                  kept AS (
                      UPDATE {s}.hooks SET active = FALSE
-                     WHERE $9 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
+                     WHERE $8 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
                  locked AS (
-                     SELECT pg_advisory_xact_lock($8), e.parent_id
+                     SELECT pg_advisory_xact_lock($7), e.parent_id
                      FROM ended e WHERE e.parent_id IS NOT NULL),
                  queued AS (
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                     SELECT l.parent_id, $7, {end_notice}, $5 FROM locked l
+                     SELECT l.parent_id, $6, {end_notice}, $5 FROM locked l
                      RETURNING run_id),
                  woken AS (
                      UPDATE {s}.runs r SET wake_at = CASE r.status
@@ -1295,13 +1328,13 @@ fn statements(s: &str) -> Statements {
                      RETURNING r.id, r.status IN ('pending', 'running')
                          AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
                  notes AS (
-                     SELECT pg_notify($6, n) FROM ended e,
-                     UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
+                     SELECT ARRAY['{NOTE_ENDED}' || e.id]
                          || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
                          || CASE WHEN e.queue IS NOT NULL
                                       OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
-                                 THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END) AS n)
-                 SELECT (SELECT count(*) FROM notes)"
+                                 THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END AS n
+                     FROM ended e)
+                 SELECT COALESCE((SELECT n FROM notes), ARRAY[]::text[])"
             ),
             children_to_cancel: format!(
                 "SELECT id FROM {s}.runs
@@ -1455,9 +1488,9 @@ fn statements(s: &str) -> Statements {
             // stays locked to the end, so no end or cancel of the run interleaves), draw the
             // index from the stream's row (the counter, locked too: concurrent writers to one
             // stream take turns and get indexes in commit order; a closed stream's row is not
-            // updated, so no index), insert the chunk and announce it. `notes` is read only so
-            // that it runs. `$1` run, `$2` epoch, `$3` stream, `$4` attempt, `$5` at, `$6`
-            // value, `$7` channel; the answer: (fenced, index or NULL when closed, notes).
+            // updated, so no index) and insert the chunk. `$1` run, `$2` epoch, `$3` stream,
+            // `$4` attempt, `$5` at, `$6` value; the answer: (fenced, index or NULL when
+            // closed).
             append_chunk: format!(
                 "WITH fenced AS (
                      UPDATE {s}.runs SET last_seq = last_seq
@@ -1473,10 +1506,8 @@ fn statements(s: &str) -> Statements {
                  inserted AS (
                      INSERT INTO {s}.stream_chunks (run_id, name, idx, attempt, at, value)
                      SELECT $1, $3, idx, $4, $5, $6 FROM counted
-                     RETURNING run_id),
-                 notes AS (SELECT pg_notify($7, '{NOTE_CHUNK}' || run_id) FROM inserted)
-                 SELECT (SELECT count(*) FROM fenced), (SELECT idx FROM counted),
-                        (SELECT count(*) FROM notes)"
+                     RETURNING run_id)
+                 SELECT (SELECT count(*) FROM fenced), (SELECT idx FROM counted)"
             ),
             // Closed and announced. `$3` channel.
             close_stream: format!(
@@ -1626,10 +1657,10 @@ fn statements(s: &str) -> Statements {
                 // `append_ending` and `end_run` (releasing the tokens) in one statement: the
                 // run's row is updated once, numbering the events and ending it. `$1` run,
                 // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
-                // output, `$8` error, `$9` now, `$10` channel, `$11` the notice token (the
-                // child's notice is built from `$1`, `$6`, `$7`, `$8`), `$12` the inbox lock
-                // (taken before the row lock, and only for a child). No row when the lease is
-                // lost.
+                // output, `$8` error, `$9` now, `$10` the notice token (the child's notice is
+                // built from `$1`, `$6`, `$7`, `$8`), `$11` the inbox lock (taken before the
+                // row lock, and only for a child). One row, with the notices to send; none when
+                // the lease is lost.
                 append_and_end: format!(
                     "WITH ended AS (
                          UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
@@ -1639,7 +1670,7 @@ fn statements(s: &str) -> Statements {
                            AND ($5::bigint IS NULL
                                 OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
                            AND (SELECT count(*) FROM (
-                                    SELECT pg_advisory_xact_lock($12) FROM {s}.runs p
+                                    SELECT pg_advisory_xact_lock($11) FROM {s}.runs p
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
                          RETURNING id, parent_id, queue,
                                    last_seq - cardinality($2::bigint[]) AS base),
@@ -1659,7 +1690,7 @@ fn statements(s: &str) -> Statements {
                            AND active AND COALESCE(retain_until, 0) > $9),
                      queued AS (
                          INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                         SELECT e.parent_id, $11, {ending_notice}, $9 FROM ended e
+                         SELECT e.parent_id, $10, {ending_notice}, $9 FROM ended e
                          WHERE e.parent_id IS NOT NULL
                          RETURNING run_id),
                      woken AS (
@@ -1669,13 +1700,13 @@ fn statements(s: &str) -> Statements {
                          RETURNING r.id, r.status IN ('pending', 'running')
                              AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
                      notes AS (
-                         SELECT pg_notify($10, n) FROM ended e,
-                         UNNEST(ARRAY['{NOTE_ENDED}' || e.id]
+                         SELECT ARRAY['{NOTE_ENDED}' || e.id]
                              || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
                              || CASE WHEN e.queue IS NOT NULL
                                           OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
-                                     THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END) AS n)
-                     SELECT base, (SELECT count(*) FROM notes) FROM ended"
+                                     THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END AS n
+                         FROM ended e)
+                     SELECT base, (SELECT n FROM notes) FROM ended"
                 ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
                 admit_claiming: [false, true].map(|leased| admit_claiming_sql(s, leased)),
@@ -1705,6 +1736,9 @@ struct Pg<'a> {
     /// The transaction took the inbox lock before any row lock (a group transaction with
     /// runs' ends): `lock_inbox_for_end` has nothing left to take.
     inbox_held: bool,
+    /// Where the hot statements' notices go, to be sent once the transaction committed (see
+    /// `Notifier`); without it they are sent in the transaction.
+    notes: Option<&'a mut Vec<String>>,
 }
 
 impl Pg<'_> {
@@ -1716,18 +1750,36 @@ impl Pg<'_> {
         now: i64,
         release: bool,
     ) -> Result<(), StoreError> {
-        sqlx::query(&self.sql.end_run)
+        let notes: Vec<String> = sqlx::query_scalar(&self.sql.end_run)
             .bind(run)
             .bind(end.status.as_str())
             .bind(&end.output)
             .bind(&end.error)
             .bind(now)
-            .bind(self.channel)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .bind(release)
-            .execute(&mut *self.conn)
+            .fetch_one(&mut *self.conn)
             .await?;
+        self.announce(notes).await
+    }
+
+    /// Announces `notes` on the schema's channel: once the transaction committed when a
+    /// caller collects them, else with a statement of the transaction.
+    async fn announce(&mut self, notes: Vec<String>) -> Result<(), StoreError> {
+        if notes.is_empty() {
+            return Ok(());
+        }
+        match &mut self.notes {
+            Some(collected) => collected.extend(notes),
+            None => {
+                sqlx::query(NOTIFY_ALL)
+                    .bind(self.channel)
+                    .bind(&notes)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
         Ok(())
     }
 }
@@ -1753,9 +1805,9 @@ impl Tx for Pg<'_> {
             .bind(&run.input)
             .bind(run.created_at)
             .bind(token);
-        // `$6`: whom to tell about a run nobody leased, or until when it is leased.
+        // `$6`: until when it is leased.
         let insert = match run.lease_until {
-            None => insert.bind(self.channel),
+            None => insert,
             Some(until) => insert.bind(until),
         };
         let (parent, detached) = match &run.parent {
@@ -1770,7 +1822,12 @@ impl Tx for Pg<'_> {
                 .bind(run.priority),
             Some(_) => insert,
         };
-        Ok(insert.fetch_optional(&mut *self.conn).await?.is_some())
+        let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
+        // A run nobody leased: any worker may take it.
+        if inserted && run.lease_until.is_none() {
+            self.announce(vec![NOTE_READY.to_owned()]).await?;
+        }
+        Ok(inserted)
     }
 
     async fn claim(
@@ -1923,16 +1980,18 @@ impl Tx for Pg<'_> {
         fence: i64,
         chunk: &EncodedChunk,
     ) -> Result<ChunkAppend, StoreError> {
-        let (fenced, idx, _notes): (i64, Option<i64>, i64) = sqlx::query_as(&self.sql.append_chunk)
+        let (fenced, idx): (i64, Option<i64>) = sqlx::query_as(&self.sql.append_chunk)
             .bind(run)
             .bind(fence)
             .bind(&chunk.stream)
             .bind(chunk.attempt)
             .bind(chunk.at)
             .bind(&chunk.value)
-            .bind(self.channel)
             .fetch_one(&mut *self.conn)
             .await?;
+        if fenced != 0 && idx.is_some() {
+            self.announce(vec![format!("{NOTE_CHUNK}{run}")]).await?;
+        }
         Ok(match (fenced, idx) {
             (0, _) => ChunkAppend::LeaseLost,
             (_, None) => ChunkAppend::Closed,
@@ -2007,7 +2066,7 @@ impl Tx for Pg<'_> {
     ) -> Result<bool, StoreError> {
         // The statement takes the inbox lock itself (for a child), before the row lock.
         self.lock_with_append = false;
-        let ended: Option<(i64, i64)> = sqlx::query_as(&self.sql.dialect.append_and_end)
+        let ended: Option<(i64, Vec<String>)> = sqlx::query_as(&self.sql.dialect.append_and_end)
             .bind(run)
             .bind(&events.at)
             .bind(&events.kind)
@@ -2017,12 +2076,15 @@ impl Tx for Pg<'_> {
             .bind(&end.output)
             .bind(&end.error)
             .bind(now)
-            .bind(self.channel)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .fetch_optional(&mut *self.conn)
             .await?;
-        Ok(ended.is_some())
+        let Some((_, notes)) = ended else {
+            return Ok(false);
+        };
+        self.announce(notes).await?;
+        Ok(true)
     }
 
     async fn end_run_releasing(
@@ -2306,6 +2368,48 @@ struct Writer {
     /// Writes under way: taken by a caller alone, or handed to the committers and not yet
     /// answered.
     writing: Arc<AtomicUsize>,
+    notifier: Arc<Notifier>,
+}
+
+/// Sends the notices of committed writes (the hot ones: runs admitted, ended, chunks
+/// written), a statement of its own for all the notices waiting. Announced inside the writes'
+/// own transactions, they made PostgreSQL commit those one at a time: a transaction that
+/// notifies holds a database-wide lock from its commit's start to its end, WAL flush
+/// included. Sent after the commit, a notice still reaches listeners only once what it
+/// announces is visible; it may be lost with this process, and then listeners find the change
+/// at their next poll, as after any lost notice.
+struct Notifier {
+    queue: OnceLock<mpsc::UnboundedSender<Vec<String>>>,
+    /// Where the notifier task runs: the runtime the store was connected in.
+    runtime: tokio::runtime::Handle,
+}
+
+/// The notifier task: takes every waiting batch of notices, drops repeats, sends the rest in
+/// one statement; ends when every writer is gone.
+async fn notifier(
+    stash: Arc<Stash>,
+    channel: Arc<str>,
+    mut queue: mpsc::UnboundedReceiver<Vec<String>>,
+) {
+    while let Some(mut notes) = queue.recv().await {
+        while let Ok(more) = queue.try_recv() {
+            notes.extend(more);
+        }
+        notes.sort_unstable();
+        notes.dedup();
+        let sent = async {
+            let mut conn = stash.conn().await?;
+            let sent = sqlx::query(NOTIFY_ALL)
+                .bind(&*channel)
+                .bind(&notes)
+                .execute(&mut *conn)
+                .await;
+            conn.kept(sent)
+        };
+        if let Err(e) = sent.await {
+            tracing::debug!(error = %e, notices = notes.len(), "sending notices failed; listeners catch up at their next poll");
+        }
+    }
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
@@ -2371,7 +2475,12 @@ enum Group {
 }
 
 impl Writer {
-    fn pg<'a>(&'a self, conn: &'a mut PgConnection, inbox_held: bool) -> Pg<'a> {
+    fn pg<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        inbox_held: bool,
+        notes: &'a mut Vec<String>,
+    ) -> Pg<'a> {
         Pg {
             conn,
             sql: &self.sql,
@@ -2379,6 +2488,7 @@ impl Writer {
             inbox_lock: self.inbox_lock,
             lock_with_append: false,
             inbox_held,
+            notes: Some(notes),
         }
     }
 
@@ -2429,15 +2539,22 @@ impl Writer {
             Ok(conn) => conn,
             Err(e) => return failed(e),
         };
+        let mut notes = Vec::new();
         let answer = if single {
-            write.apply(&mut self.pg(&mut conn, false)).await
+            write
+                .apply(&mut self.pg(&mut conn, false, &mut notes))
+                .await
         } else {
-            match self.in_transaction(&mut conn, write).await {
+            match self.in_transaction(&mut conn, write, &mut notes).await {
                 Ok(answer) => answer,
                 Err(e) => failed(e.into()),
             }
         };
         conn.keep = !matches!(answer.error(), Some(StoreError::Database(_)));
+        drop(conn);
+        if answer.error().is_none() {
+            self.announce(notes);
+        }
         answer
     }
 
@@ -2446,9 +2563,10 @@ impl Writer {
         &self,
         conn: &mut PgConnection,
         write: &Write,
+        notes: &mut Vec<String>,
     ) -> Result<Answer, sqlx::Error> {
         let mut tx = conn.begin().await?;
-        let answer = write.apply(&mut self.pg(&mut tx, false)).await;
+        let answer = write.apply(&mut self.pg(&mut tx, false, notes)).await;
         match answer.error() {
             None => tx.commit().await?,
             // Rolled back or not, the write's own error is its answer.
@@ -2480,12 +2598,39 @@ impl Writer {
             Ok(conn) => conn,
             Err(e) => return Group::Failed(database_of(e)),
         };
-        let group = self.together_on(&mut conn, batch).await;
+        let mut notes = Vec::new();
+        let group = self.together_on(&mut conn, batch, &mut notes).await;
         conn.keep = matches!(group, Group::Committed(_));
+        drop(conn);
+        if matches!(group, Group::Committed(_)) {
+            self.announce(notes);
+        }
         group
     }
 
-    async fn together_on(&self, conn: &mut PgConnection, batch: &[Write]) -> Group {
+    /// Sends `notes`, the notices of writes that committed, through the store's notifier
+    /// (started on first use).
+    fn announce(&self, notes: Vec<String>) {
+        if notes.is_empty() {
+            return;
+        }
+        let queue = self.notifier.queue.get_or_init(|| {
+            let (queue, notes) = mpsc::unbounded_channel();
+            self.notifier
+                .runtime
+                .spawn(notifier(self.stash.clone(), self.channel.clone(), notes));
+            queue
+        });
+        // The notifier stops only when every sender is gone.
+        let _ = queue.send(notes);
+    }
+
+    async fn together_on(
+        &self,
+        conn: &mut PgConnection,
+        batch: &[Write],
+        notes: &mut Vec<String>,
+    ) -> Group {
         let started = async {
             let mut tx = conn.begin().await?;
             let ending: Vec<String> = batch
@@ -2511,7 +2656,7 @@ impl Writer {
         };
         let mut answers = Vec::with_capacity(batch.len());
         for write in batch {
-            let answer = write.apply(&mut self.pg(&mut tx, ending)).await;
+            let answer = write.apply(&mut self.pg(&mut tx, ending, notes)).await;
             if matches!(answer.error(), Some(StoreError::Database(_))) {
                 if let Err(why) = tx.rollback().await {
                     tracing::debug!(error = %why, "rolling back after an error failed");
