@@ -393,6 +393,7 @@ impl PostgresStore {
                 queue: OnceLock::new(),
                 runtime: tokio::runtime::Handle::current(),
             }),
+            full_ends: Arc::default(),
         };
         Ok(PostgresStore {
             inner: Arc::new(Inner {
@@ -499,6 +500,7 @@ impl PostgresStore {
             return Err(policy::exists(&row.id));
         }
         if admitted {
+            self.inner.writer.full_ends.note(&row.key);
             if row.lease_until.is_none() {
                 // Nobody leased it: any worker may take it.
                 self.inner.writer.announce(vec![NOTE_READY.to_owned()]);
@@ -534,6 +536,7 @@ impl PostgresStore {
             lock_with_append: false,
             inbox_held: false,
             notes: None,
+            full_ends: &self.inner.writer.full_ends,
         }
     }
 
@@ -703,6 +706,12 @@ impl Store for PostgresStore {
         .await;
         let (picked, events) = settle(tx, leased).await?;
         let acquired = picked.attach(events);
+        for leased in &acquired.runs {
+            let run = &leased.run;
+            if run.parent.is_some() || run.queue.is_some() || run.hook_token.is_some() {
+                self.inner.writer.full_ends.note(&run.id.to_string());
+            }
+        }
         for (lease, why) in acquired.failed {
             policy::undecodable(self, &lease, &why, req.now).await;
         }
@@ -1147,6 +1156,12 @@ struct PgOnly {
     /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
     /// transaction ending those runs does first.
     lock_inbox_for_children: String,
+    /// `append_and_end` for a run with no parent, no queue and no live token (most runs):
+    /// none of its other parts has anything to do, and PostgreSQL sets them all up on every
+    /// call. No row when the run is not such a run, or its lease is lost; then
+    /// `append_and_end` decides. `$1` run, `$2` times, `$3` kinds, `$4` data, `$5` epoch or
+    /// NULL, `$6` status, `$7` output, `$8` error, `$9` now.
+    append_and_end_plain: String,
     /// An admission claiming its token, in one statement: see `PostgresStore::admit_claiming`.
     /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
     admit_claiming: [String; 2],
@@ -1708,6 +1723,26 @@ fn statements(s: &str) -> Statements {
                          FROM ended e)
                      SELECT base, (SELECT n FROM notes) FROM ended"
                 ),
+                append_and_end_plain: format!(
+                    "WITH ended AS (
+                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
+                             status = $6, output = $7, error = $8, updated_at = $9,
+                             lease_until = NULL
+                         WHERE id = $1
+                           AND ($5::bigint IS NULL
+                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                           AND parent_id IS NULL AND queue IS NULL AND hook_token IS NULL
+                           AND NOT EXISTS (SELECT 1 FROM {s}.hooks h
+                                           WHERE h.run_id = $1 AND h.active)
+                         RETURNING last_seq - cardinality($2::bigint[]) AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT $1, ended.base + e.n, e.at, e.kind, e.data
+                         FROM ended,
+                              UNNEST($2::bigint[], $3::text[], $4::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n))
+                     SELECT base FROM ended"
+                ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
                 admit_claiming: [false, true].map(|leased| admit_claiming_sql(s, leased)),
                 // Parent ids never change, so reading them unlocked is enough.
@@ -1739,6 +1774,8 @@ struct Pg<'a> {
     /// Where the hot statements' notices go, to be sent once the transaction committed (see
     /// `Notifier`); without it they are sent in the transaction.
     notes: Option<&'a mut Vec<String>>,
+    /// The runs known to need the whole `append_and_end` (see `FullEnds`).
+    full_ends: &'a FullEnds,
 }
 
 impl Pg<'_> {
@@ -1823,6 +1860,9 @@ impl Tx for Pg<'_> {
             Some(_) => insert,
         };
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
+        if inserted && (token.is_some() || run.parent.is_some() || run.queue.is_some()) {
+            self.full_ends.note(&run.key);
+        }
         // A run nobody leased: any worker may take it.
         if inserted && run.lease_until.is_none() {
             self.announce(vec![NOTE_READY.to_owned()]).await?;
@@ -1844,7 +1884,11 @@ impl Tx for Pg<'_> {
             .bind(retain_until)
             .execute(&mut *self.conn)
             .await?;
-        Ok(claimed.rows_affected() > 0)
+        let claimed = claimed.rows_affected() > 0;
+        if claimed {
+            self.full_ends.note(run);
+        }
+        Ok(claimed)
     }
 
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
@@ -2066,6 +2110,24 @@ impl Tx for Pg<'_> {
     ) -> Result<bool, StoreError> {
         // The statement takes the inbox lock itself (for a child), before the row lock.
         self.lock_with_append = false;
+        if !self.full_ends.take(run) {
+            let plain: Option<i64> = sqlx::query_scalar(&self.sql.dialect.append_and_end_plain)
+                .bind(run)
+                .bind(&events.at)
+                .bind(&events.kind)
+                .bind(&events.data)
+                .bind(fence)
+                .bind(end.status.as_str())
+                .bind(&end.output)
+                .bind(&end.error)
+                .bind(now)
+                .fetch_optional(&mut *self.conn)
+                .await?;
+            if plain.is_some() {
+                self.announce(vec![format!("{NOTE_ENDED}{run}")]).await?;
+                return Ok(true);
+            }
+        }
         let ended: Option<(i64, Vec<String>)> = sqlx::query_as(&self.sql.dialect.append_and_end)
             .bind(run)
             .bind(&events.at)
@@ -2369,6 +2431,33 @@ struct Writer {
     /// answered.
     writing: Arc<AtomicUsize>,
     notifier: Arc<Notifier>,
+    full_ends: Arc<FullEnds>,
+}
+
+/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
+/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
+/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
+/// and a run listed here that no longer does costs nothing but a larger statement.
+#[derive(Default)]
+struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
+/// other processes leave their runs listed).
+const FULL_ENDS_MAX: usize = 100_000;
+
+impl FullEnds {
+    fn note(&self, run: &str) {
+        let mut runs = crate::lock(&self.0);
+        if runs.len() >= FULL_ENDS_MAX {
+            runs.clear();
+        }
+        runs.insert(run.to_owned());
+    }
+
+    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
+    fn take(&self, run: &str) -> bool {
+        crate::lock(&self.0).remove(run)
+    }
 }
 
 /// Sends the notices of committed writes (the hot ones: runs admitted, ended, chunks
@@ -2489,6 +2578,7 @@ impl Writer {
             lock_with_append: false,
             inbox_held,
             notes: Some(notes),
+            full_ends: &self.full_ends,
         }
     }
 
