@@ -200,6 +200,7 @@ impl RuntimeBuilder {
             work: Notify::new(),
             pushed: notices.is_some(),
             waiting: Mutex::new(HashMap::new()),
+            completed: Mutex::default(),
             stream_readers: Mutex::new(HashMap::new()),
             shutdown: watch::channel(false).0,
             starting: Mutex::new(HashMap::new()),

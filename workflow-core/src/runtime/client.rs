@@ -930,6 +930,10 @@ impl<T: DeserializeOwned> Run<T> {
     /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
     /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
     pub async fn return_value(&self) -> Result<T, Error> {
+        // A run that completed here never changes again.
+        if let Some(output) = self.rt.inner.completed_here(&self.id) {
+            return self.decode(output);
+        }
         // Registered before the first read, so an end between the read and the wait counts.
         let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
         // A run driven here tells its waiters its end as it writes it: no read before. An end

@@ -12,6 +12,7 @@
 mod builder;
 mod client;
 mod clock;
+mod completed;
 mod flight;
 mod worker;
 
@@ -96,6 +97,8 @@ pub(crate) struct Inner {
     /// The runs someone waits for in `return_value`, each with the signal of its end (in this
     /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
     waiting: Mutex<HashMap<RunId, client::Waiting>>,
+    /// The outputs of runs that completed here, for `return_value` calls after the end.
+    completed: Mutex<completed::Completed>,
     /// The runs whose streams someone reads here ([`StreamWatch`]), each with the signal
     /// that a chunk was written or a stream closed (in this process or, with a pushing store,
     /// anywhere), or that the run ended.
@@ -209,17 +212,26 @@ impl Inner {
     /// waiters read it from the store, unless they got its outcome from here already: the
     /// notice of an end here also comes back from the store).
     pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>) {
+        let outcome = outcome.map(Arc::new);
+        if let Some(outcome) = &outcome {
+            crate::lock(&self.completed).keep(id, outcome);
+        }
         let waiting = crate::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {
             match outcome {
                 Some(outcome) => {
-                    w.ended.send_replace(Some(Arc::new(outcome)));
+                    w.ended.send_replace(Some(outcome));
                 }
                 None => w.ended.send_modify(|_| {}),
             }
         }
         drop(waiting);
         self.stream_changed(id);
+    }
+
+    /// The output of run `id` if it completed here (and is still remembered).
+    pub(crate) fn completed_here(&self, id: &RunId) -> Option<Value> {
+        crate::lock(&self.completed).output(id)
     }
 
     /// Whether run `id` is driven here now.
