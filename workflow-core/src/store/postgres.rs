@@ -1168,6 +1168,17 @@ struct PgOnly {
     /// `append_and_end` decides. `$1` run, `$2` times, `$3` kinds, `$4` data, `$5` epoch or
     /// NULL, `$6` status, `$7` output, `$8` error, `$9` now.
     append_and_end_plain: String,
+    /// The events of several runs in one statement (see `Writer::append_many`): `$1` runs, `$2`
+    /// their epochs, `$3` their counts of events; `$4` .. `$8` the events (run, index within the
+    /// run from 1, time, kind, data). The rows are locked in id order, each fenced as `append`
+    /// fences it; the answer: the runs written (a run missing was fenced out).
+    append_many: String,
+    /// Admissions without a token, several in one statement (see `Writer::admit_many`), leased
+    /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
+    /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
+    /// queues, `$10` partition keys, `$11` priorities. The answer: the ids admitted (an id
+    /// missing existed already).
+    admit_many: String,
     /// An admission claiming its token, in one statement: see `PostgresStore::admit_claiming`.
     /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
     admit_claiming: [String; 2],
@@ -1749,6 +1760,47 @@ fn statements(s: &str) -> Statements {
                                   WITH ORDINALITY AS e(at, kind, data, n))
                      SELECT base FROM ended"
                 ),
+                append_many: format!(
+                    "WITH locked AS MATERIALIZED (
+                         SELECT r.id, i.n
+                         FROM {s}.runs r
+                         JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS i(run, epoch, n)
+                             ON r.id = i.run
+                         WHERE r.epoch = i.epoch AND r.status = 'running'
+                           AND r.lease_until IS NOT NULL
+                         ORDER BY r.id
+                         FOR UPDATE OF r),
+                     numbered AS (
+                         UPDATE {s}.runs r SET last_seq = r.last_seq + l.n
+                         FROM locked l WHERE r.id = l.id
+                         RETURNING r.id, r.last_seq - l.n AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT e.run, nb.base + e.k, e.at, e.kind, e.data
+                         FROM UNNEST($4::text[], $5::bigint[], $6::bigint[], $7::text[],
+                                     $8::text[]) AS e(run, k, at, kind, data)
+                         JOIN numbered nb ON nb.id = e.run)
+                     SELECT id FROM numbered"
+                ),
+                admit_many: format!(
+                    "INSERT INTO {s}.runs
+                         (id, workflow, status, input, created_at, updated_at, wake_at,
+                          epoch, lease_until, deadline, parent_id, detached, queue,
+                          partition_key, priority)
+                     SELECT a.id, a.workflow,
+                            CASE WHEN a.lease_until IS NULL THEN 'pending' ELSE 'running' END,
+                            a.input, a.at, a.at, a.at,
+                            CASE WHEN a.lease_until IS NULL THEN 0 ELSE 1 END,
+                            a.lease_until, a.deadline, a.parent_id, a.detached, a.queue,
+                            a.partition_key, a.priority
+                     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[],
+                                 $5::bigint[], $6::bigint[], $7::text[], $8::bool[],
+                                 $9::text[], $10::text[], $11::int[])
+                          AS a(id, workflow, input, at, lease_until, deadline, parent_id,
+                               detached, queue, partition_key, priority)
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING id"
+                ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
                 admit_claiming: [false, true].map(|leased| admit_claiming_sql(s, leased)),
                 // Parent ids never change, so reading them unlocked is enough.
@@ -2225,6 +2277,14 @@ impl Write {
         match self {
             Write::Append(lease, ..) => &lease.run_id,
             Write::Admit(row, _) => &row.id,
+        }
+    }
+
+    /// The append, when it only adds events (a step's result and the next step, say).
+    fn events_only(&self) -> Option<(&Lease, &EncodedAppend)> {
+        match self {
+            Write::Append(lease, write, _) if write.events_only() => Some((lease, write)),
+            _ => None,
         }
     }
 
@@ -2721,6 +2781,129 @@ impl Writer {
         group
     }
 
+    /// The events of `writes` (appends that only add events, of distinct runs, in id order) in
+    /// one statement: each write's answer, `LeaseLost` for a run whose lease is gone.
+    async fn append_many(
+        &self,
+        conn: &mut PgConnection,
+        writes: &[Write],
+    ) -> Result<Vec<Answer>, sqlx::Error> {
+        let (mut runs, mut epochs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (lease, write) in writes.iter().filter_map(Write::events_only) {
+            let run = lease.run_id.to_string();
+            let events = &write.events;
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                ev_runs.push(run.clone());
+                ev_index.push(k);
+                ev_at.push(*at);
+                ev_kinds.push(kind.as_str());
+                ev_data.push(data.as_str());
+            }
+            runs.push(run);
+            epochs.push(sql_epoch(lease.epoch));
+            counts.push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
+        }
+        let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
+            .bind(&runs)
+            .bind(&epochs)
+            .bind(&counts)
+            .bind(&ev_runs)
+            .bind(&ev_index)
+            .bind(&ev_at)
+            .bind(&ev_kinds)
+            .bind(&ev_data)
+            .fetch_all(&mut *conn)
+            .await?;
+        let written: std::collections::HashSet<String> = written.into_iter().collect();
+        Ok(runs
+            .iter()
+            .zip(writes)
+            .map(|(run, write)| {
+                Answer::Append(if written.contains(run) {
+                    Ok(())
+                } else {
+                    Err(StoreError::LeaseLost(*write.run_id()))
+                })
+            })
+            .collect())
+    }
+
+    /// The admissions among `batch` (none with a token) in one statement: their answers, in
+    /// order. The notice that runs nobody leased are ready goes to `notes`.
+    async fn admit_many(
+        &self,
+        conn: &mut PgConnection,
+        batch: &[Write],
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Answer>, sqlx::Error> {
+        let rows: Vec<&NewRunRow> = batch
+            .iter()
+            .filter_map(|w| match w {
+                Write::Admit(row, _) => Some(row),
+                Write::Append(..) => None,
+            })
+            .collect();
+        let column = |f: &dyn Fn(&NewRunRow) -> Option<String>| -> Vec<Option<String>> {
+            rows.iter().map(|r| f(r)).collect()
+        };
+        let ids: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+        let workflows: Vec<&str> = rows.iter().map(|r| r.workflow.as_str()).collect();
+        let inputs: Vec<&str> = rows.iter().map(|r| r.input.as_str()).collect();
+        let at: Vec<i64> = rows.iter().map(|r| r.created_at).collect();
+        let leases: Vec<Option<i64>> = rows.iter().map(|r| r.lease_until).collect();
+        let deadlines: Vec<Option<i64>> = rows.iter().map(|r| r.deadline).collect();
+        let parents = column(&|r| r.parent.as_ref().map(|(p, _)| p.clone()));
+        let detached: Vec<bool> = rows
+            .iter()
+            .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
+            .collect();
+        let queues = column(&|r| r.queue.clone());
+        let keys = column(&|r| r.partition_key.clone());
+        let priorities: Vec<i32> = rows.iter().map(|r| r.priority).collect();
+        let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
+            .bind(&ids)
+            .bind(&workflows)
+            .bind(&inputs)
+            .bind(&at)
+            .bind(&leases)
+            .bind(&deadlines)
+            .bind(&parents)
+            .bind(&detached)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&priorities)
+            .fetch_all(&mut *conn)
+            .await?;
+        // An id twice in the batch was inserted once: the first admission has it.
+        let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        let mut ready = false;
+        let answers = rows
+            .iter()
+            .map(|row| {
+                if !inserted.remove(&row.key) {
+                    return Answer::Admit(Err(policy::exists(&row.id)));
+                }
+                if row.parent.is_some() || row.queue.is_some() {
+                    self.full_ends.note(&row.key);
+                }
+                let lease = row.lease_until.map(|_| Lease {
+                    run_id: row.id,
+                    epoch: 1,
+                });
+                ready |= lease.is_none();
+                Answer::Admit(Ok((Admission::Admitted, lease)))
+            })
+            .collect();
+        if ready {
+            notes.push(NOTE_READY.to_owned());
+        }
+        Ok(answers)
+    }
+
     /// Sends `notes`, the notices of writes that committed, through the store's notifier
     /// (started on first use).
     fn announce(&self, notes: Vec<String>) {
@@ -2767,8 +2950,57 @@ impl Writer {
             Ok(started) => started,
             Err(e) => return Group::Failed(database_of(e.into())),
         };
+        // Admissions insert new rows, which no other writer waits for: first, together.
+        let admitting = batch
+            .iter()
+            .filter(|w| matches!(w, Write::Admit(..)))
+            .count();
+        let mut admitted = Vec::new();
+        if admitting >= 2 {
+            match self.admit_many(&mut tx, batch, notes).await {
+                Ok(answers) => admitted = answers,
+                Err(why) => {
+                    tracing::debug!(error = %why, "a batch's admissions failed; redone alone");
+                    if let Err(why) = tx.rollback().await {
+                        tracing::debug!(error = %why, "rolling back after an error failed");
+                    }
+                    return Group::Redo;
+                }
+            }
+        }
+        let mut admitted = admitted.into_iter();
         let mut answers = Vec::with_capacity(batch.len());
-        for write in batch {
+        let mut rest = batch;
+        while let Some(write) = rest.first() {
+            // Neighbours in id order that only add events: one statement for all of them,
+            // which locks their rows in the same order.
+            let plain = rest
+                .iter()
+                .take_while(|w| w.events_only().is_some())
+                .count();
+            if plain >= 2 {
+                let (these, after) = rest.split_at(plain);
+                rest = after;
+                match self.append_many(&mut tx, these).await {
+                    Ok(written) => answers.extend(written),
+                    Err(why) => {
+                        tracing::debug!(error = %why, "a batch's appends failed; redone alone");
+                        if let Err(why) = tx.rollback().await {
+                            tracing::debug!(error = %why, "rolling back after an error failed");
+                        }
+                        return Group::Redo;
+                    }
+                }
+                continue;
+            }
+            rest = &rest[1..];
+            if admitting >= 2 && matches!(write, Write::Admit(..)) {
+                match admitted.next() {
+                    Some(answer) => answers.push(answer),
+                    None => return Group::Redo,
+                }
+                continue;
+            }
             let answer = write.apply(&mut self.pg(&mut tx, ending, notes)).await;
             if matches!(answer.error(), Some(StoreError::Database(_))) {
                 if let Err(why) = tx.rollback().await {
@@ -3339,6 +3571,95 @@ mod tests {
             matches!(&err, StoreError::Database(m) if m.message().contains("invalid PostgreSQL URL")),
             "{err:?}"
         );
+    }
+
+    /// Writes arriving together are committed by the committers in batches, where neighbouring
+    /// appends of events and all admissions go in one statement each: every write still
+    /// answers for itself (a stale lease is refused alone, an id admitted twice is admitted
+    /// once) and each run's events are numbered without gaps.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batched_appends_and_admissions_each_answer_for_themselves() {
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        let store = schema.connect().await;
+        let run = |id: RunId| NewRun {
+            parent: None,
+            id,
+            workflow: "orders".to_owned(),
+            input: json!([]),
+            created_at: t(0),
+            hook: None,
+            deadline: None,
+            queue: None,
+        };
+        let ids: Vec<RunId> = (0..40).map(|_| RunId::new()).collect();
+        // Each id twice, all at once.
+        let admissions = ids
+            .iter()
+            .chain(&ids)
+            .map(|id| store.create_run_leased(run(*id), Duration::from_secs(600)));
+        let admitted = within(futures::future::join_all(admissions)).await;
+        let mut leases = std::collections::HashMap::new();
+        let mut refused = 0;
+        for admission in admitted {
+            match admission {
+                Ok((Admission::Admitted, Some(lease))) => {
+                    assert!(
+                        leases.insert(lease.run_id, lease).is_none(),
+                        "admitted twice"
+                    );
+                }
+                Err(StoreError::Database(e)) if e.to_string().contains("exists") => refused += 1,
+                other => panic!("unexpected admission: {other:?}"),
+            }
+        }
+        assert_eq!((leases.len(), refused), (40, 40));
+        // Three rounds of appends to every run at once; every fourth run is taken over by a
+        // later lease first, so its appends under the first lease are refused.
+        let stale: Vec<RunId> = ids.iter().step_by(4).copied().collect();
+        let mut sql = schema.raw().await;
+        for id in &stale {
+            sqlx::query(&format!(
+                "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
+                schema.table("runs")
+            ))
+            .bind(id.to_string())
+            .execute(&mut sql)
+            .await
+            .unwrap();
+        }
+        for round in 0..3u32 {
+            let appends = ids.iter().map(|id| {
+                let lease = leases[id].clone();
+                let store = &store;
+                async move {
+                    let write = ap(
+                        vec![step_done(t(10), round), step_done(t(10), round + 100)],
+                        None,
+                    );
+                    (lease.run_id, store.append(&lease, &write).await)
+                }
+            });
+            for (id, appended) in within(futures::future::join_all(appends)).await {
+                match appended {
+                    Ok(()) => assert!(!stale.contains(&id), "a stale lease's append was taken"),
+                    Err(StoreError::LeaseLost(run)) => {
+                        assert_eq!(run, id);
+                        assert!(stale.contains(&id), "a live lease's append was refused");
+                    }
+                    Err(e) => panic!("append failed: {e}"),
+                }
+            }
+        }
+        for id in &ids {
+            let expected: Vec<u64> = if stale.contains(id) {
+                vec![]
+            } else {
+                (1..=6).collect()
+            };
+            assert_eq!(event_seqs(&store, *id).await, expected, "run {id}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
