@@ -457,12 +457,21 @@ impl PostgresStore {
         // batch, waits for it (and that batch may hold a token this one claims next). A
         // conflict wrote nothing: ending the transaction at once frees the token's row lock
         // for the next contender.
+        self.in_tx_noting(async |pg| policy::admit(pg, &row).await)
+            .await
+    }
+
+    /// `policy` in a transaction, its notices sent once it committed.
+    async fn in_tx_noting<T>(
+        &self,
+        policy: impl AsyncFnOnce(&mut Pg<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut tx = self.begin().await?;
         let mut notes = Vec::new();
-        let admitted = policy::admit(&mut self.noting(&mut tx, &mut notes), &row).await;
-        let admitted = settle(tx, admitted).await?;
+        let done = policy(&mut self.noting(&mut tx, &mut notes)).await;
+        let done = settle(tx, done).await?;
         self.inner.writer.announce(notes);
-        Ok(admitted)
+        Ok(done)
     }
 
     /// Admits `row` claiming `token` in one statement, committed on its own (`policy::admit`'s
@@ -817,18 +826,8 @@ impl Store for PostgresStore {
         child: NewRun,
     ) -> Result<Admission, StoreError> {
         let row = NewRunRow::new(child, None)?;
-        let mut tx = self.begin().await?;
-        let mut notes = Vec::new();
-        let started = policy::start_child(
-            &mut self.noting(&mut tx, &mut notes),
-            lease,
-            child_key,
-            &row,
-        )
-        .await;
-        let started = settle(tx, started).await?;
-        self.inner.writer.announce(notes);
-        Ok(started)
+        self.in_tx_noting(async |pg| policy::start_child(pg, lease, child_key, &row).await)
+            .await
     }
 
     async fn record_failure(
@@ -961,12 +960,8 @@ impl Store for PostgresStore {
 
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
         let cancel = EncodedCancel::new(id, now)?;
-        let mut tx = self.begin().await?;
-        let mut notes = Vec::new();
-        let cancelled = policy::cancel(&mut self.noting(&mut tx, &mut notes), &cancel).await;
-        let cancelled = settle(tx, cancelled).await?;
-        self.inner.writer.announce(notes);
-        Ok(cancelled)
+        self.in_tx_noting(async |pg| policy::cancel(pg, &cancel).await)
+            .await
     }
 
     async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
@@ -1242,6 +1237,28 @@ fn statements(s: &str) -> Statements {
     // for a child: the end's status, output and error are sent once, as its columns.
     let end_notice = child_notice_sql("$1", "$2", "$3", "$4");
     let ending_notice = child_notice_sql("$1", "$6", "$7", "$8");
+    // What every append of one run's events (`$1` run, `$2` times, `$3` kinds, `$4` data)
+    // inserts, numbered after the `base` its fenced update of the run's row returned (from
+    // CTE `numbered` or `ended`).
+    let insert_events = |from: &str| {
+        format!(
+            "INSERT INTO {s}.events (run_id, seq, at, kind, data)
+             SELECT $1, {from}.base + e.n, e.at, e.kind, e.data
+             FROM {from},
+                  UNNEST($2::bigint[], $3::text[], $4::text[])
+                      WITH ORDINALITY AS e(at, kind, data, n)"
+        )
+    };
+    let (insert_numbered, insert_ended) = (insert_events("numbered"), insert_events("ended"));
+    // A run's end with its last events, fenced by epoch `$5` unless NULL: status `$6`, output
+    // `$7`, error `$8` at `$9`.
+    let end_fenced = format!(
+        "UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
+             status = $6, output = $7, error = $8, updated_at = $9, lease_until = NULL
+         WHERE id = $1
+           AND ($5::bigint IS NULL
+                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))"
+    );
     {
         Statements {
             run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
@@ -1320,11 +1337,7 @@ fn statements(s: &str) -> Statements {
                             OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
                      RETURNING last_seq - cardinality($2::bigint[]) AS base),
                  inserted AS (
-                     INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                     SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
-                     FROM numbered,
-                          UNNEST($2::bigint[], $3::text[], $4::text[])
-                              WITH ORDINALITY AS e(at, kind, data, n))
+                     {insert_numbered})
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
@@ -1679,11 +1692,7 @@ fn statements(s: &str) -> Statements {
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
                          RETURNING last_seq - cardinality($2::bigint[]) AS base),
                      inserted AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT $1, numbered.base + e.n, e.at, e.kind, e.data
-                         FROM numbered,
-                              UNNEST($2::bigint[], $3::text[], $4::text[])
-                                  WITH ORDINALITY AS e(at, kind, data, n))
+                         {insert_numbered})
                      SELECT base FROM numbered"
                 ),
                 // `append_ending` and `end_run` (releasing the tokens) in one statement: the
@@ -1695,23 +1704,14 @@ fn statements(s: &str) -> Statements {
                 // the lease is lost.
                 append_and_end: format!(
                     "WITH ended AS (
-                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
-                             status = $6, output = $7, error = $8, updated_at = $9,
-                             lease_until = NULL
-                         WHERE id = $1
-                           AND ($5::bigint IS NULL
-                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                         {end_fenced}
                            AND (SELECT count(*) FROM (
                                     SELECT pg_advisory_xact_lock($11) FROM {s}.runs p
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
                          RETURNING id, parent_id, queue,
                                    last_seq - cardinality($2::bigint[]) AS base),
                      inserted AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT $1, ended.base + e.n, e.at, e.kind, e.data
-                         FROM ended,
-                              UNNEST($2::bigint[], $3::text[], $4::text[])
-                                  WITH ORDINALITY AS e(at, kind, data, n)),
+                         {insert_ended}),
                      freed AS (
                          DELETE FROM {s}.hooks
                          WHERE run_id = $1 AND EXISTS (SELECT 1 FROM ended)
@@ -1742,22 +1742,13 @@ fn statements(s: &str) -> Statements {
                 ),
                 append_and_end_plain: format!(
                     "WITH ended AS (
-                         UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
-                             status = $6, output = $7, error = $8, updated_at = $9,
-                             lease_until = NULL
-                         WHERE id = $1
-                           AND ($5::bigint IS NULL
-                                OR (epoch = $5 AND status = 'running' AND lease_until IS NOT NULL))
+                         {end_fenced}
                            AND parent_id IS NULL AND queue IS NULL AND hook_token IS NULL
                            AND NOT EXISTS (SELECT 1 FROM {s}.hooks h
                                            WHERE h.run_id = $1 AND h.active)
                          RETURNING last_seq - cardinality($2::bigint[]) AS base),
                      inserted AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT $1, ended.base + e.n, e.at, e.kind, e.data
-                         FROM ended,
-                              UNNEST($2::bigint[], $3::text[], $4::text[])
-                                  WITH ORDINALITY AS e(at, kind, data, n))
+                         {insert_ended})
                      SELECT base FROM ended"
                 ),
                 append_many: format!(
@@ -2168,8 +2159,9 @@ impl Tx for Pg<'_> {
     ) -> Result<bool, StoreError> {
         // The statement takes the inbox lock itself (for a child), before the row lock.
         self.lock_with_append = false;
-        if !self.full_ends.take(run) {
-            let plain: Option<i64> = sqlx::query_scalar(&self.sql.dialect.append_and_end_plain)
+        // `$1` .. `$9`, the same in both statements.
+        let ending = |sql| {
+            sqlx::query(sql)
                 .bind(run)
                 .bind(&events.at)
                 .bind(&events.kind)
@@ -2179,6 +2171,9 @@ impl Tx for Pg<'_> {
                 .bind(&end.output)
                 .bind(&end.error)
                 .bind(now)
+        };
+        if !self.full_ends.take(run) {
+            let plain = ending(&self.sql.dialect.append_and_end_plain)
                 .fetch_optional(&mut *self.conn)
                 .await?;
             if plain.is_some() {
@@ -2186,23 +2181,15 @@ impl Tx for Pg<'_> {
                 return Ok(true);
             }
         }
-        let ended: Option<(i64, Vec<String>)> = sqlx::query_as(&self.sql.dialect.append_and_end)
-            .bind(run)
-            .bind(&events.at)
-            .bind(&events.kind)
-            .bind(&events.data)
-            .bind(fence)
-            .bind(end.status.as_str())
-            .bind(&end.output)
-            .bind(&end.error)
-            .bind(now)
+        let ended = ending(&self.sql.dialect.append_and_end)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .fetch_optional(&mut *self.conn)
             .await?;
-        let Some((_, notes)) = ended else {
+        let Some(ended) = ended else {
             return Ok(false);
         };
+        let notes: Vec<String> = sqlx::Row::try_get(&ended, 1)?;
         self.announce(notes).await?;
         Ok(true)
     }
