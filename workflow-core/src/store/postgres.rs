@@ -476,10 +476,12 @@ impl PostgresStore {
 
     /// Admits `row` claiming `token` in one statement, committed on its own (`policy::admit`'s
     /// statements in one): the claim is the upsert's WHERE on the token's primary key, and the
-    /// run is inserted only when it won. A claim that lost reads the owner from the
-    /// statement's snapshot; `None` when that snapshot shows no owner, because the winning
-    /// claim committed while this one waited for the token's row (then `policy::admit`, in a
-    /// transaction, reads it).
+    /// run is inserted only when it won. A token the statement's snapshot already shows taken
+    /// is not claimed at all: the upsert would lock its row (a WAL record, so a flushed
+    /// commit, for a start that writes nothing), and the answer is the same as if the start
+    /// had come at that snapshot. A claim that lost reads the owner from the snapshot; `None`
+    /// when the snapshot shows no owner, because the winning claim committed while this one
+    /// waited for the token's row (then `policy::admit`, in a transaction, reads it).
     async fn admit_claiming(
         &self,
         row: &NewRunRow,
@@ -1204,9 +1206,13 @@ fn admit_claiming_sql(s: &str, leased: bool) -> String {
     };
     format!(
         "WITH fresh AS (SELECT NOT EXISTS (SELECT 1 FROM {s}.runs WHERE id = $1) AS new),
+         seen AS (
+             SELECT run_id FROM {s}.hooks
+             WHERE token = $5 AND (active OR COALESCE(retain_until, 0) > $4)),
          claimed AS (
              INSERT INTO {s}.hooks AS h (token, run_id, created_at, active, retain_until)
-             SELECT $5, $1, $4, TRUE, $6 FROM fresh WHERE fresh.new
+             SELECT $5, $1, $4, TRUE, $6 FROM fresh
+             WHERE fresh.new AND NOT EXISTS (SELECT 1 FROM seen)
              ON CONFLICT (token) DO UPDATE SET
                  run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at, active = TRUE,
                  retain_until = EXCLUDED.retain_until
