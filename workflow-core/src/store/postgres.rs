@@ -1256,6 +1256,26 @@ fn statements(s: &str) -> Statements {
         )
     };
     let (insert_numbered, insert_ended) = (insert_events("numbered"), insert_events("ended"));
+    // After a run's end (CTE `ended`: its id, parent and queue) and its notice queued to the
+    // parent (CTE `queued`): the parent woken at `now`, and the notices to send.
+    let woken_notes = |now: &str| {
+        format!(
+            "woken AS (
+                 UPDATE {s}.runs r SET wake_at = CASE r.status
+                     WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, {now}) END
+                 FROM queued q WHERE r.id = q.run_id
+                 RETURNING r.id, r.status IN ('pending', 'running')
+                     AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
+             notes AS (
+                 SELECT ARRAY['{NOTE_ENDED}' || e.id]
+                     || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
+                     || CASE WHEN e.queue IS NOT NULL
+                                  OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
+                             THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END AS n
+                 FROM ended e)"
+        )
+    };
+    let (end_woken_notes, ending_woken_notes) = (woken_notes("$5"), woken_notes("$9"));
     // A run's end with its last events, fenced by epoch `$5` unless NULL: status `$6`, output
     // `$7`, error `$8` at `$9`.
     let end_fenced = format!(
@@ -1372,19 +1392,7 @@ fn statements(s: &str) -> Statements {
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
                      SELECT l.parent_id, $6, {end_notice}, $5 FROM locked l
                      RETURNING run_id),
-                 woken AS (
-                     UPDATE {s}.runs r SET wake_at = CASE r.status
-                         WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $5) END
-                     FROM queued q WHERE r.id = q.run_id
-                     RETURNING r.id, r.status IN ('pending', 'running')
-                         AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
-                 notes AS (
-                     SELECT ARRAY['{NOTE_ENDED}' || e.id]
-                         || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
-                         || CASE WHEN e.queue IS NOT NULL
-                                      OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
-                                 THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END AS n
-                     FROM ended e)
+                 {end_woken_notes}
                  SELECT COALESCE((SELECT n FROM notes), ARRAY[]::text[])"
             ),
             children_to_cancel: format!(
@@ -1731,19 +1739,7 @@ fn statements(s: &str) -> Statements {
                          SELECT e.parent_id, $10, {ending_notice}, $9 FROM ended e
                          WHERE e.parent_id IS NOT NULL
                          RETURNING run_id),
-                     woken AS (
-                         UPDATE {s}.runs r SET wake_at = CASE r.status
-                             WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $9) END
-                         FROM queued q WHERE r.id = q.run_id
-                         RETURNING r.id, r.status IN ('pending', 'running')
-                             AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
-                     notes AS (
-                         SELECT ARRAY['{NOTE_ENDED}' || e.id]
-                             || ARRAY(SELECT '{NOTE_PAYLOAD}' || w.id FROM woken w)
-                             || CASE WHEN e.queue IS NOT NULL
-                                          OR EXISTS (SELECT 1 FROM woken w WHERE w.idle)
-                                     THEN ARRAY['{NOTE_READY}'] ELSE ARRAY[]::text[] END AS n
-                         FROM ended e)
+                     {ending_woken_notes}
                      SELECT base, (SELECT n FROM notes) FROM ended"
                 ),
                 append_and_end_plain: format!(
@@ -2308,6 +2304,14 @@ impl Write {
         }
     }
 
+    /// The answer of this write failing with `e`.
+    fn failed(&self, e: StoreError) -> Answer {
+        match self {
+            Write::Append(..) => Answer::Append(Err(e)),
+            Write::Admit(..) => Answer::Admit(Err(e)),
+        }
+    }
+
     /// Answers with `why` (its group transaction did not commit).
     fn fail(self, why: &DatabaseError) {
         let e = || StoreError::Database(why.clone());
@@ -2361,10 +2365,14 @@ impl Stash {
 
     /// A kept connection, or else one from the pool.
     async fn conn(&self) -> Result<Conn<'_>, StoreError> {
-        let permit = tokio::time::timeout(ACQUIRE_TIMEOUT, self.permits.acquire())
-            .await
-            .map_err(|_| StoreError::from(sqlx::Error::PoolTimedOut))?
-            .map_err(|_| StoreError::from(sqlx::Error::PoolClosed))?;
+        // A free permit at once, as usual; the timer only for a wait.
+        let permit = match self.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => tokio::time::timeout(ACQUIRE_TIMEOUT, self.permits.acquire())
+                .await
+                .map_err(|_| StoreError::from(sqlx::Error::PoolTimedOut))?
+                .map_err(|_| StoreError::from(sqlx::Error::PoolClosed))?,
+        };
         let kept = crate::lock(&self.idle).pop();
         let conn = match kept {
             Some(conn) => conn,
@@ -2697,27 +2705,21 @@ impl Writer {
             Write::Append(_, append, _) => append.events_only() || append.plain_end(),
             Write::Admit(..) => true,
         };
-        let failed = |e: StoreError| match write {
-            Write::Append(..) => Answer::Append(Err(e)),
-            Write::Admit(..) => Answer::Admit(Err(e)),
-        };
-        let mut conn = match self.stash.conn().await {
+        let conn = match self.stash.conn().await {
             Ok(conn) => conn,
-            Err(e) => return failed(e),
+            Err(e) => return write.failed(e),
         };
         let mut notes = Vec::new();
         let answer = if single {
-            write
+            let mut conn = conn;
+            let answer = write
                 .apply(&mut self.pg(&mut conn, false, &mut notes))
-                .await
+                .await;
+            conn.keep = !matches!(answer.error(), Some(StoreError::Database(_)));
+            answer
         } else {
-            match self.in_transaction(&mut conn, write, &mut notes).await {
-                Ok(answer) => answer,
-                Err(e) => failed(e.into()),
-            }
+            self.in_transaction(conn, write, &mut notes).await
         };
-        conn.keep = !matches!(answer.error(), Some(StoreError::Database(_)));
-        drop(conn);
         if answer.error().is_none() {
             self.announce(notes);
         }
@@ -2727,22 +2729,24 @@ impl Writer {
     /// `write` in a transaction of its own on `conn`.
     async fn in_transaction(
         &self,
-        conn: &mut PgConnection,
+        conn: Conn<'_>,
         write: &Write,
         notes: &mut Vec<String>,
-    ) -> Result<Answer, sqlx::Error> {
-        let mut tx = conn.begin().await?;
+    ) -> Answer {
+        let mut tx = match conn.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return write.failed(e),
+        };
         let answer = write.apply(&mut self.pg(&mut tx, false, notes)).await;
-        match answer.error() {
-            None => tx.commit().await?,
+        let settled = match answer.error() {
+            None => tx.commit().await,
+            Some(_) => tx.rollback().await,
+        };
+        match (settled, answer.error()) {
+            (Err(e), None) => write.failed(e),
             // Rolled back or not, the write's own error is its answer.
-            Some(_) => {
-                if let Err(why) = tx.rollback().await {
-                    tracing::debug!(error = %why, "rolling back after an error failed");
-                }
-            }
+            _ => answer,
         }
-        Ok(answer)
     }
 
     /// The writes in one transaction. A write refused without writing (lease lost) answers
@@ -2760,18 +2764,30 @@ impl Writer {
     /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
     /// an error.
     async fn together(&self, batch: &[Write]) -> Group {
-        let mut conn = match self.stash.conn().await {
-            Ok(conn) => conn,
+        let begun = match self.stash.conn().await {
+            Ok(conn) => conn.begin().await,
+            Err(e) => Err(e),
+        };
+        let mut tx = match begun {
+            Ok(tx) => tx,
             Err(e) => return Group::Failed(database_of(e)),
         };
         let mut notes = Vec::new();
-        let group = self.together_on(&mut conn, batch, &mut notes).await;
-        conn.keep = matches!(group, Group::Committed(_));
-        drop(conn);
-        if matches!(group, Group::Committed(_)) {
-            self.announce(notes);
+        match self.together_on(&mut tx, batch, &mut notes).await {
+            Ok(answers) => match tx.commit().await {
+                Ok(()) => {
+                    self.announce(notes);
+                    Group::Committed(answers)
+                }
+                Err(e) => Group::Failed(database_of(e)),
+            },
+            Err(group) => {
+                if let Err(why) = tx.rollback().await {
+                    tracing::debug!(error = %why, "rolling back after an error failed");
+                }
+                group
+            }
         }
-        group
     }
 
     /// The events of `writes` (appends that only add events, of distinct runs, in id order) in
@@ -2840,22 +2856,22 @@ impl Writer {
                 Write::Append(..) => None,
             })
             .collect();
-        let column = |f: &dyn Fn(&NewRunRow) -> Option<String>| -> Vec<Option<String>> {
-            rows.iter().map(|r| f(r)).collect()
-        };
         let ids: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
         let workflows: Vec<&str> = rows.iter().map(|r| r.workflow.as_str()).collect();
         let inputs: Vec<&str> = rows.iter().map(|r| r.input.as_str()).collect();
         let at: Vec<i64> = rows.iter().map(|r| r.created_at).collect();
         let leases: Vec<Option<i64>> = rows.iter().map(|r| r.lease_until).collect();
         let deadlines: Vec<Option<i64>> = rows.iter().map(|r| r.deadline).collect();
-        let parents = column(&|r| r.parent.as_ref().map(|(p, _)| p.clone()));
+        let parents: Vec<Option<&str>> = rows
+            .iter()
+            .map(|r| r.parent.as_ref().map(|(p, _)| p.as_str()))
+            .collect();
         let detached: Vec<bool> = rows
             .iter()
             .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
             .collect();
-        let queues = column(&|r| r.queue.clone());
-        let keys = column(&|r| r.partition_key.clone());
+        let queues: Vec<Option<&str>> = rows.iter().map(|r| r.queue.as_deref()).collect();
+        let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
         let priorities: Vec<i32> = rows.iter().map(|r| r.priority).collect();
         let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
             .bind(&ids)
@@ -2914,54 +2930,46 @@ impl Writer {
         let _ = queue.send(notes);
     }
 
+    /// The writes of `batch` on `tx`, a transaction: their answers, or how the transaction
+    /// must end instead (rolled back, then redone alone or failed).
     async fn together_on(
         &self,
-        conn: &mut PgConnection,
+        tx: &mut PgConnection,
         batch: &[Write],
         notes: &mut Vec<String>,
-    ) -> Group {
-        let started = async {
-            let mut tx = conn.begin().await?;
-            let ending: Vec<String> = batch
-                .iter()
-                .filter(|w| w.ends_run())
-                .filter_map(|w| match w {
-                    Write::Append(lease, ..) => Some(lease.run_id.to_string()),
-                    Write::Admit(..) => None,
-                })
-                .collect();
-            if !ending.is_empty() {
-                sqlx::query(&self.sql.dialect.lock_inbox_for_children)
-                    .bind(self.inbox_lock)
-                    .bind(&ending)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            Ok::<_, sqlx::Error>((tx, !ending.is_empty()))
+    ) -> Result<Vec<Answer>, Group> {
+        let redo = |why: sqlx::Error| {
+            tracing::debug!(error = %why, "a batch's statement failed; its writes are redone alone");
+            Group::Redo
         };
-        let (mut tx, ending) = match started.await {
-            Ok(started) => started,
-            Err(e) => return Group::Failed(database_of(e.into())),
-        };
+        let ending: Vec<String> = batch
+            .iter()
+            .filter(|w| w.ends_run())
+            .filter_map(|w| match w {
+                Write::Append(lease, ..) => Some(lease.run_id.to_string()),
+                Write::Admit(..) => None,
+            })
+            .collect();
+        if !ending.is_empty() {
+            sqlx::query(&self.sql.dialect.lock_inbox_for_children)
+                .bind(self.inbox_lock)
+                .bind(&ending)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| Group::Failed(database_of(e.into())))?;
+        }
+        let ending = !ending.is_empty();
         // Admissions insert new rows, which no other writer waits for: first, together.
         let admitting = batch
             .iter()
             .filter(|w| matches!(w, Write::Admit(..)))
             .count();
-        let mut admitted = Vec::new();
-        if admitting >= 2 {
-            match self.admit_many(&mut tx, batch, notes).await {
-                Ok(answers) => admitted = answers,
-                Err(why) => {
-                    tracing::debug!(error = %why, "a batch's admissions failed; redone alone");
-                    if let Err(why) = tx.rollback().await {
-                        tracing::debug!(error = %why, "rolling back after an error failed");
-                    }
-                    return Group::Redo;
-                }
-            }
+        let mut admitted = if admitting >= 2 {
+            self.admit_many(tx, batch, notes).await.map_err(redo)?
+        } else {
+            Vec::new()
         }
-        let mut admitted = admitted.into_iter();
+        .into_iter();
         let mut answers = Vec::with_capacity(batch.len());
         let mut rest = batch;
         while let Some(write) = rest.first() {
@@ -2974,39 +2982,23 @@ impl Writer {
             if plain >= 2 {
                 let (these, after) = rest.split_at(plain);
                 rest = after;
-                match self.append_many(&mut tx, these).await {
-                    Ok(written) => answers.extend(written),
-                    Err(why) => {
-                        tracing::debug!(error = %why, "a batch's appends failed; redone alone");
-                        if let Err(why) = tx.rollback().await {
-                            tracing::debug!(error = %why, "rolling back after an error failed");
-                        }
-                        return Group::Redo;
-                    }
-                }
+                answers.extend(self.append_many(tx, these).await.map_err(redo)?);
                 continue;
             }
             rest = &rest[1..];
             if admitting >= 2 && matches!(write, Write::Admit(..)) {
-                match admitted.next() {
-                    Some(answer) => answers.push(answer),
-                    None => return Group::Redo,
-                }
+                // Answered by `admit_many`, an id that existed included (that statement wrote
+                // the others).
+                answers.push(admitted.next().ok_or(Group::Redo)?);
                 continue;
             }
-            let answer = write.apply(&mut self.pg(&mut tx, ending, notes)).await;
+            let answer = write.apply(&mut self.pg(tx, ending, notes)).await;
             if matches!(answer.error(), Some(StoreError::Database(_))) {
-                if let Err(why) = tx.rollback().await {
-                    tracing::debug!(error = %why, "rolling back after an error failed");
-                }
-                return Group::Redo;
+                return Err(Group::Redo);
             }
             answers.push(answer);
         }
-        match tx.commit().await {
-            Ok(()) => Group::Committed(answers),
-            Err(e) => Group::Failed(database_of(e.into())),
-        }
+        Ok(answers)
     }
 }
 
