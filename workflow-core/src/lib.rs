@@ -56,6 +56,7 @@ mod driver;
 pub mod error;
 mod history;
 mod ids;
+mod model;
 mod queue;
 mod registry;
 mod replay;
@@ -107,6 +108,10 @@ pub mod prelude {
         RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
+    // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
+    pub use crate::store::{
+        AdminStore as _, HookStore as _, QueueStore as _, RunStore as _, StreamStore as _,
+    };
 }
 
 #[doc(hidden)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use common::{fresh_schema, log_execution, postgres_url, read_log, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::postgres::PostgresStore;
-use workflow_core::store::{from_millis, Event, EventRecord, RunFilter, Store};
+use workflow_core::store::{from_millis, Event, EventRecord, RunFilter};
 
 /// Lease of the worker processes: short, so that a wrong clock would show within seconds.
 const LEASE: Duration = Duration::from_millis(2000);

@@ -10,11 +10,12 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{
-    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmitOrResume, Append,
-    CancelOutcome, ChildNotice, ClaimOutcome, Event, EventRecord, FailureOutcome, HookFilter,
-    HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats, QueueDef, QueueInfo,
-    RetryOutcome, RunFilter, RunOutcome, RunRecord, RunStatus, Store, StoredChunk, StreamInfo,
-    StreamPage, CHILD_NOTICE_TOKEN, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, AdminStore, Admission, AdmitOrResume,
+    Append, CancelOutcome, ChildNotice, ClaimOutcome, Event, EventRecord, FailureOutcome,
+    HookFilter, HookRecord, HookStore, Lease, LeasedRun, NewEvent, NewRun, Payload, PruneStats,
+    QueueDef, QueueInfo, QueueStore, RetryOutcome, RunFilter, RunOutcome, RunRecord, RunStatus,
+    RunStore, StoredChunk, StreamInfo, StreamPage, StreamStore, CHILD_NOTICE_TOKEN,
+    MAX_FAILED_TRIES,
 };
 use crate::error::{Error, StoreError};
 use crate::history::after;
@@ -513,7 +514,7 @@ impl MemoryStore {
 }
 
 #[async_trait::async_trait]
-impl Store for MemoryStore {
+impl RunStore for MemoryStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.lock().admit(run, None)?.0)
     }
@@ -524,26 +525,6 @@ impl Store for MemoryStore {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.lock().admit(run, Some(lease))
-    }
-
-    async fn admit_or_resume(
-        &self,
-        run: NewRun,
-        lease: Option<Duration>,
-        payload: Value,
-    ) -> Result<AdmitOrResume, StoreError> {
-        let Some(token) = run.hook.as_ref().map(|h| h.token.clone()) else {
-            return Err(super::no_token());
-        };
-        let at = run.created_at;
-        let mut st = self.lock();
-        match st.admit(run, lease)? {
-            (Admission::Admitted, lease) => Ok(AdmitOrResume::Admitted(lease)),
-            (Admission::Conflict(owner), _) => Ok(match st.resume(&token, payload, at) {
-                Some((run, payload_id)) => AdmitOrResume::Resumed { run, payload_id },
-                None => AdmitOrResume::Conflict(owner),
-            }),
-        }
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -799,6 +780,77 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn start_child(
+        &self,
+        lease: &Lease,
+        child_key: &str,
+        child: NewRun,
+    ) -> Result<Admission, StoreError> {
+        let mut st = self.lock();
+        st.held(lease)?;
+        let (child_id, workflow, at) = (child.id, child.workflow.clone(), child.created_at);
+        let (admission, _) = st.admit(child, None)?;
+        let conflict = match admission {
+            Admission::Admitted => None,
+            Admission::Conflict(owner) => Some(owner),
+        };
+        st.held(lease)?.push(
+            at,
+            Event::ChildStarted {
+                refused: None,
+                child_key: child_key.to_owned(),
+                child_id,
+                workflow,
+                conflict,
+            },
+        );
+        Ok(admission)
+    }
+
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        let mut st = self.lock();
+        let mut lost = Vec::new();
+        for l in leases {
+            match st.runs.get_mut(&l.run_id).filter(|r| r.holds(l)) {
+                Some(row) => row.lease_until = Some(after(now, lease)),
+                None => lost.push(l.run_id),
+            }
+        }
+        Ok(lost)
+    }
+
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        self.lock().cancel(*id, now)
+    }
+}
+
+#[async_trait::async_trait]
+impl HookStore for MemoryStore {
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        let Some(token) = run.hook.as_ref().map(|h| h.token.clone()) else {
+            return Err(super::no_token());
+        };
+        let at = run.created_at;
+        let mut st = self.lock();
+        match st.admit(run, lease)? {
+            (Admission::Admitted, lease) => Ok(AdmitOrResume::Admitted(lease)),
+            (Admission::Conflict(owner), _) => Ok(match st.resume(&token, payload, at) {
+                Some((run, payload_id)) => AdmitOrResume::Resumed { run, payload_id },
+                None => AdmitOrResume::Conflict(owner),
+            }),
+        }
+    }
+
     async fn claim_hook(
         &self,
         lease: &Lease,
@@ -836,33 +888,6 @@ impl Store for MemoryStore {
             },
         );
         Ok(outcome)
-    }
-
-    async fn start_child(
-        &self,
-        lease: &Lease,
-        child_key: &str,
-        child: NewRun,
-    ) -> Result<Admission, StoreError> {
-        let mut st = self.lock();
-        st.held(lease)?;
-        let (child_id, workflow, at) = (child.id, child.workflow.clone(), child.created_at);
-        let (admission, _) = st.admit(child, None)?;
-        let conflict = match admission {
-            Admission::Admitted => None,
-            Admission::Conflict(owner) => Some(owner),
-        };
-        st.held(lease)?.push(
-            at,
-            Event::ChildStarted {
-                refused: None,
-                child_key: child_key.to_owned(),
-                child_id,
-                workflow,
-                conflict,
-            },
-        );
-        Ok(admission)
     }
 
     async fn resume_hook(
@@ -915,81 +940,34 @@ impl Store for MemoryStore {
             }))
     }
 
-    async fn heartbeat(
-        &self,
-        leases: &[Lease],
-        lease: Duration,
-        now: SystemTime,
-    ) -> Result<Vec<RunId>, StoreError> {
-        let mut st = self.lock();
-        let mut lost = Vec::new();
-        for l in leases {
-            match st.runs.get_mut(&l.run_id).filter(|r| r.holds(l)) {
-                Some(row) => row.lease_until = Some(after(now, lease)),
-                None => lost.push(l.run_id),
-            }
-        }
-        Ok(lost)
-    }
-
-    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        self.lock().cancel(*id, now)
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let st = self.lock();
-        let mut runs: Vec<&RunRecord> = st
-            .runs
-            .values()
-            .map(|r| &r.record)
-            .filter(|r| filter.status.is_none_or(|s| r.status == s))
-            .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
-            .filter(|r| filter.parent.is_none_or(|p| r.parent == Some(p)))
-            .filter(|r| {
-                filter
-                    .queue
-                    .as_ref()
-                    .is_none_or(|q| r.queue.as_ref().is_some_and(|e| &e.name == q))
-            })
-            .collect();
-        runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
-        Ok(runs.into_iter().take(filter.limit).cloned().collect())
-    }
-
-    async fn prune(
-        &self,
-        ended_before: SystemTime,
-        now: SystemTime,
-    ) -> Result<PruneStats, StoreError> {
-        let mut st = self.lock();
-        let retaining: HashSet<RunId> = st
+        let mut hooks: Vec<HookRecord> = st
             .hooks
-            .values()
-            .filter(|h| h.retain_until.is_some_and(|t| t > now))
-            .map(|h| h.run_id)
-            .collect();
-        let doomed: HashSet<RunId> = st
-            .runs
             .iter()
-            .filter(|(id, row)| {
-                row.record.status.is_terminal()
-                    && row.record.updated_at < ended_before
-                    && !retaining.contains(*id)
+            .filter(|(t, h)| {
+                h.active
+                    && filter.token.as_ref().is_none_or(|want| want == *t)
+                    && filter.run_id.is_none_or(|run| run == h.run_id)
             })
-            .map(|(id, _)| *id)
+            .map(|(t, h)| HookRecord {
+                token: t.clone(),
+                run_id: h.run_id,
+                created_at: h.created_at,
+            })
             .collect();
-        let mut stats = PruneStats::default();
-        for id in &doomed {
-            if let Some(row) = st.runs.remove(id) {
-                stats.runs += 1;
-                stats.events += row.events.len() as u64;
-            }
-        }
-        st.hooks.retain(|_, h| !doomed.contains(&h.run_id));
-        st.inbox.retain(|_, (run, _)| !doomed.contains(run));
-        Ok(stats)
+        hooks.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then_with(|| a.token.cmp(&b.token))
+        });
+        hooks.truncate(filter.limit);
+        Ok(hooks)
     }
+}
 
+#[async_trait::async_trait]
+impl StreamStore for MemoryStore {
     async fn append_chunk(
         &self,
         lease: &Lease,
@@ -1063,7 +1041,10 @@ impl Store for MemoryStore {
                 .collect()
         }))
     }
+}
 
+#[async_trait::async_trait]
+impl QueueStore for MemoryStore {
     async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
         let mut st = self.lock();
         for q in queues {
@@ -1121,30 +1102,72 @@ impl Store for MemoryStore {
         queues.sort_by(|a, b| a.def.name.cmp(&b.def.name));
         Ok(queues)
     }
+}
 
-    async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+#[async_trait::async_trait]
+impl AdminStore for MemoryStore {
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let st = self.lock();
-        let mut hooks: Vec<HookRecord> = st
-            .hooks
-            .iter()
-            .filter(|(t, h)| {
-                h.active
-                    && filter.token.as_ref().is_none_or(|want| want == *t)
-                    && filter.run_id.is_none_or(|run| run == h.run_id)
-            })
-            .map(|(t, h)| HookRecord {
-                token: t.clone(),
-                run_id: h.run_id,
-                created_at: h.created_at,
+        let cursor = match filter.after {
+            Some(id) => {
+                let run = st.runs.get(&id).ok_or(StoreError::RunNotFound(id))?;
+                Some((run.record.created_at, id))
+            }
+            None => None,
+        };
+        let mut runs: Vec<&RunRecord> = st
+            .runs
+            .values()
+            .map(|r| &r.record)
+            .filter(|r| filter.created_after.is_none_or(|t| r.created_at >= t))
+            .filter(|r| filter.created_before.is_none_or(|t| r.created_at < t))
+            .filter(|r| cursor.is_none_or(|c| (r.created_at, r.id) < c))
+            .filter(|r| filter.status.is_none_or(|s| r.status == s))
+            .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
+            .filter(|r| filter.parent.is_none_or(|p| r.parent == Some(p)))
+            .filter(|r| {
+                filter
+                    .queue
+                    .as_ref()
+                    .is_none_or(|q| r.queue.as_ref().is_some_and(|e| &e.name == q))
             })
             .collect();
-        hooks.sort_by(|a, b| {
-            b.created_at
-                .cmp(&a.created_at)
-                .then_with(|| a.token.cmp(&b.token))
-        });
-        hooks.truncate(filter.limit);
-        Ok(hooks)
+        runs.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.id)));
+        Ok(runs.into_iter().take(filter.limit).cloned().collect())
+    }
+
+    async fn prune(
+        &self,
+        ended_before: SystemTime,
+        now: SystemTime,
+    ) -> Result<PruneStats, StoreError> {
+        let mut st = self.lock();
+        let retaining: HashSet<RunId> = st
+            .hooks
+            .values()
+            .filter(|h| h.retain_until.is_some_and(|t| t > now))
+            .map(|h| h.run_id)
+            .collect();
+        let doomed: HashSet<RunId> = st
+            .runs
+            .iter()
+            .filter(|(id, row)| {
+                row.record.status.is_terminal()
+                    && row.record.updated_at < ended_before
+                    && !retaining.contains(*id)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        let mut stats = PruneStats::default();
+        for id in &doomed {
+            if let Some(row) = st.runs.remove(id) {
+                stats.runs += 1;
+                stats.events += row.events.len() as u64;
+            }
+        }
+        st.hooks.retain(|_, h| !doomed.contains(&h.run_id));
+        st.inbox.retain(|_, (run, _)| !doomed.contains(run));
+        Ok(stats)
     }
 }
 

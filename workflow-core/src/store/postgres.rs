@@ -37,10 +37,10 @@ use super::sql::{
     EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload,
-    PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo,
-    StreamPage, CHILD_NOTICE_TOKEN,
+    AcquireRequest, AdminStore, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome,
+    EventRecord, FailureOutcome, HookFilter, HookRecord, HookStore, Lease, LeasedRun, NewEvent,
+    NewRun, Notice, Payload, PruneStats, QueueDef, QueueInfo, QueueStore, RetryOutcome, RunFilter,
+    RunRecord, RunStore, StreamInfo, StreamPage, StreamStore, CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::{stable_hash, RunId};
@@ -601,7 +601,7 @@ impl PostgresStore {
 }
 
 #[async_trait::async_trait]
-impl Store for PostgresStore {
+impl RunStore for PostgresStore {
     /// The database server's clock: every process on this store times its writes and
     /// decisions by it, whatever its own clock says.
     async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
@@ -616,36 +616,6 @@ impl Store for PostgresStore {
 
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.admit(run, None).await?.0)
-    }
-
-    /// One transaction decides. It holds the inbox lock from its first statement (the resume)
-    /// to its commit, so concurrent `admit_or_resume` calls in the schema, and resumes, take
-    /// turns; only a plain `.hook(..)` start or a workflow's `create_hook` can take the token
-    /// between its resume and its claim, and then the transaction is rolled back (it wrote
-    /// nothing) and the next one resumes to that hook.
-    async fn admit_or_resume(
-        &self,
-        run: NewRun,
-        lease: Option<Duration>,
-        payload: Value,
-    ) -> Result<AdmitOrResume, StoreError> {
-        const ATTEMPTS: usize = 8;
-        let row = NewRunRow::new(run, lease)?;
-        let payload = to_json(&payload, "the payload")?;
-        for _ in 0..ATTEMPTS {
-            let mut tx = self.begin().await?;
-            let decided = policy::admit_or_resume(&mut self.tx(&mut tx), &row, &payload).await;
-            if let Some(outcome) = settle(tx, decided).await? {
-                return Ok(outcome);
-            }
-        }
-        Err(StoreError::Database(
-            DatabaseError::new(format!(
-                "hook token {:?} changed hands {ATTEMPTS} times while starting or resuming",
-                row.hook.as_ref().map_or("", |h| h.0.as_str())
-            ))
-            .transient(true),
-        ))
     }
 
     async fn create_run_leased(
@@ -846,6 +816,88 @@ impl Store for PostgresStore {
         settle(tx, recorded).await
     }
 
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
+        let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
+        // One statement renews every lease still held; the rest are lost.
+        let mut conn = self.conn().await?;
+        let renewed = sqlx::query_as(&self.inner.sql.heartbeat)
+            .bind(&ids)
+            .bind(&epochs)
+            .bind(lease_end(now, lease))
+            .fetch_all(&mut *conn)
+            .await;
+        let renewed: Vec<(String, i64)> = conn.kept(renewed)?;
+        Ok(policy::lost(leases, renewed))
+    }
+
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        let cancel = EncodedCancel::new(id, now)?;
+        self.in_tx_noting(async |pg| policy::cancel(pg, &cancel).await)
+            .await
+    }
+
+    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
+        let notices = self.inner.notices.get_or_init(|| {
+            let (sender, _) = broadcast::channel(NOTICE_CAPACITY);
+            let (stop, stopped) = oneshot::channel();
+            // The task holds no reference to the store, only what it needs: it ends when the
+            // last clone drops `stop`.
+            self.inner.runtime.spawn(listen(
+                self.inner.options.clone(),
+                self.inner.schema.clone(),
+                sender.clone(),
+                stopped,
+            ));
+            Notices {
+                sender,
+                _stop: stop,
+            }
+        });
+        Some(notices.sender.subscribe())
+    }
+}
+
+#[async_trait::async_trait]
+impl HookStore for PostgresStore {
+    /// One transaction decides. It holds the inbox lock from its first statement (the resume)
+    /// to its commit, so concurrent `admit_or_resume` calls in the schema, and resumes, take
+    /// turns; only a plain `.hook(..)` start or a workflow's `create_hook` can take the token
+    /// between its resume and its claim, and then the transaction is rolled back (it wrote
+    /// nothing) and the next one resumes to that hook.
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        const ATTEMPTS: usize = 8;
+        let row = NewRunRow::new(run, lease)?;
+        let payload = to_json(&payload, "the payload")?;
+        for _ in 0..ATTEMPTS {
+            let mut tx = self.begin().await?;
+            let decided = policy::admit_or_resume(&mut self.tx(&mut tx), &row, &payload).await;
+            if let Some(outcome) = settle(tx, decided).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Database(
+            DatabaseError::new(format!(
+                "hook token {:?} changed hands {ATTEMPTS} times while starting or resuming",
+                row.hook.as_ref().map_or("", |h| h.0.as_str())
+            ))
+            .transient(true),
+        ))
+    }
+
     async fn claim_hook(
         &self,
         lease: &Lease,
@@ -937,101 +989,6 @@ impl Store for PostgresStore {
         row.map(HookRow::decode).transpose()
     }
 
-    async fn heartbeat(
-        &self,
-        leases: &[Lease],
-        lease: Duration,
-        now: SystemTime,
-    ) -> Result<Vec<RunId>, StoreError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<String> = leases.iter().map(|l| l.run_id.to_string()).collect();
-        let epochs: Vec<i64> = leases.iter().map(|l| sql_epoch(l.epoch)).collect();
-        // One statement renews every lease still held; the rest are lost.
-        let mut conn = self.conn().await?;
-        let renewed = sqlx::query_as(&self.inner.sql.heartbeat)
-            .bind(&ids)
-            .bind(&epochs)
-            .bind(lease_end(now, lease))
-            .fetch_all(&mut *conn)
-            .await;
-        let renewed: Vec<(String, i64)> = conn.kept(renewed)?;
-        Ok(policy::lost(leases, renewed))
-    }
-
-    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        let cancel = EncodedCancel::new(id, now)?;
-        self.in_tx_noting(async |pg| policy::cancel(pg, &cancel).await)
-            .await
-    }
-
-    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
-        let mut tx = self.begin().await?;
-        let pruned = policy::prune(&mut self.tx(&mut tx), before, now).await;
-        settle(tx, pruned).await
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit, queue, parent) = policy::run_filter(filter);
-        let mut conn = self.conn().await?;
-        let rows = sqlx::query_as(&self.inner.sql.list_runs)
-            .bind(status)
-            .bind(workflow)
-            .bind(limit)
-            .bind(queue)
-            .bind(parent)
-            .fetch_all(&mut *conn)
-            .await;
-        let rows: Vec<RunRow> = conn.kept(rows)?;
-        rows.into_iter().map(RunRow::decode).collect()
-    }
-
-    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
-        if queues.is_empty() {
-            return Ok(());
-        }
-        let rows = policy::queue_rows(queues);
-        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
-        let concurrency: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
-        let rates: Vec<Option<i64>> = rows.iter().map(|r| r.2).collect();
-        let periods: Vec<Option<i64>> = rows.iter().map(|r| r.3).collect();
-        let at = self.now().await?.unwrap_or_else(SystemTime::now);
-        let mut conn = self.conn().await?;
-        let done = sqlx::query(&self.inner.sql.define_queue)
-            .bind(names)
-            .bind(concurrency)
-            .bind(rates)
-            .bind(periods)
-            .bind(sql_time(at))
-            .execute(&mut *conn)
-            .await;
-        conn.kept(done)?;
-        Ok(())
-    }
-
-    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
-        let mut conn = self.conn().await?;
-        let opening = sqlx::query_scalar(&self.inner.sql.queue_opening)
-            .bind(sql_time(now))
-            .fetch_one(&mut *conn)
-            .await;
-        let opening: Option<i64> = conn.kept(opening)?;
-        opening
-            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
-            .transpose()
-    }
-
-    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
-        let mut conn = self.conn().await?;
-        let rows = sqlx::query_as(&self.inner.sql.list_queues)
-            .bind(sql_time(now))
-            .fetch_all(&mut *conn)
-            .await;
-        let rows: Vec<QueueRow> = conn.kept(rows)?;
-        rows.into_iter().map(QueueRow::decode).collect()
-    }
-
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let (token, run, limit) = policy::hook_filter(filter);
         let mut conn = self.conn().await?;
@@ -1044,7 +1001,10 @@ impl Store for PostgresStore {
         let rows: Vec<HookRow> = conn.kept(rows)?;
         rows.into_iter().map(HookRow::decode).collect()
     }
+}
 
+#[async_trait::async_trait]
+impl StreamStore for PostgresStore {
     async fn append_chunk(
         &self,
         lease: &Lease,
@@ -1116,25 +1076,85 @@ impl Store for PostgresStore {
         let rows: Vec<StreamRow> = conn.kept(rows)?;
         rows.into_iter().map(|r| r.decode(&run)).collect()
     }
+}
 
-    fn notices(&self) -> Option<broadcast::Receiver<Notice>> {
-        let notices = self.inner.notices.get_or_init(|| {
-            let (sender, _) = broadcast::channel(NOTICE_CAPACITY);
-            let (stop, stopped) = oneshot::channel();
-            // The task holds no reference to the store, only what it needs: it ends when the
-            // last clone drops `stop`.
-            self.inner.runtime.spawn(listen(
-                self.inner.options.clone(),
-                self.inner.schema.clone(),
-                sender.clone(),
-                stopped,
-            ));
-            Notices {
-                sender,
-                _stop: stop,
-            }
-        });
-        Some(notices.sender.subscribe())
+#[async_trait::async_trait]
+impl QueueStore for PostgresStore {
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let rows = policy::queue_rows(queues);
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        let concurrency: Vec<Option<i64>> = rows.iter().map(|r| r.1).collect();
+        let rates: Vec<Option<i64>> = rows.iter().map(|r| r.2).collect();
+        let periods: Vec<Option<i64>> = rows.iter().map(|r| r.3).collect();
+        let at = self.now().await?.unwrap_or_else(SystemTime::now);
+        let mut conn = self.conn().await?;
+        let done = sqlx::query(&self.inner.sql.define_queue)
+            .bind(names)
+            .bind(concurrency)
+            .bind(rates)
+            .bind(periods)
+            .bind(sql_time(at))
+            .execute(&mut *conn)
+            .await;
+        conn.kept(done)?;
+        Ok(())
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let mut conn = self.conn().await?;
+        let opening = sqlx::query_scalar(&self.inner.sql.queue_opening)
+            .bind(sql_time(now))
+            .fetch_one(&mut *conn)
+            .await;
+        let opening: Option<i64> = conn.kept(opening)?;
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_queues)
+            .bind(sql_time(now))
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<QueueRow> = conn.kept(rows)?;
+        rows.into_iter().map(QueueRow::decode).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl AdminStore for PostgresStore {
+    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
+        let mut tx = self.begin().await?;
+        let pruned = policy::prune(&mut self.tx(&mut tx), before, now).await;
+        settle(tx, pruned).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let (status, workflow, limit, queue, parent, after, before, cursor) =
+            policy::run_filter(filter);
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.list_runs)
+            .bind(status)
+            .bind(workflow)
+            .bind(limit)
+            .bind(queue)
+            .bind(parent)
+            .bind(after)
+            .bind(before)
+            .bind(cursor)
+            .fetch_all(&mut *conn)
+            .await;
+        let rows: Vec<RunRow> = conn.kept(rows)?;
+        let runs = rows
+            .into_iter()
+            .map(RunRow::decode)
+            .collect::<Result<_, _>>()?;
+        policy::listed(self, filter, runs).await
     }
 }
 
@@ -1522,6 +1542,10 @@ fn statements(s: &str) -> Statements {
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
                    AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR parent_id = $5)
+                   AND ($6::bigint IS NULL OR created_at >= $6)
+                   AND ($7::bigint IS NULL OR created_at < $7)
+                   AND ($8::text IS NULL OR (created_at, id) <
+                        (SELECT c.created_at, c.id FROM {s}.runs c WHERE c.id = $8))
                  ORDER BY created_at DESC, id DESC
                  LIMIT $3"
             ),

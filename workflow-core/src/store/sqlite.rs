@@ -40,10 +40,10 @@ use super::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEnd, EncodedEvents,
 };
 use super::{
-    AcquireRequest, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Payload,
-    PruneStats, QueueDef, QueueInfo, RetryOutcome, RunFilter, RunRecord, Store, StreamInfo,
-    StreamPage, CHILD_NOTICE_TOKEN,
+    AcquireRequest, AdminStore, Admission, AdmitOrResume, Append, CancelOutcome, ClaimOutcome,
+    EventRecord, FailureOutcome, HookFilter, HookRecord, HookStore, Lease, LeasedRun, NewEvent,
+    NewRun, Payload, PruneStats, QueueDef, QueueInfo, QueueStore, RetryOutcome, RunFilter,
+    RunRecord, RunStore, StreamInfo, StreamPage, StreamStore, CHILD_NOTICE_TOKEN,
 };
 use crate::error::{DatabaseError, Error, StoreError};
 use crate::ids::RunId;
@@ -376,6 +376,8 @@ const SQL: Statements = Statements {
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
                   AND (?4 IS NULL OR queue = ?4) AND (?5 IS NULL OR parent_id = ?5)
+                  AND (?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7)
+                  AND (?8 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?8))
                 ORDER BY created_at DESC, id DESC LIMIT ?3",
     list_hooks: "SELECT token, run_id, created_at FROM hooks
                  WHERE active = 1 AND (?1 IS NULL OR token = ?1) AND (?2 IS NULL OR run_id = ?2)
@@ -670,7 +672,7 @@ impl SqliteStore {
 }
 
 #[async_trait::async_trait]
-impl Store for SqliteStore {
+impl RunStore for SqliteStore {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.admit(run, None).await?.0)
     }
@@ -681,24 +683,6 @@ impl Store for SqliteStore {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.admit(run, Some(lease)).await
-    }
-
-    async fn admit_or_resume(
-        &self,
-        run: NewRun,
-        lease: Option<Duration>,
-        payload: Value,
-    ) -> Result<AdmitOrResume, StoreError> {
-        let row = NewRunRow::new(run, lease)?;
-        let payload = to_json(&payload, "the payload")?;
-        self.write(move |tx| {
-            // The transaction holds the database's write lock from its start, so no hook
-            // takes the token between the resume and the claim: the policy always decides.
-            now(policy::admit_or_resume(&mut Lite(tx), &row, &payload))?.ok_or_else(|| {
-                StoreError::database("internal error: a token changed hands inside a transaction")
-            })
-        })
-        .await
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -863,6 +847,57 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn heartbeat(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Vec<RunId>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held: Vec<_> = leases
+            .iter()
+            .map(|l| (l.run_id.to_string(), sql_epoch(l.epoch)))
+            .collect();
+        let (held, until) = (to_json(&held, "the leases")?, lease_end(now, lease));
+        let renewed = self
+            .write(move |tx| {
+                all(tx, SQL.heartbeat, params![held, until], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await?;
+        Ok(policy::lost(leases, renewed))
+    }
+
+    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
+        let cancel = EncodedCancel::new(id, now)?;
+        self.write(move |tx| self::now(policy::cancel(&mut Lite(tx), &cancel)))
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl HookStore for SqliteStore {
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: Value,
+    ) -> Result<AdmitOrResume, StoreError> {
+        let row = NewRunRow::new(run, lease)?;
+        let payload = to_json(&payload, "the payload")?;
+        self.write(move |tx| {
+            // The transaction holds the database's write lock from its start, so no hook
+            // takes the token between the resume and the claim: the policy always decides.
+            now(policy::admit_or_resume(&mut Lite(tx), &row, &payload))?.ok_or_else(|| {
+                StoreError::database("internal error: a token changed hands inside a transaction")
+            })
+        })
+        .await
+    }
+
     async fn claim_hook(
         &self,
         lease: &Lease,
@@ -943,84 +978,6 @@ impl Store for SqliteStore {
         row.map(HookRow::decode).transpose()
     }
 
-    async fn heartbeat(
-        &self,
-        leases: &[Lease],
-        lease: Duration,
-        now: SystemTime,
-    ) -> Result<Vec<RunId>, StoreError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let held: Vec<_> = leases
-            .iter()
-            .map(|l| (l.run_id.to_string(), sql_epoch(l.epoch)))
-            .collect();
-        let (held, until) = (to_json(&held, "the leases")?, lease_end(now, lease));
-        let renewed = self
-            .write(move |tx| {
-                all(tx, SQL.heartbeat, params![held, until], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-            })
-            .await?;
-        Ok(policy::lost(leases, renewed))
-    }
-
-    async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
-        let cancel = EncodedCancel::new(id, now)?;
-        self.write(move |tx| self::now(policy::cancel(&mut Lite(tx), &cancel)))
-            .await
-    }
-
-    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
-        self.write(move |tx| self::now(policy::prune(&mut Lite(tx), before, now)))
-            .await
-    }
-
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let args = policy::run_filter(filter);
-        let rows = self
-            .read(move |conn| all(conn, SQL.list_runs, args, RunRow::from_sqlite))
-            .await?;
-        rows.into_iter().map(RunRow::decode).collect()
-    }
-
-    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
-        let rows = policy::queue_rows(queues);
-        let at = sql_time(SystemTime::now());
-        self.write(move |tx| {
-            for (name, concurrency, rate, period) in &rows {
-                exec(
-                    tx,
-                    SQL.define_queue,
-                    params![name, concurrency, rate, period, at],
-                )?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
-        let at = sql_time(now);
-        let opening: Option<i64> = self
-            .read(move |conn| one(conn, SQL.queue_opening, [at], |r| r.get(0)))
-            .await?
-            .flatten();
-        opening
-            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
-            .transpose()
-    }
-
-    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
-        let at = sql_time(now);
-        let rows = self
-            .read(move |conn| all(conn, SQL.list_queues, [at], QueueRow::from_sqlite))
-            .await?;
-        rows.into_iter().map(QueueRow::decode).collect()
-    }
-
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         let args = policy::hook_filter(filter);
         let rows = self
@@ -1028,7 +985,10 @@ impl Store for SqliteStore {
             .await?;
         rows.into_iter().map(HookRow::decode).collect()
     }
+}
 
+#[async_trait::async_trait]
+impl StreamStore for SqliteStore {
     async fn append_chunk(
         &self,
         lease: &Lease,
@@ -1088,6 +1048,64 @@ impl Store for SqliteStore {
             rows.into_iter().map(|r| r.decode(&run)).collect()
         })
         .await
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for SqliteStore {
+    async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {
+        let rows = policy::queue_rows(queues);
+        let at = sql_time(SystemTime::now());
+        self.write(move |tx| {
+            for (name, concurrency, rate, period) in &rows {
+                exec(
+                    tx,
+                    SQL.define_queue,
+                    params![name, concurrency, rate, period, at],
+                )?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        let at = sql_time(now);
+        let opening: Option<i64> = self
+            .read(move |conn| one(conn, SQL.queue_opening, [at], |r| r.get(0)))
+            .await?
+            .flatten();
+        opening
+            .map(|ms| super::sql::time_of(ms, "-", "queue opening"))
+            .transpose()
+    }
+
+    async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
+        let at = sql_time(now);
+        let rows = self
+            .read(move |conn| all(conn, SQL.list_queues, [at], QueueRow::from_sqlite))
+            .await?;
+        rows.into_iter().map(QueueRow::decode).collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl AdminStore for SqliteStore {
+    async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
+        self.write(move |tx| self::now(policy::prune(&mut Lite(tx), before, now)))
+            .await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let args = policy::run_filter(filter);
+        let rows = self
+            .read(move |conn| all(conn, SQL.list_runs, args, RunRow::from_sqlite))
+            .await?;
+        let runs = rows
+            .into_iter()
+            .map(RunRow::decode)
+            .collect::<Result<_, _>>()?;
+        policy::listed(self, filter, runs).await
     }
 }
 

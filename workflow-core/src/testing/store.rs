@@ -171,6 +171,7 @@ macro_rules! __store_conformance_tests {
             cancel_of_a_completed_run_reports_its_status,
             listing_behaves_like_the_memory_store,
             lists_runs_newest_first_with_filters,
+            lists_runs_by_time_range_and_cursor,
             lists_only_active_hooks,
             prune_deletes_old_ended_runs_with_what_they_recorded,
             failed_tries_give_the_run_back_and_the_last_fails_it,
@@ -2832,6 +2833,49 @@ pub async fn lists_runs_newest_first_with_filters<S: Store>(store: &S) {
     );
     assert_eq!(listed(RunFilter::new().limit(2)).await, [c, b]);
     assert!(listed(RunFilter::new().workflow("nope")).await.is_empty());
+}
+
+/// `list_runs` pages through a time range: `created_after` is inclusive, `created_before`
+/// exclusive, and `after(run)` continues the newest-first order after that run, also among
+/// runs admitted at the same time; a cursor the store does not hold is `RunNotFound`.
+pub async fn lists_runs_by_time_range_and_cursor<S: Store>(store: &S) {
+    let a = admit(store, "orders", 1, None).await;
+    let b = admit(store, "orders", 2, None).await;
+    let c = admit(store, "orders", 2, None).await;
+    let d = admit(store, "billing", 3, None).await;
+    // b and c share an admission time: the id breaks the tie, the higher first.
+    let (hi, lo) = if b > c { (b, c) } else { (c, b) };
+
+    let listed = |f: RunFilter| async move { run_ids(&store.list_runs(&f).await.unwrap()) };
+    assert_eq!(
+        listed(RunFilter::new().created_after(t(2))).await,
+        [d, hi, lo]
+    );
+    assert_eq!(listed(RunFilter::new().created_before(t(2))).await, [a]);
+    assert_eq!(
+        listed(RunFilter::new().created_after(t(2)).created_before(t(3))).await,
+        [hi, lo]
+    );
+    // Pages of two, each after the last run of the one before.
+    let first = listed(RunFilter::new().limit(2)).await;
+    assert_eq!(first, [d, hi]);
+    let second = listed(RunFilter::new().limit(2).after(&hi)).await;
+    assert_eq!(second, [lo, a]);
+    assert!(listed(RunFilter::new().limit(2).after(&a)).await.is_empty());
+    // The cursor combines with the other filters.
+    assert_eq!(
+        listed(RunFilter::new().workflow("orders").after(&d)).await,
+        [hi, lo, a]
+    );
+    let unknown = RunId::new();
+    let err = store
+        .list_runs(&RunFilter::new().after(&unknown))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::RunNotFound(id) if id == unknown),
+        "{err:?}"
+    );
 }
 
 /// `list_hooks` returns the active hooks, newest first, and applies each filter; a cancelled

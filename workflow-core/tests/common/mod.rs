@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::store::memory::MemoryStore;
 use workflow_core::store::{
-    AcquireRequest, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord, FailureOutcome,
-    HookFilter, HookRecord, Lease, LeasedRun, NewEvent, NewRun, Notice, Payload, RetryOutcome,
-    RunFilter, RunRecord, Store,
+    AcquireRequest, AdminStore, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, HookStore, Lease, LeasedRun, NewEvent, NewRun, Notice,
+    Payload, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
 };
 use workflow_core::{RunId, Runtime, StartError, StoreError};
 
@@ -536,11 +536,12 @@ impl FailingAdmissions {
 }
 
 #[async_trait::async_trait]
-impl Store for FailingAdmissions {
+impl RunStore for FailingAdmissions {
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         self.maybe_fail().await?;
         self.inner.create_run(run).await
     }
+
     async fn create_run_leased(
         &self,
         run: NewRun,
@@ -549,24 +550,19 @@ impl Store for FailingAdmissions {
         self.maybe_fail().await?;
         self.inner.create_run_leased(run, lease).await
     }
-    async fn admit_or_resume(
-        &self,
-        run: NewRun,
-        lease: Option<Duration>,
-        payload: serde_json::Value,
-    ) -> Result<workflow_core::store::AdmitOrResume, StoreError> {
-        self.maybe_fail().await?;
-        self.inner.admit_or_resume(run, lease, payload).await
-    }
+
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
         self.inner.get_run(id).await
     }
+
     async fn events(&self, id: &RunId) -> Result<Vec<EventRecord>, StoreError> {
         self.inner.events(id).await
     }
+
     async fn acquire(&self, req: AcquireRequest<'_>) -> Result<Vec<LeasedRun>, StoreError> {
         self.inner.acquire(req).await
     }
+
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
         if !write.events.is_empty()
@@ -600,6 +596,7 @@ impl Store for FailingAdmissions {
             }
         }
     }
+
     async fn record_failure(
         &self,
         lease: &Lease,
@@ -608,6 +605,7 @@ impl Store for FailingAdmissions {
     ) -> Result<FailureOutcome, StoreError> {
         self.inner.record_failure(lease, cause, now).await
     }
+
     async fn block(
         &self,
         lease: &Lease,
@@ -616,12 +614,15 @@ impl Store for FailingAdmissions {
     ) -> Result<SystemTime, StoreError> {
         self.inner.block(lease, divergence, now).await
     }
+
     async fn retry(&self, id: &RunId, now: SystemTime) -> Result<RetryOutcome, StoreError> {
         self.inner.retry(id, now).await
     }
+
     async fn wake_blocked(&self, now: SystemTime) -> Result<u64, StoreError> {
         self.inner.wake_blocked(now).await
     }
+
     async fn create_run_with_history(
         &self,
         run: NewRun,
@@ -629,6 +630,7 @@ impl Store for FailingAdmissions {
     ) -> Result<(), StoreError> {
         self.inner.create_run_with_history(run, history).await
     }
+
     async fn release(
         &self,
         lease: &Lease,
@@ -637,15 +639,7 @@ impl Store for FailingAdmissions {
     ) -> Result<(), StoreError> {
         self.inner.release(lease, wake_at, payloads_seen).await
     }
-    async fn claim_hook(
-        &self,
-        lease: &Lease,
-        hook_key: &str,
-        token: &str,
-        at: SystemTime,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim_hook(lease, hook_key, token, at).await
-    }
+
     async fn start_child(
         &self,
         lease: &Lease,
@@ -654,93 +648,15 @@ impl Store for FailingAdmissions {
     ) -> Result<workflow_core::store::Admission, StoreError> {
         self.inner.start_child(lease, child_key, child).await
     }
+
     async fn ended_among(&self, runs: &[RunId]) -> Result<Vec<RunId>, StoreError> {
         self.inner.ended_among(runs).await
     }
-    async fn prune(
-        &self,
-        ended_before: SystemTime,
-        now: SystemTime,
-    ) -> Result<workflow_core::PruneStats, StoreError> {
-        self.inner.prune(ended_before, now).await
-    }
-    async fn append_chunk(
-        &self,
-        lease: &Lease,
-        stream: &str,
-        attempt: u32,
-        value: serde_json::Value,
-        at: SystemTime,
-    ) -> Result<Option<u64>, StoreError> {
-        self.inner
-            .append_chunk(lease, stream, attempt, value, at)
-            .await
-    }
-    async fn close_stream(
-        &self,
-        lease: &Lease,
-        stream: &str,
-        at: SystemTime,
-    ) -> Result<(), StoreError> {
-        self.inner.close_stream(lease, stream, at).await
-    }
-    async fn read_stream(
-        &self,
-        run: &RunId,
-        stream: &str,
-        from: u64,
-        limit: usize,
-    ) -> Result<workflow_core::store::StreamPage, StoreError> {
-        self.inner.read_stream(run, stream, from, limit).await
-    }
-    async fn list_streams(
-        &self,
-        run: &RunId,
-    ) -> Result<Vec<workflow_core::store::StreamInfo>, StoreError> {
-        self.inner.list_streams(run).await
-    }
-    async fn define_queues(
-        &self,
-        queues: &[workflow_core::store::QueueDef],
-    ) -> Result<(), StoreError> {
-        self.inner.define_queues(queues).await
-    }
-    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
-        self.inner.queue_opening(now).await
-    }
-    async fn list_queues(
-        &self,
-        now: SystemTime,
-    ) -> Result<Vec<workflow_core::store::QueueInfo>, StoreError> {
-        self.inner.list_queues(now).await
-    }
-    async fn resume_hook(
-        &self,
-        token: &str,
-        payload: serde_json::Value,
-        at: SystemTime,
-    ) -> Result<Option<(RunId, u64)>, StoreError> {
-        self.inner.resume_hook(token, payload, at).await
-    }
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
-        self.inner.payloads(run, after).await
-    }
-    async fn payloads_since(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<(u64, RunId)>, StoreError> {
-        self.inner.payloads_since(after, limit).await
-    }
-    async fn last_payload_id(&self) -> Result<u64, StoreError> {
-        self.inner.last_payload_id().await
-    }
-    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
-        self.inner.get_hook(token).await
-    }
+
     async fn now(&self) -> Result<Option<SystemTime>, StoreError> {
         self.inner.now().await
     }
+
     async fn heartbeat(
         &self,
         leases: &[Lease],
@@ -755,17 +671,147 @@ impl Store for FailingAdmissions {
         }
         self.inner.heartbeat(leases, lease, now).await
     }
+
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
         self.inner.cancel(id, now).await
     }
-    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.list_runs(filter).await
+
+    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
+        self.inner.notices()
     }
+}
+
+#[async_trait::async_trait]
+impl HookStore for FailingAdmissions {
+    async fn admit_or_resume(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+        payload: serde_json::Value,
+    ) -> Result<workflow_core::store::AdmitOrResume, StoreError> {
+        self.maybe_fail().await?;
+        self.inner.admit_or_resume(run, lease, payload).await
+    }
+
+    async fn claim_hook(
+        &self,
+        lease: &Lease,
+        hook_key: &str,
+        token: &str,
+        at: SystemTime,
+    ) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim_hook(lease, hook_key, token, at).await
+    }
+
+    async fn resume_hook(
+        &self,
+        token: &str,
+        payload: serde_json::Value,
+        at: SystemTime,
+    ) -> Result<Option<(RunId, u64)>, StoreError> {
+        self.inner.resume_hook(token, payload, at).await
+    }
+
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+        self.inner.payloads(run, after).await
+    }
+
+    async fn payloads_since(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, RunId)>, StoreError> {
+        self.inner.payloads_since(after, limit).await
+    }
+
+    async fn last_payload_id(&self) -> Result<u64, StoreError> {
+        self.inner.last_payload_id().await
+    }
+
+    async fn get_hook(&self, token: &str) -> Result<Option<HookRecord>, StoreError> {
+        self.inner.get_hook(token).await
+    }
+
     async fn list_hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
         self.inner.list_hooks(filter).await
     }
-    fn notices(&self) -> Option<tokio::sync::broadcast::Receiver<Notice>> {
-        self.inner.notices()
+}
+
+#[async_trait::async_trait]
+impl StreamStore for FailingAdmissions {
+    async fn append_chunk(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        attempt: u32,
+        value: serde_json::Value,
+        at: SystemTime,
+    ) -> Result<Option<u64>, StoreError> {
+        self.inner
+            .append_chunk(lease, stream, attempt, value, at)
+            .await
+    }
+
+    async fn close_stream(
+        &self,
+        lease: &Lease,
+        stream: &str,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner.close_stream(lease, stream, at).await
+    }
+
+    async fn read_stream(
+        &self,
+        run: &RunId,
+        stream: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<workflow_core::store::StreamPage, StoreError> {
+        self.inner.read_stream(run, stream, from, limit).await
+    }
+
+    async fn list_streams(
+        &self,
+        run: &RunId,
+    ) -> Result<Vec<workflow_core::store::StreamInfo>, StoreError> {
+        self.inner.list_streams(run).await
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for FailingAdmissions {
+    async fn define_queues(
+        &self,
+        queues: &[workflow_core::store::QueueDef],
+    ) -> Result<(), StoreError> {
+        self.inner.define_queues(queues).await
+    }
+
+    async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
+        self.inner.queue_opening(now).await
+    }
+
+    async fn list_queues(
+        &self,
+        now: SystemTime,
+    ) -> Result<Vec<workflow_core::store::QueueInfo>, StoreError> {
+        self.inner.list_queues(now).await
+    }
+}
+
+#[async_trait::async_trait]
+impl AdminStore for FailingAdmissions {
+    async fn prune(
+        &self,
+        ended_before: SystemTime,
+        now: SystemTime,
+    ) -> Result<workflow_core::PruneStats, StoreError> {
+        self.inner.prune(ended_before, now).await
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.list_runs(filter).await
     }
 }
 

@@ -15,7 +15,7 @@ use crate::ids::RunId;
 use crate::store::{
     block_backoff, failure_backoff, gave_up, no_token, Admission, AdmitOrResume, CancelOutcome,
     ClaimOutcome, Event, FailureOutcome, HookFilter, Lease, NewEvent, NewRun, PruneStats, QueueDef,
-    RetryOutcome, RunFilter, RunStatus, Store, MAX_FAILED_TRIES,
+    RetryOutcome, RunFilter, RunRecord, RunStatus, RunStore, Store, MAX_FAILED_TRIES,
 };
 
 use super::rows::{InboxRow, QueueLimits};
@@ -870,25 +870,48 @@ pub(in crate::store) fn lost(leases: &[Lease], renewed: Vec<(String, i64)>) -> V
         .collect()
 }
 
-/// A [`RunFilter`] as statement arguments: status, workflow (NULL matches every run), the
-/// limit, the queue and the parent. Inspection, not a hot path: one statement serves every
-/// combination.
-pub(in crate::store) fn run_filter(
-    f: &RunFilter,
-) -> (
-    Option<&'static str>,
-    Option<String>,
-    i64,
-    Option<String>,
-    Option<String>,
-) {
+/// A [`RunFilter`] as statement arguments, in the order of the `list_runs` statements'
+/// parameters: status, workflow (NULL matches every run), the limit, the queue, the parent,
+/// created at or after (ms), created before (ms), and the cursor run. Inspection, not a hot
+/// path: one statement serves every combination.
+pub(in crate::store) fn run_filter(f: &RunFilter) -> RunFilterArgs {
     (
         f.status.map(RunStatus::as_str),
         f.workflow.clone(),
         sql_id(f.limit),
         f.queue.clone(),
         f.parent.map(|p| p.to_string()),
+        f.created_after.map(sql_time),
+        f.created_before.map(sql_time),
+        f.after.map(|p| p.to_string()),
     )
+}
+
+/// See [`run_filter`].
+pub(in crate::store) type RunFilterArgs = (
+    Option<&'static str>,
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+/// A page of [`RunFilter`] results: an empty page after a cursor run that the store does not
+/// hold is [`StoreError::RunNotFound`], not the end of the listing.
+pub(in crate::store) async fn listed(
+    store: &impl RunStore,
+    filter: &RunFilter,
+    runs: Vec<RunRecord>,
+) -> Result<Vec<RunRecord>, StoreError> {
+    if let (true, Some(cursor)) = (runs.is_empty(), filter.after) {
+        if store.get_run(&cursor).await?.is_none() {
+            return Err(StoreError::RunNotFound(cursor));
+        }
+    }
+    Ok(runs)
 }
 
 /// A queue's columns: name, concurrency, rate limit, rate period (ms).

@@ -1,0 +1,218 @@
+//! The run model: what a run is, as the store keeps it and the replay core and the runtime
+//! read it (its status, its admission, its record, its end, and a child's end as its parent
+//! receives it). Nothing here knows about storage or replay; both import it.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::ids::RunId;
+
+/// The state of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Admitted, not yet picked up by a worker.
+    Pending,
+    /// Picked up at least once and not ended (it may be waiting on a timer).
+    Running,
+    /// Returned `Ok`.
+    Completed,
+    /// Returned `Err`, panicked, or could not be replayed.
+    Failed,
+    /// Cancelled with `cancel()`.
+    Cancelled,
+    /// Its replay does not match its history (the code changed under it): nothing more is
+    /// recorded until a build that fits picks it up (SPEC 9). The divergence is the run's
+    /// `error`; workers try it again when they start, with backoff, and on `retry()`.
+    Blocked,
+}
+
+impl RunStatus {
+    /// True for `Completed`, `Failed` and `Cancelled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// The lower-case name used in databases and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::Blocked => "blocked",
+        }
+    }
+
+    /// The inverse of [`RunStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            "blocked" => Self::Blocked,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run to admit.
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// Its id, chosen by the caller.
+    pub id: RunId,
+    /// The registered workflow name.
+    pub workflow: String,
+    /// The serialized argument tuple.
+    pub input: Value,
+    /// Admission time; also the first time a worker may pick it up.
+    pub created_at: SystemTime,
+    /// A hook token to claim atomically with the admission (`start(..).hook(token)`).
+    pub hook: Option<StartHook>,
+    /// The run fails if it has not ended by then (`start(..).timeout(d)`).
+    pub deadline: Option<SystemTime>,
+    /// The run that started this one with `start_child`, if any.
+    pub parent: Option<ParentLink>,
+    /// The queue the run waits in for a slot (SPEC 11): `start(..).queue(name)` or the
+    /// workflow's `#[workflow(queue = "..")]`. A queued run is never leased at admission.
+    pub queue: Option<QueueEntry>,
+}
+
+/// How a child run is tied to the run that started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The parent run.
+    pub run: RunId,
+    /// Started with `.detached()`: cancelling the parent leaves this child running.
+    pub detached: bool,
+}
+
+/// Where a run stands in a queue (SPEC 11): the queue, the run's partition key and priority.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// The queue's name (declared with [`crate::Queue`] on the runtime builder).
+    pub name: String,
+    /// Runs of the queue with the same key run one at a time, in start order.
+    pub partition_key: Option<String>,
+    /// Among the queue's waiting runs, higher begins first; equal priority in start order.
+    pub priority: i32,
+}
+
+impl QueueEntry {
+    /// An entry in queue `name`, no partition key, priority 0.
+    pub fn new(name: impl Into<String>) -> Self {
+        QueueEntry {
+            name: name.into(),
+            partition_key: None,
+            priority: 0,
+        }
+    }
+}
+
+/// The token a run claims when it is admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartHook {
+    /// The token.
+    pub token: String,
+    /// The token stays claimed at least until then, even after the run ended
+    /// (`min_retention`).
+    pub retain_until: Option<SystemTime>,
+}
+
+/// A run as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// Its id.
+    pub id: RunId,
+    /// The registered workflow name.
+    pub workflow: String,
+    /// Current state.
+    pub status: RunStatus,
+    /// The serialized argument tuple.
+    pub input: Value,
+    /// The return value of a completed run.
+    pub output: Option<Value>,
+    /// The error of a failed or cancelled run.
+    pub error: Option<Error>,
+    /// Admission time.
+    pub created_at: SystemTime,
+    /// Time of the last change of state.
+    pub updated_at: SystemTime,
+    /// The token claimed at admission, if any.
+    pub hook_token: Option<String>,
+    /// When the run fails if it has not ended (`start(..).timeout(d)`).
+    pub deadline: Option<SystemTime>,
+    /// The run that started this one with `start_child`, if any.
+    pub parent: Option<RunId>,
+    /// The queue it was started in, if any.
+    pub queue: Option<QueueEntry>,
+}
+
+/// How a run ended, written by [`RunStore::append`] together with its last events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// Returned `Ok` with this value.
+    Completed(Value),
+    /// Failed with this error.
+    Failed(Error),
+}
+
+/// The token under which a child's end reaches its parent's inbox. Tokens with control
+/// characters are refused everywhere else, so no hook can own or send to it.
+pub const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
+
+/// A child run's end, as its parent's inbox holds it (see [`RunStore::start_child`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChildNotice {
+    /// The child run.
+    pub child: RunId,
+    /// How it ended (completed, failed or cancelled).
+    pub status: RunStatus,
+    /// Its return value, when it completed.
+    pub output: Option<Value>,
+    /// Its error, when it failed or was cancelled.
+    pub error: Option<Error>,
+}
+
+impl ChildNotice {
+    /// The notice as the child's result: its value, or its error.
+    pub fn result(self) -> Result<Value, Error> {
+        match (self.status, self.output, self.error) {
+            (RunStatus::Completed, output, _) => Ok(output.unwrap_or(Value::Null)),
+            (_, _, Some(error)) => Err(error),
+            (status, _, None) => Err(Error::fatal(format!(
+                "child run {} ended {status} without an error",
+                self.child
+            ))),
+        }
+    }
+
+    /// The notice's JSON from the columns a SQL store writes (`output` and `error` are
+    /// already JSON), without decoding them again.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn encode(
+        child: &str,
+        status: RunStatus,
+        output: Option<&str>,
+        error: Option<&str>,
+    ) -> String {
+        format!(
+            r#"{{"child":"{child}","status":"{}","output":{},"error":{}}}"#,
+            status.as_str(),
+            output.unwrap_or("null"),
+            error.unwrap_or("null")
+        )
+    }
+}
