@@ -50,7 +50,7 @@ pub async fn napping(n: u32, ms: u64) -> Result<u32> {
     Ok(n)
 }
 
-/// Starts a `one_step` child and returns its result (SPEC 10).
+/// Starts a `one_step` child and returns its result (`start_child`, then `child.result()`).
 #[workflow(name = "bench.parent_of_one")]
 pub async fn parent_of_one(i: u64) -> Result<u64> {
     let child = start_child(one_step, (i,)).await?;

@@ -1,4 +1,4 @@
-//! The benchmark harness of workflow-rs (issue 6).
+//! The benchmark harness of workflow-rs.
 //!
 //! ```text
 //! cargo run --release -p workflow-bench -- all
@@ -10,7 +10,7 @@
 //! Every invocation measures the machine's baseline (a durable single-row SQLite commit and a
 //! small write + fsync) first, then the chosen scenarios, each trial on a fresh database, and
 //! prints one table: median (min .. max) over the trials, the ratio to the baseline commit, and
-//! the issue's target where it has one. See BENCHMARKS.md.
+//! the target where the scenario has one. See BENCHMARKS.md.
 
 mod flows;
 mod report;
@@ -28,7 +28,7 @@ use stores::StoreKind;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type BoxResult<T> = std::result::Result<T, BoxError>;
 
-/// A scenario of the issue, or a group of them.
+/// A scenario, or a group of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
     /// Everything below, in order.

@@ -1,4 +1,4 @@
-//! Scale-out (issue 17, item 4): steps per second with 1, 2 and 3 worker processes on one
+//! Scale-out: steps per second with 1, 2 and 3 worker processes on one
 //! database, and the CPU each step costs in the workers and, on PostgreSQL, in the database
 //! server (every `postgres` process of this host), so the scaling can be projected beyond this
 //! 2-core machine. The workers are this binary re-executed ([`Writer`]); this process only

@@ -1,4 +1,4 @@
-//! The scenarios of issue 6. Each runs its trials on a fresh database per trial and adds rows
+//! The scenarios. Each runs its trials on a fresh database per trial and adds rows
 //! (one sample per trial) to the report.
 
 use std::collections::HashSet;
@@ -50,7 +50,7 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The sizes the issue asks for.
+    /// The sizes the figures in BENCHMARKS.md are measured at.
     pub fn full() -> Sizes {
         Sizes {
             baseline_ops: 200,
@@ -842,7 +842,7 @@ pub async fn memory(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
 // ---------------------------------------------------------------------------------------------
 // 7b. replay test
 
-/// What a replay test of a new build costs (SPEC 9): a run of `replay_steps` sequential steps
+/// What a replay test of a new build costs (`testing::replay`): a run of `replay_steps` sequential steps
 /// on the memory store is exported once; each trial times `testing::replay` of that history
 /// against the workflow (no store, no step bodies), from the JSON value a test reads.
 pub async fn replay_test(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
@@ -892,7 +892,7 @@ fn w_stores(ctx: &Ctx, rep: &mut Report) -> Vec<StoreKind> {
     ctx.stores(&[StoreKind::Sqlite, StoreKind::Postgres], rep)
 }
 
-/// Child runs (SPEC 10): twenty parents one at a time, each starting a 1-step child and
+/// Child runs (`start_child`): twenty parents one at a time, each starting a 1-step child and
 /// awaiting its result; p50 from the parent's start to its result, next to the same runs'
 /// W0 (a lone 1-step run) measured in the same trial, so the child's cost reads as the
 /// difference.

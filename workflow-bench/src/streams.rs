@@ -1,4 +1,4 @@
-//! Streams (SPEC 12, issue 16): how many chunks one writer appends per second, and how long a
+//! Streams: how many chunks one writer appends per second, and how long a
 //! chunk takes from `write` to a reader of `run.stream(..)`: in the writer's own runtime (woken
 //! at once), and in another process (this binary re-executed as the worker that writes: woken
 //! by PostgreSQL's notices, or by the poll interval on SQLite).
