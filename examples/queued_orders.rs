@@ -1,4 +1,4 @@
-//! Flow control (SPEC 11): a burst of orders against a payment API that takes at most 10 calls
+//! Flow control: a burst of orders against a payment API that takes at most 10 calls
 //! at once and 100 per minute, and at most one order at a time per customer — enforced by the
 //! store, so it would hold across any number of worker processes.
 //!

@@ -1,4 +1,4 @@
-//! A run's stream served as server-sent events (SPEC 12): `POST /api/stories` starts a run
+//! A run's stream served as server-sent events: `POST /api/stories` starts a run
 //! whose step writes a story word by word to the run's stream `tokens`; `GET
 //! /api/stories/<run-id>/tokens` serves that stream as `text/event-stream`, one `token` event
 //! per chunk with `id: <index>`, then an `end` event once the stream is closed (or the run

@@ -291,7 +291,7 @@ impl ExportedHistory {
     }
 }
 
-/// The history a fork of a run starts with (`run.fork(from_step)`, SPEC 9): the recorded
+/// The history a fork of a run starts with (`run.fork(from_step)`): the recorded
 /// results of its first `from_step` steps in scheduling order, with the timers and patch
 /// markers recorded before the next step was scheduled. `Err` with why not: fewer steps,
 /// or a hook registered or a child started before that point (a fork claims no token and

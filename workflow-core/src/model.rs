@@ -25,7 +25,7 @@ pub enum RunStatus {
     /// Cancelled with `cancel()`.
     Cancelled,
     /// Its replay does not match its history (the code changed under it): nothing more is
-    /// recorded until a build that fits picks it up (SPEC 9). The divergence is the run's
+    /// recorded until a build that fits picks it up. The divergence is the run's
     /// `error`; workers try it again when they start, with backoff, and on `retry()`.
     Blocked,
 }
@@ -85,7 +85,7 @@ pub struct NewRun {
     pub deadline: Option<SystemTime>,
     /// The run that started this one with `start_child`, if any.
     pub parent: Option<ParentLink>,
-    /// The queue the run waits in for a slot (SPEC 11): `start(..).queue(name)` or the
+    /// The queue the run waits in for a slot: `start(..).queue(name)` or the
     /// workflow's `#[workflow(queue = "..")]`. A queued run is never leased at admission.
     pub queue: Option<QueueEntry>,
 }
@@ -99,7 +99,7 @@ pub struct ParentLink {
     pub detached: bool,
 }
 
-/// Where a run stands in a queue (SPEC 11): the queue, the run's partition key and priority.
+/// Where a run stands in a queue: the queue, the run's partition key and priority.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QueueEntry {
     /// The queue's name (declared with [`crate::Queue`] on the runtime builder).

@@ -1,4 +1,4 @@
-//! [`Queue`]: flow control (SPEC 11). A queue bounds how many runs entering it are begun and
+//! [`Queue`]: flow control. A queue bounds how many runs entering it are begun and
 //! not ended at once and how many begin per time window, across every process on the store;
 //! its runs may carry a partition key (one run at a time per key) and a priority. The store
 //! enforces the limits when it leases runs ([`crate::store::Store::acquire`]).

@@ -16,7 +16,7 @@ use crate::errors::Errors;
 pub(crate) struct WorkflowArgs {
     /// Pins the workflow's stable name; default: module path + fn name.
     pub(crate) name: Option<LitStr>,
-    /// The queue its runs enter by default (SPEC 11); default none.
+    /// The queue its runs enter by default; default none.
     pub(crate) queue: Option<LitStr>,
 }
 

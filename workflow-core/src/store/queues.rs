@@ -35,7 +35,7 @@ pub struct QueueInfo {
 /// Queue declarations and occupancy. Stores without queues keep the defaults.
 #[async_trait::async_trait]
 pub trait QueueStore: Send + Sync + 'static {
-    /// Declares `queues` (SPEC 11), replacing the limits of any queue of the same name: every
+    /// Declares `queues`, replacing the limits of any queue of the same name: every
     /// process on the store enforces them from then on. Stores without queues keep this
     /// default, which refuses a non-empty list.
     async fn define_queues(&self, queues: &[QueueDef]) -> Result<(), StoreError> {

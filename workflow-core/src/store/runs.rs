@@ -77,7 +77,7 @@ pub enum CancelOutcome {
 
 /// How many tries in a row a run gets when handling it keeps failing on a store error that is
 /// not transient (a value the database refuses, a row it cannot decode): on the last,
-/// [`RunStore::record_failure`] fails the run instead of giving it back (SPEC 8, poison runs).
+/// [`RunStore::record_failure`] fails the run instead of giving it back (poison runs).
 pub const MAX_FAILED_TRIES: u32 = 5;
 
 /// How long a run waits after its `tries`-th failed try in a row before it is handed out
@@ -97,7 +97,7 @@ pub(crate) fn gave_up(cause: &Error) -> Error {
 }
 
 /// How long a blocked run waits before a worker tries it again, after its `tries`-th block in
-/// a row: a minute, doubling, at most an hour (SPEC 9).
+/// a row: a minute, doubling, at most an hour.
 pub fn block_backoff(tries: u32) -> Duration {
     let doublings = tries.saturating_sub(1).min(6);
     Duration::from_secs(60 << doublings).min(Duration::from_secs(3600))
@@ -182,7 +182,7 @@ pub trait RunStore: Send + Sync + 'static {
     /// wake time has come and that no live lease holds (none, or expired). Each gets a new epoch,
     /// status `Running`, and a lease until `now + lease`. Earliest wake time first.
     ///
-    /// A queued run that has not begun yet (SPEC 11) begins only within its queue's limits,
+    /// A queued run that has not begun yet begins only within its queue's limits,
     /// decided in the same act across every process: at most `concurrency` runs of the queue
     /// begun and not ended, at most `rate_limit.0` begun within the last `rate_limit.1` before
     /// `now`, and of one partition key only the earliest started, once no run of that key
@@ -225,7 +225,7 @@ pub trait RunStore: Send + Sync + 'static {
         payloads_seen: u64,
     ) -> Result<(), StoreError>;
 
-    /// Blocks the run under `lease` (its replay diverged, SPEC 9): status
+    /// Blocks the run under `lease` (its replay diverged from its history): status
     /// [`RunStatus::Blocked`] with `divergence` as its error, nothing added to its history,
     /// the lease given back, due again after [`block_backoff`] of its blocks in a row.
     /// Returns when it is due. [`StoreError::LeaseLost`] if `lease` is not current.

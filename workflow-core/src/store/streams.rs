@@ -9,7 +9,7 @@ use crate::ids::RunId;
 
 use super::*;
 
-/// A chunk of a run's stream as stored (SPEC 12): the `index`-th value written to the stream,
+/// A chunk of a run's stream as stored: the `index`-th value written to the stream,
 /// from 0, by step attempt `attempt`, at `at`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredChunk {
