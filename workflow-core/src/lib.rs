@@ -56,6 +56,7 @@ mod driver;
 pub mod error;
 mod history;
 mod ids;
+mod payload;
 mod queue;
 mod registry;
 mod replay;
@@ -212,19 +213,19 @@ pub mod __private {
 
     /// The real conversions.
     pub trait RecordedValue<T> {
-        /// `serde_json::to_value`.
+        /// The serialization every payload goes through.
         fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error>;
-        /// `serde_json::from_value`.
+        /// Its reverse.
         fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error>;
     }
 
     impl<T: WorkflowValue> RecordedValue<T> for ValueOf<T> {
         fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error> {
-            serde_json::to_value(value)
+            crate::payload::to_json(value)
         }
 
         fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error> {
-            serde_json::from_value(value)
+            crate::payload::from_json(value)
         }
     }
 

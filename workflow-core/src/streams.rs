@@ -19,10 +19,10 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::config::check_payload;
 use crate::context::try_step_metadata;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
 use crate::runtime::{step_runtime, Inner, Runtime, StreamWatch};
 use crate::store::StoredChunk;
 
@@ -159,16 +159,12 @@ impl<T: Serialize> StreamWriter<T> {
     /// (writing it again would fail again); nothing is written then.
     pub async fn write(&self, value: T) -> Result<u64, Error> {
         let w = self.writing("write")?;
-        let value = serde_json::to_value(value).map_err(|e| {
-            Error::fatal(format!(
-                "a chunk for stream {:?} could not be serialized: {e}",
-                self.name
-            ))
-        })?;
-        check_payload(&value, w.rt.config.max_payload_bytes, || {
-            format!("a chunk for stream {:?}", self.name)
-        })
-        .map_err(|e| Error::fatal(e.to_string()))?;
+        let cx = PayloadKind::StreamChunk {
+            stream: &self.name,
+            index: None,
+        };
+        let value = w.rt.config.payloads.encode(&value, cx.of(w.lease.run_id));
+        let value = value.map_err(PayloadError::fatal)?;
         let at = w.rt.clock_now();
         let written =
             w.rt.store
@@ -380,13 +376,14 @@ impl<T: DeserializeOwned> Reader<T> {
     }
 
     fn decode(&self, c: StoredChunk) -> Result<Chunk<T>, Error> {
-        let value = serde_json::from_value(c.value).map_err(|e| {
-            Error::fatal(format!(
-                "chunk {} of stream {:?} of run {} does not deserialize into the requested \
-                 type: {e}",
-                c.index, self.name, self.run
-            ))
-        })?;
+        let cx = PayloadKind::StreamChunk {
+            stream: &self.name,
+            index: Some(c.index),
+        };
+        let payloads = &self.watch.runtime().config.payloads;
+        let value = payloads
+            .decode(c.value, cx.of(self.run))
+            .map_err(PayloadError::fatal)?;
         Ok(Chunk {
             index: c.index,
             attempt: c.attempt,

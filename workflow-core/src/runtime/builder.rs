@@ -112,12 +112,12 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The largest workflow arguments, step arguments and results, and hook payloads accepted,
-    /// as serialized JSON (default 8 MiB). Over it, `start` and `resume_hook` fail with
+    /// The largest workflow arguments, step arguments and results, hook payloads and stream
+    /// chunks accepted, as serialized JSON (default 8 MiB). Over it, `start` and `resume_hook` fail with
     /// `TooLarge` and write nothing; a step call with larger arguments fails without running,
     /// and a larger step result fails its attempt as fatal.
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
-        self.config.max_payload_bytes = n;
+        self.config.payloads = self.config.payloads.with_max_bytes(n);
         self
     }
 

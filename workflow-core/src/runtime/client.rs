@@ -14,7 +14,6 @@ use tokio::sync::watch;
 use super::flight::{Joined, StartFlight};
 use super::spawn_run;
 use super::{Inner, Runtime};
-use crate::config::check_payload;
 use crate::context::invalid_token;
 use crate::error::{
     Error, HookConflictError, HookError, HookNotFoundError, RunError, StartError, StoreError,
@@ -24,6 +23,7 @@ use crate::history::{
     HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
 use crate::queue::entry;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::store::{
@@ -52,21 +52,24 @@ impl Runtime {
         let _ = workflow;
         // Serialized here, so that the pending start is `Send` whatever the arguments are: only
         // the macro's check reports arguments that cannot be recorded.
-        let name = <F::Def as WorkflowDef>::NAME;
-        let input = <F::Def as WorkflowDef>::encode_args(&args)
-            .map_err(|e| StartError::Serialize {
-                workflow: name.to_owned(),
-                message: e.to_string(),
-            })
-            .and_then(|input| {
-                check_payload(&input, self.inner.config.max_payload_bytes, || {
-                    format!("the arguments of workflow `{name}`")
-                })
-                .map_err(StartError::TooLarge)?;
-                Ok(input)
+        let workflow = <F::Def as WorkflowDef>::NAME;
+        let id = RunId::new();
+        let cx = PayloadKind::WorkflowInput { workflow }.of(id);
+        let input = self
+            .inner
+            .config
+            .payloads
+            .seal(<F::Def as WorkflowDef>::encode_args(&args), cx)
+            .map_err(|e| match e {
+                PayloadError::TooLarge(e) => StartError::TooLarge(e),
+                e => StartError::Serialize {
+                    workflow: workflow.to_owned(),
+                    message: e.cause(),
+                },
             });
         Start {
             rt: self.clone(),
+            id,
             input,
             hook: None,
             retention: None,
@@ -101,14 +104,17 @@ impl Runtime {
         if let Some(why) = invalid_token(&token) {
             return Err(HookError::InvalidToken(why));
         }
-        let payload = serde_json::to_value(payload).map_err(|e| HookError::Serialize {
-            token: token.clone(),
-            message: e.to_string(),
-        })?;
-        check_payload(&payload, self.inner.config.max_payload_bytes, || {
-            format!("the payload for hook {token:?}")
-        })
-        .map_err(HookError::TooLarge)?;
+        let cx = PayloadKind::HookPayload { token: &token }.unbound();
+        let payload = match self.inner.config.payloads.encode(&payload, cx) {
+            Ok(payload) => payload,
+            Err(PayloadError::TooLarge(e)) => return Err(HookError::TooLarge(e)),
+            Err(e) => {
+                return Err(HookError::Serialize {
+                    message: e.cause(),
+                    token,
+                })
+            }
+        };
         let at = self.inner.clock.tick().await;
         match self.inner.store.resume_hook(&token, payload, at).await? {
             Some((run_id, _)) => {
@@ -207,6 +213,8 @@ pub struct HookInfo {
 #[must_use = "a start does nothing unless awaited"]
 pub struct Start<W: WorkflowDef> {
     rt: Runtime,
+    /// The run's id, known before its admission.
+    id: RunId,
     input: Result<Value, StartError>,
     hook: Option<String>,
     retention: Option<Duration>,
@@ -270,18 +278,19 @@ impl<W: WorkflowDef> Start<W> {
     /// ```
     pub fn or_resume<P: serde::Serialize>(self, payload: P) -> OrResume<W> {
         let token = self.hook.clone().unwrap_or_default();
-        let limit = self.rt.inner.config.max_payload_bytes;
-        let payload = serde_json::to_value(payload)
-            .map_err(|e| StartError::SerializePayload {
-                token: token.clone(),
-                message: e.to_string(),
-            })
-            .and_then(|payload| {
-                check_payload(&payload, limit, || {
-                    format!("the payload for hook {token:?}")
-                })
-                .map_err(StartError::TooLarge)?;
-                Ok(payload)
+        let cx = PayloadKind::HookPayload { token: &token }.unbound();
+        let payload = self
+            .rt
+            .inner
+            .config
+            .payloads
+            .encode(&payload, cx)
+            .map_err(|e| match e {
+                PayloadError::TooLarge(e) => StartError::TooLarge(e),
+                e => StartError::SerializePayload {
+                    message: e.cause(),
+                    token,
+                },
             });
         OrResume {
             start: self,
@@ -432,7 +441,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(StartError::InvalidToken(why));
             }
-            let id = RunId::new();
+            let id = self.id;
             let token = self.hook;
             let inner = &self.rt.inner;
             let queue = checked_queue(inner, self.queue).await?;
@@ -504,6 +513,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
         Box::pin(async move {
             let Start {
                 rt,
+                id,
                 input,
                 hook,
                 retention,
@@ -535,7 +545,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 }
             };
             let start = Admit {
-                id: RunId::new(),
+                id,
                 workflow: W::NAME,
                 input,
                 token: Some(token),
@@ -543,7 +553,6 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 timeout,
                 queue,
             };
-            let id = start.id;
             // In a task of its own, as for `start`: a dropped call does not strand followers.
             let done = inner
                 .tasks
@@ -971,12 +980,13 @@ impl<T: DeserializeOwned> Run<T> {
 
     /// The run's output as a `T`.
     fn decode(&self, output: Value) -> Result<T, Error> {
-        serde_json::from_value(output).map_err(|e| {
-            Error::fatal(format!(
-                "the result of run {} does not deserialize into the requested type: {e}",
-                self.id
-            ))
-        })
+        let cx = PayloadKind::WorkflowOutput { workflow: None }.of(self.id);
+        self.rt
+            .inner
+            .config
+            .payloads
+            .decode(output, cx)
+            .map_err(PayloadError::fatal)
     }
 }
 
