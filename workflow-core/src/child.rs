@@ -1,4 +1,4 @@
-//! Child runs (SPEC 10): a workflow starts another workflow's run with [`start_child`] and
+//! Child runs: a workflow starts another workflow's run with [`start_child`] and
 //! waits for its end with [`Child::result`], durably.
 //!
 //! The start is a recorded command: the store admits the child and records
@@ -117,7 +117,7 @@ impl<W: WorkflowDef> StartChild<W> {
         self
     }
 
-    /// Enters the child in queue `name` (SPEC 11), as [`Start::queue`](crate::Start::queue)
+    /// Enters the child in queue `name`, as [`Start::queue`](crate::Start::queue)
     /// does; replaces the child workflow's `#[workflow(queue = "..")]`. A queue declared
     /// nowhere on the store fails the start (recorded, no child).
     pub fn queue(mut self, name: impl Into<String>) -> Self {

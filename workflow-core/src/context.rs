@@ -388,7 +388,7 @@ async fn timer(ctx: Arc<RunCtx>, fire_at: SystemTime) {
     let _ = ctx.wait(Key::Timer(id)).await;
 }
 
-/// Whether this run takes the path added by patch `id` (SPEC 9): lets a new build change a
+/// Whether this run takes the path added by patch `id`: lets a new build change a
 /// workflow while runs of the old code are in flight.
 ///
 /// `true` when the run reaches this call live (a marker is recorded in its history) or

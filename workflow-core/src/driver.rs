@@ -286,9 +286,9 @@ impl Driver {
         d.host.left(&d.lease, evicted);
     }
 
-    /// Records that this try at the run ended on store error `e`, which is not transient
-    /// (SPEC 8, poison runs): the store gives the run back for a later try, or fails it after
-    /// the last. Whether the run was given back.
+    /// Records that this try at the run ended on store error `e`, which is not transient (a
+    /// run the store keeps refusing must end): the store gives the run back for a later try,
+    /// or fails it after the last. Whether the run was given back.
     async fn failed_try(&self, e: StoreError) -> bool {
         let run_id = self.ctx.run_id;
         let cause = Error::fatal(format!("store error: {e}"));
@@ -846,8 +846,9 @@ impl Driver {
         Ok(Stop::Evicted)
     }
 
-    /// Blocks the run (SPEC 9) without touching its history: it waits for a build whose code
-    /// fits, tried again when a worker starts, with backoff, or on `retry()`.
+    /// Blocks the run (this build's code does not fit its history) without touching it: it
+    /// waits for a build whose code fits, tried again when a worker starts, with backoff, or
+    /// on `retry()`.
     async fn diverge(&mut self, divergence: Divergence) -> Result<Stop, StoreError> {
         let msg = format!(
             "replay of run {} (workflow `{}`) diverged from its recorded history: {divergence}; \

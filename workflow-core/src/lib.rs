@@ -62,7 +62,6 @@ mod registry;
 mod replay;
 mod runtime;
 pub mod store;
-mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -89,10 +88,10 @@ pub use ids::{ParseRunIdError, RunId};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
+    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
+    StartOrResume, StreamWriter,
 };
 pub use store::{PruneStats, RunRecord, RunStatus, StreamInfo};
-pub use streams::{stream, Chunk, RunStream, StreamWriter};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`

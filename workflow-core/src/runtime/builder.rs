@@ -128,7 +128,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Declares a queue (SPEC 11): at `build` its limits are stored, replacing any earlier
+    /// Declares a queue, which bounds how many of its runs run at once: at `build` its limits are stored, replacing any earlier
     /// declaration of the same name, and every worker on the store enforces them. Runs enter
     /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
     pub fn queue(mut self, queue: Queue) -> Self {

@@ -1,4 +1,4 @@
-//! Replay tests (SPEC 9): check a build's workflow code against histories recorded by runs in
+//! Replay tests: check a build's workflow code against histories recorded by runs in
 //! production, with no store, no runtime and no step bodies run.
 //!
 //! Export histories with `run.export()` or `workflow export <id>`, keep them as files, and

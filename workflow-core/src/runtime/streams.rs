@@ -1,4 +1,4 @@
-//! Streams from runs (SPEC 12): what a step writes with [`stream`] — durable, numbered
+//! Streams from runs: what a step writes with [`stream`] — durable, numbered
 //! chunks, each recording the attempt that wrote it — and what clients read with
 //! [`Run::stream`](crate::Run::stream): a [`RunStream`] that starts at an exact index, follows
 //! live writes and ends after the stream's close or the run's end.
@@ -19,11 +19,11 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::{step_runtime, Inner, Runtime, StreamWatch};
 use crate::context::try_step_metadata;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
-use crate::runtime::{step_runtime, Inner, Runtime, StreamWatch};
 use crate::store::StoredChunk;
 
 /// Chunks a reader asks the store for at a time.
