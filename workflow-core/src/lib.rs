@@ -91,7 +91,7 @@ pub use runtime::{
     stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
     StartOrResume, StreamWriter,
 };
-pub use store::{PruneStats, RunRecord, RunStatus, StreamInfo};
+pub use store::{PruneStats, RunFilter, RunRecord, RunStatus, StreamInfo};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
@@ -103,8 +103,8 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Error, Hook,
-        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunId, RunStatus,
-        RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
+        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunFilter, RunId,
+        RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
 }

@@ -1,4 +1,5 @@
-//! The client side of the runtime: its handles on runs ([`Runtime::get_run`]), sending payloads to hooks ([`HookRef`], [`HookInfo`]) and pruning. A
+//! The client side of the runtime: its handles on runs ([`Runtime::get_run`],
+//! [`Runtime::runs`]), sending payloads to hooks ([`HookRef`], [`HookInfo`]) and pruning. A
 //! start is built in `start` and a run handle's queries live in `run`.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use crate::error::{HookError, HookNotFoundError, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
 use crate::registry::{IntoWorkflow, WorkflowDef};
-use crate::store::{PruneStats, QueueEntry, Store};
+use crate::store::{PruneStats, QueueEntry, RunFilter, RunRecord, Store};
 
 impl Runtime {
     /// The store this runtime uses.
@@ -44,6 +45,43 @@ impl Runtime {
     /// [`RunError::NotFound`]).
     pub fn get_run(&self, id: &RunId) -> Run<Value> {
         Run::new(*id, self.clone())
+    }
+
+    /// The runs matching `filter`, the newest first (by creation time): by status, workflow,
+    /// parent, queue, creation time and page; at most `filter.limit` of them.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn check(amount: u64) -> Result<u64> {
+    ///     if amount > 100 {
+    ///         return Err(Error::fatal("over the limit"));
+    ///     }
+    ///     Ok(amount)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let small = rt.start(check, (5,)).await?;
+    /// let large = rt.start(check, (500,)).await?;
+    /// # let _ = small.return_value().await;
+    /// # let _ = large.return_value().await;
+    ///
+    /// let failed = rt.runs(RunFilter::new().status(RunStatus::Failed).limit(50)).await?;
+    /// assert_eq!(failed.len(), 1);
+    /// assert_eq!(failed[0].id, large.id());
+    /// assert!(failed[0].error.as_ref().unwrap().to_string().contains("over the limit"));
+    ///
+    /// let all = rt.runs(RunFilter::new()).await?;
+    /// let ids: Vec<RunId> = all.iter().map(|r| r.id).collect();
+    /// assert_eq!(ids, [large.id(), small.id()]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn runs(&self, filter: RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        self.inner.store.list_runs(&filter).await
     }
 
     /// Sends `payload` to the run whose active hook owns `token`. The payload is durable once
