@@ -46,6 +46,13 @@ impl CliError {
     }
 }
 
+/// No run `id` in this database.
+pub fn not_found(id: workflow_core::RunId) -> CliError {
+    CliError::NotFound(format!(
+        "run {id} not found (`workflow runs` lists the runs in this database)"
+    ))
+}
+
 impl From<workflow_core::StoreError> for CliError {
     fn from(e: workflow_core::StoreError) -> Self {
         match e {
@@ -60,7 +67,7 @@ impl From<workflow_core::StoreError> for CliError {
 impl From<workflow_core::RunError> for CliError {
     fn from(e: workflow_core::RunError) -> Self {
         match e {
-            workflow_core::RunError::NotFound(id) => crate::ops::not_found(id),
+            workflow_core::RunError::NotFound(id) => not_found(id),
             workflow_core::RunError::Store(e) => e.into(),
             refused @ (workflow_core::RunError::NotRetryable { .. }
             | workflow_core::RunError::CannotFork { .. }) => CliError::Refused(refused.to_string()),

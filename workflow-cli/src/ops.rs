@@ -9,6 +9,7 @@ use serde_json::Value;
 use workflow_core::store::{CancelOutcome, HookFilter, RunFilter};
 use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 
+pub use crate::error::not_found;
 use crate::error::CliError;
 use crate::view::{
     positions, ChunkView, EventView, HookSummary, QueueView, QueuedRun, RunDetail, RunSummary,
@@ -85,7 +86,7 @@ pub fn parse_age(s: &str) -> Result<Duration, CliError> {
 }
 
 pub async fn list_runs(rt: &Runtime, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
-    let runs = rt.store().list_runs(filter).await?;
+    let runs = rt.runs(filter.clone()).await?;
     Ok(runs.into_iter().map(RunSummary::new).collect())
 }
 
@@ -110,16 +111,15 @@ pub async fn queue_runs(
         .find(|q| q.name == name)
         .ok_or_else(|| CliError::NotFound(format!("no queue {name:?} is declared")))?;
     let waiting = rt
-        .store()
-        .list_runs(
-            &RunFilter::new()
+        .runs(
+            RunFilter::new()
                 .queue(name)
                 .status(RunStatus::Pending)
                 .limit(usize::try_from(queue.waiting).unwrap_or(usize::MAX).max(1)),
         )
         .await?;
     let numbered = positions(waiting.into_iter().map(RunSummary::new).collect());
-    let runs = rt.store().list_runs(filter).await?;
+    let runs = rt.runs(filter.clone()).await?;
     let runs = runs
         .into_iter()
         .map(|r| {
@@ -145,13 +145,11 @@ pub async fn run_with_events(
     rt: &Runtime,
     id: RunId,
 ) -> Result<(RunDetail, Vec<EventView>), CliError> {
+    let run = rt.get_run(&id).info().await?;
     let store = rt.store();
-    let run = store.get_run(&id).await?.ok_or_else(|| not_found(id))?;
     let events = store.events(&id).await?;
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
-    let children = store
-        .list_runs(&RunFilter::new().parent(id).limit(10_000))
-        .await?;
+    let children = rt.runs(RunFilter::new().parent(id).limit(10_000)).await?;
     let mut detail =
         RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
     detail.streams = streams(rt, id).await?;
@@ -162,7 +160,7 @@ pub async fn run_with_events(
 pub async fn streams(rt: &Runtime, id: RunId) -> Result<Vec<StreamView>, CliError> {
     let store = rt.store();
     let mut views = Vec::new();
-    for s in store.list_streams(&id).await? {
+    for s in rt.get_run(&id).streams().await? {
         let from = s.len.saturating_sub(StreamView::RECENT);
         let page = store
             .read_stream(&id, &s.name, from, StreamView::RECENT as usize)
@@ -227,10 +225,9 @@ pub async fn follow(
     mut each: impl FnMut(ChunkView) -> bool,
 ) -> Result<(), CliError> {
     use futures::StreamExt as _;
-    if rt.store().get_run(&id).await?.is_none() {
-        return Err(not_found(id));
-    }
-    let mut chunks = rt.get_run(&id).stream::<Value>(name).from(from);
+    let run = rt.get_run(&id);
+    run.info().await?;
+    let mut chunks = run.stream::<Value>(name).from(from);
     while let Some(c) = chunks.next().await {
         let c = c.map_err(|e| CliError::Database(e.to_string()))?;
         let view = ChunkView {
@@ -246,12 +243,9 @@ pub async fn follow(
 }
 
 pub async fn events(rt: &Runtime, id: RunId) -> Result<Vec<EventView>, CliError> {
-    let store = rt.store();
     // An unknown run has no history either; say which it is.
-    if store.get_run(&id).await?.is_none() {
-        return Err(not_found(id));
-    }
-    let events = store.events(&id).await?;
+    rt.get_run(&id).info().await?;
+    let events = rt.store().events(&id).await?;
     Ok(events.into_iter().map(EventView::new).collect())
 }
 
@@ -368,10 +362,4 @@ pub async fn export(rt: &Runtime, id: RunId) -> Result<ExportedHistory, CliError
     let v = rt.get_run(&id).export().await?;
     serde_json::from_value(v)
         .map_err(|e| CliError::Other(format!("cannot read the exported history: {e}")))
-}
-
-pub fn not_found(id: RunId) -> CliError {
-    CliError::NotFound(format!(
-        "run {id} not found (`workflow runs` lists the runs in this database)"
-    ))
 }

@@ -1,4 +1,4 @@
-//! Child runs (SPEC 10): a workflow starts another workflow's run with [`start_child`] and
+//! Child runs: a workflow starts another workflow's run with [`start_child`] and
 //! waits for its end with [`Child::result`], durably.
 //!
 //! The start is a recorded command: the store admits the child and records
@@ -16,10 +16,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::config::check_payload;
 use crate::context::{current, invalid_token, mismatched_delivery, Command, Ready, RunCtx};
 use crate::error::{Error, HookConflictError};
 use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
 use crate::queue::entry;
 use crate::registry::{BoxFuture, IntoWorkflow, WorkflowDef};
 use crate::replay::{ChildCall, Key};
@@ -66,12 +66,9 @@ where
     F: IntoWorkflow<Args>,
 {
     let _ = workflow;
-    let name = <F::Def as WorkflowDef>::NAME;
-    let input = <F::Def as WorkflowDef>::encode_args(&args).map_err(|e| {
-        Error::fatal(format!(
-            "the arguments of child workflow `{name}` could not be serialized: {e}"
-        ))
-    });
+    // Serialized here, so that the pending start is `Send` whatever the arguments are;
+    // checked against the limit inside the parent run, which the check names.
+    let input = <F::Def as WorkflowDef>::encode_args(&args);
     StartChild {
         input,
         hook: None,
@@ -85,7 +82,7 @@ where
 /// A pending child start; await it. From [`start_child`].
 #[must_use = "a child run is started only when the start is awaited"]
 pub struct StartChild<W: WorkflowDef> {
-    input: Result<Value, Error>,
+    input: Result<Value, serde_json::Error>,
     hook: Option<String>,
     timeout: Option<Duration>,
     detached: bool,
@@ -120,7 +117,7 @@ impl<W: WorkflowDef> StartChild<W> {
         self
     }
 
-    /// Enters the child in queue `name` (SPEC 11), as [`Start::queue`](crate::Start::queue)
+    /// Enters the child in queue `name`, as [`Start::queue`](crate::Start::queue)
     /// does; replaces the child workflow's `#[workflow(queue = "..")]`. A queue declared
     /// nowhere on the store fails the start (recorded, no child).
     pub fn queue(mut self, name: impl Into<String>) -> Self {
@@ -156,11 +153,11 @@ impl<W: WorkflowDef> IntoFuture for StartChild<W> {
                     W::NAME
                 )));
             };
-            let input = self.input?;
-            check_payload(&input, ctx.max_payload_bytes, || {
-                format!("the arguments of child workflow `{}`", W::NAME)
-            })
-            .map_err(|e| Error::fatal(e.to_string()))?;
+            let cx = PayloadKind::ChildInput { workflow: W::NAME }.of(ctx.run_id);
+            let input = ctx
+                .payloads
+                .seal(self.input, cx)
+                .map_err(PayloadError::fatal)?;
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(Error::fatal(why));
             }
@@ -231,12 +228,9 @@ impl<T: DeserializeOwned> Child<T> {
             Ready::ChildEnded(result) => result?,
             _ => return Err(mismatched_delivery("Child::result")),
         };
-        serde_json::from_value(value).map_err(|e| {
-            Error::fatal(format!(
-                "the result of child run {} does not fit `{}`: {e}",
-                self.id,
-                std::any::type_name::<T>()
-            ))
-        })
+        self.ctx
+            .payloads
+            .decode(value, PayloadKind::ChildResult.of(self.id))
+            .map_err(PayloadError::fatal)
     }
 }

@@ -1,12 +1,10 @@
-//! The runtime's tuning: lease length, poll interval, retry backoff, capacity, eviction. Set
-//! through [`crate::RuntimeBuilder`]; read by the runtime's loops and by the driver of each run,
-//! which is why it lives apart from both.
+//! The runtime's tuning: lease length, poll interval, retry backoff, capacity, eviction,
+//! payload limits. Set through [`crate::RuntimeBuilder`]; read by the runtime's loops and by
+//! the driver of each run, which is why it lives apart from both.
 
 use std::time::Duration;
 
-use serde_json::Value;
-
-use crate::error::PayloadTooLarge;
+use crate::payload::Payloads;
 
 /// The settings one runtime and every run it drives share.
 #[derive(Debug, Clone)]
@@ -17,7 +15,8 @@ pub(crate) struct Config {
     pub(crate) max_active_runs: usize,
     pub(crate) worker: bool,
     pub(crate) evict_after: Duration,
-    pub(crate) max_payload_bytes: usize,
+    /// How payloads are stored: `max_payload_bytes`.
+    pub(crate) payloads: Payloads,
 }
 
 impl Default for Config {
@@ -29,39 +28,9 @@ impl Default for Config {
             max_active_runs: 1000,
             worker: true,
             evict_after: Duration::from_secs(30),
-            max_payload_bytes: 8 << 20,
+            payloads: Payloads::default(),
         }
     }
-}
-
-/// Checks `value` against `limit` as serialized (without building the serialized text):
-/// `what` names the value in the error.
-pub(crate) fn check_payload(
-    value: &Value,
-    limit: usize,
-    what: impl FnOnce() -> String,
-) -> Result<(), PayloadTooLarge> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.saturating_add(buf.len());
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut size = Count(0);
-    // Writing to a counter cannot fail, and a `Value` always serializes.
-    let _ = serde_json::to_writer(&mut size, value);
-    if size.0 > limit {
-        return Err(PayloadTooLarge {
-            what: what(),
-            size: size.0,
-            limit,
-        });
-    }
-    Ok(())
 }
 
 impl Config {

@@ -19,10 +19,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
-use crate::config::check_payload;
 use crate::error::{Error, HookConflictError};
 use crate::history::after;
 use crate::ids::{step_id, RunId};
+use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{Delivered, Delivery, Key, Patches, StepCall};
 
@@ -60,8 +60,8 @@ pub(crate) struct RunCtx {
     pub(crate) started_at: SystemTime,
     /// The token claimed at admission (`start(..).hook(token)`).
     start_token: Option<String>,
-    /// The runtime's `max_payload_bytes`, for step arguments.
-    pub(crate) max_payload_bytes: usize,
+    /// How the runtime stores payloads, for what the run's body encodes and decodes.
+    pub(crate) payloads: Payloads,
     journal: Mutex<Journal>,
 }
 
@@ -106,7 +106,7 @@ impl RunCtx {
         workflow: &'static str,
         started_at: SystemTime,
         start_token: Option<String>,
-        max_payload_bytes: usize,
+        payloads: Payloads,
         patches: Patches,
     ) -> Arc<Self> {
         Arc::new(RunCtx {
@@ -114,7 +114,7 @@ impl RunCtx {
             workflow,
             started_at,
             start_token,
-            max_payload_bytes,
+            payloads,
             journal: Mutex::new(Journal {
                 clock: started_at,
                 rng: ChaCha8Rng::seed_from_u64(run_id.seed()),
@@ -298,16 +298,13 @@ where
     let Some(ctx) = current() else {
         return body(args).await;
     };
-    let input = serde_json::to_value(&args).map_err(|e| {
-        Error::fatal(format!(
-            "the arguments of step `{}` could not be serialized: {e}",
-            def.name
-        ))
-    })?;
-    check_payload(&input, ctx.max_payload_bytes, || {
-        format!("the arguments of step `{}`", def.name)
-    })
-    .map_err(|e| Error::fatal(e.to_string()))?;
+    let input = ctx
+        .payloads
+        .encode(
+            &args,
+            PayloadKind::StepInput { step: def.name }.of(ctx.run_id),
+        )
+        .map_err(PayloadError::fatal)?;
     let id = {
         let mut j = ctx.journal();
         let n = j.step_counters.entry(def.name).or_insert(0);
@@ -316,22 +313,18 @@ where
         id
     };
     let name = def.name;
-    // Each attempt decodes the recorded input (not a copy of it).
+    let (run, payloads) = (ctx.run_id, ctx.payloads.clone());
+    // Each attempt decodes the recorded input (not a copy of it). A result too large to
+    // record fails the attempt for good: retrying would produce it again.
     let exec: StepExec = Arc::new(move |input: &Value| {
-        let args = A::deserialize(input);
-        let fut = args.map(&body);
+        let args = payloads.decode_ref::<A>(input, PayloadKind::StepInput { step: name }.of(run));
+        let fut = args.map(&body).map_err(PayloadError::fatal);
+        let payloads = payloads.clone();
         Box::pin(async move {
-            let args_fut = fut.map_err(|e| {
-                Error::fatal(format!(
-                    "the recorded arguments of step `{name}` do not match this binary: {e}"
-                ))
-            })?;
-            let out = args_fut.await?;
-            serde_json::to_value(out).map_err(|e| {
-                Error::fatal(format!(
-                    "the result of step `{name}` could not be serialized: {e}"
-                ))
-            })
+            let out = fut?.await?;
+            payloads
+                .encode(&out, PayloadKind::StepResult { step: name }.of(run))
+                .map_err(PayloadError::fatal)
         })
     });
     ctx.issue(Command::Step(StepCall {
@@ -346,11 +339,8 @@ where
         Ready::Step(result) => result?,
         _ => return Err(mismatched_delivery(name)),
     };
-    serde_json::from_value(value).map_err(|e| {
-        Error::fatal(format!(
-            "the recorded result of step `{name}` does not match its type in this binary: {e}"
-        ))
-    })
+    let cx = PayloadKind::StepResult { step: name }.of(ctx.run_id);
+    ctx.payloads.decode(value, cx).map_err(PayloadError::fatal)
 }
 
 /// Sleeps durably: inside a workflow the wake-up time is recorded and survives restarts (a
@@ -398,7 +388,7 @@ async fn timer(ctx: Arc<RunCtx>, fire_at: SystemTime) {
     let _ = ctx.wait(Key::Timer(id)).await;
 }
 
-/// Whether this run takes the path added by patch `id` (SPEC 9): lets a new build change a
+/// Whether this run takes the path added by patch `id`: lets a new build change a
 /// workflow while runs of the old code are in flight.
 ///
 /// `true` when the run reaches this call live (a marker is recorded in its history) or
@@ -792,14 +782,8 @@ impl<T: serde::de::DeserializeOwned> Hook<T> {
         {
             Some(v) => {
                 drop(j);
-                Poll::Ready(serde_json::from_value(v).map_err(|e| {
-                    Error::fatal(format!(
-                        "a payload sent to hook {:?} does not fit `{}`: {e} \
-                         (the raw payload is kept in the run's history)",
-                        self.token,
-                        std::any::type_name::<T>()
-                    ))
-                }))
+                let cx = PayloadKind::HookPayload { token: &self.token }.of(ctx.run_id);
+                Poll::Ready(ctx.payloads.decode(v, cx).map_err(PayloadError::fatal))
             }
             None => {
                 j.waiters

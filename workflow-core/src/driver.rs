@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
 use tracing::Instrument;
 
-use crate::config::{check_payload, Config};
+use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
@@ -207,7 +207,7 @@ impl Driver {
             reg.name,
             run.created_at,
             run.hook_token,
-            host.config().max_payload_bytes,
+            host.config().payloads.clone(),
             replay.patches(),
         );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -235,7 +235,7 @@ impl Driver {
                 if !fresh {
                     d.fetch_payloads().await?;
                 }
-                match (reg.run)(run.input) {
+                match (reg.run)(&d.ctx.payloads, run_id, run.input) {
                     Ok(fut) => {
                         let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut));
                         d.drive(fut, &signals).await
@@ -286,9 +286,9 @@ impl Driver {
         d.host.left(&d.lease, evicted);
     }
 
-    /// Records that this try at the run ended on store error `e`, which is not transient
-    /// (SPEC 8, poison runs): the store gives the run back for a later try, or fails it after
-    /// the last. Whether the run was given back.
+    /// Records that this try at the run ended on store error `e`, which is not transient (a
+    /// run the store keeps refusing must end): the store gives the run back for a later try,
+    /// or fails it after the last. Whether the run was given back.
     async fn failed_try(&self, e: StoreError) -> bool {
         let run_id = self.ctx.run_id;
         let cause = Error::fatal(format!("store error: {e}"));
@@ -725,7 +725,6 @@ impl Driver {
             .clone()
             .enter_step(Box::pin(step_scope(meta, body)));
         let key = step_id.clone();
-        let limit = self.host.config().max_payload_bytes;
         let mut report = Report {
             done: self.done_tx.clone(),
             step_id: Some(step_id),
@@ -733,11 +732,7 @@ impl Driver {
         };
         let task = async move {
             let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
-                // A result too large to record fails the attempt for good: retrying would
-                // produce it again.
-                Ok(Ok(v)) => check_payload(&v, limit, || format!("the result of step `{name}`"))
-                    .map(|()| v)
-                    .map_err(|e| Error::fatal(e.to_string())),
+                // The body encoded the result (`call_step`), checked against the limit.
                 Ok(outcome) => outcome,
                 Err(panic) => Err(Error::panicked(format!(
                     "step `{name}` panicked: {}",
@@ -851,8 +846,9 @@ impl Driver {
         Ok(Stop::Evicted)
     }
 
-    /// Blocks the run (SPEC 9) without touching its history: it waits for a build whose code
-    /// fits, tried again when a worker starts, with backoff, or on `retry()`.
+    /// Blocks the run (this build's code does not fit its history) without touching it: it
+    /// waits for a build whose code fits, tried again when a worker starts, with backoff, or
+    /// on `retry()`.
     async fn diverge(&mut self, divergence: Divergence) -> Result<Stop, StoreError> {
         let msg = format!(
             "replay of run {} (workflow `{}`) diverged from its recorded history: {divergence}; \

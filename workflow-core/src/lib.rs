@@ -57,12 +57,12 @@ pub mod error;
 mod history;
 mod ids;
 mod model;
+mod payload;
 mod queue;
 mod registry;
 mod replay;
 mod runtime;
 pub mod store;
-mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -89,10 +89,10 @@ pub use ids::{ParseRunIdError, RunId};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    HookInfo, HookRef, OrResume, Run, Runtime, RuntimeBuilder, Start, StartOrResume,
+    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
+    StartOrResume, StreamWriter,
 };
-pub use store::{PruneStats, RunRecord, RunStatus, StreamInfo};
-pub use streams::{stream, Chunk, RunStream, StreamWriter};
+pub use store::{PruneStats, RunFilter, RunRecord, RunStatus, StreamInfo};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
@@ -104,8 +104,8 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Error, Hook,
-        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunId, RunStatus,
-        RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
+        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunFilter, RunId,
+        RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
     };
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
@@ -217,19 +217,19 @@ pub mod __private {
 
     /// The real conversions.
     pub trait RecordedValue<T> {
-        /// `serde_json::to_value`.
+        /// The serialization every payload goes through.
         fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error>;
-        /// `serde_json::from_value`.
+        /// Its reverse.
         fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error>;
     }
 
     impl<T: WorkflowValue> RecordedValue<T> for ValueOf<T> {
         fn encode(&self, value: &T) -> Result<serde_json::Value, serde_json::Error> {
-            serde_json::to_value(value)
+            crate::payload::to_json(value)
         }
 
         fn decode(&self, value: serde_json::Value) -> Result<T, serde_json::Error> {
-            serde_json::from_value(value)
+            crate::payload::from_json(value)
         }
     }
 

@@ -15,6 +15,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind, Payloads};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -103,7 +105,9 @@ impl<T> WorkflowReturn for Result<T, Error> {
     }
 }
 
-type ErasedRun = fn(Value) -> Result<BoxFuture<'static, Result<Value, Error>>, Error>;
+/// Decodes a run's recorded arguments and runs the body, whose output it encodes.
+type ErasedRun =
+    fn(&Payloads, RunId, Value) -> Result<BoxFuture<'static, Result<Value, Error>>, Error>;
 
 /// A workflow in the link-time registry.
 pub struct WorkflowRegistration {
@@ -128,24 +132,27 @@ impl WorkflowRegistration {
 }
 
 fn run_erased<W: WorkflowDef>(
+    payloads: &Payloads,
+    run: RunId,
     input: Value,
 ) -> Result<BoxFuture<'static, Result<Value, Error>>, Error> {
-    let args = W::decode_args(input).map_err(|e| {
-        Error::fatal(format!(
-            "the recorded arguments do not match workflow `{}` in this binary \
-             (was the run started by another version?): {e}",
-            W::NAME
-        ))
-    })?;
-    let run = W::call(args);
+    let args = payloads
+        .open(
+            input,
+            PayloadKind::WorkflowInput { workflow: W::NAME }.of(run),
+            W::decode_args,
+        )
+        .map_err(PayloadError::fatal)?;
+    let body = W::call(args);
+    let payloads = payloads.clone();
     Ok(Box::pin(async move {
-        let out = run.await?;
-        W::encode_output(&out).map_err(|e| {
-            Error::fatal(format!(
-                "the return value of workflow `{}` could not be serialized: {e}",
-                W::NAME
-            ))
-        })
+        let out = body.await?;
+        let cx = PayloadKind::WorkflowOutput {
+            workflow: Some(W::NAME),
+        };
+        payloads
+            .seal(W::encode_output(&out), cx.of(run))
+            .map_err(PayloadError::fatal)
     }))
 }
 

@@ -1031,6 +1031,159 @@ async fn payloads_over_the_limit_are_refused(b: Backend) {
     assert_eq!(out, ("10".to_owned(), "10".to_owned()));
 }
 
+#[workflow]
+async fn big_child(text: String) -> Result<usize> {
+    Ok(text.len())
+}
+
+/// Each bounded payload's error, with whether it was fatal.
+#[workflow]
+async fn every_limit(len: usize) -> Result<Vec<(String, bool)>> {
+    let show = |r: Result<String>| match r {
+        Ok(v) => (v, false),
+        Err(e) => (e.to_string(), e.is_fatal()),
+    };
+    let args = show(measure("y".repeat(len)).await.map(|n| n.to_string()));
+    let result = show(produce(len).await.map(|s| s.len().to_string()));
+    let child = match start_child(big_child, ("z".repeat(len),)).await {
+        Ok(c) => show(c.result().await.map(|n| n.to_string())),
+        Err(e) => show(Err(e)),
+    };
+    Ok(vec![args, result, child])
+}
+
+/// Every entry point of a bounded payload names the value, its size as serialized and the
+/// limit: a start and a resume fail and write nothing; inside a run, a step's arguments, a
+/// step's result and a child's arguments fail as fatal (the step's body runs once, no child
+/// is started).
+async fn every_payload_over_the_limit_names_its_size_and_the_limit(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .max_payload_bytes(1000)
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let over = "over the limit of 1000 bytes (`max_payload_bytes`)";
+    let note = "a".repeat(2000);
+    let size = serde_json::to_string(&(note.clone(), 1usize))
+        .unwrap()
+        .len();
+    let err = rt.start(limited, (note, 1)).await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.starts_with("the arguments of workflow `")
+            && message.ends_with(&format!("` is {size} bytes serialized, {over}")),
+        "{message}"
+    );
+    assert!(matches!(err, StartError::TooLarge(e) if e.size == size && e.limit == 1000));
+    let err = rt.resume_hook("t", "z".repeat(2000)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("the payload for hook \"t\" is 2002 bytes serialized, {over}")
+    );
+    assert!(
+        rt.runs(RunFilter::new()).await.unwrap().is_empty(),
+        "nothing written"
+    );
+
+    let run = bounded(rt.start(every_limit, (2000,)).into_future())
+        .await
+        .unwrap();
+    let errors = bounded(run.return_value()).await.unwrap();
+    let expect = [
+        ("the arguments of step `", 2004),
+        ("the result of step `", 2002),
+        ("the arguments of child workflow `", 2004),
+    ];
+    assert_eq!(errors.len(), expect.len());
+    for ((message, fatal), (starts, size)) in errors.iter().zip(expect) {
+        assert!(*fatal, "{message}");
+        assert!(
+            message.starts_with(starts)
+                && message.ends_with(&format!("` is {size} bytes serialized, {over}")),
+            "{message}"
+        );
+    }
+    let ran: Vec<(String, u32)> = executed(run.id())
+        .into_iter()
+        .map(|(name, _, attempt)| (name, attempt))
+        .collect();
+    assert_eq!(ran, [("produce".to_owned(), 1)], "one attempt, no retry");
+    let children = rt.runs(RunFilter::new().parent(run.id())).await.unwrap();
+    assert!(children.is_empty(), "no child: {children:?}");
+}
+
+#[workflow]
+async fn listed_ok(n: u32) -> Result<u32> {
+    Ok(n)
+}
+
+#[workflow]
+async fn listed_failing(n: u32) -> Result<u32> {
+    Err(Error::fatal(format!("no {n}")))
+}
+
+/// `rt.runs` lists the runs the newest first, filtered by status and workflow, and bounded
+/// by the filter's limit.
+async fn runs_are_listed_newest_first_by_status_and_workflow(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let a = rt.start(listed_ok, (1,)).await.unwrap();
+    bounded(a.return_value()).await.unwrap();
+    let f = rt.start(listed_failing, (2,)).await.unwrap();
+    bounded(f.return_value()).await.unwrap_err();
+    let c = rt.start(listed_ok, (3,)).await.unwrap();
+    bounded(c.return_value()).await.unwrap();
+    let ids = |runs: Vec<workflow_core::RunRecord>| runs.iter().map(|r| r.id).collect::<Vec<_>>();
+
+    let all = rt.runs(RunFilter::new()).await.unwrap();
+    assert_eq!(ids(all.clone()), [c.id(), f.id(), a.id()]);
+    assert!(all.windows(2).all(|w| w[0].created_at >= w[1].created_at));
+    assert_eq!(
+        ids(rt.runs(RunFilter::new().limit(2)).await.unwrap()),
+        [c.id(), f.id()]
+    );
+    let failed = rt
+        .runs(RunFilter::new().status(RunStatus::Failed))
+        .await
+        .unwrap();
+    assert_eq!(ids(failed.clone()), [f.id()]);
+    assert!(failed[0]
+        .error
+        .as_ref()
+        .unwrap()
+        .to_string()
+        .contains("no 2"));
+    let ok_name = a.info().await.unwrap().workflow;
+    assert_eq!(
+        ids(rt
+            .runs(RunFilter::new().workflow(ok_name.clone()))
+            .await
+            .unwrap()),
+        [c.id(), a.id()]
+    );
+    assert_eq!(
+        ids(rt
+            .runs(
+                workflow_core::RunFilter::new()
+                    .workflow(ok_name)
+                    .status(RunStatus::Failed)
+            )
+            .await
+            .unwrap()),
+        []
+    );
+    // The listing is the store's, through the client API.
+    let stored = rt
+        .store()
+        .list_runs(&workflow_core::store::RunFilter::new())
+        .await
+        .unwrap();
+    assert_eq!(all, stored);
+}
+
 async fn a_start_can_be_awaited_outside_tokio(b: Backend) {
     let db = TestDb::new(b);
     let rt = db.runtime().await;
@@ -1337,6 +1490,8 @@ on_every_store!(
     huge_durations_saturate,
     a_second_driver_here_keeps_its_place,
     payloads_over_the_limit_are_refused,
+    every_payload_over_the_limit_names_its_size_and_the_limit,
+    runs_are_listed_newest_first_by_status_and_workflow,
 );
 
 /// A file that is not ours, or not a database at all, is refused with a clear error and left

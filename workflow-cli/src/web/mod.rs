@@ -424,16 +424,11 @@ async fn api_events(State(app): Shared, Path(id): Path<String>) -> Result<Respon
 
 async fn api_streams(State(app): Shared, Path(id): Path<String>) -> Result<Response, WebError> {
     let id = ops::parse_run_id(&id).map_err(WebError::api)?;
-    if app
-        .rt
-        .store()
+    app.rt
         .get_run(&id)
+        .info()
         .await
-        .map_err(|e| WebError::api(e.into()))?
-        .is_none()
-    {
-        return Err(WebError::api(ops::not_found(id)));
-    }
+        .map_err(|e| WebError::api(e.into()))?;
     let streams = ops::streams(&app.rt, id).await.map_err(WebError::api)?;
     Ok(Json(streams).into_response())
 }

@@ -112,12 +112,12 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The largest workflow arguments, step arguments and results, and hook payloads accepted,
-    /// as serialized JSON (default 8 MiB). Over it, `start` and `resume_hook` fail with
+    /// The largest workflow arguments, step arguments and results, hook payloads and stream
+    /// chunks accepted, as serialized JSON (default 8 MiB). Over it, `start` and `resume_hook` fail with
     /// `TooLarge` and write nothing; a step call with larger arguments fails without running,
     /// and a larger step result fails its attempt as fatal.
     pub fn max_payload_bytes(mut self, n: usize) -> Self {
-        self.config.max_payload_bytes = n;
+        self.config.payloads = self.config.payloads.with_max_bytes(n);
         self
     }
 
@@ -128,7 +128,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Declares a queue: at `build` its limits are stored, replacing any earlier
+    /// Declares a queue, which bounds how many of its runs run at once: at `build` its limits are stored, replacing any earlier
     /// declaration of the same name, and every worker on the store enforces them. Runs enter
     /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
     pub fn queue(mut self, queue: Queue) -> Self {

@@ -5,15 +5,24 @@
 //!
 //! - `builder`: the store choice and options, and `build`;
 //! - `clock`: the one clock every time written or compared is read from;
-//! - `client`: starting runs, run handles, hooks;
+//! - `client`: the runtime's client calls: run handles and listings, hooks, pruning;
+//! - `start`: the start builder and admission;
+//! - `run`: a run handle's queries and actions, and waiting for a run's end;
+//! - `streams`: what steps write to a run's streams and what readers get back;
 //! - `worker`: leasing, heartbeats, store notices, spawning drivers;
 //! - `flight`: concurrent in-process starts of one hook token.
+//!
+//! This module imports none of its children's items but leaf ones (`clock`, `completed`,
+//! `worker`'s constants): the children build on the shared state here, not the reverse.
 
 mod builder;
 mod client;
 mod clock;
 mod completed;
 mod flight;
+mod run;
+mod start;
+mod streams;
 mod worker;
 
 use std::collections::HashMap;
@@ -31,10 +40,13 @@ use crate::error::{Error, StartError, StoreError};
 use crate::ids::RunId;
 use crate::registry::BoxFuture;
 use crate::registry::WorkflowRegistration;
-use crate::store::{Lease, RunOutcome, Store};
+use crate::store::{Lease, QueueEntry, RunOutcome, Store};
 
 pub use builder::RuntimeBuilder;
-pub use client::{HookInfo, HookRef, OrResume, Run, Start, StartOrResume};
+pub use client::{HookInfo, HookRef};
+pub use run::Run;
+pub use start::{OrResume, Start, StartOrResume};
+pub use streams::{stream, Chunk, RunStream, StreamWriter};
 pub(crate) use worker::spawn_run;
 
 tokio::task_local! {
@@ -96,7 +108,7 @@ pub(crate) struct Inner {
     pushed: bool,
     /// The runs someone waits for in `return_value`, each with the signal of its end (in this
     /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
-    waiting: Mutex<HashMap<RunId, client::Waiting>>,
+    waiting: Mutex<HashMap<RunId, Waiting>>,
     /// The outputs of runs that completed here, for `return_value` calls after the end.
     completed: Mutex<completed::Completed>,
     /// The runs whose streams someone reads here ([`StreamWatch`]), each with the signal
@@ -254,6 +266,29 @@ impl Inner {
         }
     }
 
+    /// The queue entry of a start, checked: `None` without a queue (a partition key or priority
+    /// alone has no effect), [`StartError::UnknownQueue`] for a queue that neither this runtime
+    /// nor any other on the store declared.
+    pub(super) async fn checked_queue(
+        &self,
+        queue: Option<QueueEntry>,
+    ) -> Result<Option<QueueEntry>, StartError> {
+        let Some(entry) = queue.filter(|q| !q.name.is_empty()) else {
+            return Ok(None);
+        };
+        let known = crate::lock(&self.queues).contains(&entry.name);
+        if !known {
+            let now = self.clock.tick().await;
+            let declared = self.store.list_queues(now).await?;
+            if !declared.iter().any(|q| q.def.name == entry.name) {
+                return Err(StartError::UnknownQueue { queue: entry.name });
+            }
+            crate::lock(&self.queues).extend(declared.into_iter().map(|q| q.def.name));
+        }
+        self.queued.store(true, Ordering::Relaxed);
+        Ok(Some(entry))
+    }
+
     /// Stops the worker loops and every driver; runs driven here are left to other workers
     /// (after their leases expire).
     fn shut_down(&self) {
@@ -262,6 +297,13 @@ impl Inner {
             a.stop.notify_one();
         }
     }
+}
+
+/// The end signal of one run that `return_value` calls wait for, shared by all of them.
+struct Waiting {
+    /// Signalled at the run's end, with the run's outcome when it ended here.
+    ended: watch::Sender<Option<Arc<RunOutcome>>>,
+    waiters: usize,
 }
 
 /// The change signal of one run's streams, shared by the readers of its streams here.
@@ -446,7 +488,7 @@ impl Host for Inner {
 
     fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            match client::checked_queue(self, Some(crate::store::QueueEntry::new(name))).await {
+            match self.checked_queue(Some(QueueEntry::new(name))).await {
                 Ok(_) => Ok(true),
                 Err(StartError::UnknownQueue { .. }) => Ok(false),
                 Err(StartError::Store(e)) => Err(e),

@@ -1,4 +1,4 @@
-//! Replay tests (SPEC 9): check a build's workflow code against histories recorded by runs in
+//! Replay tests: check a build's workflow code against histories recorded by runs in
 //! production, with no store, no runtime and no step bodies run.
 //!
 //! Export histories with `run.export()` or `workflow export <id>`, keep them as files, and
@@ -56,6 +56,7 @@ use serde_json::Value;
 
 use crate::context::{RunCtx, StepExec};
 use crate::history::{from_millis, ExportedHistory};
+use crate::payload::Payloads;
 use crate::registry::{IntoWorkflow, WorkflowRegistration};
 use crate::replay::{Divergence, Replay};
 
@@ -125,10 +126,10 @@ pub fn replay<Args, W: IntoWorkflow<Args>>(wf: W, history: &Value) -> Result<(),
         reg.name,
         from_millis(history.run.created_at_ms),
         history.run.hook_token.clone(),
-        usize::MAX,
+        Payloads::default().with_max_bytes(usize::MAX),
         core.patches(),
     );
-    let body = (reg.run)(history.run.input.clone())
+    let body = (reg.run)(&ctx.payloads, history.run.id, history.run.input.clone())
         .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
     let mut fut = Box::pin(ctx.scope(body));
     let mut cx = Context::from_waker(Waker::noop());

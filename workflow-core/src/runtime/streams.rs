@@ -1,4 +1,4 @@
-//! Streams from runs (SPEC 12): what a step writes with [`stream`] — durable, numbered
+//! Streams from runs: what a step writes with [`stream`] — durable, numbered
 //! chunks, each recording the attempt that wrote it — and what clients read with
 //! [`Run::stream`](crate::Run::stream): a [`RunStream`] that starts at an exact index, follows
 //! live writes and ends after the stream's close or the run's end.
@@ -19,11 +19,11 @@ use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::config::check_payload;
+use super::{step_runtime, Inner, Runtime, StreamWatch};
 use crate::context::try_step_metadata;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
-use crate::runtime::{step_runtime, Inner, Runtime, StreamWatch};
+use crate::payload::{PayloadError, PayloadKind};
 use crate::store::StoredChunk;
 
 /// Chunks a reader asks the store for at a time.
@@ -159,16 +159,12 @@ impl<T: Serialize> StreamWriter<T> {
     /// (writing it again would fail again); nothing is written then.
     pub async fn write(&self, value: T) -> Result<u64, Error> {
         let w = self.writing("write")?;
-        let value = serde_json::to_value(value).map_err(|e| {
-            Error::fatal(format!(
-                "a chunk for stream {:?} could not be serialized: {e}",
-                self.name
-            ))
-        })?;
-        check_payload(&value, w.rt.config.max_payload_bytes, || {
-            format!("a chunk for stream {:?}", self.name)
-        })
-        .map_err(|e| Error::fatal(e.to_string()))?;
+        let cx = PayloadKind::StreamChunk {
+            stream: &self.name,
+            index: None,
+        };
+        let value = w.rt.config.payloads.encode(&value, cx.of(w.lease.run_id));
+        let value = value.map_err(PayloadError::fatal)?;
         let at = w.rt.clock_now();
         let written =
             w.rt.store
@@ -380,13 +376,14 @@ impl<T: DeserializeOwned> Reader<T> {
     }
 
     fn decode(&self, c: StoredChunk) -> Result<Chunk<T>, Error> {
-        let value = serde_json::from_value(c.value).map_err(|e| {
-            Error::fatal(format!(
-                "chunk {} of stream {:?} of run {} does not deserialize into the requested \
-                 type: {e}",
-                c.index, self.name, self.run
-            ))
-        })?;
+        let cx = PayloadKind::StreamChunk {
+            stream: &self.name,
+            index: Some(c.index),
+        };
+        let payloads = &self.watch.runtime().config.payloads;
+        let value = payloads
+            .decode(c.value, cx.of(self.run))
+            .map_err(PayloadError::fatal)?;
         Ok(Chunk {
             index: c.index,
             attempt: c.attempt,

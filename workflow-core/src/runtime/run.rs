@@ -1,0 +1,328 @@
+//! A handle on one run ([`Run`]): its record, status, streams and history, and what a client
+//! may do to it (cancel, retry, fork); `return_value` waits for the run's end signal, which
+//! the runtime gives at once for runs ending in this process.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::{Inner, RunStream, Runtime, Waiting};
+use crate::error::{Error, RunError, StoreError};
+use crate::history::{
+    fork_history, to_millis, ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT,
+    HISTORY_FORMAT_VERSION,
+};
+use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
+use crate::store::{
+    CancelOutcome, NewRun, RetryOutcome, RunOutcome, RunRecord, RunStatus, StreamInfo,
+};
+
+/// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from
+/// [`Runtime::get_run`]; [`Run::typed`] changes it).
+pub struct Run<T = Value> {
+    id: RunId,
+    rt: Runtime,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Run<T> {
+    /// A handle on run `id`.
+    pub(super) fn new(id: RunId, rt: Runtime) -> Self {
+        Run {
+            id,
+            rt,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for Run<T> {
+    fn clone(&self) -> Self {
+        Run::new(self.id, self.rt.clone())
+    }
+}
+
+impl<T> std::fmt::Debug for Run<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run").field("id", &self.id).finish()
+    }
+}
+
+impl<T> Run<T> {
+    /// The run's id.
+    pub fn id(&self) -> RunId {
+        self.id
+    }
+
+    /// The same run, with its result read as `U`.
+    pub fn typed<U>(self) -> Run<U> {
+        Run::new(self.id, self.rt)
+    }
+
+    /// The run as stored.
+    pub async fn info(&self) -> Result<RunRecord, RunError> {
+        self.rt
+            .inner
+            .store
+            .get_run(&self.id)
+            .await?
+            .ok_or(RunError::NotFound(self.id))
+    }
+
+    /// Reads the run's stream `name`, which its steps write: every chunk from index 0 (or `.from(i)`, or
+    /// `.tail(n)`), then the live writes, until the stream is closed or the run ends. See
+    /// [`RunStream`] and [`stream`](crate::stream) for the writing side.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[step]
+    /// async fn progress() -> Result<()> {
+    ///     for pct in [25, 50, 75, 100] {
+    ///         stream::<u8>("progress").write(pct).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// #[workflow]
+    /// async fn job() -> Result<()> {
+    ///     progress().await
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(job, ()).await?;
+    /// // Not closed: the stream ends with the run. The last two chunks only:
+    /// let mut last = run.stream::<u8>("progress").tail(2);
+    /// # run.return_value().await?;
+    /// let first = last.next().await.unwrap()?;
+    /// assert_eq!((first.index, first.value), (2, 75));
+    /// assert_eq!(last.next().await.unwrap()?.value, 100);
+    /// assert!(last.next().await.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stream<U>(&self, name: impl Into<String>) -> RunStream<U> {
+        RunStream::new(self.rt.clone(), self.id, name.into())
+    }
+
+    /// The run's streams, by name, with their length and whether they were closed.
+    pub async fn streams(&self) -> Result<Vec<StreamInfo>, RunError> {
+        Ok(self.rt.inner.store.list_streams(&self.id).await?)
+    }
+
+    /// The run's current status.
+    pub async fn status(&self) -> Result<RunStatus, RunError> {
+        Ok(self.info().await?.status)
+    }
+
+    /// Cancels the run: once this returns, the run is recorded as cancelled; the worker driving
+    /// it stops at its next await point and in-flight step results are discarded. A run that
+    /// already ended is left as it is (`Ok`).
+    pub async fn cancel(&self) -> Result<(), RunError> {
+        let now = self.rt.inner.clock.tick().await;
+        let outcome = self.rt.inner.store.cancel(&self.id, now).await?;
+        if outcome == CancelOutcome::Cancelled {
+            if let Some(a) = self.rt.inner.active().get(&self.id) {
+                a.stop.notify_one();
+            }
+            self.rt.inner.run_ended(self.id, None);
+            self.rt.inner.slot_freed();
+        }
+        Ok(())
+    }
+
+    /// Tries a failed or blocked run again at once. A blocked run is handed to a worker now (it
+    /// continues where it was if the code fits its history again, or blocks again). A failed
+    /// run is re-opened: its recorded steps are not run again; the steps whose error ended it
+    /// get a fresh set of attempts (or, if the workflow itself returned the error, it runs
+    /// again from its replay). A run that completed, was cancelled or has not ended is an
+    /// error ([`RunError::NotRetryable`]) and is left as it is.
+    ///
+    /// ```
+    /// # use workflow_core::prelude::*;
+    /// # use workflow_core::RunError;
+    /// #[step]
+    /// async fn fine() -> Result<u32> { Ok(1) }
+    /// #[workflow]
+    /// async fn done() -> Result<u32> { fine().await }
+    /// # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(done, ()).await?;
+    /// run.return_value().await?;
+    /// // A completed run has nothing to retry.
+    /// assert!(matches!(run.retry().await, Err(RunError::NotRetryable { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub async fn retry(&self) -> Result<(), RunError> {
+        let inner = &self.rt.inner;
+        let now = inner.clock.tick().await;
+        match inner.store.retry(&self.id, now).await? {
+            RetryOutcome::Reopened | RetryOutcome::Unblocked => {
+                inner.work.notify_one();
+                Ok(())
+            }
+            RetryOutcome::NotRetryable(status) => Err(RunError::NotRetryable {
+                id: self.id,
+                status,
+            }),
+        }
+    }
+
+    /// Starts a new run of the same workflow with the same arguments whose history holds
+    /// this run's recorded results of its first `from_step` steps (in the order they were
+    /// scheduled); later steps run again, with this build's code. The copy claims no
+    /// hook token, so a run that registered a hook before that step cannot be forked there
+    /// ([`RunError::CannotFork`], as for a `from_step` beyond the steps it scheduled).
+    pub async fn fork(&self, from_step: usize) -> Result<Run<T>, RunError> {
+        let inner = &self.rt.inner;
+        let run = self.info().await?;
+        let events = inner.store.events(&self.id).await?;
+        let id = RunId::new();
+        let history = fork_history(&events, from_step, &self.id, &id)
+            .map_err(|why| RunError::CannotFork { id: self.id, why })?;
+        let new = NewRun {
+            parent: None,
+            id,
+            workflow: run.workflow,
+            input: run.input,
+            created_at: inner.clock.tick().await,
+            hook: None,
+            deadline: None,
+            // The copy waits for a slot of the same queue.
+            queue: run.queue,
+        };
+        inner.store.create_run_with_history(new, &history).await?;
+        inner.work.notify_one();
+        Ok(Run::new(id, self.rt.clone()))
+    }
+
+    /// The run's history as documented, versioned JSON ([`ExportedHistory`]): feed it to
+    /// `workflow_core::testing::replay` to check a new build against it, or keep it as a
+    /// test fixture. `workflow export <id>` writes the same.
+    pub async fn export(&self) -> Result<Value, RunError> {
+        let run = self.info().await?;
+        let events = self.rt.inner.store.events(&self.id).await?;
+        let history = ExportedHistory {
+            format: HISTORY_FORMAT.to_owned(),
+            version: HISTORY_FORMAT_VERSION,
+            run: ExportedRun {
+                id: run.id,
+                workflow: run.workflow,
+                status: run.status.as_str().to_owned(),
+                input: run.input,
+                created_at_ms: to_millis(run.created_at),
+                hook_token: run.hook_token,
+            },
+            events: events
+                .into_iter()
+                .map(|e| ExportedEvent {
+                    seq: e.seq,
+                    at_ms: to_millis(e.at),
+                    event: e.event,
+                })
+                .collect(),
+        };
+        serde_json::to_value(history)
+            .map_err(|e| RunError::Store(StoreError::database(format!("cannot export: {e}"))))
+    }
+}
+
+impl<T: DeserializeOwned> Run<T> {
+    /// Waits for the run to end and returns its value: `Err` with the run's error if it failed,
+    /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
+    /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
+    pub async fn return_value(&self) -> Result<T, Error> {
+        // A run that completed here never changes again.
+        if let Some(output) = self.rt.inner.completed_here(&self.id) {
+            return self.decode(output);
+        }
+        // Registered before the first read, so an end between the read and the wait counts.
+        let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
+        // A run driven here tells its waiters its end as it writes it: no read before. An end
+        // told before this call may be an earlier one (the run was retried since): read.
+        let earlier = ended.signal.borrow().clone();
+        let mut read = earlier.is_some() || !self.rt.inner.drives(&self.id);
+        loop {
+            if read {
+                let run = self.info().await?;
+                match run.status {
+                    RunStatus::Completed => return self.decode(run.output.unwrap_or(Value::Null)),
+                    RunStatus::Failed => {
+                        return Err(run
+                            .error
+                            .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
+                    }
+                    RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
+                    RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => {}
+                }
+            }
+            // Read again when this run ends or leaves here, when notices were missed, or
+            // after the poll interval (runs driven by processes that do not push).
+            let _ =
+                tokio::time::timeout(self.rt.inner.config.poll_interval, ended.signal.changed())
+                    .await;
+            let seen = ended.signal.borrow_and_update().clone();
+            let told = seen.filter(|end| !earlier.as_ref().is_some_and(|e| Arc::ptr_eq(e, end)));
+            match told.as_deref() {
+                Some(RunOutcome::Completed(v)) => return self.decode(v.clone()),
+                Some(RunOutcome::Failed(e)) => return Err(e.clone()),
+                None => read = true,
+            }
+        }
+    }
+
+    /// The run's output as a `T`.
+    fn decode(&self, output: Value) -> Result<T, Error> {
+        let cx = PayloadKind::WorkflowOutput { workflow: None }.of(self.id);
+        self.rt
+            .inner
+            .config
+            .payloads
+            .decode(output, cx)
+            .map_err(PayloadError::fatal)
+    }
+}
+
+/// One `return_value` call's registration in [`Inner::waiting`]; removed on drop.
+struct WaitForEnd {
+    inner: Arc<Inner>,
+    run: RunId,
+    signal: watch::Receiver<Option<Arc<RunOutcome>>>,
+}
+
+impl WaitForEnd {
+    fn new(inner: &Arc<Inner>, run: RunId) -> Self {
+        let mut waiting = crate::lock(&inner.waiting);
+        let w = waiting.entry(run).or_insert_with(|| Waiting {
+            ended: watch::channel(None).0,
+            waiters: 0,
+        });
+        w.waiters += 1;
+        let signal = w.ended.subscribe();
+        drop(waiting);
+        WaitForEnd {
+            inner: inner.clone(),
+            run,
+            signal,
+        }
+    }
+}
+
+impl Drop for WaitForEnd {
+    fn drop(&mut self) {
+        let mut waiting = crate::lock(&self.inner.waiting);
+        if let Some(w) = waiting.get_mut(&self.run) {
+            w.waiters -= 1;
+            if w.waiters == 0 {
+                waiting.remove(&self.run);
+            }
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! Starting runs: the [`Start`] builder `rt.start(wf, args)` returns and its options, the
+//! start-or-resume of a hook token ([`OrResume`]), and the admission itself, which runs in a
+//! task of its own so that a dropped start neither undoes nor strands it.
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::flight::{Joined, StartFlight};
+use super::spawn_run;
+use super::{HookRef, Inner, Run, Runtime};
+use crate::context::invalid_token;
+use crate::error::{HookConflictError, StartError};
+use crate::history::{after, never};
+use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
+use crate::queue::entry;
+use crate::registry::{BoxFuture, WorkflowDef};
+use crate::store::{
+    Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus, StartHook,
+};
+
+/// A pending start; await it. From [`Runtime::start`].
+#[must_use = "a start does nothing unless awaited"]
+pub struct Start<W: WorkflowDef> {
+    rt: Runtime,
+    /// The arguments as serialized, not yet checked.
+    input: Result<Value, serde_json::Error>,
+    hook: Option<String>,
+    retention: Option<Duration>,
+    timeout: Option<Duration>,
+    /// From `#[workflow(queue = "..")]` until `.queue(..)` names another; the partition key
+    /// and priority wait here for a queue.
+    queue: Option<QueueEntry>,
+    _def: PhantomData<fn() -> W>,
+}
+
+impl<W: WorkflowDef> Start<W> {
+    /// The start of a run with `input` (as serialized), entering `queue`.
+    pub(super) fn new(
+        rt: Runtime,
+        input: Result<Value, serde_json::Error>,
+        queue: Option<QueueEntry>,
+    ) -> Self {
+        Start {
+            rt,
+            input,
+            hook: None,
+            retention: None,
+            timeout: None,
+            queue,
+            _def: PhantomData,
+        }
+    }
+
+    /// Claims hook `token` atomically with admitting the run: of any number of concurrent
+    /// starts with one token, across processes, exactly one becomes a run; the others fail with
+    /// [`StartError::HookConflict`] naming it and leave no trace. The hook accepts payloads
+    /// from admission on (they are buffered); inside the run, `create_hook(token)` binds to it.
+    pub fn hook(mut self, token: impl Into<String>) -> Self {
+        self.hook = Some(token.into());
+        self
+    }
+
+    /// Starts the run with the `.hook(..)` token, or, if an active hook of another run owns
+    /// that token, sends `payload` to it instead: one store transaction does either,
+    /// so there is no moment at which the token is owned but the payload finds no hook (no
+    /// [`HookError::NotFound`](crate::HookError::NotFound) to retry on). Resolves to [`StartOrResume::Started`] when this
+    /// call admitted the run — its own `payload` is then *not* delivered: pass what the run
+    /// needs in its arguments — or to [`StartOrResume::Resumed`] naming the owner, whose
+    /// `recv()` gets `payload` exactly once. A token only retained by an ended run
+    /// (`min_retention`) is [`StartError::HookConflict`], and nothing is written.
+    ///
+    /// Calls of one token in this process wait for the first one's admission and then each
+    /// queue their own payload: of any number of concurrent calls, one run is started and
+    /// every other payload reaches it.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::StartOrResume;
+    ///
+    /// #[workflow]
+    /// async fn tally(first: u32) -> Result<u32> {
+    ///     let mut more = create_hook::<u32>("tally");
+    ///     Ok(first + more.recv().await?)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// // Nobody owns the token: the run starts (with its argument; the payload is not sent).
+    /// let StartOrResume::Started(run) = rt.start(tally, (1,)).hook("tally").or_resume(0).await?
+    /// else {
+    ///     unreachable!("the token was free")
+    /// };
+    /// // The run owns it now: the payload goes to the run.
+    /// let StartOrResume::Resumed(hook) = rt.start(tally, (5,)).hook("tally").or_resume(2).await?
+    /// else {
+    ///     unreachable!("the token is owned")
+    /// };
+    /// assert_eq!(hook.run_id, run.id());
+    /// assert_eq!(run.return_value().await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn or_resume<P: serde::Serialize>(self, payload: P) -> OrResume<W> {
+        let token = self.hook.clone().unwrap_or_default();
+        let cx = PayloadKind::HookPayload { token: &token }.unbound();
+        let payload = self
+            .rt
+            .inner
+            .config
+            .payloads
+            .encode(&payload, cx)
+            .map_err(|e| match e {
+                PayloadError::TooLarge(e) => StartError::TooLarge(e),
+                e => StartError::SerializePayload {
+                    message: e.cause(),
+                    token,
+                },
+            });
+        OrResume {
+            start: self,
+            payload,
+        }
+    }
+
+    /// Keeps the `.hook(..)` token unavailable until `start + d`, even after the run ended, so
+    /// that late duplicates are still refused (and can read this run's result). No effect
+    /// without `.hook(..)`.
+    pub fn min_retention(mut self, d: Duration) -> Self {
+        self.retention = Some(d);
+        self
+    }
+
+    /// A deadline for the whole run: if it has not ended `d` after admission, it
+    /// fails ("timed out after 30s"), its in-flight steps dropped, wherever it is — running,
+    /// sleeping, waiting for a hook or not yet picked up. `Duration::MAX` means none.
+    ///
+    /// ```
+    /// # use workflow_core::prelude::*;
+    /// #[step]
+    /// async fn slow() -> Result<()> { tokio::time::sleep(Duration::from_secs(3600)).await; Ok(()) }
+    /// #[workflow]
+    /// async fn report() -> Result<()> { slow().await }
+    /// # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(report, ()).timeout(Duration::from_millis(50)).await?;
+    /// let err = run.return_value().await.unwrap_err();
+    /// assert!(err.to_string().contains("timed out after 50ms"), "{err}");
+    /// # Ok(()) }
+    /// ```
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Enters the run in queue `name`, declared with
+    /// [`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue) by this or another runtime on
+    /// the store; replaces the workflow's `#[workflow(queue = "..")]`. The run waits,
+    /// [`RunStatus::Pending`], until the queue's limits let it begin. An unknown name fails
+    /// the start with [`StartError::UnknownQueue`].
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn charge(order: String) -> Result<String> {
+    ///     Ok(format!("charged {order}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder()
+    ///     .in_memory()
+    ///     .queue(Queue::new("payments").concurrency(10))
+    ///     .build()
+    ///     .await?;
+    /// let run = rt.start(charge, ("o-1".to_string(),)).queue("payments").await?;
+    /// assert_eq!(run.return_value().await?, "charged o-1");
+    ///
+    /// let unknown = rt.start(charge, ("o-2".to_string(),)).queue("nope").await;
+    /// assert!(matches!(unknown, Err(StartError::UnknownQueue { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        entry(&mut self.queue).name = name.into();
+        self
+    }
+
+    /// Runs of the queue with the same `key` run one at a time, in start order (e.g. one
+    /// per customer); runs with different keys run in parallel within the queue's limits.
+    /// No effect without a queue.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn update_account(customer: String, change: i64) -> Result<i64> {
+    ///     Ok(change)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().queue(Queue::new("accounts")).build().await?;
+    /// let first = rt
+    ///     .start(update_account, ("c-1".to_string(), 5))
+    ///     .queue("accounts")
+    ///     .partition_key("c-1")
+    ///     .await?;
+    /// // Begins only once `first` has ended.
+    /// let second = rt
+    ///     .start(update_account, ("c-1".to_string(), -2))
+    ///     .queue("accounts")
+    ///     .partition_key("c-1")
+    ///     .await?;
+    /// assert_eq!(first.return_value().await? + second.return_value().await?, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        entry(&mut self.queue).partition_key = Some(key.into());
+        self
+    }
+
+    /// Among the queue's waiting runs, higher `p` begins first; equal priority in start order
+    /// (default 0). Runs of one partition key keep their start order whatever their priority.
+    /// No effect without a queue.
+    pub fn priority(mut self, p: i32) -> Self {
+        entry(&mut self.queue).priority = p;
+        self
+    }
+}
+
+impl<W: WorkflowDef> IntoFuture for Start<W> {
+    type Output = Result<Run<W::Output>, StartError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let id = RunId::new();
+            let input = sealed::<W>(&self.rt, id, self.input)?;
+            if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
+                return Err(StartError::InvalidToken(why));
+            }
+            let token = self.hook;
+            let inner = &self.rt.inner;
+            let queue = inner.checked_queue(self.queue).await?;
+            let mut flight = None;
+            if let Some(token) = &token {
+                match inner.join_start(token) {
+                    Joined::Lead(lead) => flight = Some(lead),
+                    Joined::Follow(mut owner) => {
+                        // Woken by the leader's answer or its end; no answer: ask the store.
+                        let _ = owner.wait_for(Option::is_some).await;
+                        let owner = *owner.borrow();
+                        if let Some(owner) = owner {
+                            return Err(StartError::HookConflict(HookConflictError {
+                                token: token.clone(),
+                                conflicting_run_id: owner,
+                            }));
+                        }
+                    }
+                }
+            }
+            let start = Admit {
+                id,
+                workflow: W::NAME,
+                input,
+                token,
+                retention: self.retention,
+                timeout: self.timeout,
+                queue,
+            };
+            // Admission runs in its own task: once the store has the start, the run is driven
+            // (or left to the workers) and duplicates following it get their answer, even if
+            // this future is dropped meanwhile.
+            let admitted = inner.tasks.spawn(admit(inner.clone(), start, flight)).await;
+            match admitted {
+                Ok(admitted) => admitted?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Err(StartError::NoRuntime),
+            }
+            Ok(Run::new(id, self.rt))
+        })
+    }
+}
+
+/// The arguments of run `id` of `W`, as serialized, made ready for the store.
+fn sealed<W: WorkflowDef>(
+    rt: &Runtime,
+    id: RunId,
+    input: Result<Value, serde_json::Error>,
+) -> Result<Value, StartError> {
+    let cx = PayloadKind::WorkflowInput { workflow: W::NAME }.of(id);
+    rt.inner
+        .config
+        .payloads
+        .seal(input, cx)
+        .map_err(|e| match e {
+            PayloadError::TooLarge(e) => StartError::TooLarge(e),
+            e => StartError::Serialize {
+                workflow: W::NAME.to_owned(),
+                message: e.cause(),
+            },
+        })
+}
+
+/// A pending start-or-resume; await it. From [`Start::or_resume`].
+#[must_use = "a start does nothing unless awaited"]
+pub struct OrResume<W: WorkflowDef> {
+    start: Start<W>,
+    payload: Result<Value, StartError>,
+}
+
+/// What [`Start::or_resume`] did.
+#[derive(Debug)]
+pub enum StartOrResume<T = Value> {
+    /// This call admitted the run, which owns the token; the payload was not sent.
+    Started(Run<T>),
+    /// The token's owner received the payload; no run was started.
+    Resumed(HookRef),
+}
+
+impl<W: WorkflowDef> IntoFuture for OrResume<W> {
+    type Output = Result<StartOrResume<W::Output>, StartError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let Start {
+                rt,
+                input,
+                hook,
+                retention,
+                timeout,
+                queue,
+                ..
+            } = self.start;
+            let id = RunId::new();
+            let input = sealed::<W>(&rt, id, input)?;
+            let Some(token) = hook else {
+                return Err(StartError::InvalidToken(
+                    "`.or_resume(..)` needs `.hook(token)`: the token to resume through".into(),
+                ));
+            };
+            if let Some(why) = invalid_token(&token) {
+                return Err(StartError::InvalidToken(why));
+            }
+            let payload = self.payload?;
+            let inner = &rt.inner;
+            let queue = inner.checked_queue(queue).await?;
+            let flight = match inner.join_start(&token) {
+                Joined::Lead(lead) => Some(lead),
+                Joined::Follow(mut owner) => {
+                    // Another start of the token is in flight here. Once it has an answer the
+                    // store knows the token's owner and this call's own transaction resumes
+                    // to it; if it failed, this call contends for the token itself. Either
+                    // way its payload is queued by its own transaction, once.
+                    let _ = owner.wait_for(Option::is_some).await;
+                    None
+                }
+            };
+            let start = Admit {
+                id,
+                workflow: W::NAME,
+                input,
+                token: Some(token),
+                retention,
+                timeout,
+                queue,
+            };
+            // In a task of its own, as for `start`: a dropped call does not strand followers.
+            let done = inner
+                .tasks
+                .spawn(admit_or_resume(inner.clone(), start, payload, flight))
+                .await;
+            let resumed = match done {
+                Ok(resumed) => resumed?,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Err(StartError::NoRuntime),
+            };
+            Ok(match resumed {
+                Some(hook) => StartOrResume::Resumed(hook),
+                None => StartOrResume::Started(Run::new(id, rt)),
+            })
+        })
+    }
+}
+
+/// A start on its way to the store, not yet timed.
+struct Admit {
+    id: RunId,
+    workflow: &'static str,
+    input: Value,
+    token: Option<String>,
+    retention: Option<Duration>,
+    timeout: Option<Duration>,
+    queue: Option<QueueEntry>,
+}
+
+impl Admit {
+    /// The run to admit at `created_at`, its token retained from then on.
+    fn at(self, created_at: SystemTime) -> NewRun {
+        NewRun {
+            parent: None,
+            id: self.id,
+            workflow: self.workflow.to_owned(),
+            input: self.input,
+            created_at,
+            hook: self.token.map(|token| StartHook {
+                token,
+                retain_until: self.retention.map(|d| after(created_at, d)),
+            }),
+            deadline: self
+                .timeout
+                .and_then(|d| created_at.checked_add(d))
+                .filter(|t| *t < never()),
+            queue: self.queue,
+        }
+    }
+}
+
+/// Admits `start` and, when this process leased the run, starts driving it. The admission
+/// time is read here, in the runtime's own tokio runtime: reading the store's clock may need
+/// a round trip, and the start may be awaited from any executor.
+async fn admit(
+    inner: Arc<Inner>,
+    start: Admit,
+    flight: Option<StartFlight>,
+) -> Result<(), StartError> {
+    let run = start.at(inner.clock.tick().await);
+    let id = run.id;
+    let record = admitted_run(&run);
+    let token = record.hook_token.clone();
+    // A worker with room for the run leases it at admission (one transaction instead of
+    // admission + acquire) and drives it at once; a queued run waits for its slot instead.
+    let (admission, lease) = if run.queue.is_none() && inner.can_take(&record.workflow) {
+        inner
+            .store
+            .create_run_leased(run, inner.config.lease)
+            .await?
+    } else {
+        (inner.store.create_run(run).await?, None)
+    };
+    if let Some(flight) = flight {
+        flight.land(match admission {
+            Admission::Admitted => id,
+            Admission::Conflict(owner) => owner,
+        });
+    }
+    if let Admission::Conflict(owner) = admission {
+        return Err(StartError::HookConflict(HookConflictError {
+            token: token.unwrap_or_default(),
+            conflicting_run_id: owner,
+        }));
+    }
+    drive(&inner, record, lease);
+    Ok(())
+}
+
+/// The record of a run just admitted, as a worker that leased it at admission holds it.
+fn admitted_run(run: &NewRun) -> RunRecord {
+    RunRecord {
+        parent: None,
+        id: run.id,
+        workflow: run.workflow.clone(),
+        status: RunStatus::Running,
+        input: run.input.clone(),
+        output: None,
+        error: None,
+        created_at: run.created_at,
+        updated_at: run.created_at,
+        hook_token: run.hook.as_ref().map(|h| h.token.clone()),
+        deadline: run.deadline,
+        queue: run.queue.clone(),
+    }
+}
+
+/// Drives a run admitted with `lease` here at once; without one, wakes a worker for it.
+fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
+    match lease {
+        Some(lease) => spawn_run(
+            inner,
+            LeasedRun {
+                run,
+                lease,
+                events: Vec::new(),
+            },
+        ),
+        None => inner.work.notify_one(),
+    }
+}
+
+/// Admits `start` with its token or queues `payload` to the token's owner, in one store
+/// transaction; the hook the payload went to, or `None` when the run was admitted.
+async fn admit_or_resume(
+    inner: Arc<Inner>,
+    start: Admit,
+    payload: Value,
+    flight: Option<StartFlight>,
+) -> Result<Option<HookRef>, StartError> {
+    let run = start.at(inner.clock.tick().await);
+    let id = run.id;
+    let record = admitted_run(&run);
+    let token = record.hook_token.clone().unwrap_or_default();
+    let lease =
+        (run.queue.is_none() && inner.can_take(&record.workflow)).then_some(inner.config.lease);
+    let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
+    if let Some(flight) = flight {
+        flight.land(match &outcome {
+            AdmitOrResume::Admitted(_) => id,
+            AdmitOrResume::Resumed { run, .. } | AdmitOrResume::Conflict(run) => *run,
+        });
+    }
+    match outcome {
+        AdmitOrResume::Admitted(lease) => {
+            drive(&inner, record, lease);
+            Ok(None)
+        }
+        AdmitOrResume::Resumed { run, .. } => {
+            // As in `resume_hook`: driven here, its driver reads the payload now; otherwise
+            // a worker (here or elsewhere) may acquire it.
+            if !inner.payload_arrived(&run) {
+                inner.work.notify_one();
+            }
+            Ok(Some(HookRef { token, run_id: run }))
+        }
+        AdmitOrResume::Conflict(owner) => Err(StartError::HookConflict(HookConflictError {
+            token,
+            conflicting_run_id: owner,
+        })),
+    }
+}
