@@ -1,4 +1,4 @@
-//! Replay tests (SPEC 9): check a build's workflow code against histories recorded by runs in
+//! Replay tests: check a build's workflow code against histories recorded by runs in
 //! production, with no store, no runtime and no step bodies run.
 //!
 //! Export histories with `run.export()` or `workflow export <id>`, keep them as files, and
@@ -55,9 +55,10 @@ use std::task::{Context, Poll, Waker};
 use serde_json::Value;
 
 use crate::context::{RunCtx, StepExec};
+use crate::divergence::Divergence;
 use crate::history::{from_millis, ExportedHistory};
 use crate::registry::{IntoWorkflow, WorkflowRegistration};
-use crate::replay::{Divergence, Replay};
+use crate::replay::Replay;
 
 /// Why [`replay()`] did not accept a history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +75,9 @@ pub enum ReplayError {
         found: String,
         /// The whole message, as a blocked run shows it.
         message: String,
+        /// The same, as data: what a blocked run's error carries as
+        /// [`Error::divergence`](crate::Error::divergence).
+        divergence: Divergence,
     },
     /// The JSON is not an exported history this build reads.
     Invalid(String),
@@ -90,15 +94,26 @@ impl fmt::Display for ReplayError {
     }
 }
 
+impl ReplayError {
+    /// Where the history and the code part, when that is why the history was not accepted.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        match self {
+            ReplayError::Diverged { divergence, .. } => Some(divergence),
+            _ => None,
+        }
+    }
+}
+
 impl std::error::Error for ReplayError {}
 
 impl From<Divergence> for ReplayError {
     fn from(d: Divergence) -> Self {
         ReplayError::Diverged {
-            event: d.seq,
+            event: d.event,
             message: format!("the workflow diverged from the history: {d}"),
-            expected: d.expected,
-            found: d.found,
+            expected: d.expected.clone(),
+            found: d.found.clone(),
+            divergence: d,
         }
     }
 }
