@@ -734,8 +734,8 @@ pub enum MarkKind {
     Retried,
 }
 
-/// Why a blocked run is blocked: the runtime's message, and its parts when they can be told
-/// apart (they are only in the text, so a message worded otherwise keeps just `message`).
+/// Why a blocked run is blocked: the runtime's message, and its parts as the error records
+/// them ([`Error::divergence`]; an error recorded without them keeps just `message`).
 #[derive(Debug, Clone, Serialize)]
 pub struct DivergenceView {
     pub message: String,
@@ -749,46 +749,14 @@ pub struct DivergenceView {
 
 impl DivergenceView {
     pub fn new(error: &Error) -> Self {
-        let message = error.to_string();
-        let (event, expected, found) = match divergence_parts(&message) {
-            Some((n, e, f)) => (Some(n), Some(e.to_owned()), Some(f.to_owned())),
-            None => (None, None, None),
-        };
+        let d = error.divergence();
         DivergenceView {
-            message,
-            event,
-            expected,
-            found,
+            message: error.to_string(),
+            event: d.map(|d| d.event),
+            expected: d.map(|d| d.expected.clone()),
+            found: d.map(|d| d.found.clone()),
         }
     }
-}
-
-/// The event, expected and found parts of a divergence message, in the four wordings of
-/// `workflow_core`'s `Divergence` display.
-fn divergence_parts(message: &str) -> Option<(u64, &str, &str)> {
-    let (_, rest) = message.split_once("diverged from its recorded history: ")?;
-    let core = rest
-        .split_once("; the code changed under a running workflow")
-        .map_or(rest, |(c, _)| c);
-    if let Some(after) = core.strip_prefix("at event ") {
-        let (n, after) = after.split_once(' ')?;
-        let n = n.parse().ok()?;
-        if let Some(after) = after.strip_prefix("its history expects ") {
-            let (expected, found) = after.split_once(" next, but the workflow called ")?;
-            return Some((n, expected, found));
-        }
-        let after = after.strip_prefix("its history delivers the result of ")?;
-        let (expected, found) = after.split_once(", but the workflow is waiting on ")?;
-        return Some((n, expected, found));
-    }
-    let after = core.strip_prefix("the workflow returned (")?;
-    let (found, after) = after
-        .split_once(") where its history expects ")
-        .or_else(|| after.split_once(") before its history delivered "))?;
-    let (expected, n) = after.rsplit_once(" (event ")?;
-    let n = n.strip_suffix(')')?.parse().ok()?;
-    let expected = expected.strip_suffix(" next").unwrap_or(expected);
-    Some((n, expected, found))
 }
 
 /// `charge_card` for `shop::orders::charge_card`: registered names carry the module path.
@@ -1271,35 +1239,24 @@ mod tests {
     }
 
     #[test]
-    fn divergence_messages_come_apart() {
-        let wrap = |d: &str| {
-            format!(
-                "replay of run X (workflow `w`) diverged from its recorded history: {d}; the code \
-                 changed under a running workflow. The run is blocked until a build whose code \
-                 fits its history picks it up (or `retry()`); nothing was written."
-            )
-        };
-        for (d, want) in [
-            (
-                "at event 1 its history expects step `a` (stp_1_0) next, but the workflow called step `b` (stp_2_0)",
-                (1, "step `a` (stp_1_0)", "step `b` (stp_2_0)"),
-            ),
-            (
-                "at event 3 its history delivers the result of timer tm_0, but the workflow is waiting on step `b`",
-                (3, "timer tm_0", "step `b`"),
-            ),
-            (
-                "the workflow returned (Ok) where its history expects step `a` next (event 4)",
-                (4, "step `a`", "Ok"),
-            ),
-            (
-                "the workflow returned (Err) before its history delivered timer tm_1 (event 7)",
-                (7, "timer tm_1", "Err"),
-            ),
-        ] {
-            assert_eq!(divergence_parts(&wrap(d)), Some(want), "{d}");
-        }
-        assert_eq!(divergence_parts("something else went wrong"), None);
+    fn a_divergence_is_read_from_the_error_not_its_wording() {
+        // As a blocked run's error is recorded: the message and the parts beside it.
+        let error: Error = serde_json::from_value(json!({
+            "kind": "diverged",
+            "message": "worded any way at all",
+            "divergence": {
+                "event": 3,
+                "expected": "step `a` (stp_1_0)",
+                "found": "step `b` (stp_2_0)",
+                "kind": "command"
+            }
+        }))
+        .unwrap();
+        let v = DivergenceView::new(&error);
+        assert_eq!(v.message, "worded any way at all");
+        assert_eq!(v.event, Some(3));
+        assert_eq!(v.expected.as_deref(), Some("step `a` (stp_1_0)"));
+        assert_eq!(v.found.as_deref(), Some("step `b` (stp_2_0)"));
         let v = DivergenceView::new(&Error::fatal("worded otherwise"));
         assert_eq!((v.message.as_str(), v.event), ("worded otherwise", None));
     }

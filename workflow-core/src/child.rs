@@ -163,7 +163,7 @@ impl<W: WorkflowDef> IntoFuture for StartChild<W> {
             }
             let child_key = ctx.next_child_key();
             ctx.issue(Command::StartChild(ChildCall {
-                child_key: child_key.clone(),
+                child_key,
                 workflow: W::NAME,
                 input,
                 hook: self.hook.clone(),

@@ -21,10 +21,12 @@ use serde_json::Value;
 
 use crate::error::{Error, HookConflictError};
 use crate::history::after;
-use crate::ids::{step_id, RunId};
+use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
-use crate::replay::{Delivered, Delivery, Key, Patches, StepCall};
+use crate::replay::{
+    ChildKey, Delivered, Delivery, HookKey, Key, Patches, StepCall, StepId, TimerId,
+};
 
 tokio::task_local! {
     static WORKFLOW: Arc<RunCtx>;
@@ -78,7 +80,7 @@ struct Journal {
     /// Tokens owned by live hook handles: payloads for them are delivered.
     open_tokens: HashSet<String>,
     /// Hook keys whose handle was dropped while its registration was in flight.
-    abandoned: HashSet<String>,
+    abandoned: HashSet<HookKey>,
     /// Delivered, not yet received payloads per token.
     payloads: HashMap<String, VecDeque<Value>>,
     issued: Vec<Command>,
@@ -180,10 +182,7 @@ impl RunCtx {
                     if conflict.is_none() {
                         if j.abandoned.remove(&hook_key) {
                             // Claimed for a handle that is gone: give the token back.
-                            j.issued.push(Command::HookRelease {
-                                hook_key: hook_key.clone(),
-                                token,
-                            });
+                            j.issued.push(Command::HookRelease { hook_key, token });
                         } else {
                             j.open_tokens.insert(token);
                         }
@@ -238,9 +237,9 @@ impl RunCtx {
     }
 
     /// The key of the next `start_child` call.
-    pub(crate) fn next_child_key(&self) -> String {
+    pub(crate) fn next_child_key(&self) -> ChildKey {
         let mut j = self.journal();
-        let key = format!("ch_{}", j.children);
+        let key = ChildKey(j.children);
         j.children += 1;
         key
     }
@@ -308,7 +307,7 @@ where
     let id = {
         let mut j = ctx.journal();
         let n = j.step_counters.entry(def.name).or_insert(0);
-        let id = step_id(&ctx.run_id, def.name, *n);
+        let id = StepId::new(&ctx.run_id, def.name, *n);
         *n += 1;
         id
     };
@@ -376,10 +375,10 @@ pub async fn sleep_until(deadline: SystemTime) {
 async fn timer(ctx: Arc<RunCtx>, fire_at: SystemTime) {
     let id = {
         let mut j = ctx.journal();
-        let id = format!("tmr_{}", j.timers);
+        let id = TimerId(j.timers);
         j.timers += 1;
         j.issued.push(Command::Timer {
-            timer_id: id.clone(),
+            timer_id: id,
             fire_at,
         });
         id
@@ -594,7 +593,8 @@ enum HookState {
 #[must_use = "a hook registers nothing until awaited, and releases its token when dropped"]
 pub struct Hook<T> {
     ctx: Option<Arc<RunCtx>>,
-    key: String,
+    /// `None` outside a workflow.
+    key: Option<HookKey>,
     token: String,
     state: HookState,
     /// The stream ended (after yielding a registration error once).
@@ -644,11 +644,11 @@ pub fn create_hook<T>(token: impl Into<String>) -> Hook<T> {
     let key = match &ctx {
         Some(c) => {
             let mut j = c.journal();
-            let key = format!("hk_{}", j.hooks);
+            let key = HookKey(j.hooks);
             j.hooks += 1;
-            key
+            Some(key)
         }
-        None => String::new(),
+        None => None,
     };
     let state = match (&ctx, invalid_token(&token)) {
         (None, _) => HookState::Outside,
@@ -680,7 +680,7 @@ pub fn create_generated_hook<T>() -> Hook<T> {
     match current() {
         Some(c) => {
             let n = c.journal().hooks;
-            create_hook(format!("{}:hk_{n}", c.run_id))
+            create_hook(format!("{}:{}", c.run_id, HookKey(n)))
         }
         None => create_hook("outside-a-workflow"),
     }
@@ -716,15 +716,15 @@ impl<T> Hook<T> {
             match &mut self.state {
                 HookState::Owned => return Poll::Ready(Ok(())),
                 HookState::Unregistered => {
-                    let Some(ctx) = &self.ctx else {
+                    let (Some(ctx), Some(key)) = (&self.ctx, self.key) else {
                         self.state = HookState::Outside;
                         continue;
                     };
                     ctx.issue(Command::HookRegister {
-                        hook_key: self.key.clone(),
+                        hook_key: key,
                         token: self.token.clone(),
                     });
-                    self.state = HookState::Registering(ctx.wait(Key::Hook(self.key.clone())));
+                    self.state = HookState::Registering(ctx.wait(Key::Hook(key)));
                 }
                 HookState::Registering(wait) => {
                     let delivered = match Pin::new(wait).poll(cx) {
@@ -834,18 +834,20 @@ impl<T> Unpin for Hook<T> {}
 
 impl<T> Drop for Hook<T> {
     fn drop(&mut self) {
-        let Some(ctx) = &self.ctx else { return };
+        let (Some(ctx), Some(key)) = (&self.ctx, self.key) else {
+            return;
+        };
         match std::mem::replace(&mut self.state, HookState::Released) {
             HookState::Owned => {
                 let mut j = ctx.journal();
                 j.open_tokens.remove(&self.token);
                 j.issued.push(Command::HookRelease {
-                    hook_key: self.key.clone(),
+                    hook_key: key,
                     token: self.token.clone(),
                 });
             }
             HookState::Registering(_) => {
-                ctx.journal().abandoned.insert(self.key.clone());
+                ctx.journal().abandoned.insert(key);
             }
             _ => {}
         }

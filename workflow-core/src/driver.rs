@@ -30,7 +30,7 @@ use crate::error::{Error, StoreError};
 use crate::history::{never, Event, NewEvent};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
-use crate::replay::{ChildCall, Divergence, Effect, End, Inbound, Replay, Writes};
+use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Inbound, Replay, StepId, Writes};
 use crate::store::{
     Admission, Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, NewRun,
     ParentLink, RunOutcome, StartHook, Store,
@@ -124,7 +124,7 @@ enum Stop {
 
 /// An attempt's outcome, reported by its task.
 struct AttemptDone {
-    step_id: String,
+    step_id: StepId,
     attempt: u32,
     outcome: Result<Value, Error>,
 }
@@ -134,7 +134,7 @@ struct AttemptDone {
 /// never waits for an attempt that is gone. (An aborted task reports to a driver that stopped.)
 struct Report {
     done: mpsc::UnboundedSender<AttemptDone>,
-    step_id: Option<String>,
+    step_id: Option<StepId>,
     attempt: u32,
 }
 
@@ -172,7 +172,7 @@ pub(crate) struct Driver {
     ctx: Arc<RunCtx>,
     replay: Replay<StepExec>,
     /// Attempt tasks in flight, by step id.
-    attempts: HashMap<String, tokio::task::AbortHandle>,
+    attempts: HashMap<StepId, tokio::task::AbortHandle>,
     done_tx: mpsc::UnboundedSender<AttemptDone>,
     done_rx: mpsc::UnboundedReceiver<AttemptDone>,
     /// The number of the run's last event, as far as this driver knows (it is the run's only
@@ -539,7 +539,7 @@ impl Driver {
                 Effect::Attempt { step_id, attempt } => self.start_attempt(step_id, attempt),
                 Effect::Claim { hook_key, token } => {
                     let at = self.host.now();
-                    let outcome = self.claim(&hook_key, &token, at).await?;
+                    let outcome = self.claim(hook_key, &token, at).await?;
                     self.last_seq += 1;
                     let conflict = match outcome {
                         ClaimOutcome::Claimed => None,
@@ -550,7 +550,7 @@ impl Driver {
                     return Ok(true);
                 }
                 Effect::StartChild { child_key } => {
-                    let Some(call) = self.replay.child(&child_key).cloned() else {
+                    let Some(call) = self.replay.child(child_key).cloned() else {
                         continue;
                     };
                     let at = self.host.now();
@@ -591,6 +591,8 @@ impl Driver {
         child_id: RunId,
         at: SystemTime,
     ) -> Result<Option<RunId>, StoreError> {
+        // The store and the history know the key as text.
+        let child_key = call.child_key.to_string();
         let child = NewRun {
             queue: call.queue,
             id: child_id,
@@ -612,10 +614,10 @@ impl Driver {
         };
         let mut tries = 0;
         loop {
-            let started =
-                self.host
-                    .store()
-                    .start_child(&self.lease, &call.child_key, child.clone());
+            let started = self
+                .host
+                .store()
+                .start_child(&self.lease, &child_key, child.clone());
             let e = match started.await {
                 Ok(Admission::Admitted) => return Ok(None),
                 Ok(Admission::Conflict(owner)) => return Ok(Some(owner)),
@@ -629,11 +631,11 @@ impl Driver {
                 Some(e) if e.seq == self.last_seq + 1 => {
                     return match &e.event {
                         Recorded::ChildStarted {
-                            child_key,
+                            child_key: recorded,
                             child_id: id,
                             conflict,
                             ..
-                        } if *child_key == call.child_key && *id == child_id => Ok(*conflict),
+                        } if *recorded == child_key && *id == child_id => Ok(*conflict),
                         _ => Err(StoreError::LeaseLost(run_id)),
                     };
                 }
@@ -648,16 +650,18 @@ impl Driver {
     /// again.
     async fn claim(
         &self,
-        hook_key: &str,
+        hook_key: HookKey,
         token: &str,
         at: SystemTime,
     ) -> Result<ClaimOutcome, StoreError> {
+        // The store and the history know the key as text.
+        let hook_key = hook_key.to_string();
         let mut tries = 0;
         loop {
             let claimed = self
                 .host
                 .store()
-                .claim_hook(&self.lease, hook_key, token, at);
+                .claim_hook(&self.lease, &hook_key, token, at);
             let e = match claimed.await {
                 Err(e) if e.is_transient() => e,
                 done => return done,
@@ -672,7 +676,7 @@ impl Driver {
                             hook_key: key,
                             conflict,
                             ..
-                        } if key == hook_key => Ok(match conflict {
+                        } if *key == hook_key => Ok(match conflict {
                             None => ClaimOutcome::Claimed,
                             Some(owner) => ClaimOutcome::Conflict(*owner),
                         }),
@@ -686,13 +690,13 @@ impl Driver {
     }
 
     /// Runs one attempt of a step as a task of its own; its outcome comes back on `done_tx`.
-    fn start_attempt(&mut self, step_id: String, attempt: u32) {
+    fn start_attempt(&mut self, step_id: StepId, attempt: u32) {
         let Some(call) = self.replay.step(&step_id) else {
             return;
         };
         let name = call.name;
         let meta = StepMetadata {
-            step_id: step_id.clone(),
+            step_id: step_id.to_string(),
             step_name: name.to_owned(),
             run_id: self.ctx.run_id,
             attempt,
@@ -846,9 +850,8 @@ impl Driver {
         Ok(Stop::Evicted)
     }
 
-    /// Blocks the run (this build's code does not fit its history) without touching it: it
-    /// waits for a build whose code fits, tried again when a worker starts, with backoff, or
-    /// on `retry()`.
+    /// Blocks the run without touching its history: it waits for a build whose code
+    /// fits, tried again when a worker starts, with backoff, or on `retry()`.
     async fn diverge(&mut self, divergence: Divergence) -> Result<Stop, StoreError> {
         let msg = format!(
             "replay of run {} (workflow `{}`) diverged from its recorded history: {divergence}; \
@@ -857,7 +860,7 @@ impl Driver {
             self.ctx.run_id, self.ctx.workflow
         );
         tracing::error!(run_id = %self.ctx.run_id, "{msg}");
-        let error = Error::diverged(msg);
+        let error = Error::diverged_at(msg, divergence);
         let at = self
             .retry(|| {
                 self.host

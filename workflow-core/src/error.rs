@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::divergence::Divergence;
 use crate::ids::RunId;
 
 /// What kind of failure an [`Error`] is; decides whether a step is retried.
@@ -52,6 +53,9 @@ pub struct Error {
     retry_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     hook_conflict: Option<HookConflictError>,
+    /// Boxed: most errors are not divergences, and it would double the size of every `Result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    divergence: Option<Box<Divergence>>,
 }
 
 impl Error {
@@ -61,6 +65,7 @@ impl Error {
             message: message.into(),
             retry_after_ms: None,
             hook_conflict: None,
+            divergence: None,
         }
     }
 
@@ -94,6 +99,13 @@ impl Error {
 
     pub(crate) fn diverged(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Diverged, message)
+    }
+
+    /// The error of a run blocked by `divergence`, with `message` saying so.
+    pub(crate) fn diverged_at(message: impl Into<String>, divergence: Divergence) -> Self {
+        let mut e = Self::diverged(message);
+        e.divergence = Some(Box::new(divergence));
+        e
     }
 
     pub(crate) fn panicked(message: impl Into<String>) -> Self {
@@ -130,6 +142,12 @@ impl Error {
     /// True when replay of the run diverged from its recorded history.
     pub fn is_diverged(&self) -> bool {
         self.kind == ErrorKind::Diverged
+    }
+
+    /// Where replay left the recorded history, when this error blocked a run for it: the
+    /// event, what the history expects and what the code did, as the message says them.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.divergence.as_deref()
     }
 
     /// The hook conflict this error reports, if it is one.

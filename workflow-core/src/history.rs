@@ -297,17 +297,27 @@ impl ExportedHistory {
 /// or a hook registered or a child started before that point (a fork claims no token and
 /// owns no child, so its replay could not match them).
 ///
-/// Step ids name their run, so the copied events carry `fork`'s ids for them.
+/// Step ids name their run, so the copied events carry `fork`'s ids for them: made from each
+/// step's name and call number (which call of that name it is, counted in scheduling order,
+/// as the workflow numbers its calls), never read out of `original`'s ids.
 pub(crate) fn fork_history(
     events: &[EventRecord],
     from_step: usize,
-    original: &RunId,
+    _original: &RunId,
     fork: &RunId,
 ) -> Result<Vec<NewEvent>, String> {
-    let (old_prefix, new_prefix) = (format!("stp_{original}_"), format!("stp_{fork}_"));
+    let mut calls: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    let mut renamed = std::collections::HashMap::new();
+    for e in events {
+        if let Event::StepScheduled { step_id, name, .. } = &e.event {
+            let call = calls.entry(name.as_str()).or_insert(0);
+            renamed.insert(step_id.clone(), crate::ids::step_id(fork, name, *call));
+            *call += 1;
+        }
+    }
     let rename = |id: &mut String| {
-        if let Some(rest) = id.strip_prefix(&old_prefix) {
-            *id = format!("{new_prefix}{rest}");
+        if let Some(new) = renamed.get(id.as_str()) {
+            id.clone_from(new);
         }
     };
     let scheduled: Vec<&EventRecord> = events
@@ -479,9 +489,10 @@ mod fork_tests {
         }
     }
 
+    /// The first (and only) call of step `s<n>`.
     fn scheduled(run: &RunId, n: u32) -> Event {
         Event::StepScheduled {
-            step_id: format!("stp_{run}_00_{n}"),
+            step_id: crate::ids::step_id(run, &format!("s{n}"), 0),
             name: format!("s{n}"),
             input: Value::Null,
         }
@@ -489,7 +500,7 @@ mod fork_tests {
 
     fn done(run: &RunId, n: u32) -> Event {
         Event::StepCompleted {
-            step_id: format!("stp_{run}_00_{n}"),
+            step_id: crate::ids::step_id(run, &format!("s{n}"), 0),
             result: Ok(Value::from(n)),
         }
     }

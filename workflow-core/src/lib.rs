@@ -52,6 +52,7 @@ pub mod api;
 mod child;
 mod config;
 mod context;
+mod divergence;
 mod driver;
 pub mod error;
 mod history;
@@ -78,6 +79,7 @@ pub use context::{
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
     WorkflowMetadata,
 };
+pub use divergence::{Divergence, DivergenceKind};
 pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
     PayloadTooLarge, ResumeHookError, RunError, StartError, StoreError,
@@ -103,9 +105,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
-        step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Error, Hook,
-        HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunFilter, RunId,
-        RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata, WorkflowMetadata,
+        step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
+        Hook, HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunFilter,
+        RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
+        WorkflowMetadata,
     };
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.

@@ -478,6 +478,26 @@ async fn deploys_block_divergent_runs_and_patches_keep_old_ones(b: Backend) {
         "names the event, expected and found: {msg}"
     );
     eprintln!("divergence as shown: {msg}");
+    let d = err
+        .divergence()
+        .expect("the divergence is data on the error");
+    assert_eq!(d.event, 1, "{d:?}");
+    assert!(
+        d.expected.contains("step_a") && d.found.contains("step_b"),
+        "{d:?}"
+    );
+    assert!(
+        msg.contains(&d.to_string()),
+        "the message says the same: {msg}"
+    );
+    let exported = rt2.get_run(&run.id()).export().await.unwrap();
+    let at = exported["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["seq"] == d.event)
+        .expect("`event` is a seq of the export");
+    assert_eq!(at["event"]["type"], "step_scheduled", "{at}");
     let waiting = tokio::time::timeout(
         Duration::from_millis(200),
         rt2.get_run(&run.id()).return_value(),

@@ -233,6 +233,15 @@ async fn deploy(place: Place, files: &Path) {
         msg.contains("at event 1") && msg.contains("step_a") && msg.contains("step_b"),
         "the divergence names the event, the expected and the found command: {msg}"
     );
+    let d = err
+        .divergence()
+        .expect("the divergence is data on the error");
+    assert_eq!(d.event, 1, "{d:?}");
+    assert!(
+        d.expected.contains("step_a") && d.found.contains("step_b"),
+        "{d:?}"
+    );
+    assert!(msg.contains(&d.to_string()), "{msg}");
     let reshaped_run = client.get_run(&old_reshaped).typed::<String>();
     assert!(
         tokio::time::timeout(Duration::from_millis(300), reshaped_run.return_value())

@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::history::{never, Event, EventRecord};
+use crate::divergence::DivergenceKind;
+use crate::history::{from_millis, never, to_millis, Event, EventRecord};
+use crate::store::{ChildNotice, CHILD_NOTICE_TOKEN};
 
 /// A fixed origin, so every time in these tests is exact.
 fn t(ms: u64) -> SystemTime {
@@ -198,7 +200,7 @@ fn a_new_step_is_scheduled_and_its_first_attempt_asked_for() {
     assert_eq!(w.events[0].at, t(5));
     assert_eq!(effects(&mut r), [attempt("s1", 1)]);
     assert!(!r.is_idle());
-    assert!(r.step("s1").is_some());
+    assert!(r.step(&"s1".into()).is_some());
 }
 
 #[test]
@@ -207,14 +209,14 @@ fn a_live_success_is_recorded_then_delivered() {
     r.issue([step("s1", "charge")], t(0)).unwrap();
     r.take_writes();
     effects(&mut r);
-    r.attempt_finished("s1", 1, Ok(json!(42)), t(7), backoff());
+    r.attempt_finished(&"s1".into(), 1, Ok(json!(42)), t(7), backoff());
     let w = r.take_writes();
     assert_eq!(kinds(&w), ["step_completed"]);
     let d = r.next_delivery().unwrap().unwrap();
     assert_eq!(d.at, t(7));
     assert_eq!(d.what, step_ok("s1", json!(42)));
     assert!(r.is_idle());
-    assert!(r.step("s1").is_none());
+    assert!(r.step(&"s1".into()).is_none());
 }
 
 #[test]
@@ -268,7 +270,13 @@ fn a_retryable_failure_schedules_the_next_attempt_after_the_backoff() {
     r.issue([step("s1", "charge")], t(0)).unwrap();
     r.take_writes();
     effects(&mut r);
-    r.attempt_finished("s1", 1, Err(Error::retryable("503")), t(10), backoff());
+    r.attempt_finished(
+        &"s1".into(),
+        1,
+        Err(Error::retryable("503")),
+        t(10),
+        backoff(),
+    );
     let w = r.take_writes();
     assert_eq!(kinds(&w), ["step_attempt_failed"]);
     match &w.events[0].event {
@@ -293,7 +301,7 @@ fn retry_after_overrides_the_backoff() {
     r.take_writes();
     effects(&mut r);
     let e = Error::retryable("rate limited").retry_after(Duration::from_secs(30));
-    r.attempt_finished("s1", 1, Err(e), t(0), backoff());
+    r.attempt_finished(&"s1".into(), 1, Err(e), t(0), backoff());
     assert_eq!(r.next_due(), Some(t(30_000)));
 }
 
@@ -304,7 +312,7 @@ fn a_huge_retry_after_saturates_instead_of_overflowing() {
     r.take_writes();
     effects(&mut r);
     let e = Error::retryable("later").retry_after(Duration::MAX);
-    r.attempt_finished("s1", 1, Err(e), t(0), backoff());
+    r.attempt_finished(&"s1".into(), 1, Err(e), t(0), backoff());
     assert_eq!(r.next_due(), Some(never()));
 }
 
@@ -314,7 +322,13 @@ fn a_fatal_error_ends_the_step_at_once() {
     r.issue([step("s1", "charge")], t(0)).unwrap();
     r.take_writes();
     effects(&mut r);
-    r.attempt_finished("s1", 1, Err(Error::fatal("invalid card")), t(3), backoff());
+    r.attempt_finished(
+        &"s1".into(),
+        1,
+        Err(Error::fatal("invalid card")),
+        t(3),
+        backoff(),
+    );
     assert_eq!(kinds(&r.take_writes()), ["step_completed"]);
     assert_eq!(r.next_due(), None);
     assert!(matches!(
@@ -329,11 +343,17 @@ fn the_last_allowed_attempt_error_is_the_result() {
     r.issue([step_with("s1", "charge", 1)], t(0)).unwrap();
     r.take_writes();
     effects(&mut r);
-    r.attempt_finished("s1", 1, Err(Error::retryable("a")), t(1), backoff());
+    r.attempt_finished(&"s1".into(), 1, Err(Error::retryable("a")), t(1), backoff());
     assert!(r.fire_due(t(5000)));
     assert_eq!(effects(&mut r), [attempt("s1", 2)]);
     r.take_writes();
-    r.attempt_finished("s1", 2, Err(Error::retryable("b")), t(5001), backoff());
+    r.attempt_finished(
+        &"s1".into(),
+        2,
+        Err(Error::retryable("b")),
+        t(5001),
+        backoff(),
+    );
     assert_eq!(kinds(&r.take_writes()), ["step_completed"]);
     match r.next_delivery().unwrap().unwrap().what {
         Delivered::Step { result: Err(e), .. } => assert_eq!(e.to_string(), "b"),
@@ -394,8 +414,8 @@ fn outcomes_of_unknown_or_stale_attempts_are_ignored() {
     r.issue([step("s1", "charge")], t(0)).unwrap();
     r.take_writes();
     effects(&mut r);
-    r.attempt_finished("s1", 2, Ok(json!(1)), t(1), backoff());
-    r.attempt_finished("nope", 1, Ok(json!(1)), t(1), backoff());
+    r.attempt_finished(&"s1".into(), 2, Ok(json!(1)), t(1), backoff());
+    r.attempt_finished(&"nope".into(), 1, Ok(json!(1)), t(1), backoff());
     assert!(r.take_writes().is_empty());
     assert!(r.next_delivery().is_none());
     assert!(!r.is_idle(), "attempt 1 still runs");
@@ -410,8 +430,8 @@ fn concurrent_live_steps_are_delivered_in_completion_order() {
         ["step_scheduled", "step_scheduled"]
     );
     assert_eq!(effects(&mut r), [attempt("a", 1), attempt("b", 1)]);
-    r.attempt_finished("b", 1, Ok(json!("B")), t(1), backoff());
-    r.attempt_finished("a", 1, Ok(json!("A")), t(2), backoff());
+    r.attempt_finished(&"b".into(), 1, Ok(json!("B")), t(1), backoff());
+    r.attempt_finished(&"a".into(), 1, Ok(json!("A")), t(2), backoff());
     let w = r.take_writes();
     assert_eq!(
         w.events.iter().map(|e| &e.event).collect::<Vec<_>>(),
@@ -732,7 +752,7 @@ fn another_step_name_diverges() {
     let mut r = History::default().scheduled(3, "s1", "charge").replay();
     let d = divergence(&mut r, vec![step("s1", "refund")]);
     assert_eq!(d.kind, DivergenceKind::Command);
-    assert_eq!(d.seq, 1);
+    assert_eq!(d.event, 1);
     assert_eq!(d.expected, "step `charge` (s1)");
     assert_eq!(d.found, "step `refund` (s1)");
     assert!(d
@@ -751,7 +771,7 @@ fn another_kind_of_command_diverges() {
     r.next_delivery().unwrap().unwrap();
     let d = divergence(&mut r, vec![step("s2", "ship")]);
     assert_eq!(d.kind, DivergenceKind::Command);
-    assert_eq!(d.seq, 3);
+    assert_eq!(d.event, 3);
     assert_eq!(d.expected, "sleep (tmr_0)");
 }
 
@@ -789,7 +809,7 @@ fn a_recorded_result_nobody_waits_for_diverges() {
     r.issue([timer("tmr_0", 10)], t(0)).unwrap();
     let d = r.next_delivery().unwrap().unwrap_err();
     assert_eq!(d.kind, DivergenceKind::Result);
-    assert_eq!(d.seq, 3);
+    assert_eq!(d.event, 3);
     assert_eq!(d.expected, "step `x` (s1)");
     assert_eq!(d.found, "tmr_0");
 }
@@ -802,7 +822,7 @@ fn returning_while_commands_are_recorded_diverges() {
         .replay();
     let d = r.returned(Ok(json!(null)), t(0)).unwrap_err();
     assert_eq!(d.kind, DivergenceKind::Returned);
-    assert_eq!(d.seq, 1);
+    assert_eq!(d.event, 1);
     assert!(d.to_string().contains("returned (Ok)"), "{d}");
 }
 
@@ -816,7 +836,7 @@ fn returning_before_the_history_is_delivered_diverges() {
     r.next_delivery().unwrap().unwrap();
     let d = r.returned(Err(Error::fatal("gave up")), t(0)).unwrap_err();
     assert_eq!(d.kind, DivergenceKind::Unreplayed);
-    assert_eq!(d.seq, 2);
+    assert_eq!(d.event, 2);
     assert!(d.expected.contains("payload"), "{d}");
 }
 
@@ -849,7 +869,7 @@ fn only_timers_and_retries_leave_a_run_idle() {
     assert!(!r.is_idle(), "the attempt is still to start");
     effects(&mut r);
     assert!(!r.is_idle(), "the attempt runs");
-    r.attempt_finished("s1", 1, Ok(json!(1)), t(1), backoff());
+    r.attempt_finished(&"s1".into(), 1, Ok(json!(1)), t(1), backoff());
     assert!(r.is_idle());
     assert_eq!(r.next_due(), Some(t(100)));
 }
@@ -979,7 +999,7 @@ fn a_marker_the_code_no_longer_asks_for_is_a_divergence() {
     let mut r = h.replay();
     let d = r.issue([step("s1", "charge")], t(2)).unwrap_err();
     assert_eq!(d.kind, DivergenceKind::Command);
-    assert_eq!((d.seq, d.expected.as_str()), (1, "patch \"tax\""));
+    assert_eq!((d.event, d.expected.as_str()), (1, "patch \"tax\""));
     let mut r = History::default()
         .at(
             1,
@@ -1024,7 +1044,7 @@ fn a_reopened_run_runs_the_step_that_ended_it_again_and_keeps_the_others() {
         r.take_writes().is_empty(),
         "s3's scheduling is recorded already"
     );
-    r.attempt_finished("s3", 1, Ok(json!(3)), t(9), backoff());
+    r.attempt_finished(&"s3".into(), 1, Ok(json!(3)), t(9), backoff());
     assert_eq!(kinds(&r.take_writes()), ["step_completed"]);
     assert_eq!(deliveries(&mut r), [step_ok("s3", json!(3))]);
     assert!(r.returned(Ok(json!(4)), t(10)).is_ok());
@@ -1070,7 +1090,7 @@ fn a_new_child_start_asks_the_store_and_records_nothing_itself() {
             child_key: "ch_0".into()
         }]
     );
-    assert_eq!(r.child("ch_0").map(|c| c.workflow), Some("ship"));
+    assert_eq!(r.child("ch_0".into()).map(|c| c.workflow), Some("ship"));
     let child = RunId::new();
     r.child_started("ch_0".into(), child, None, t(2));
     assert_eq!(
@@ -1082,7 +1102,7 @@ fn a_new_child_start_asks_the_store_and_records_nothing_itself() {
             conflict: None
         }]
     );
-    assert!(r.child("ch_0").is_none());
+    assert!(r.child("ch_0".into()).is_none());
 }
 
 #[test]

@@ -55,10 +55,11 @@ use std::task::{Context, Poll, Waker};
 use serde_json::Value;
 
 use crate::context::{RunCtx, StepExec};
+use crate::divergence::Divergence;
 use crate::history::{from_millis, ExportedHistory};
 use crate::payload::Payloads;
 use crate::registry::{IntoWorkflow, WorkflowRegistration};
-use crate::replay::{Divergence, Replay};
+use crate::replay::Replay;
 
 /// Why [`replay()`] did not accept a history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,9 @@ pub enum ReplayError {
         found: String,
         /// The whole message, as a blocked run shows it.
         message: String,
+        /// The same, as data: what a blocked run's error carries as
+        /// [`Error::divergence`](crate::Error::divergence).
+        divergence: Divergence,
     },
     /// The JSON is not an exported history this build reads.
     Invalid(String),
@@ -91,15 +95,26 @@ impl fmt::Display for ReplayError {
     }
 }
 
+impl ReplayError {
+    /// Where the history and the code part, when that is why the history was not accepted.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        match self {
+            ReplayError::Diverged { divergence, .. } => Some(divergence),
+            _ => None,
+        }
+    }
+}
+
 impl std::error::Error for ReplayError {}
 
 impl From<Divergence> for ReplayError {
     fn from(d: Divergence) -> Self {
         ReplayError::Diverged {
-            event: d.seq,
+            event: d.event,
             message: format!("the workflow diverged from the history: {d}"),
-            expected: d.expected,
-            found: d.found,
+            expected: d.expected.clone(),
+            found: d.found.clone(),
+            divergence: d,
         }
     }
 }

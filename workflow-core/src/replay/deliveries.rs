@@ -1,0 +1,292 @@
+//! Results on their way to the workflow: recorded ones in history order, then live ones
+//! (hook registrations, child admissions and ends, payloads from the run's inbox), one at a
+//! time, and the divergence when the history delivers a result nobody waits for.
+
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use super::{ChildCall, ChildKey, HookKey, Key, Replay, StepId, TimerId};
+use crate::divergence::{Divergence, DivergenceKind};
+use crate::error::Error;
+use crate::history::{Event, NewEvent};
+use crate::ids::RunId;
+use crate::store::{ChildNotice, CHILD_NOTICE_TOKEN};
+
+/// A result handed to the workflow, stamped with the time that becomes its clock.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Delivery {
+    /// The workflow's clock from this delivery on.
+    pub(crate) at: SystemTime,
+    /// What is delivered.
+    pub(crate) what: Delivered,
+}
+
+/// What a [`Delivery`] carries.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Delivered {
+    /// A step's final result.
+    Step {
+        step_id: StepId,
+        result: Result<Value, Error>,
+    },
+    /// A timer fired.
+    Timer { timer_id: TimerId },
+    /// The decision on a hook's registration: `None` when this run owns the token.
+    Registration {
+        hook_key: HookKey,
+        token: String,
+        conflict: Option<RunId>,
+    },
+    /// A payload sent to a token this run owns.
+    Payload { token: String, payload: Value },
+    /// The decision on a child's admission: `conflict` names the owner of its token when no
+    /// child was admitted.
+    ChildStarted {
+        child_key: ChildKey,
+        child_id: RunId,
+        conflict: Option<RunId>,
+        refused: Option<String>,
+    },
+    /// A child run's end.
+    ChildEnded {
+        child_id: RunId,
+        result: Result<Value, Error>,
+    },
+}
+
+impl Delivered {
+    /// The key the workflow waits on for this result (payloads are queued per token instead).
+    pub(super) fn key(&self) -> Option<Key> {
+        match self {
+            Delivered::Step { step_id, .. } => Some(Key::Step(step_id.clone())),
+            Delivered::Timer { timer_id } => Some(Key::Timer(*timer_id)),
+            Delivered::Registration { hook_key, .. } => Some(Key::Hook(*hook_key)),
+            Delivered::Payload { .. } => None,
+            Delivered::ChildStarted { child_key, .. } => Some(Key::Child(*child_key)),
+            Delivered::ChildEnded { child_id, .. } => Some(Key::ChildEnd(*child_id)),
+        }
+    }
+}
+
+/// A payload in the run's inbox, as the driver read it from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Inbound {
+    /// Its inbox id (global commit order).
+    pub(crate) id: u64,
+    /// The token it was sent to.
+    pub(crate) token: String,
+    /// As sent.
+    pub(crate) payload: Value,
+}
+
+impl<S> Replay<S> {
+    /// The store decided the registration of hook `hook_key` (and recorded it).
+    pub(crate) fn claimed(
+        &mut self,
+        hook_key: HookKey,
+        token: String,
+        conflict: Option<RunId>,
+        at: SystemTime,
+    ) {
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::Registration {
+                hook_key,
+                token,
+                conflict,
+            },
+        });
+    }
+
+    /// The child start behind an [`Effect::StartChild`].
+    pub(crate) fn child(&self, child_key: ChildKey) -> Option<&ChildCall> {
+        self.children.get(&child_key)
+    }
+
+    /// The store decided the admission of child start `child_key` (and recorded it).
+    pub(crate) fn child_started(
+        &mut self,
+        child_key: ChildKey,
+        child_id: RunId,
+        conflict: Option<RunId>,
+        at: SystemTime,
+    ) {
+        self.children.remove(&child_key);
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::ChildStarted {
+                child_key,
+                child_id,
+                conflict,
+                refused: None,
+            },
+        });
+    }
+
+    /// Child start `child_key` is refused before the store admits anything (its queue is
+    /// declared nowhere): recorded as such, and delivered.
+    pub(crate) fn child_refused(
+        &mut self,
+        child_key: ChildKey,
+        child_id: RunId,
+        why: String,
+        at: SystemTime,
+    ) {
+        let Some(call) = self.children.remove(&child_key) else {
+            return;
+        };
+        self.writes.push(NewEvent {
+            at,
+            event: Event::ChildStarted {
+                child_key: child_key.to_string(),
+                child_id,
+                workflow: call.workflow.to_owned(),
+                conflict: None,
+                refused: Some(why.clone()),
+            },
+        });
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::ChildStarted {
+                child_key,
+                child_id,
+                conflict: None,
+                refused: Some(why),
+            },
+        });
+    }
+
+    /// Records and delivers the end of one child the workflow waits for, if its notice was
+    /// read. Returns whether one was delivered.
+    pub(crate) fn deliver_child_end(&mut self, now: SystemTime) -> bool {
+        // Of the awaited ends read, the first committed (inbox order, as payloads go).
+        let Some(child_id) = self
+            .child_ends
+            .iter()
+            .filter(|(id, _)| {
+                let key = Key::ChildEnd(**id);
+                self.waiting.contains(&key) && !self.recorded_results.contains(&key)
+            })
+            .min_by_key(|(_, (payload_id, _))| *payload_id)
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        let Some((payload_id, result)) = self.child_ends.remove(&child_id) else {
+            return false;
+        };
+        self.received.insert(payload_id);
+        self.recorded_results.insert(Key::ChildEnd(child_id));
+        self.writes.push(NewEvent {
+            at: now,
+            event: Event::ChildEnded {
+                child_id,
+                payload_id,
+                result: result.clone(),
+            },
+        });
+        self.ready.push_back(Delivery {
+            at: now,
+            what: Delivered::ChildEnded { child_id, result },
+        });
+        true
+    }
+
+    /// Adds payloads read from the run's inbox; those the history already delivered are
+    /// skipped.
+    pub(crate) fn add_payloads(&mut self, payloads: impl IntoIterator<Item = Inbound>) {
+        for p in payloads {
+            self.inbox_seen = self.inbox_seen.max(p.id);
+            if self.received.contains(&p.id) {
+                continue;
+            }
+            if p.token == CHILD_NOTICE_TOKEN {
+                // A child's end: kept until the workflow awaits it.
+                let (child, result) = match serde_json::from_value::<ChildNotice>(p.payload) {
+                    Ok(notice) => (notice.child, notice.result()),
+                    Err(e) => {
+                        tracing::error!(payload_id = p.id, error = %e, "an undecodable child notice");
+                        continue;
+                    }
+                };
+                self.child_ends.insert(child, (p.id, result));
+                continue;
+            }
+            self.inbox.push_back(p);
+        }
+    }
+
+    /// The highest inbox id read so far.
+    pub(crate) fn inbox_seen(&self) -> u64 {
+        self.inbox_seen
+    }
+
+    /// Delivers the first inbox payload whose token `is_open` (a live hook owns it), recording
+    /// its delivery. Payloads for tokens no hook owns yet stay queued. Returns whether one was
+    /// delivered.
+    pub(crate) fn deliver_payload(
+        &mut self,
+        is_open: impl Fn(&str) -> bool,
+        now: SystemTime,
+    ) -> bool {
+        let Some(i) = self.inbox.iter().position(|p| is_open(&p.token)) else {
+            return false;
+        };
+        let Some(p) = self.inbox.remove(i) else {
+            return false;
+        };
+        self.received.insert(p.id);
+        self.writes.push(NewEvent {
+            at: now,
+            event: Event::HookReceived {
+                token: p.token.clone(),
+                payload_id: p.id,
+                payload: p.payload.clone(),
+            },
+        });
+        self.ready.push_back(Delivery {
+            at: now,
+            what: Delivered::Payload {
+                token: p.token,
+                payload: p.payload,
+            },
+        });
+        true
+    }
+
+    /// The next result for the workflow: recorded ones in history order, then live ones.
+    /// A recorded result the workflow is not waiting for is a divergence.
+    pub(crate) fn next_delivery(&mut self) -> Option<Result<Delivery, Divergence>> {
+        if let Some((seq, delivery)) = self.history.pop_front() {
+            if let Some(key) = delivery.what.key() {
+                if !self.waiting.remove(&key) {
+                    return Some(Err(self.unexpected(seq, &key)));
+                }
+            }
+            return Some(Ok(delivery));
+        }
+        let delivery = self.ready.pop_front()?;
+        if let Some(key) = delivery.what.key() {
+            self.waiting.remove(&key);
+        }
+        Some(Ok(delivery))
+    }
+
+    fn unexpected(&self, seq: u64, key: &Key) -> Divergence {
+        let expected = self
+            .recorded
+            .iter()
+            .find(|c| c.what.key().as_ref() == Some(key))
+            .map(|c| c.what.describe())
+            .unwrap_or_else(|| format!("`{key}`"));
+        let mut waiting: Vec<String> = self.waiting.iter().map(Key::to_string).collect();
+        waiting.sort_unstable();
+        let found = if waiting.is_empty() {
+            "nothing".to_owned()
+        } else {
+            waiting.join(", ")
+        };
+        Divergence::new(DivergenceKind::Result, seq, expected, found)
+    }
+}
