@@ -66,7 +66,7 @@ pub(crate) struct ChildCall {
     pub(crate) detached: bool,
     /// The queue it waits in (`.queue(..)` or the child workflow's own), with its partition
     /// key and priority.
-    pub(crate) queue: Option<crate::store::QueueEntry>,
+    pub(crate) queue: Option<crate::model::QueueEntry>,
 }
 
 impl<S> Command<S> {

@@ -11,7 +11,7 @@ use crate::divergence::{Divergence, DivergenceKind};
 use crate::error::Error;
 use crate::history::{Event, NewEvent};
 use crate::ids::RunId;
-use crate::store::{ChildNotice, CHILD_NOTICE_TOKEN};
+use crate::model::{ChildNotice, CHILD_NOTICE_TOKEN};
 
 /// A result handed to the workflow, stamped with the time that becomes its clock.
 #[derive(Debug, Clone, PartialEq)]

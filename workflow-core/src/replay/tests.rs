@@ -8,7 +8,7 @@ use serde_json::json;
 use super::*;
 use crate::divergence::DivergenceKind;
 use crate::history::{from_millis, never, to_millis, Event, EventRecord};
-use crate::store::{ChildNotice, CHILD_NOTICE_TOKEN};
+use crate::model::{ChildNotice, CHILD_NOTICE_TOKEN};
 
 /// A fixed origin, so every time in these tests is exact.
 fn t(ms: u64) -> SystemTime {
