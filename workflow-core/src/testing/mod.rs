@@ -2,7 +2,7 @@
 //! needs to hold its own code to the contracts this crate's code is held to.
 //!
 //! - [`store`]: the store conformance suite, for authors of a [`Store`](crate::store::Store).
-//! - [`replay()`]: replay tests of workflow code against exported run histories (SPEC 9).
+//! - [`replay()`]: replay tests of workflow code against exported run histories.
 //!
 //! Enable it for tests only:
 //!
