@@ -1,0 +1,331 @@
+//! The queues contract ([`QueueStore`](crate::store::QueueStore), and the limits
+//! [`RunStore::acquire`](crate::store::RunStore::acquire) enforces): concurrency slots, rate
+//! windows, partition keys, priorities, undeclared queues, and waiting runs past their deadline.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+
+use super::support::{acquire, ap, create, names, t};
+use crate::error::Error;
+use crate::ids::RunId;
+use crate::store::*;
+
+/// Admits a run of `orders` at `at` in `queue` with partition key `key` and `priority`.
+pub(crate) async fn create_queued<S: Store>(
+    store: &S,
+    queue: &str,
+    key: Option<&str>,
+    priority: i32,
+    at: SystemTime,
+) -> RunId {
+    let id = RunId::new();
+    let admission = store
+        .create_run_leased(
+            NewRun {
+                parent: None,
+                id,
+                workflow: "orders".to_owned(),
+                input: json!([]),
+                created_at: at,
+                hook: None,
+                deadline: None,
+                queue: Some(QueueEntry {
+                    name: queue.to_owned(),
+                    partition_key: key.map(str::to_owned),
+                    priority,
+                }),
+            },
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+    // A queued run waits for its slot: never leased at admission.
+    assert_eq!(
+        admission,
+        (Admission::Admitted, None),
+        "a queued run was leased at admission"
+    );
+    id
+}
+
+/// Declares queue `name` with the given limits.
+pub(crate) async fn declare<S: Store>(
+    store: &S,
+    name: &str,
+    concurrency: Option<u32>,
+    rate_limit: Option<(u32, Duration)>,
+) {
+    store
+        .define_queues(&[QueueDef {
+            name: name.to_owned(),
+            concurrency,
+            rate_limit,
+        }])
+        .await
+        .unwrap();
+}
+
+/// The runs `acquire` leases of `orders` at `now` (limit 100), in the order handed out.
+async fn acquire_orders<S: Store>(store: &S, now: SystemTime) -> Vec<LeasedRun> {
+    acquire(
+        store,
+        &names(&["orders"]),
+        now,
+        Duration::from_secs(600),
+        100,
+    )
+    .await
+}
+
+fn ids_of(runs: &[LeasedRun]) -> Vec<RunId> {
+    runs.iter().map(|r| r.run.id).collect()
+}
+
+/// Ends the leased run as completed at `at`.
+async fn complete<S: Store>(store: &S, lease: &Lease, at: SystemTime) {
+    let end = ap(
+        vec![NewEvent {
+            at,
+            event: Event::RunCompleted {
+                output: json!(null),
+            },
+        }],
+        Some(RunOutcome::Completed(json!(null))),
+    );
+    store.append(lease, &end).await.unwrap();
+}
+
+/// At most `concurrency` runs begun and not ended: a sleeping run keeps its slot, an expired
+/// lease is taken back with its slot, and an end frees one for the next run in start order.
+pub async fn a_queue_s_concurrency_counts_runs_begun_and_not_ended<S: Store>(store: &S) {
+    declare(store, "q", Some(2), None).await;
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        runs.push(create_queued(store, "q", None, 0, t(i)).await);
+    }
+    let first = acquire_orders(store, t(10)).await;
+    assert_eq!(ids_of(&first), runs[..2], "the two first started begin");
+    for r in &first {
+        let q = r
+            .run
+            .queue
+            .as_ref()
+            .expect("a leased queued run names its queue");
+        assert_eq!(q.name, "q");
+    }
+    assert!(
+        acquire_orders(store, t(20)).await.is_empty(),
+        "the queue is full"
+    );
+
+    // Run 0 sleeps until t(100): it holds its slot meanwhile.
+    store.release(&first[0].lease, t(100), 0).await.unwrap();
+    assert!(
+        acquire_orders(store, t(30)).await.is_empty(),
+        "a sleeping run holds its slot"
+    );
+    let woken = acquire_orders(store, t(100)).await;
+    assert_eq!(
+        ids_of(&woken),
+        [runs[0]],
+        "the sleeper wakes, the waiting runs still wait"
+    );
+
+    // Run 1's worker died: after its lease expired, it is taken back, still within the limit.
+    let later = t(1000) + Duration::from_secs(600);
+    let taken_back = acquire_orders(store, later).await;
+    assert_eq!(taken_back.len(), 2, "both expired leases are taken back");
+    assert!(ids_of(&taken_back).iter().all(|id| runs[..2].contains(id)));
+
+    let lease_of = |id: RunId| {
+        taken_back
+            .iter()
+            .find(|r| r.run.id == id)
+            .unwrap()
+            .lease
+            .clone()
+    };
+    complete(store, &lease_of(runs[1]), later).await;
+    assert_eq!(
+        ids_of(&acquire_orders(store, later).await),
+        [runs[2]],
+        "one slot freed"
+    );
+    assert!(acquire_orders(store, later).await.is_empty());
+    // A cancelled run frees its slot too.
+    store.cancel(&runs[0], later).await.unwrap();
+    assert_eq!(ids_of(&acquire_orders(store, later).await), [runs[3]]);
+}
+
+/// At most `n` runs begin in any window of `period`, however soon the earlier ones ended.
+pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
+    declare(store, "r", None, Some((2, Duration::from_millis(1000)))).await;
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        runs.push(create_queued(store, "r", None, 0, t(i)).await);
+    }
+    assert_eq!(
+        store.queue_opening(t(0)).await.unwrap(),
+        None,
+        "none began yet"
+    );
+    let first = acquire_orders(store, t(10)).await;
+    assert_eq!(ids_of(&first), runs[..2]);
+    for r in &first {
+        complete(store, &r.lease, t(20)).await;
+    }
+    assert!(
+        acquire_orders(store, t(500)).await.is_empty(),
+        "two began within the last second, though both ended"
+    );
+    assert!(acquire_orders(store, t(1009)).await.is_empty());
+    assert_eq!(
+        store.queue_opening(t(500)).await.unwrap(),
+        Some(t(1010)),
+        "the window reopens when its oldest begin leaves it"
+    );
+    let second = acquire_orders(store, t(1010)).await;
+    assert_eq!(
+        ids_of(&second),
+        runs[2..4],
+        "the window moved past the first begins"
+    );
+    assert_eq!(store.queue_opening(t(1010)).await.unwrap(), Some(t(2010)));
+    let info = store.list_queues(t(1010)).await.unwrap();
+    let r = info
+        .iter()
+        .find(|q| q.def.name == "r")
+        .expect("queue r is listed");
+    assert_eq!(
+        (r.occupied, r.waiting, r.begun_in_window),
+        (2, 1, 2),
+        "{r:?}"
+    );
+    assert_eq!(r.def.rate_limit, Some((2, Duration::from_millis(1000))));
+}
+
+/// Runs of one partition key begin one at a time, in start order; other keys and runs
+/// without a key are not held up.
+pub async fn a_partition_key_runs_one_at_a_time_in_start_order<S: Store>(store: &S) {
+    declare(store, "k", Some(10), None).await;
+    // The later run of key `a` has the higher priority: start order still wins within a key.
+    let a1 = create_queued(store, "k", Some("a"), 0, t(0)).await;
+    let a2 = create_queued(store, "k", Some("a"), 9, t(1)).await;
+    let b1 = create_queued(store, "k", Some("b"), 0, t(2)).await;
+    let free = create_queued(store, "k", None, 0, t(3)).await;
+    let first = acquire_orders(store, t(10)).await;
+    let mut got = ids_of(&first);
+    got.sort();
+    let mut want = vec![a1, b1, free];
+    want.sort();
+    assert_eq!(got, want, "one run per key, and the run without a key");
+    assert!(
+        acquire_orders(store, t(20)).await.is_empty(),
+        "a2 waits for a1"
+    );
+    let a1_lease = first.iter().find(|r| r.run.id == a1).unwrap().lease.clone();
+    // A sleeping a1 still holds its key.
+    store.release(&a1_lease, t(100), 0).await.unwrap();
+    assert!(
+        acquire_orders(store, t(30)).await.is_empty(),
+        "a2 waits for a sleeping a1"
+    );
+    let a1_again = acquire_orders(store, t(100)).await;
+    assert_eq!(ids_of(&a1_again), [a1]);
+    complete(store, &a1_again[0].lease, t(110)).await;
+    assert_eq!(ids_of(&acquire_orders(store, t(120)).await), [a2]);
+}
+
+/// Among waiting runs of a queue, higher priority begins first; equal priority in start
+/// order.
+pub async fn a_queue_begins_higher_priority_first_then_start_order<S: Store>(store: &S) {
+    declare(store, "p", Some(1), None).await;
+    let low = create_queued(store, "p", None, 0, t(0)).await;
+    let high = create_queued(store, "p", None, 5, t(1)).await;
+    let high_later = create_queued(store, "p", None, 5, t(2)).await;
+    let negative = create_queued(store, "p", None, -3, t(3)).await;
+    let mut order = Vec::new();
+    for i in 0..4 {
+        let got = acquire_orders(store, t(10 + i * 10)).await;
+        assert_eq!(got.len(), 1, "one at a time");
+        order.push(got[0].run.id);
+        complete(store, &got[0].lease, t(15 + i * 10)).await;
+    }
+    assert_eq!(order, [high, high_later, low, negative]);
+}
+
+/// A queue nobody declared begins none of its runs; other runs are not held up, and listing
+/// shows only declared queues.
+pub async fn an_undeclared_queue_begins_nothing<S: Store>(store: &S) {
+    let queued = create_queued(store, "nobody", None, 0, t(0)).await;
+    let plain = create(store, "orders", t(1)).await;
+    assert_eq!(ids_of(&acquire_orders(store, t(10)).await), [plain]);
+    assert!(store.list_queues(t(10)).await.unwrap().is_empty());
+    declare(store, "nobody", Some(1), None).await;
+    assert_eq!(ids_of(&acquire_orders(store, t(20)).await), [queued]);
+    let listed = store
+        .list_runs(&RunFilter::new().queue("nobody"))
+        .await
+        .unwrap();
+    assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [queued]);
+    assert_eq!(listed[0].queue, Some(QueueEntry::new("nobody")));
+}
+
+/// A run waiting for a slot whose deadline passed is handed out anyway (its driver fails it at
+/// once), without taking a slot: the queue's waiting runs still begin within its limit.
+pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Store>(store: &S) {
+    declare(store, "d", Some(1), None).await;
+    let holder = create_queued(store, "d", None, 0, t(0)).await;
+    assert_eq!(ids_of(&acquire_orders(store, t(1)).await), [holder]);
+    let late = RunId::new();
+    store
+        .create_run(NewRun {
+            parent: None,
+            id: late,
+            workflow: "orders".to_owned(),
+            input: json!([]),
+            created_at: t(2),
+            hook: None,
+            deadline: Some(t(50)),
+            queue: Some(QueueEntry::new("d")),
+        })
+        .await
+        .unwrap();
+    let next = create_queued(store, "d", None, 0, t(3)).await;
+    assert!(
+        acquire_orders(store, t(10)).await.is_empty(),
+        "both wait for the slot"
+    );
+    let got = acquire_orders(store, t(50)).await;
+    assert_eq!(ids_of(&got), [late], "past its deadline, it is handed out");
+    assert_eq!(got[0].run.deadline, Some(t(50)));
+    let info = store.list_queues(t(50)).await.unwrap();
+    assert_eq!(info[0].occupied, 1, "without taking a slot: {info:?}");
+    let failed = ap(
+        vec![NewEvent {
+            at: t(51),
+            event: Event::RunFailed {
+                error: Error::fatal("timed out"),
+            },
+        }],
+        Some(RunOutcome::Failed(Error::fatal("timed out"))),
+    );
+    store.append(&got[0].lease, &failed).await.unwrap();
+    assert!(
+        acquire_orders(store, t(60)).await.is_empty(),
+        "the holder still holds"
+    );
+    let holder_again = acquire_orders(store, t(1) + Duration::from_secs(601)).await;
+    assert_eq!(ids_of(&holder_again), [holder]);
+    complete(
+        store,
+        &holder_again[0].lease,
+        t(1) + Duration::from_secs(601),
+    )
+    .await;
+    assert_eq!(
+        ids_of(&acquire_orders(store, t(1) + Duration::from_secs(601)).await),
+        [next]
+    );
+}

@@ -1,0 +1,137 @@
+//! Helpers the conformance cases share: a fixed clock ([`t`]), admissions, leases, appends
+//! and the events the cases write. They panic on failure, as the cases do.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+
+use super::within;
+use crate::ids::RunId;
+use crate::store::*;
+
+/// A fixed point in time (November 2023), plus `ms`.
+pub(crate) fn t(ms: u64) -> SystemTime {
+    from_millis(1_700_000_000_000 + ms)
+}
+
+/// An append of `events`, ending the run with `outcome` if given.
+pub(crate) fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
+    Append {
+        events,
+        release_tokens: Vec::new(),
+        outcome,
+    }
+}
+
+/// Owned workflow names.
+pub(crate) fn names(ws: &[&str]) -> Vec<String> {
+    ws.iter().map(|w| (*w).to_owned()).collect()
+}
+
+/// Admits a run of `workflow` at `at` (input `[1, "two"]`, no hook).
+pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) -> RunId {
+    let id = RunId::new();
+    store
+        .create_run(NewRun {
+            parent: None,
+            id,
+            workflow: workflow.to_owned(),
+            input: json!([1, "two"]),
+            created_at: at,
+            hook: None,
+            deadline: None,
+            queue: None,
+        })
+        .await
+        .unwrap();
+    id
+}
+
+/// Leases up to `limit` runs of `workflows` for worker `w`.
+pub(crate) async fn acquire<S: Store>(
+    store: &S,
+    workflows: &[String],
+    now: SystemTime,
+    lease: Duration,
+    limit: usize,
+) -> Vec<LeasedRun> {
+    store
+        .acquire(AcquireRequest {
+            worker_id: "w",
+            workflows,
+            lease,
+            limit,
+            now,
+        })
+        .await
+        .unwrap()
+}
+
+/// The completion of step `s<n>` with result `n`.
+pub(crate) fn step_done(at: SystemTime, n: u32) -> NewEvent {
+    NewEvent {
+        at,
+        event: Event::StepCompleted {
+            step_id: format!("s{n}"),
+            result: Ok(json!(n)),
+        },
+    }
+}
+
+pub(crate) fn start_hook(token: &str, retain_until: Option<SystemTime>) -> Option<StartHook> {
+    Some(StartHook {
+        token: token.to_owned(),
+        retain_until,
+    })
+}
+
+/// Starts a run of `hooked` claiming `token`.
+pub(crate) async fn start<S: Store>(
+    store: &S,
+    token: &str,
+    retain_until: Option<SystemTime>,
+    at: SystemTime,
+) -> (RunId, Admission) {
+    let id = RunId::new();
+    let admission = store
+        .create_run(NewRun {
+            parent: None,
+            id,
+            workflow: "hooked".to_owned(),
+            input: json!([]),
+            created_at: at,
+            hook: start_hook(token, retain_until),
+            deadline: None,
+            queue: None,
+        })
+        .await
+        .unwrap();
+    (id, admission)
+}
+
+/// Leases run `id` (of `hooked` or `orders`) at `now`; panics if it is not acquirable.
+pub(crate) async fn lease_one<S: Store>(store: &S, id: RunId, now: SystemTime) -> Lease {
+    let got = acquire(
+        store,
+        &names(&["hooked", "orders"]),
+        now,
+        Duration::from_secs(600),
+        100,
+    )
+    .await;
+    got.into_iter()
+        .find(|r| r.run.id == id)
+        .unwrap_or_else(|| panic!("run {id} was not acquirable at {now:?}"))
+        .lease
+}
+
+/// The run owning `token`, if an active hook does.
+pub(crate) async fn owner<S: Store>(store: &S, token: &str) -> Option<RunId> {
+    store.get_hook(token).await.unwrap().map(|h| h.run_id)
+}
+
+/// The sequence numbers of run `id`'s events, in order.
+pub(crate) async fn event_seqs<S: Store>(store: &S, id: RunId) -> Vec<u64> {
+    let events = within(store.events(&id)).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
