@@ -112,6 +112,14 @@ fn history_v1_fixture_replays_against_this_build() {
         Err(ReplayError::Diverged { event: 1, .. }) => {}
         other => panic!("expected a divergence at event 1, got {other:?}"),
     }
+    let err = replay(fixture_order, &changed).unwrap_err();
+    let d = err.divergence().expect("the divergence, as data");
+    assert_eq!(d.event, 1);
+    assert!(
+        d.expected.contains("fixture.unreserve") && !d.found.contains("fixture.unreserve"),
+        "{d:?}"
+    );
+    assert!(err.to_string().ends_with(&d.to_string()), "{err}");
 }
 
 #[test]

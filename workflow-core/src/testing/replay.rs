@@ -78,7 +78,7 @@ pub enum ReplayError {
         message: String,
         /// The same, as data: what a blocked run's error carries as
         /// [`Error::divergence`](crate::Error::divergence).
-        divergence: Divergence,
+        divergence: Box<Divergence>,
     },
     /// The JSON is not an exported history this build reads.
     Invalid(String),
@@ -99,7 +99,7 @@ impl ReplayError {
     /// Where the history and the code part, when that is why the history was not accepted.
     pub fn divergence(&self) -> Option<&Divergence> {
         match self {
-            ReplayError::Diverged { divergence, .. } => Some(divergence),
+            ReplayError::Diverged { divergence, .. } => Some(divergence.as_ref()),
             _ => None,
         }
     }
@@ -114,7 +114,7 @@ impl From<Divergence> for ReplayError {
             message: format!("the workflow diverged from the history: {d}"),
             expected: d.expected.clone(),
             found: d.found.clone(),
-            divergence: d,
+            divergence: Box::new(d),
         }
     }
 }
