@@ -60,7 +60,7 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
     let mut failures = 0u32;
     // Payloads sent through other processes reach the runs driven here through this cursor.
     let mut payload_cursor = rt.store.last_payload_id().await.unwrap_or(0);
-    // A worker starting may be a new build whose code fits the blocked runs.
+    // A worker starting may be a new build whose code fits the blocked runs: they try again.
     match rt.store.wake_blocked(rt.clock.tick().await).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(runs = n, "trying blocked runs again with this build"),
