@@ -57,7 +57,7 @@ pub struct RunSummary {
     pub error: Option<Error>,
     /// The run that started this one with `start_child`.
     pub parent: Option<RunId>,
-    /// The queue it was started in, with its partition key and priority (SPEC 11).
+    /// The queue it was started in, with its partition key and priority.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueEntry>,
 }
@@ -83,7 +83,7 @@ impl RunSummary {
     }
 }
 
-/// A queue's limits and occupancy, as listed (SPEC 11).
+/// A queue's limits and occupancy, as listed.
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueView {
     pub name: String,
@@ -337,7 +337,7 @@ pub struct RunDetail {
     pub as_of: Time,
 }
 
-/// One stream of a run (SPEC 12), as shown: its length, whether it was closed, and its last
+/// One stream of a run, as shown: its length, whether it was closed, and its last
 /// chunks.
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamView {
