@@ -40,7 +40,7 @@ struct State {
     /// The last payload id handed out: pruning deletes payloads, and their ids must never
     /// come back (a worker's cursor may already be past them).
     last_payload: u64,
-    /// Declared queues by name (SPEC 11).
+    /// Declared queues by name, with their concurrency and rate limits.
     queues: HashMap<String, QueueDef>,
     /// What each queue holds, kept in step with the runs by [`State::schedule`].
     books: BTreeMap<String, QueueBook>,
