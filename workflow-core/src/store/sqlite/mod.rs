@@ -1,0 +1,273 @@
+//! [`SqliteStore`]: the embedded default store, one SQLite file in WAL mode that several
+//! processes may share. It owns the SQLite statements (`Statements`), the file's schema
+//! and its migrations, and the threads that talk to SQLite; what it decides in each
+//! transaction is the shared SQL layer's (`store::sql`).
+//!
+//! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync.
+//! So all writes go to one thread that drains every request queued while it was busy and runs
+//! them in one transaction, each inside its own savepoint (group commit: many runs share one
+//! fsync, and one refused request rolls back only itself). Callers hear back only after the
+//! commit. Reads run beside it on a few reader threads; WAL lets them see the last commit
+//! without waiting for the writer. Between processes, `BEGIN IMMEDIATE` and `busy_timeout`
+//! serialize the writers, and every check-then-write happens inside one such transaction.
+//!
+//! This file is the face: [`SqliteStore`], its opening, and the two doors every capability
+//! goes through, `write` (a savepoint in the writer's next group transaction) and `read` (a
+//! reader thread's connection), with the errors they report. The SQL, the schema and the
+//! threads live in the files beside it; nothing here runs a statement itself.
+
+mod admin;
+mod hooks;
+mod queues;
+mod readers;
+mod runs;
+mod schema;
+mod statements;
+mod streams;
+mod tx;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, Transaction};
+use tokio::sync::oneshot;
+
+use self::readers::{open_reader, reader_loop, ReadJob};
+use self::tx::{now, Lite};
+use self::writer::{open_writer, writer_loop, Job, WriteJob};
+use crate::error::{DatabaseError, StoreError};
+use crate::store::sql::policy::{self, NewRunRow};
+use crate::store::{Admission, Lease, NewRun};
+
+/// How long one SQLite call waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reader threads, each with its own connection.
+const READERS: usize = 4;
+
+/// A [`Store`] in one SQLite file, safe to share between threads, runtimes and processes.
+///
+/// Clones are cheap and share the connections; the background threads end when the last
+/// clone is dropped (after finishing the writes already queued).
+///
+/// Beside the file, SQLite keeps `<file>-wal` and `<file>-shm`. The store keeps the
+/// write-ahead log allocated at about 4 MiB (1024 pages), its size in steady state anyway, so
+/// that commits overwrite it instead of growing it (see BENCHMARKS.md); a process that exits
+/// without closing the store leaves both files behind, and the next open uses them.
+///
+/// ```
+/// use workflow_core::store::sqlite::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = SqliteStore::open(dir.path().join("workflows.db")).await?;
+/// assert!(store.path().ends_with("workflows.db"));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: mpsc::Sender<Box<dyn WriteJob>>,
+    readers: mpsc::Sender<ReadJob>,
+    /// Lets tests count commits and see the threads end.
+    #[cfg(test)]
+    stats: Arc<Stats>,
+}
+
+/// Shared with the background threads: it outlives the store until every thread has ended.
+#[derive(Default)]
+struct Stats {
+    /// Transactions committed by the writer thread.
+    commits: AtomicU64,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store in the file at `path`, creating the file and its schema if absent.
+    ///
+    /// Fails with [`StoreError::Incompatible`], leaving the file untouched, when the file is
+    /// not a SQLite database, is a database of something else, or holds a store written by a
+    /// newer version of this crate.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let stats = Arc::new(Stats::default());
+
+        // Opening can wait on other processes' locks, so it happens on the writer thread too.
+        let (writer, write_jobs) = mpsc::channel::<Box<dyn WriteJob>>();
+        let (path2, stats2) = (path.clone(), stats.clone());
+        start_thread(
+            "workflow-sqlite-writer".to_owned(),
+            move || open_writer(&path2),
+            move |conn| writer_loop(conn, write_jobs, stats2),
+        )?
+        .await
+        .map_err(|_| thread_gone("writer"))??;
+
+        // Readers open after the writer has validated the file and switched it to WAL.
+        let (readers, read_jobs) = mpsc::channel::<ReadJob>();
+        let read_jobs = Arc::new(Mutex::new(read_jobs));
+        let mut opened = Vec::with_capacity(READERS);
+        for i in 0..READERS {
+            let (path, jobs, stats) = (path.clone(), read_jobs.clone(), stats.clone());
+            opened.push(start_thread(
+                format!("workflow-sqlite-reader-{i}"),
+                move || open_reader(&path),
+                move |conn| reader_loop(conn, jobs, stats),
+            )?);
+        }
+        drop(read_jobs);
+        for done in opened {
+            done.await.map_err(|_| thread_gone("reader"))??;
+        }
+
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writer,
+                readers,
+                #[cfg(test)]
+                stats,
+            }),
+        })
+    }
+
+    /// The file this store was opened from.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `work` on the writer thread inside a savepoint of the current group transaction;
+    /// answers once that transaction has committed (or with `work`'s own error, in which case
+    /// everything `work` wrote was rolled back).
+    async fn write<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Box::new(Job {
+            work: Some(work),
+            result: None,
+            reply,
+        });
+        self.inner
+            .writer
+            .send(job)
+            .map_err(|_| thread_gone("writer"))?;
+        answer.await.map_err(|_| thread_gone("writer"))?
+    }
+
+    /// Runs `work` on a reader thread's connection.
+    async fn read<R, F>(&self, work: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<R, StoreError> + Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let result = catch_unwind(AssertUnwindSafe(|| work(conn))).unwrap_or_else(|p| {
+                Err(StoreError::database(format!(
+                    "internal error: a store read panicked: {}",
+                    panic_message(p.as_ref())
+                )))
+            });
+            let _ = reply.send(result);
+        });
+        self.inner
+            .readers
+            .send(job)
+            .map_err(|_| thread_gone("reader"))?;
+        answer.await.map_err(|_| thread_gone("reader"))?
+    }
+
+    /// Admits `run`; with `lease`, leased to the caller in the same transaction.
+    async fn admit(
+        &self,
+        run: NewRun,
+        lease: Option<Duration>,
+    ) -> Result<(Admission, Option<Lease>), StoreError> {
+        let row = NewRunRow::new(run, lease)?;
+        self.write(move |tx| now(policy::admit(&mut Lite(tx), &row)))
+            .await
+    }
+}
+
+/// A value of the wrong type is a corrupt record; anything else is the database's error,
+/// transient when another connection holds the lock.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::Error::{
+            FromSqlConversionFailure, IntegralValueOutOfRange, InvalidColumnType,
+        };
+        match e {
+            InvalidColumnType(..) | IntegralValueOutOfRange(..) | FromSqlConversionFailure(..) => {
+                StoreError::Corrupt(e.to_string())
+            }
+            e => StoreError::Database(database_error(e.to_string(), e)),
+        }
+    }
+}
+
+fn database_error(message: String, e: rusqlite::Error) -> DatabaseError {
+    let busy = matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    );
+    DatabaseError::with_source(message, e).transient(busy)
+}
+
+/// Starts thread `name`, which opens its connection with `open`, says whether it could,
+/// and then serves with it until `serve` returns.
+fn start_thread(
+    name: String,
+    open: impl FnOnce() -> Result<Connection, StoreError> + Send + 'static,
+    serve: impl FnOnce(Connection) + Send + 'static,
+) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+    let (ready, opened) = oneshot::channel();
+    let thread = move || match open() {
+        Ok(conn) => {
+            let _ = ready.send(Ok(()));
+            serve(conn);
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+        }
+    };
+    match std::thread::Builder::new().name(name.clone()).spawn(thread) {
+        Ok(_) => Ok(opened),
+        Err(e) => Err(StoreError::Database(DatabaseError::with_source(
+            format!("cannot start thread {name}: {e}"),
+            e,
+        ))),
+    }
+}
+
+fn thread_gone(which: &str) -> StoreError {
+    StoreError::database(format!("the store's {which} thread has stopped"))
+}
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}

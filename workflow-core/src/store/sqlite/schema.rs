@@ -1,0 +1,309 @@
+//! The file's schema: the DDL of each version, the migrations that apply them on open, and
+//! the checks that reject a file which is not ours (or is newer) before anything is written
+//! to it. It runs on the writer's connection inside the opening transaction; it must not
+//! hold the statements of the capabilities (those are in `statements.rs`).
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use rusqlite::types::Value as Sql;
+use rusqlite::{params, ErrorCode, OptionalExtension, Transaction};
+
+use super::database_error;
+use super::statements::SQL;
+use super::tx::now;
+use crate::error::StoreError;
+use crate::store::sql::migrations::{self, Migration, Place};
+use crate::store::sql::sql_time;
+
+/// The file format's history, applied on open in the transaction that checks the file.
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "runs and events",
+        ddl: SCHEMA_V1,
+    },
+    Migration {
+        version: 2,
+        name: "hooks, the hook inbox and the token claimed at admission",
+        ddl: SCHEMA_V2,
+    },
+    Migration {
+        version: 3,
+        name: "each run keeps the number of its last event; migrations are recorded one per row",
+        ddl: SCHEMA_V3,
+    },
+    Migration {
+        version: 4,
+        name: "failed tries and blocks counted per run; blocked runs",
+        ddl: SCHEMA_V4,
+    },
+    Migration {
+        version: 5,
+        name: "child runs: each run names the run that started it",
+        ddl: SCHEMA_V5,
+    },
+    Migration {
+        version: 6,
+        name: "queues: their limits, and each run's queue, partition key, priority and begin",
+        ddl: SCHEMA_V6,
+    },
+    Migration {
+        version: 7,
+        name: "streams from runs and their chunks",
+        ddl: SCHEMA_V7,
+    },
+];
+/// The tables each version must have (from the version that created them on), checked
+/// before migrating so a damaged file is reported, not half-migrated.
+pub(super) const TABLES: &[(&str, i64)] = &[
+    ("runs", 1),
+    ("events", 1),
+    ("hooks", 2),
+    ("hook_inbox", 2),
+    ("streams", 7),
+    ("stream_chunks", 7),
+    ("queues", 6),
+];
+
+pub(super) const SCHEMA_V1: &str = "
+CREATE TABLE workflow_meta (
+    key   TEXT PRIMARY KEY NOT NULL,
+    value NOT NULL
+);
+CREATE TABLE runs (
+    id          TEXT PRIMARY KEY NOT NULL,
+    workflow    TEXT NOT NULL,
+    status      TEXT NOT NULL,     -- RunStatus::as_str
+    input       TEXT NOT NULL,     -- JSON
+    output      TEXT,              -- JSON
+    error       TEXT,              -- JSON of Error
+    created_at  INTEGER NOT NULL,  -- ms since the Unix epoch, like every time here
+    updated_at  INTEGER NOT NULL,
+    wake_at     INTEGER NOT NULL,
+    epoch       INTEGER NOT NULL DEFAULT 0,
+    lease_until INTEGER            -- NULL: no lease
+);
+-- Only live runs are ever acquired; ended runs, the bulk over time, stay out of the index.
+-- Queries must repeat this WHERE clause word for word for SQLite to use it.
+CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+CREATE TABLE events (
+    run_id TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    at     INTEGER NOT NULL,
+    kind   TEXT NOT NULL,          -- the serde tag, e.g. step_completed, for SQL inspection
+    data   TEXT NOT NULL,          -- JSON of Event
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+";
+
+pub(super) const SCHEMA_V2: &str = "
+-- The token claimed at admission (`start(..).hook(token)`).
+ALTER TABLE runs ADD COLUMN hook_token TEXT;
+-- One row per claimed token: the primary key is what lets at most one claim win. A row is
+-- taken while `active`, or after its release while `retain_until` lies ahead; a free row left
+-- behind (released, retention over) is replaced by the next claim.
+CREATE TABLE hooks (
+    token        TEXT PRIMARY KEY NOT NULL,
+    run_id       TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    active       INTEGER NOT NULL,  -- 1 while the run owns it, 0 once released
+    retain_until INTEGER            -- NULL: free as soon as released
+);
+CREATE INDEX hooks_run ON hooks (run_id);
+-- Payloads sent with resume_hook. AUTOINCREMENT: ids are never reused, so they grow in
+-- commit order, which is the order workflows receive them in.
+CREATE TABLE hook_inbox (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id  TEXT NOT NULL,
+    token   TEXT NOT NULL,
+    payload TEXT NOT NULL,              -- JSON
+    at      INTEGER NOT NULL
+);
+CREATE INDEX hook_inbox_run ON hook_inbox (run_id, id);
+";
+
+/// The layout PostgreSQL has: appends number their events from the run's row, which the
+/// fence reads anyway, and `workflow_migrations` (filled before this runs) replaces the
+/// key-value `workflow_meta`.
+pub(super) const SCHEMA_V3: &str = "
+ALTER TABLE runs ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET last_seq = (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = runs.id);
+DROP TABLE workflow_meta;
+";
+
+/// Failures and blocks: a run counts the tries at it that failed in a row, and ends as failed
+/// after too many. A run whose replay diverged from its history is `blocked` and counts its
+/// blocks for its backoff; it is acquirable when due, so the ready index takes it in.
+pub(super) const SCHEMA_V4: &str = "
+ALTER TABLE runs ADD COLUMN failed_tries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN blocked_tries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN deadline INTEGER;  -- NULL: none (`start(..).timeout(d)`)
+DROP INDEX runs_ready;
+CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running', 'blocked');
+";
+
+/// Child runs, started by a workflow: a run started with `start_child` names its parent, and
+/// whether a cancellation of the parent reaches it.
+pub(super) const SCHEMA_V5: &str = "
+ALTER TABLE runs ADD COLUMN parent_id TEXT;  -- NULL: started from outside a workflow
+ALTER TABLE runs ADD COLUMN detached INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_parent ON runs (parent_id) WHERE parent_id IS NOT NULL;
+";
+
+/// Streams from runs, the values a step writes for readers outside the run: a row per stream
+/// holds its length, which is the index the next chunk gets (drawn by the append's upsert),
+/// and whether it is closed; a row per chunk.
+pub(super) const SCHEMA_V7: &str = "
+CREATE TABLE streams (
+    run_id TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    len    INTEGER NOT NULL,
+    closed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, name)
+) WITHOUT ROWID;
+CREATE TABLE stream_chunks (
+    run_id  TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    idx     INTEGER NOT NULL,   -- from 0 per run and stream, in write order
+    attempt INTEGER NOT NULL,   -- of the step that wrote it
+    at      INTEGER NOT NULL,
+    value   TEXT NOT NULL,      -- JSON
+    PRIMARY KEY (run_id, name, idx)
+) WITHOUT ROWID;
+";
+
+/// Flow control, concurrency and rate limits per queue: the queues every process enforces, and
+/// where each run stands in its queue. A queued run holds a slot from its first lease
+/// (`began_at`) until it ends.
+pub(super) const SCHEMA_V6: &str = "
+ALTER TABLE runs ADD COLUMN queue TEXT;             -- NULL: not in a queue
+ALTER TABLE runs ADD COLUMN partition_key TEXT;     -- one run at a time per key and queue
+ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN began_at INTEGER;       -- queued runs: when it took its slot
+CREATE TABLE queues (
+    name        TEXT PRIMARY KEY NOT NULL,
+    concurrency INTEGER,            -- NULL: no limit
+    rate_limit  INTEGER,            -- runs begun per window; NULL: no limit
+    rate_period INTEGER,            -- the window, ms
+    updated_at  INTEGER NOT NULL
+);
+-- The runs waiting for a slot, in the order they begin.
+CREATE INDEX runs_queue_waiting ON runs (queue, priority DESC, created_at, id)
+    WHERE queue IS NOT NULL AND began_at IS NULL AND status IN ('pending', 'running', 'blocked');
+-- The waiting runs of each partition key, in start order.
+CREATE INDEX runs_queue_keyed ON runs (queue, partition_key, created_at, id)
+    WHERE queue IS NOT NULL AND partition_key IS NOT NULL AND began_at IS NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- The runs holding a slot, by partition key.
+CREATE INDEX runs_queue_holding ON runs (queue, partition_key)
+    WHERE queue IS NOT NULL AND began_at IS NOT NULL
+      AND status IN ('pending', 'running', 'blocked');
+-- Begins, for the rate window.
+CREATE INDEX runs_queue_begun ON runs (queue, began_at) WHERE began_at IS NOT NULL;
+";
+
+pub(super) fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            StoreError::Incompatible(format!(
+                "{} is not a SQLite database (or is corrupt): {e}",
+                path.display()
+            ))
+        }
+        _ => StoreError::Database(database_error(
+            format!("cannot open {}: {e}", path.display()),
+            e,
+        )),
+    }
+}
+
+/// Creates or migrates the schema (see [`migrations::migrate`]) inside the caller's
+/// transaction: another process opening the file meanwhile waits, then sees it migrated.
+pub(super) fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+    let place = Place {
+        shown: path.display().to_string(),
+        kind: "file",
+        foreign: "is a SQLite database but not a workflow-rs store",
+    };
+    let mut opening = Opening { tx, path };
+    now(migrations::migrate(
+        &mut opening,
+        MIGRATIONS,
+        TABLES,
+        &place,
+    ))
+}
+
+/// The statements of opening a file.
+pub(super) struct Opening<'a> {
+    tx: &'a Transaction<'a>,
+    path: &'a Path,
+}
+
+impl migrations::Schema for Opening<'_> {
+    async fn tables(&mut self) -> Result<Vec<String>, StoreError> {
+        // The first read of the file: where a file that is no database is found out.
+        let tables = self
+            .tx
+            .prepare(SQL.dialect.tables)
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect());
+        tables.map_err(|e| open_error(self.path, e))
+    }
+
+    async fn recorded(&mut self) -> Result<i64, StoreError> {
+        Ok(self
+            .tx
+            .query_row(SQL.dialect.migration_version, [], |r| r.get(0))?)
+    }
+
+    /// A file from before `workflow_migrations` kept its version in the key-value table
+    /// `workflow_meta`, next to the name marking the file as ours.
+    async fn legacy(&mut self, tables: &[String]) -> Result<Option<i64>, StoreError> {
+        if !tables.iter().any(|t| t == "workflow_meta") {
+            return Ok(None);
+        }
+        let (tx, place) = (self.tx, self.path.display());
+        let foreign = "is a SQLite database but not a workflow-rs store";
+        let meta = |key: &str| -> Result<Option<Sql>, StoreError> {
+            tx.query_row(SQL.dialect.legacy_meta, [key], |row| row.get(0))
+                .optional()
+                .map_err(|e| {
+                    StoreError::Incompatible(format!(
+                        "{place} {foreign} (its `workflow_meta` table is not ours: {e})"
+                    ))
+                })
+        };
+        match meta("schema")? {
+            Some(Sql::Text(s)) if s == "workflow-rs" => {}
+            other => {
+                return Err(StoreError::Incompatible(format!(
+                    "{place} {foreign} (its `workflow_meta` table names schema {other:?})"
+                )))
+            }
+        }
+        let version = match meta("version")? {
+            Some(Sql::Integer(v)) => Some(v),
+            Some(Sql::Text(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        let unknown = || {
+            StoreError::Incompatible(format!(
+                "{place} holds a workflow-rs store with an unknown schema version \
+                 (this build reads schema versions 1 to {})",
+                MIGRATIONS.last().map_or(0, |m| m.version)
+            ))
+        };
+        version.filter(|v| *v >= 1).map(Some).ok_or_else(unknown)
+    }
+
+    async fn execute(&mut self, ddl: &str) -> Result<(), StoreError> {
+        Ok(self.tx.execute_batch(&ddl.replace("{schema}", "main"))?)
+    }
+
+    async fn record(&mut self, m: &Migration) -> Result<(), StoreError> {
+        let args = params![m.version, m.name, sql_time(SystemTime::now())];
+        self.tx.execute(SQL.dialect.record_migration, args)?;
+        Ok(())
+    }
+}

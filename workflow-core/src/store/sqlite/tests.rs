@@ -1,0 +1,786 @@
+//! The SQLite store's own tests: the conformance suite on a file, and what only a file shows
+//! (opening, migrations, the write-ahead log, group commit and the threads).
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rusqlite::{params, Connection};
+use serde_json::json;
+
+use super::schema::MIGRATIONS;
+use super::writer::WAL_FRAMES;
+use super::*;
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::store::sql::{sql_time, EncodedEvents};
+use crate::store::{
+    from_millis, AdminStore, Admission, ClaimOutcome, EventRecord, HookStore, RunFilter, RunStatus,
+    RunStore,
+};
+use crate::testing::store::{
+    acquire, ap, conformance_tests, create, lease_one, names, owner, previous_release_is_kept,
+    start, step_done, storm, t, within, Damage, Inspect,
+};
+
+async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = within(SqliteStore::open(dir.path().join("wf.db")))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+fn raw(path: &Path) -> Connection {
+    Connection::open(path).unwrap()
+}
+
+/// The migrations a file records, by version and name.
+fn migrations(conn: &Connection) -> Vec<(i64, String)> {
+    conn.prepare("SELECT version, name FROM workflow_migrations ORDER BY version")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// What [`migrations`] reads from a file of version `n`.
+fn recorded(n: usize) -> Vec<(i64, String)> {
+    MIGRATIONS[..n]
+        .iter()
+        .map(|m| (m.version, m.name.to_owned()))
+        .collect()
+}
+
+/// The newest schema version this build knows.
+fn newest() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+fn count(path: &Path, table: &str) -> i64 {
+    raw(path)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+impl Inspect for SqliteStore {
+    async fn count(&self, table: &str) -> i64 {
+        count(self.path(), table)
+    }
+
+    async fn wake_at(&self, run: RunId) -> SystemTime {
+        let ms: i64 = raw(self.path())
+            .query_row(
+                "SELECT wake_at FROM runs WHERE id = ?1",
+                [run.to_string()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        from_millis(u64::try_from(ms).unwrap())
+    }
+
+    async fn event_kinds(&self, run: RunId) -> Option<Vec<String>> {
+        let conn = raw(self.path());
+        let kinds = conn
+            .prepare("SELECT kind FROM events WHERE run_id = ?1 ORDER BY seq")
+            .unwrap()
+            .query_map([run.to_string()], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        Some(kinds)
+    }
+}
+
+impl Damage for SqliteStore {
+    async fn corrupt_input(&self, run: RunId) {
+        raw(self.path())
+            .execute(
+                "UPDATE runs SET input = 'not json' WHERE id = ?1",
+                [run.to_string()],
+            )
+            .unwrap();
+    }
+
+    async fn add_undecodable_event(&self, run: RunId) {
+        let conn = raw(self.path());
+        let id = run.to_string();
+        conn.execute(
+            "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, 0, 'x', '{}')",
+            [&id],
+        )
+        .unwrap();
+        conn.execute("UPDATE runs SET last_seq = 1 WHERE id = ?1", [&id])
+            .unwrap();
+    }
+}
+
+conformance_tests! {
+    groups: [contract, inspect, compared, damage],
+    one: {
+        let (_dir, store) = fresh().await;
+    } => store,
+    shared: {
+        let (dir, a) = fresh().await;
+        let path = dir.path().join("wf.db");
+        let b = within(SqliteStore::open(&path)).await.unwrap();
+        let c = within(SqliteStore::open(&path)).await.unwrap();
+        // Three stores, three writer connections, one file.
+        let stores = [a, b, c];
+    } => stores,
+}
+
+// -----------------------------------------------------------------------------------------
+// The file: format, opening, migrations
+
+#[tokio::test]
+async fn the_write_ahead_log_is_preallocated_and_its_padding_is_invisible() {
+    let (dir, store) = fresh().await;
+    let path = dir.path().join("wf.db");
+    let wal = dir.path().join("wf.db-wal");
+    let target = 32 + WAL_FRAMES * (24 + 4096);
+    assert!(std::fs::metadata(&wal).unwrap().len() >= target);
+    let ids = [
+        within(create(&store, "orders", t(0))).await,
+        within(create(&store, "orders", t(1))).await,
+    ];
+    // Another connection reads the log while the store has it open: it sees every
+    // commit and nothing of the zeros after them.
+    let conn = raw(&path);
+    let count: i64 = conn
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 2);
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        target,
+        "commits overwrote the padding instead of growing the file"
+    );
+    drop(conn);
+    drop(store);
+    // Reopened: the log is padded again and nothing was lost.
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    assert!(std::fs::metadata(&wal).unwrap().len() >= target);
+    for id in ids {
+        assert!(within(store.get_run(&id)).await.unwrap().is_some());
+    }
+    let check: String = raw(&path)
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+}
+
+#[tokio::test]
+async fn creates_the_schema_and_reopens_it() {
+    let (dir, store) = fresh().await;
+    let path = dir.path().join("wf.db");
+    let id = within(create(&store, "orders", t(0))).await;
+    drop(store);
+
+    let conn = raw(&path);
+    assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(conn);
+
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    let (synchronous, busy): (i64, i64) = within(store.write(|tx| {
+        let pragma = |name: &str| tx.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
+        Ok((pragma("synchronous")?, pragma("busy_timeout")?))
+    }))
+    .await
+    .unwrap();
+    assert_eq!(
+        (synchronous, busy),
+        (2, 5_000),
+        "synchronous=FULL, busy_timeout=5s"
+    );
+    let run = within(store.get_run(&id)).await.unwrap().unwrap();
+    assert_eq!(run.workflow, "orders");
+    assert_eq!(run.status, RunStatus::Pending);
+    assert_eq!(run.input, json!([1, "two"]));
+    assert_eq!(run.created_at, t(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_opens_of_a_new_file_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wf.db");
+    let opens: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(SqliteStore::open(path.clone())))
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(within(open).await.unwrap().unwrap());
+    }
+    let id = within(create(&stores[0], "orders", t(0))).await;
+    for store in &stores {
+        assert!(within(store.get_run(&id)).await.unwrap().is_some());
+    }
+    let conn = raw(&path);
+    assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
+}
+
+#[tokio::test]
+async fn acquire_uses_the_ready_index() {
+    let (dir, _store) = fresh().await;
+    let conn = raw(&dir.path().join("wf.db"));
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM runs
+             WHERE status IN ('pending', 'running', 'blocked')
+               AND wake_at <= 1 AND (lease_until IS NULL OR lease_until <= 1)
+               AND workflow IN (SELECT value FROM json_each('[\"a\"]'))
+             ORDER BY wake_at, id LIMIT 5",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("runs_ready"), "{plan}");
+    assert!(!plan.contains("TEMP B-TREE FOR ORDER BY"), "{plan}");
+}
+
+#[tokio::test]
+async fn rejects_a_foreign_database_without_touching_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let conn = raw(&path);
+    conn.execute_batch(
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT);
+         CREATE TABLE orders (id INTEGER PRIMARY KEY);
+         INSERT INTO users (name) VALUES ('ada');",
+    )
+    .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+
+    let err = within(SqliteStore::open(&path)).await.unwrap_err();
+    let StoreError::Incompatible(msg) = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    assert!(msg.starts_with(&path.display().to_string()), "{msg}");
+    assert!(
+        msg.contains(
+            "is a SQLite database but not a workflow-rs store (it has tables `orders`, `users`)"
+        ),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[tokio::test]
+async fn rejects_a_file_that_is_not_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk.db");
+    let junk: Vec<u8> = (0..8192u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&path, &junk).unwrap();
+
+    let err = within(SqliteStore::open(&path)).await.unwrap_err();
+    let StoreError::Incompatible(msg) = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    assert!(
+        msg.starts_with(&format!(
+            "{} is not a SQLite database (or is corrupt): ",
+            path.display()
+        )),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), junk);
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "just some notes\n").unwrap();
+    let err = within(SqliteStore::open(&text)).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Incompatible(m) if m.contains("is not a SQLite database")),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(&text).unwrap(), b"just some notes\n");
+}
+
+#[tokio::test]
+async fn rejects_a_newer_schema_without_touching_it() {
+    let (dir, store) = fresh().await;
+    drop(store);
+    let path = dir.path().join("wf.db");
+    let conn = raw(&path);
+    conn.execute(
+        "INSERT INTO workflow_migrations (version, name, applied_at)
+         VALUES (?1, 'from the future', 0)",
+        [newest() + 1],
+    )
+    .unwrap();
+    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+
+    let err = within(SqliteStore::open(&path)).await.unwrap_err();
+    let StoreError::Incompatible(msg) = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    let newest = newest();
+    assert!(
+        msg.contains(&format!("schema version {}", newest + 1)),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("schema versions up to {newest}")),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[tokio::test]
+async fn reports_an_unopenable_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = within(SqliteStore::open(dir.path().join("missing/dir/wf.db")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Database(m) if m.message().contains("cannot open")),
+        "{err:?}"
+    );
+}
+
+/// The version 1 file format, as released (do not edit).
+const V1_DDL: &str = "
+    CREATE TABLE workflow_meta (key TEXT PRIMARY KEY NOT NULL, value NOT NULL);
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,
+        input TEXT NOT NULL, output TEXT, error TEXT, created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL, wake_at INTEGER NOT NULL,
+        epoch INTEGER NOT NULL DEFAULT 0, lease_until INTEGER
+    );
+    CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+    CREATE TABLE events (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL,
+        data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO workflow_meta (key, value) VALUES ('schema', 'workflow-rs'), ('version', 1);
+";
+
+#[tokio::test]
+async fn migrates_a_version_1_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    let old = RunId::new();
+    let conn = raw(&path);
+    conn.execute_batch(V1_DDL).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.execute(
+        "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at)
+         VALUES (?1, 'hooked', 'pending', '[7]', ?2, ?2, ?2)",
+        params![old.to_string(), sql_time(t(0))],
+    )
+    .unwrap();
+    let event = EncodedEvents::new(&[step_done(t(1), 1)]).unwrap();
+    conn.execute(
+        "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, 1, ?2, ?3, ?4)",
+        params![old.to_string(), event.at[0], event.kind[0], event.data[0]],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    let run = within(store.get_run(&old)).await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.input, run.hook_token),
+        (RunStatus::Pending, json!([7]), None)
+    );
+    assert_eq!(
+        within(store.events(&old)).await.unwrap(),
+        [EventRecord {
+            seq: 1,
+            at: t(1),
+            event: step_done(t(1), 1).event,
+        }]
+    );
+    // The old run works with the new operations.
+    let lease = within(lease_one(&store, old, t(2))).await;
+    assert_eq!(
+        within(store.claim_hook(&lease, "hk_1", "migrated", t(3)))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        within(store.resume_hook("migrated", json!("hi"), t(4)))
+            .await
+            .unwrap(),
+        Some((old, 1))
+    );
+    let (new, admitted) = within(start(&store, "fresh", None, t(5))).await;
+    assert_eq!(admitted, Admission::Admitted);
+    drop(store);
+
+    assert_eq!(migrations(&raw(&path)), recorded(MIGRATIONS.len()));
+    // Reopening a migrated file migrates nothing.
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    assert_eq!(within(owner(&store, "fresh")).await, Some(new));
+    assert_eq!(within(owner(&store, "migrated")).await, Some(old));
+}
+
+/// The version 2 file format, key-value bookkeeping in `workflow_meta` included, as the
+/// release before `workflow_migrations` wrote it (do not edit).
+const V2_DDL: &str = "
+    CREATE TABLE workflow_meta (key TEXT PRIMARY KEY NOT NULL, value NOT NULL);
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,
+        input TEXT NOT NULL, output TEXT, error TEXT, created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL, wake_at INTEGER NOT NULL,
+        epoch INTEGER NOT NULL DEFAULT 0, lease_until INTEGER
+    );
+    CREATE INDEX runs_ready ON runs (wake_at, id) WHERE status IN ('pending', 'running');
+    CREATE TABLE events (
+        run_id TEXT NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL, kind TEXT NOT NULL,
+        data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    ALTER TABLE runs ADD COLUMN hook_token TEXT;
+    CREATE TABLE hooks (
+        token TEXT PRIMARY KEY NOT NULL, run_id TEXT NOT NULL, created_at INTEGER NOT NULL,
+        active INTEGER NOT NULL, retain_until INTEGER
+    );
+    CREATE INDEX hooks_run ON hooks (run_id);
+    CREATE TABLE hook_inbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, token TEXT NOT NULL,
+        payload TEXT NOT NULL, at INTEGER NOT NULL
+    );
+    CREATE INDEX hook_inbox_run ON hook_inbox (run_id, id);
+    INSERT INTO workflow_meta (key, value) VALUES ('schema', 'workflow-rs'), ('version', 2);
+";
+
+/// A file of the previous layout (version 2, `workflow_meta`) opens: its bookkeeping
+/// becomes `workflow_migrations` rows, and its runs, events, hooks and payloads are kept,
+/// with each run's events numbered on from its last.
+#[tokio::test]
+async fn migrates_a_version_2_file_to_the_migrations_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let (done, live) = (RunId::new(), RunId::new());
+    let conn = raw(&path);
+    conn.execute_batch(V2_DDL).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    let event = EncodedEvents::new(&[step_done(t(1), 1), step_done(t(2), 2)]).unwrap();
+    for (run, status) in [(done, "completed"), (live, "running")] {
+        conn.execute(
+            "INSERT INTO runs (id, workflow, status, input, output, created_at, updated_at,
+                               wake_at, epoch, lease_until, hook_token)
+             VALUES (?1, 'orders', ?2, '[1]', '7', ?3, ?3, ?3, 1, NULL, 'tok-' || ?2)",
+            params![run.to_string(), status, sql_time(t(0))],
+        )
+        .unwrap();
+        for i in 0..2 {
+            conn.execute(
+                "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    run.to_string(),
+                    i + 1,
+                    event.at[i],
+                    event.kind[i],
+                    event.data[i]
+                ],
+            )
+            .unwrap();
+        }
+    }
+    conn.execute(
+        "INSERT INTO hooks (token, run_id, created_at, active) VALUES ('tok-running', ?1, 0, 1)",
+        [live.to_string()],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO hook_inbox (run_id, token, payload, at)
+         VALUES (?1, 'tok-running', '\"early\"', 0)",
+        [live.to_string()],
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    let conn = raw(&path);
+    assert_eq!(migrations(&conn), recorded(MIGRATIONS.len()));
+    let meta: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'workflow_meta'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(meta, 0, "the old bookkeeping is gone");
+    drop(conn);
+
+    let lease = previous_release_is_kept(&store, done, live).await;
+    assert_eq!(lease.epoch, 2);
+}
+
+#[tokio::test]
+async fn a_new_file_gets_every_migration() {
+    let (dir, store) = fresh().await;
+    drop(store);
+    let conn = raw(&dir.path().join("wf.db"));
+    let objects: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_schema
+             WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        objects,
+        [
+            "events",
+            "hook_inbox",
+            "hook_inbox_run",
+            "hooks",
+            "hooks_run",
+            "queues",
+            "runs",
+            "runs_parent",
+            "runs_queue_begun",
+            "runs_queue_holding",
+            "runs_queue_keyed",
+            "runs_queue_waiting",
+            "runs_ready",
+            "stream_chunks",
+            "streams",
+            "workflow_migrations"
+        ]
+    );
+    let has_token: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'hook_token'")
+        .unwrap()
+        .exists([])
+        .unwrap();
+    assert!(has_token);
+    let has_last_seq: bool = conn
+        .prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = 'last_seq'")
+        .unwrap()
+        .exists([])
+        .unwrap();
+    assert!(has_last_seq);
+}
+
+#[tokio::test]
+async fn rejects_a_version_2_file_missing_a_hook_table_without_touching_it() {
+    let (dir, store) = fresh().await;
+    drop(store);
+    let path = dir.path().join("wf.db");
+    let conn = raw(&path);
+    conn.execute_batch("DROP TABLE hook_inbox").unwrap();
+    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
+        .unwrap();
+    drop(conn);
+    let before = std::fs::read(&path).unwrap();
+    let err = within(SqliteStore::open(&path)).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Incompatible(m) if m.contains("table `hook_inbox` is missing")),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+// -----------------------------------------------------------------------------------------
+// The writer thread: group commit and isolation of batched requests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_share_commits_and_all_land() {
+    let (_dir, store) = fresh().await;
+    let wf = names(&["bulk"]);
+    let creates: Vec<_> = (0..200)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { within(create(&store, "bulk", t(i))).await })
+        })
+        .collect();
+    for c in creates {
+        within(c).await.unwrap();
+    }
+    let leased = within(acquire(
+        &store,
+        &wf,
+        t(1_000),
+        Duration::from_secs(600),
+        1_000,
+    ))
+    .await;
+    assert_eq!(leased.len(), 200);
+
+    let commits_before = store.inner.stats.commits.load(Ordering::Relaxed);
+    let appends: Vec<_> = leased
+        .iter()
+        .map(|r| {
+            let store = store.clone();
+            let lease = r.lease.clone();
+            tokio::spawn(async move {
+                store
+                    .append(
+                        &lease,
+                        &ap(vec![step_done(t(2_000), 1), step_done(t(2_001), 2)], None),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    for a in appends {
+        within(a).await.unwrap().unwrap();
+    }
+    let commits = store.inner.stats.commits.load(Ordering::Relaxed) - commits_before;
+    assert!(
+        commits < 200,
+        "200 appends took {commits} commits: no group commit"
+    );
+
+    for r in &leased {
+        let events = within(store.events(&r.run.id)).await.unwrap();
+        assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_does_not_undo_its_batch_neighbours() {
+    let (_dir, store) = fresh().await;
+    let wf = names(&["mix"]);
+    for i in 0..20 {
+        within(create(&store, "mix", t(i))).await;
+    }
+    let leased = within(acquire(&store, &wf, t(100), Duration::from_secs(600), 100)).await;
+    let tasks: Vec<_> = leased
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let store = store.clone();
+            let mut lease = r.lease.clone();
+            if i % 2 == 1 {
+                lease.epoch += 7;
+            }
+            tokio::spawn(async move {
+                store
+                    .append(&lease, &ap(vec![step_done(t(200), 1)], None))
+                    .await
+            })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let result = within(task).await.unwrap();
+        if i % 2 == 1 {
+            assert!(
+                matches!(result, Err(StoreError::LeaseLost(_))),
+                "{result:?}"
+            );
+        } else {
+            result.unwrap();
+        }
+    }
+    for (i, r) in leased.iter().enumerate() {
+        let n = within(store.events(&r.run.id)).await.unwrap().len();
+        assert_eq!(n, usize::from(i % 2 == 0));
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_write_fails_alone() {
+    let (_dir, store) = fresh().await;
+    let result: Result<(), _> = within(store.write(|_| panic!("boom"))).await;
+    assert!(
+        matches!(&result, Err(StoreError::Database(m)) if m.message().contains("boom")),
+        "{result:?}"
+    );
+    let id = within(create(&store, "orders", t(0))).await;
+    assert!(within(store.get_run(&id)).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn dropping_the_last_clone_ends_the_threads() {
+    let (_dir, store) = fresh().await;
+    let other = store.clone();
+    within(create(&store, "orders", t(0))).await;
+    let threads = Arc::downgrade(&store.inner.stats);
+    drop(store);
+    assert!(threads.upgrade().is_some(), "a clone still holds the store");
+    drop(other);
+    within(async {
+        while threads.upgrade().is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_starts_share_commits() {
+    let (dir, a) = fresh().await;
+    let b = within(SqliteStore::open(dir.path().join("wf.db")))
+        .await
+        .unwrap();
+    let commits = |s: &SqliteStore| s.inner.stats.commits.load(Ordering::Relaxed);
+
+    // From tasks on one store.
+    let before = commits(&a);
+    within(storm(std::slice::from_ref(&a), "solo", 200)).await;
+    let used = commits(&a) - before;
+    assert!(
+        used < 200,
+        "200 starts took {used} commits: no group commit"
+    );
+
+    // From two stores (two writer connections) on one file.
+    let before = commits(&a) + commits(&b);
+    within(storm(&[a.clone(), b.clone()], "shared", 200)).await;
+    let used = commits(&a) + commits(&b) - before;
+    assert!(
+        used < 200,
+        "200 starts took {used} commits: no group commit"
+    );
+}
+
+#[tokio::test]
+async fn a_database_error_keeps_rusqlite_s_error_as_its_source() {
+    use std::error::Error as _;
+    let dir = tempfile::tempdir().unwrap();
+    let err = within(SqliteStore::open(dir.path().join("missing/dir/wf.db")))
+        .await
+        .unwrap_err();
+    let source = err.source().expect("a source");
+    assert!(
+        source.downcast_ref::<rusqlite::Error>().is_some(),
+        "{source:?}"
+    );
+    assert!(err.to_string().ends_with(&source.to_string()), "{err}");
+    assert!(!err.is_transient());
+    // Converted to a step's error, the message names the cause once.
+    let cause = source.to_string();
+    let step = crate::Error::from(err);
+    assert_eq!(step.message().matches(&cause).count(), 1);
+}
+
+// -----------------------------------------------------------------------------------------
+// Decoding what another hand wrote
+
+#[tokio::test]
+async fn listing_reports_an_unknown_status() {
+    let (dir, store) = fresh().await;
+    within(create(&store, "orders", t(1))).await;
+    raw(&dir.path().join("wf.db"))
+        .execute("UPDATE runs SET status = 'lost'", [])
+        .unwrap();
+    let err = within(store.list_runs(&RunFilter::new()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt(m) if m.contains("unknown status `lost`")),
+        "{err:?}"
+    );
+}

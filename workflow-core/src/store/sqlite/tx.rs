@@ -1,0 +1,321 @@
+//! `Lite`: the shared policy's `Tx` on the writer's transaction, one method per statement of
+//! the table, and the small helpers that run a statement on a connection. Statements only:
+//! what to do with their rows is decided by the policy, and when they commit by the writer.
+
+use std::future::Future;
+
+use futures::FutureExt;
+use rusqlite::{params, Connection, OptionalExtension, Params, Row};
+
+use super::statements::SQL;
+use crate::error::StoreError;
+use crate::store::sql::policy::{ChunkAppend, EncodedChunk, NewRunRow, Tx};
+use crate::store::sql::rows::{InboxRow, LeasedRow, QueueLimits, RunRow};
+use crate::store::sql::{sql_id, to_json, EncodedEnd, EncodedEvents};
+use crate::store::CHILD_NOTICE_TOKEN;
+
+/// The policies' statements on the writer's transaction. They run synchronously, so every
+/// future they return is ready at once; [`now`] takes its value.
+pub(super) struct Lite<'a>(pub(super) &'a Connection);
+
+impl Tx for Lite<'_> {
+    async fn run_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.0.prepare_cached(SQL.run_exists)?.exists([id])?)
+    }
+
+    async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
+        let token = run.hook.as_ref().map(|h| &h.0);
+        let (id, wf, input, at) = (&run.key, &run.workflow, &run.input, run.created_at);
+        let deadline = run.deadline;
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let inserted = match run.lease_until {
+            None => exec(
+                self.0,
+                SQL.insert_run,
+                params![
+                    id,
+                    wf,
+                    input,
+                    at,
+                    token,
+                    deadline,
+                    parent,
+                    detached,
+                    run.queue,
+                    run.partition_key,
+                    run.priority
+                ],
+            )?,
+            Some(until) => exec(
+                self.0,
+                SQL.insert_leased_run,
+                params![id, wf, input, at, token, until, deadline, parent, detached],
+            )?,
+        };
+        Ok(inserted > 0)
+    }
+
+    async fn claim(
+        &mut self,
+        token: &str,
+        run: &str,
+        at: i64,
+        retain_until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        Ok(exec(self.0, SQL.claim, params![token, run, at, retain_until])? > 0)
+    }
+
+    async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
+        Ok(self
+            .0
+            .prepare_cached(SQL.hook_owner)?
+            .query_row([token], |r| Ok((r.get(0)?, r.get(1)?)))?)
+    }
+
+    async fn resume(
+        &mut self,
+        token: &str,
+        payload: &str,
+        at: i64,
+    ) -> Result<Option<InboxRow>, StoreError> {
+        // Finding the owner and queueing are one statement; the wake follows in the same
+        // transaction.
+        let queued = one(
+            self.0,
+            SQL.resume,
+            params![token, payload, at],
+            InboxRow::from_sqlite,
+        )?;
+        if let Some(q) = &queued {
+            exec(self.0, SQL.dialect.wake, params![q.run_id, at])?;
+        }
+        Ok(queued)
+    }
+
+    async fn append_events(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+    ) -> Result<bool, StoreError> {
+        let n = sql_id(events.len());
+        let Some(base) = one(self.0, SQL.append, params![run, n, fence], |r| {
+            r.get::<_, i64>(0)
+        })?
+        else {
+            return Ok(false);
+        };
+        let mut insert = self.0.prepare_cached(SQL.dialect.insert_event)?;
+        for (i, seq) in (base + 1..).take(events.len()).enumerate() {
+            insert.execute(params![
+                run,
+                seq,
+                events.at[i],
+                events.kind[i],
+                events.data[i]
+            ])?;
+        }
+        Ok(true)
+    }
+
+    async fn release_tokens(
+        &mut self,
+        run: &str,
+        tokens: Option<&[String]>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let tokens = tokens.map(|t| to_json(&t, "tokens")).transpose()?;
+        exec(self.0, SQL.release_tokens[0], params![run, now, tokens])?;
+        exec(self.0, SQL.release_tokens[1], params![run, tokens])?;
+        Ok(())
+    }
+
+    async fn prune_runs(&mut self, before: i64, now: i64) -> Result<Vec<String>, StoreError> {
+        all(self.0, SQL.prune_runs, [before, now], |r| r.get(0))
+    }
+
+    async fn prune_records(&mut self, runs: &[String]) -> Result<Vec<u64>, StoreError> {
+        let runs = to_json(&runs, "run ids")?;
+        let deleted = SQL.prune_records.map(|sql| exec(self.0, sql, [&runs]));
+        deleted.into_iter().map(|n| Ok(n? as u64)).collect()
+    }
+
+    async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
+        let ids = to_json(&ids, "payload ids")?;
+        exec(self.0, SQL.forget_payloads, params![run, ids])?;
+        Ok(())
+    }
+
+    async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.count_failure, params![run, epoch], |r| r.get(0))
+    }
+
+    async fn block(
+        &mut self,
+        run: &str,
+        epoch: i64,
+        error: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.block, params![run, epoch, error, now], |r| {
+            r.get(0)
+        })
+    }
+
+    async fn retry(&mut self, run: &str, now: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.retry, params![run, now])?;
+        Ok(())
+    }
+
+    async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.retry_at, params![run, at])?;
+        Ok(())
+    }
+
+    async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
+        one(self.0, SQL.run_status, [run], |r| r.get(0))
+    }
+
+    async fn append_chunk(
+        &mut self,
+        run: &str,
+        fence: i64,
+        chunk: &EncodedChunk,
+    ) -> Result<ChunkAppend, StoreError> {
+        if !self
+            .append_events(run, Some(fence), &EncodedEvents::default())
+            .await?
+        {
+            return Ok(ChunkAppend::LeaseLost);
+        }
+        let c = chunk;
+        let Some(idx) = one(self.0, SQL.append_chunk, [run, &c.stream], |r| r.get(0))? else {
+            return Ok(ChunkAppend::Closed);
+        };
+        let args = params![run, c.stream, idx, c.attempt, c.at, c.value];
+        exec(self.0, SQL.dialect.insert_chunk, args)?;
+        Ok(ChunkAppend::Appended(idx))
+    }
+
+    async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {
+        exec(self.0, SQL.close_stream, [run, stream])?;
+        Ok(())
+    }
+
+    async fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let workflows = to_json(&workflows, "workflow names")?;
+        all(self.0, SQL.waiting_queues, params![now, workflows], |r| {
+            r.get(0)
+        })
+    }
+
+    async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
+        one(self.0, SQL.lock_queue, [name], QueueLimits::from_sqlite)
+    }
+
+    async fn queue_counts(&mut self, name: &str, since: i64) -> Result<(i64, i64), StoreError> {
+        let counts = one(self.0, SQL.queue_counts, params![name, since], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+        Ok(counts.unwrap_or((0, 0)))
+    }
+
+    async fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let workflows = to_json(&workflows, "workflow names")?;
+        let args = params![name, now, workflows, limit];
+        all(self.0, SQL.queue_candidates, args, |r| r.get(0))
+    }
+
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
+        let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
+        let parent = one(
+            self.0,
+            SQL.end_run,
+            params![run, status, output, error, now],
+            |r| r.get::<_, Option<String>>(0),
+        )?
+        .flatten();
+        if let Some(parent) = parent {
+            let notice = end.notice(run);
+            exec(
+                self.0,
+                SQL.dialect.child_notice,
+                params![parent, CHILD_NOTICE_TOKEN, notice, now],
+            )?;
+            exec(self.0, SQL.dialect.wake, params![parent, now])?;
+        }
+        Ok(())
+    }
+
+    async fn lock_inbox_for_end(&mut self, _run: Option<&str>) -> Result<(), StoreError> {
+        // The writer's transaction holds the database's one write lock already.
+        Ok(())
+    }
+
+    async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
+        all(self.0, SQL.children_to_cancel, params![run], |r| r.get(0))
+    }
+}
+
+/// The value of a policy run on the writer thread, whose statements never wait.
+pub(super) fn now<T>(policy: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    policy.now_or_never().unwrap_or_else(|| {
+        Err(StoreError::database(
+            "internal error: a SQLite statement did not complete at once",
+        ))
+    })
+}
+
+pub(super) fn exec(conn: &Connection, sql: &str, args: impl Params) -> Result<usize, StoreError> {
+    Ok(conn.prepare_cached(sql)?.execute(args)?)
+}
+
+/// The first row `sql` returns, if any.
+pub(super) fn one<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Option<T>, StoreError> {
+    Ok(conn.prepare_cached(sql)?.query_row(args, f).optional()?)
+}
+
+/// Every row `sql` returns.
+pub(super) fn all<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl Params,
+    f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(args, f)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A row `acquire` leased, or why it cannot even be read, with the run id for the log: such
+/// a row is skipped like one that cannot be decoded.
+pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
+    let row = RunRow::from_sqlite(r).and_then(|run| {
+        let (epoch, wake_at) = (r.get(14)?, r.get(15)?);
+        Ok(LeasedRow {
+            run,
+            epoch,
+            wake_at,
+        })
+    });
+    let id = || r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());
+    Ok(row.map_err(|e| (id(), e.into())))
+}

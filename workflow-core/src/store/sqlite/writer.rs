@@ -1,0 +1,236 @@
+//! The writer thread: its connection (opened, checked, migrated and switched to WAL, with the
+//! write-ahead log preallocated), and its loop, which drains the queued requests into one
+//! transaction, a savepoint each, and answers only after the commit. It knows no statement of
+//! its own beyond transaction control: the requests bring their work.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::schema::{open_error, prepare_schema};
+use super::{database_error, panic_message, Stats, BUSY_TIMEOUT};
+use crate::error::{DatabaseError, StoreError};
+
+/// How long a write keeps retrying when the lock is still held after `BUSY_TIMEOUT`.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// Requests per transaction at most, so one burst cannot hold the lock for long.
+pub(super) const MAX_BATCH: usize = 1024;
+
+/// The writer's connection: validates the file, creates the schema if the file is new, and
+/// switches it to WAL, in that order, so that a rejected file is never modified.
+pub(super) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+    let fail = |e: rusqlite::Error| open_error(path, e);
+    let conn = Connection::open(path).map_err(fail)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
+    // Per connection: a commit reported to the caller has reached the disk.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(fail)?;
+    conn.set_prepared_statement_cache_capacity(64);
+
+    // One IMMEDIATE transaction: processes opening the same new file at once take turns, and
+    // the second one sees the first one's schema.
+    {
+        let tx = begin_immediate(&conn).map_err(fail)?;
+        prepare_schema(&tx, path)?;
+        retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(fail)?;
+    }
+
+    let mode: String = retry_busy("PRAGMA journal_mode", || {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+    })
+    .map_err(fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::database(format!(
+            "{}: SQLite cannot use WAL mode for this file (it stays in `{mode}` mode); \
+             put the file on a local file system",
+            path.display()
+        )));
+    }
+    if let Err(e) = preallocate_wal(&conn, path) {
+        // Only speed is at stake: the store works the same without it.
+        tracing::debug!(error = %e, "could not preallocate the write-ahead log");
+    }
+    Ok(conn)
+}
+
+/// Frames of write-ahead log kept allocated: SQLite checkpoints after 1000 and then starts
+/// over at the front of the file, so the log never needs to grow past this in steady state.
+pub(super) const WAL_FRAMES: u64 = 1024;
+
+/// Extends the write-ahead log with zeros to [`WAL_FRAMES`] frames if it is shorter (a new
+/// file, or one SQLite deleted when the last connection closed). A commit that only
+/// overwrites allocated blocks of the log is much cheaper to make durable than one that grows
+/// the file: on the ext4 disk of BENCHMARKS.md, about 120 µs instead of 210 µs per commit,
+/// because `fsync` then writes the data alone, not also the file's metadata (new size, new
+/// blocks). SQLite reads a log only up to its last valid frame, and zeros are never valid, so
+/// the padding is invisible; the write lock (an IMMEDIATE transaction) keeps other processes
+/// from appending frames while the zeros are written.
+pub(super) fn preallocate_wal(conn: &Connection, path: &Path) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+
+    let page_size: u64 = conn
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .map_err(std::io::Error::other)?;
+    // A 32-byte header, then per frame a 24-byte header and one page.
+    let target = 32 + WAL_FRAMES * (24 + page_size);
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let tx = begin_immediate(conn).map_err(std::io::Error::other)?;
+    let len = std::fs::metadata(&wal)?.len();
+    if len < target {
+        let mut file = std::fs::OpenOptions::new().write(true).open(&wal)?;
+        file.seek(SeekFrom::Start(len))?;
+        let zeros = vec![0u8; 64 * 1024];
+        let mut left = target - len;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            file.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        file.sync_all()?;
+    }
+    tx.rollback().map_err(std::io::Error::other)
+}
+
+/// A write request as the writer thread sees it: run inside the transaction, then, once the
+/// transaction's fate is known, answer.
+pub(super) trait WriteJob: Send {
+    /// Runs the request; false if it failed (its savepoint is then rolled back).
+    fn run(&mut self, tx: &Transaction<'_>) -> bool;
+    /// Answers the caller. `commit` is how the whole transaction ended.
+    fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>);
+}
+
+pub(super) struct Job<F, R> {
+    pub(super) work: Option<F>,
+    pub(super) result: Option<Result<R, StoreError>>,
+    pub(super) reply: oneshot::Sender<Result<R, StoreError>>,
+}
+
+impl<F, R> WriteJob for Job<F, R>
+where
+    F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send,
+    R: Send,
+{
+    fn run(&mut self, tx: &Transaction<'_>) -> bool {
+        let Some(work) = self.work.take() else {
+            return false;
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|p| {
+            Err(StoreError::database(format!(
+                "internal error: a store write panicked: {}",
+                panic_message(p.as_ref())
+            )))
+        });
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>) {
+        let answer = match (self.result, commit) {
+            // A refused request wrote nothing, so its own answer holds whatever the commit did.
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(v)), Ok(())) => Ok(v),
+            (_, Err(why)) => Err(StoreError::Database(why.clone())),
+            (None, Ok(())) => Err(StoreError::database(
+                "internal error: a store write was never run",
+            )),
+        };
+        // The caller may have stopped waiting; the write stands either way.
+        let _ = self.reply.send(answer);
+    }
+}
+
+pub(super) fn writer_loop(
+    conn: Connection,
+    jobs: mpsc::Receiver<Box<dyn WriteJob>>,
+    stats: Arc<Stats>,
+) {
+    // Ends when every sender (every store clone) is gone and the queue is empty.
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let outcome = run_batch(&conn, &mut batch);
+        match &outcome {
+            Ok(()) => {
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(why) => tracing::error!(requests = batch.len(), error = %why, "store write failed"),
+        }
+        let commit = outcome.as_ref().map(|_| ());
+        for job in batch {
+            job.finish(commit);
+        }
+    }
+}
+
+/// One group transaction. Err only when the transaction as a whole did not commit.
+pub(super) fn run_batch(
+    conn: &Connection,
+    batch: &mut [Box<dyn WriteJob>],
+) -> Result<(), DatabaseError> {
+    let failed =
+        |e: rusqlite::Error| database_error(format!("the write transaction failed: {e}"), e);
+    let tx = begin_immediate(conn).map_err(failed)?;
+    for job in batch.iter_mut() {
+        tx.prepare_cached("SAVEPOINT request")
+            .and_then(|mut s| s.execute([]))
+            .map_err(failed)?;
+        let ok = job.run(&tx);
+        if tx.is_autocommit() {
+            // Some errors (disk full, I/O) make SQLite roll back the whole transaction.
+            return Err(DatabaseError::new(
+                "the write transaction was rolled back by SQLite",
+            ));
+        }
+        let end = if ok {
+            "RELEASE request"
+        } else {
+            "ROLLBACK TO request; RELEASE request"
+        };
+        tx.execute_batch(end).map_err(failed)?;
+    }
+    // On any error return, dropping `tx` rolls back whatever is left.
+    retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)
+}
+
+pub(super) fn begin_immediate(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {
+    retry_busy("BEGIN IMMEDIATE", || {
+        Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+    })
+}
+
+/// `busy_timeout` already waits inside SQLite; this covers a lock held longer than that by
+/// another process, up to `LOCK_WAIT`.
+pub(super) fn retry_busy<T>(
+    what: &str,
+    mut f: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && start.elapsed() < LOCK_WAIT =>
+            {
+                tracing::warn!(
+                    statement = what,
+                    "the database is locked by another connection; retrying"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
