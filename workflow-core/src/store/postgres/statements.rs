@@ -101,20 +101,8 @@ pub(super) const RUN_COLUMNS: &str =
     "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token, deadline, parent_id, queue, partition_key, priority";
 
-/// SQL building a child's [`ChildNotice`](crate::store::ChildNotice) JSON from the run id,
-/// status, output JSON and error JSON parameters named, as `ChildNotice::encode` writes it.
-pub(super) fn child_notice_sql(id: &str, status: &str, output: &str, error: &str) -> String {
-    format!(
-        r#"('{{"child":"' || {id} || '","status":"' || {status} || '","output":' || COALESCE({output}, 'null') || ',"error":' || COALESCE({error}, 'null') || '}}')"#
-    )
-}
-
 /// The statements for the tables in schema `s` (quoted).
 pub(super) fn statements(s: &str) -> Statements {
-    // A child's `ChildNotice` JSON, assembled by the statement that ends the child and only
-    // for a child: the end's status, output and error are sent once, as its columns.
-    let end_notice = child_notice_sql("$1", "$2", "$3", "$4");
-    let ending_notice = child_notice_sql("$1", "$6", "$7", "$8");
     // What every append of one run's events (`$1` run, `$2` times, `$3` kinds, `$4` data)
     // inserts, numbered after the `base` its fenced update of the run's row returned (from
     // CTE `numbered` or `ended`).
@@ -239,8 +227,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  SELECT base FROM numbered"
             ),
             run_status: format!("SELECT status FROM {s}.runs WHERE id = $1 FOR UPDATE"),
-            // Ended; a child's end (a `ChildNotice`, built here from the end's own columns) is
-            // queued to its parent under the notice token (`$6`), with the inbox lock (`$7`,
+            // Ended; a child's end (`$9`, its `ChildNotice` as `EncodedEnd::notice` encodes it)
+            // is queued to its parent under the notice token (`$6`), with the inbox lock (`$7`,
             // see `resume`) taken only then, and the parent woken; the end of a queued run
             // frees a slot, so its queue's waiting runs may be ready. The answer: the notices
             // to send. With `$8`, the run's tokens are given up too (as `release_tokens` does
@@ -262,7 +250,7 @@ pub(super) fn statements(s: &str) -> Statements {
                      FROM ended e WHERE e.parent_id IS NOT NULL),
                  queued AS (
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                     SELECT l.parent_id, $6, {end_notice}, $5 FROM locked l
+                     SELECT l.parent_id, $6, $9, $5 FROM locked l
                      RETURNING run_id),
                  {end_woken_notes}
                  SELECT COALESCE((SELECT n FROM notes), ARRAY[]::text[])"
@@ -588,8 +576,8 @@ pub(super) fn statements(s: &str) -> Statements {
                 // `append_ending` and `end_run` (releasing the tokens) in one statement: the
                 // run's row is updated once, numbering the events and ending it. `$1` run,
                 // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
-                // output, `$8` error, `$9` now, `$10` the notice token (the child's notice is
-                // built from `$1`, `$6`, `$7`, `$8`), `$11` the inbox lock (taken before the
+                // output, `$8` error, `$9` now, `$10` the notice token, `$12` the child's notice
+                // (`EncodedEnd::notice`, queued only for a child), `$11` the inbox lock (taken before the
                 // row lock, and only for a child). One row, with the notices to send; none when
                 // the lease is lost.
                 append_and_end: format!(
@@ -612,7 +600,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            AND active AND COALESCE(retain_until, 0) > $9),
                      queued AS (
                          INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                         SELECT e.parent_id, $10, {ending_notice}, $9 FROM ended e
+                         SELECT e.parent_id, $10, $12, $9 FROM ended e
                          WHERE e.parent_id IS NOT NULL
                          RETURNING run_id),
                      {ending_woken_notes}

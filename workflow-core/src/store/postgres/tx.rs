@@ -54,6 +54,7 @@ impl Pg<'_> {
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
             .bind(release)
+            .bind(end.notice(run))
             .fetch_one(&mut *self.conn)
             .await?;
         self.announce(notes).await
@@ -393,6 +394,7 @@ impl Tx for Pg<'_> {
         let ended = ending(&self.sql.dialect.append_and_end)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
+            .bind(end.notice(run))
             .fetch_optional(&mut *self.conn)
             .await?;
         let Some(ended) = ended else {
