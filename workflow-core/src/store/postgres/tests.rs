@@ -1,0 +1,805 @@
+use serde_json::json;
+
+use super::super::{from_millis, RunOutcome};
+use super::listen::parse_notice;
+use super::schema::MIGRATIONS;
+use super::statements::CLOCK;
+use super::*;
+use std::time::{Duration, SystemTime};
+
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::sync::broadcast;
+
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::store::sql::EncodedEvents;
+use crate::store::{Admission, HookStore, NewRun, Notice, RunStore};
+use crate::testing::store::{
+    acquire, ap, conformance_tests, create, event_seqs, lease_one, names, previous_release_is_kept,
+    start, step_done, t, within, Damage, Inspect,
+};
+
+/// How long a notice may take to arrive.
+const NOTICE_WAIT: Duration = Duration::from_secs(10);
+
+/// The test database, or `None` (the test is skipped) when none is configured; under
+/// `CI=true` a missing database fails the test instead.
+fn test_url() -> Option<String> {
+    match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "WORKFLOW_TEST_DATABASE_URL is not set, but CI=true requires the PostgreSQL \
+                 store tests to run"
+            );
+            eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+            None
+        }
+    }
+}
+
+/// A schema of the test's own, dropped when this goes out of scope (also when the test
+/// panics), after the stores using it.
+struct TestSchema {
+    url: String,
+    name: String,
+}
+
+impl TestSchema {
+    fn new() -> Option<TestSchema> {
+        Some(TestSchema {
+            url: test_url()?,
+            name: format!("wf_t_{:016x}", rand::random::<u64>()),
+        })
+    }
+
+    async fn connect(&self) -> PostgresStore {
+        within(PostgresStore::connect(&self.url, &self.name))
+            .await
+            .unwrap()
+    }
+
+    /// A plain connection for inspecting and damaging tables.
+    async fn raw(&self) -> PgConnection {
+        within(PgConnection::connect(&self.url)).await.unwrap()
+    }
+
+    fn table(&self, table: &str) -> String {
+        format!("{}.{table}", quote_ident(&self.name))
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        let mut conn = self.raw().await;
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table(table)))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    async fn exec(&self, sql: &str) {
+        let mut conn = self.raw().await;
+        conn.execute(sql).await.unwrap();
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        // Drop cannot await, and may run on a runtime thread: use a thread of its own.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async {
+                let mut conn = PgConnection::connect(&url)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // This thread blocks the test's runtime, so connections its stores left
+                // inside a transaction (sqlx rolls back on the next use) would hold their
+                // locks against the DROP forever: end them first.
+                sqlx::query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                )
+                .bind(application_name(&name))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+                conn.execute("SET lock_timeout = '10s'")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                conn.execute(
+                    format!("DROP SCHEMA IF EXISTS {} CASCADE", quote_ident(&name)).as_str(),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                conn.close().await.map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test schema {}: {dropped:?}", self.name);
+        }
+    }
+}
+
+/// A fresh schema and a store on it, or return (skipping the test).
+macro_rules! fresh {
+    () => {{
+        let Some(schema) = TestSchema::new() else {
+            return;
+        };
+        let store = schema.connect().await;
+        (schema, store)
+    }};
+}
+
+impl PostgresStore {
+    /// `table` of this store's schema, quoted.
+    fn table(&self, table: &str) -> String {
+        format!("{}.{table}", quote_ident(self.schema()))
+    }
+}
+
+impl Inspect for PostgresStore {
+    async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {}", self.table(table)))
+            .fetch_one(&self.inner.pool)
+            .await
+            .unwrap()
+    }
+
+    async fn wake_at(&self, run: RunId) -> SystemTime {
+        let ms: i64 = sqlx::query_scalar(&format!(
+            "SELECT wake_at FROM {} WHERE id = $1",
+            self.table("runs")
+        ))
+        .bind(run.to_string())
+        .fetch_one(&self.inner.pool)
+        .await
+        .unwrap();
+        from_millis(u64::try_from(ms).unwrap())
+    }
+
+    async fn event_kinds(&self, run: RunId) -> Option<Vec<String>> {
+        let kinds = sqlx::query_scalar(&format!(
+            "SELECT kind FROM {} WHERE run_id = $1 ORDER BY seq",
+            self.table("events")
+        ))
+        .bind(run.to_string())
+        .fetch_all(&self.inner.pool)
+        .await
+        .unwrap();
+        Some(kinds)
+    }
+}
+
+impl Damage for PostgresStore {
+    async fn corrupt_input(&self, run: RunId) {
+        sqlx::query(&format!(
+            "UPDATE {} SET input = 'not json' WHERE id = $1",
+            self.table("runs")
+        ))
+        .bind(run.to_string())
+        .execute(&self.inner.pool)
+        .await
+        .unwrap();
+    }
+
+    async fn add_undecodable_event(&self, run: RunId) {
+        sqlx::query(&format!(
+            "INSERT INTO {} (run_id, seq, at, kind, data) VALUES ($1, 1, 0, 'x', '{{}}')",
+            self.table("events")
+        ))
+        .bind(run.to_string())
+        .execute(&self.inner.pool)
+        .await
+        .unwrap();
+        sqlx::query(&format!(
+            "UPDATE {} SET last_seq = 1 WHERE id = $1",
+            self.table("runs")
+        ))
+        .bind(run.to_string())
+        .execute(&self.inner.pool)
+        .await
+        .unwrap();
+    }
+}
+
+conformance_tests! {
+    groups: [contract, inspect, compared, damage],
+    // Each on a schema of its own; skipped without a test database.
+    one: {
+        let (_schema, store) = fresh!();
+    } => store,
+    shared: {
+        let (schema, a) = fresh!();
+        // Three stores, three pools, one schema.
+        let stores = [a, schema.connect().await, schema.connect().await];
+    } => stores,
+}
+
+// -----------------------------------------------------------------------------------------
+// Connecting and migrating
+
+#[tokio::test]
+async fn rejects_invalid_schema_names_before_connecting() {
+    let long = "a".repeat(64);
+    for bad in [
+        "", "1abc", "bad-name", "a\"b", "a b", "pg_temp", "PG_x", "ünï", &long,
+    ] {
+        let err = PostgresStore::connect("postgres://nobody@127.0.0.1:1/none", bad)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Database(m) if m.message().contains("invalid PostgreSQL schema name")),
+            "{bad:?}: {err:?}"
+        );
+    }
+    assert!(check_schema_name(&"a".repeat(63)).is_ok());
+    assert!(check_schema_name("_Workflow_2").is_ok());
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_an_error_naming_it_without_the_password() {
+    let err = within(PostgresStore::connect(
+        "postgres://alice:s3cret@127.0.0.1:1/orders",
+        "workflow",
+    ))
+    .await
+    .unwrap_err();
+    let StoreError::Database(msg) = &err else {
+        panic!("expected Database, got {err:?}");
+    };
+    assert!(err.is_transient(), "a refused connection may succeed later");
+    let msg = msg.message();
+    assert!(
+        msg.contains("cannot connect to PostgreSQL at alice@127.0.0.1:1/orders"),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cret"), "{msg}");
+
+    let err = within(PostgresStore::connect("not a url", "workflow"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Database(m) if m.message().contains("invalid PostgreSQL URL")),
+        "{err:?}"
+    );
+}
+
+/// Writes arriving together are committed by the committers in batches, where neighbouring
+/// appends of events and all admissions go in one statement each: every write still
+/// answers for itself (a stale lease is refused alone, an id admitted twice is admitted
+/// once) and each run's events are numbered without gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_appends_and_admissions_each_answer_for_themselves() {
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    let store = schema.connect().await;
+    let run = |id: RunId| NewRun {
+        parent: None,
+        id,
+        workflow: "orders".to_owned(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+    };
+    let ids: Vec<RunId> = (0..40).map(|_| RunId::new()).collect();
+    // Each id twice, all at once.
+    let admissions = ids
+        .iter()
+        .chain(&ids)
+        .map(|id| store.create_run_leased(run(*id), Duration::from_secs(600)));
+    let admitted = within(futures::future::join_all(admissions)).await;
+    let mut leases = std::collections::HashMap::new();
+    let mut refused = 0;
+    for admission in admitted {
+        match admission {
+            Ok((Admission::Admitted, Some(lease))) => {
+                assert!(
+                    leases.insert(lease.run_id, lease).is_none(),
+                    "admitted twice"
+                );
+            }
+            Err(StoreError::Database(e)) if e.to_string().contains("exists") => refused += 1,
+            other => panic!("unexpected admission: {other:?}"),
+        }
+    }
+    assert_eq!((leases.len(), refused), (40, 40));
+    // Three rounds of appends to every run at once; every fourth run is taken over by a
+    // later lease first, so its appends under the first lease are refused.
+    let stale: Vec<RunId> = ids.iter().step_by(4).copied().collect();
+    let mut sql = schema.raw().await;
+    for id in &stale {
+        sqlx::query(&format!(
+            "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
+            schema.table("runs")
+        ))
+        .bind(id.to_string())
+        .execute(&mut sql)
+        .await
+        .unwrap();
+    }
+    for round in 0..3u32 {
+        let appends = ids.iter().map(|id| {
+            let lease = leases[id].clone();
+            let store = &store;
+            async move {
+                let write = ap(
+                    vec![step_done(t(10), round), step_done(t(10), round + 100)],
+                    None,
+                );
+                (lease.run_id, store.append(&lease, &write).await)
+            }
+        });
+        for (id, appended) in within(futures::future::join_all(appends)).await {
+            match appended {
+                Ok(()) => assert!(!stale.contains(&id), "a stale lease's append was taken"),
+                Err(StoreError::LeaseLost(run)) => {
+                    assert_eq!(run, id);
+                    assert!(stale.contains(&id), "a live lease's append was refused");
+                }
+                Err(e) => panic!("append failed: {e}"),
+            }
+        }
+    }
+    for id in &ids {
+        let expected: Vec<u64> = if stale.contains(id) {
+            vec![]
+        } else {
+            (1..=6).collect()
+        };
+        assert_eq!(event_seqs(&store, *id).await, expected, "run {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_connects_of_a_new_schema_migrate_once() {
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    let connects: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, name) = (schema.url.clone(), schema.name.clone());
+            tokio::spawn(async move { PostgresStore::connect(&url, &name).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for c in connects {
+        stores.push(within(c).await.unwrap().unwrap());
+    }
+    let id = within(create(&stores[0], "orders", t(0))).await;
+    for store in &stores {
+        assert!(within(store.get_run(&id)).await.unwrap().is_some());
+    }
+
+    let versions = || async {
+        let mut conn = schema.raw().await;
+        sqlx::query_as::<_, (i32, String)>(&format!(
+            "SELECT version, name FROM {} ORDER BY version",
+            schema.table("workflow_migrations")
+        ))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    };
+    let expected: Vec<(i32, String)> = MIGRATIONS
+        .iter()
+        .map(|m| (m.version as i32, m.name.to_owned()))
+        .collect();
+    assert_eq!(versions().await, expected);
+
+    // Connecting again migrates nothing and keeps the data.
+    let again = schema.connect().await;
+    assert_eq!(versions().await, expected);
+    assert!(within(again.get_run(&id)).await.unwrap().is_some());
+
+    let mut conn = schema.raw().await;
+    let objects: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND c.relkind IN ('r', 'i') ORDER BY 1",
+    )
+    .bind(&schema.name)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        objects,
+        [
+            "events",
+            "events_pkey",
+            "hook_inbox",
+            "hook_inbox_pkey",
+            "hook_inbox_run",
+            "hooks",
+            "hooks_pkey",
+            "hooks_run",
+            "queues",
+            "queues_pkey",
+            "runs",
+            "runs_created",
+            "runs_parent",
+            "runs_pkey",
+            "runs_queue_begun",
+            "runs_queue_holding",
+            "runs_queue_keyed",
+            "runs_queue_waiting",
+            "runs_ready",
+            "stream_chunks",
+            "stream_chunks_pkey",
+            "streams",
+            "streams_pkey",
+            "workflow_migrations",
+            "workflow_migrations_pkey"
+        ]
+    );
+}
+
+/// Processes time everything by the store's clock: it must be the server's, read when
+/// asked (not the time its transaction or connection began).
+#[tokio::test]
+async fn its_clock_is_the_servers() {
+    async fn server(conn: &mut PgConnection) -> SystemTime {
+        let us: i64 = sqlx::query_scalar(CLOCK).fetch_one(conn).await.unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_micros(us as u64)
+    }
+    let (schema, store) = fresh!();
+    let mut conn = schema.raw().await;
+    for _ in 0..3 {
+        let before = server(&mut conn).await;
+        let now = within(store.now())
+            .await
+            .unwrap()
+            .expect("a clock of its own");
+        let after = server(&mut conn).await;
+        assert!(
+            before <= now && now <= after,
+            "{before:?} <= {now:?} <= {after:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn refuses_a_schema_of_a_newer_version() {
+    let (schema, store) = fresh!();
+    drop(store);
+    let newest = MIGRATIONS.last().map_or(0, |m| m.version);
+    let future = newest + 1;
+    schema
+        .exec(&format!(
+            "INSERT INTO {} (version, name, applied_at) VALUES ({future}, 'from the future', 0)",
+            schema.table("workflow_migrations")
+        ))
+        .await;
+    let err = within(PostgresStore::connect(&schema.url, &schema.name))
+        .await
+        .unwrap_err();
+    let StoreError::Incompatible(msg) = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    assert!(msg.contains(&format!("schema `{}`", schema.name)), "{msg}");
+    assert!(msg.contains(&format!("schema version {future}")), "{msg}");
+    assert!(msg.contains(&format!("versions up to {newest}")), "{msg}");
+    assert_eq!(
+        schema.count("workflow_migrations").await,
+        MIGRATIONS.len() as i64 + 1
+    );
+}
+
+/// A store of schema version 1 (before `runs.last_seq`) is migrated with its histories
+/// numbered on: appends after the migration continue each run's sequence.
+#[tokio::test]
+async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
+    let (schema, store) = fresh!();
+    let id = RunId::new();
+    within(store.create_run(NewRun {
+        parent: None,
+        id,
+        workflow: "orders".to_owned(),
+        input: json!(null),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+    }))
+    .await
+    .unwrap();
+    let leased = within(acquire(
+        &store,
+        &names(&["orders"]),
+        t(1),
+        Duration::from_secs(60),
+        1,
+    ))
+    .await;
+    let lease = leased[0].lease.clone();
+    within(store.append(
+        &lease,
+        &ap(vec![step_done(t(2), 1), step_done(t(3), 2)], None),
+    ))
+    .await
+    .unwrap();
+    drop(store);
+    // Back to version 1, as an older build left it.
+    schema
+        .exec(&format!(
+            "ALTER TABLE {runs} DROP COLUMN last_seq; ALTER TABLE {runs} RESET (fillfactor);
+             ALTER TABLE {runs} DROP COLUMN failed_tries, DROP COLUMN blocked_tries,
+                 DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
+             ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
+                 DROP COLUMN priority, DROP COLUMN began_at;
+             DROP TABLE {streams}, {chunks}, {queues};
+             DELETE FROM {migrations} WHERE version > 1",
+            runs = schema.table("runs"),
+            streams = schema.table("streams"),
+            chunks = schema.table("stream_chunks"),
+            queues = schema.table("queues"),
+            migrations = schema.table("workflow_migrations"),
+        ))
+        .await;
+    let store = schema.connect().await;
+    assert_eq!(
+        schema.count("workflow_migrations").await,
+        MIGRATIONS.len() as i64
+    );
+    within(store.append(&lease, &ap(vec![step_done(t(4), 3)], None)))
+        .await
+        .unwrap();
+    assert_eq!(event_seqs(&store, id).await, [1, 2, 3]);
+}
+
+/// The schema as the release before the shared SQL layer created it (do not edit).
+const RELEASED_DDL: &str = r#"
+    CREATE SCHEMA {s};
+    CREATE TABLE {s}.workflow_migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL
+    );
+    CREATE TABLE {s}.runs (
+        id TEXT COLLATE "C" PRIMARY KEY, workflow TEXT NOT NULL, status TEXT NOT NULL
+            CHECK (status IN ('pending', 'running', 'completed', 'failed', 'cancelled')),
+        input TEXT NOT NULL, output TEXT, error TEXT, created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL, wake_at BIGINT NOT NULL,
+        epoch BIGINT NOT NULL DEFAULT 0, lease_until BIGINT, hook_token TEXT
+    );
+    CREATE INDEX runs_ready ON {s}.runs (wake_at, id) WHERE status IN ('pending', 'running');
+    CREATE INDEX runs_created ON {s}.runs (created_at, id);
+    CREATE TABLE {s}.events (
+        run_id TEXT NOT NULL, seq BIGINT NOT NULL, at BIGINT NOT NULL, kind TEXT NOT NULL,
+        data TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE {s}.hooks (
+        token TEXT PRIMARY KEY, run_id TEXT NOT NULL, created_at BIGINT NOT NULL,
+        active BOOLEAN NOT NULL, retain_until BIGINT
+    );
+    CREATE INDEX hooks_run ON {s}.hooks (run_id);
+    CREATE TABLE {s}.hook_inbox (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, run_id TEXT NOT NULL,
+        token TEXT NOT NULL, payload TEXT NOT NULL, at BIGINT NOT NULL
+    );
+    CREATE INDEX hook_inbox_run ON {s}.hook_inbox (run_id, id);
+    ALTER TABLE {s}.runs ADD COLUMN last_seq BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE {s}.runs SET (fillfactor = 80);
+    INSERT INTO {s}.workflow_migrations (version, name, applied_at) VALUES
+        (1, 'runs, events, hooks and the hook inbox', 0),
+        (2, 'each run keeps the number of its last event', 0);
+"#;
+
+/// A schema written by the previous release opens as it is: its migrations table already
+/// has the shared layout, and its runs, events, hooks and payloads are kept, each run's
+/// events numbered on from its last.
+#[tokio::test]
+async fn opens_a_schema_of_the_previous_release_and_keeps_its_data() {
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    let (done, live) = (RunId::new(), RunId::new());
+    let events = EncodedEvents::new(&[step_done(t(1), 1), step_done(t(2), 2)]).unwrap();
+    let mut sql = RELEASED_DDL.replace("{s}", &quote_ident(&schema.name));
+    for (run, status) in [(done, "completed"), (live, "running")] {
+        sql.push_str(&format!(
+            "INSERT INTO {runs} (id, workflow, status, input, output, created_at,
+                 updated_at, wake_at, epoch, hook_token, last_seq)
+             VALUES ('{run}', 'orders', '{status}', '[1]', '7', 0, 0, 0, 1, 'tok-{status}', 2);",
+            runs = schema.table("runs")
+        ));
+        for i in 0..2 {
+            sql.push_str(&format!(
+                "INSERT INTO {} (run_id, seq, at, kind, data) VALUES ('{run}', {}, {}, '{}', '{}');",
+                schema.table("events"),
+                i + 1,
+                events.at[i],
+                events.kind[i],
+                events.data[i].replace('\'', "''"),
+            ));
+        }
+    }
+    sql.push_str(&format!(
+        "INSERT INTO {} (token, run_id, created_at, active) VALUES ('tok-running', '{live}', 0, TRUE);
+         INSERT INTO {} (run_id, token, payload, at) VALUES ('{live}', 'tok-running', '\"early\"', 0);",
+        schema.table("hooks"),
+        schema.table("hook_inbox"),
+    ));
+    schema.exec(&sql).await;
+
+    let store = schema.connect().await;
+    assert_eq!(
+        schema.count("workflow_migrations").await,
+        MIGRATIONS.len() as i64
+    );
+    previous_release_is_kept(&store, done, live).await;
+}
+
+#[tokio::test]
+async fn a_database_error_keeps_sqlx_s_error_as_its_source() {
+    use std::error::Error as _;
+    let err = within(PostgresStore::connect(
+        "postgres://nobody@127.0.0.1:1/none",
+        "wf",
+    ))
+    .await
+    .unwrap_err();
+    let source = err.source().expect("a source");
+    assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
+}
+
+#[tokio::test]
+async fn refuses_a_schema_holding_other_tables() {
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    schema
+        .exec(&format!(
+            "CREATE SCHEMA {0}; CREATE TABLE {0}.users (id INT); CREATE TABLE {0}.orders (id INT);",
+            quote_ident(&schema.name)
+        ))
+        .await;
+    let err = within(PostgresStore::connect(&schema.url, &schema.name))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Incompatible(m)
+            if m.contains("is not a workflow-rs store (it has tables `orders`, `users`)")),
+        "{err:?}"
+    );
+    assert_eq!(schema.count("users").await, 0);
+
+    // An empty schema made by someone else is fine.
+    let Some(empty) = TestSchema::new() else {
+        return;
+    };
+    empty
+        .exec(&format!("CREATE SCHEMA {}", quote_ident(&empty.name)))
+        .await;
+    let store = empty.connect().await;
+    within(create(&store, "orders", t(0))).await;
+}
+
+#[tokio::test]
+async fn drop_schema_removes_everything() {
+    let Some(schema) = TestSchema::new() else {
+        return;
+    };
+    let store = schema.connect().await;
+    assert_eq!(store.schema(), schema.name);
+    within(create(&store, "orders", t(0))).await;
+    within(store.drop_schema()).await.unwrap();
+    let mut conn = schema.raw().await;
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&schema.name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+// -----------------------------------------------------------------------------------------
+// Notices
+
+/// The next notice matching `want`, skipping others; fails after `NOTICE_WAIT`.
+async fn expect_notice(
+    rx: &mut broadcast::Receiver<Notice>,
+    what: &str,
+    want: impl Fn(&Notice) -> bool,
+) -> Notice {
+    tokio::time::timeout(NOTICE_WAIT, async {
+        loop {
+            match rx.recv().await {
+                Ok(n) if want(&n) => return n,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => {
+                    panic!("notices closed while waiting for {what}")
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {what} notice within {NOTICE_WAIT:?}"))
+}
+
+fn ready(n: &Notice) -> bool {
+    *n == Notice::RunsReady
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_reach_every_process_of_the_schema() {
+    let (schema, a) = fresh!();
+    let b = schema.connect().await;
+    let mut rx_a = a.notices().unwrap();
+    let mut rx_b = b.notices().unwrap();
+    // Each listener announces its subscription with a RunsReady: from then on, nothing
+    // committed is missed.
+    expect_notice(&mut rx_a, "subscribed", ready).await;
+    expect_notice(&mut rx_b, "subscribed", ready).await;
+
+    // Admission, seen by both processes.
+    let (run, _) = within(start(&a, "tok", None, t(0))).await;
+    expect_notice(&mut rx_a, "RunsReady on create", ready).await;
+    expect_notice(&mut rx_b, "RunsReady on create", ready).await;
+
+    // A payload for a run nobody drives: Payload and RunsReady.
+    within(b.resume_hook("tok", json!(1), t(1))).await.unwrap();
+    let want = Notice::Payload(run);
+    expect_notice(&mut rx_a, "Payload on resume", |n| *n == want).await;
+    expect_notice(&mut rx_a, "RunsReady on resume", ready).await;
+
+    // Cancelled by the other process: RunEnded.
+    within(b.cancel(&run, t(2))).await.unwrap();
+    let want = Notice::RunEnded(run);
+    expect_notice(&mut rx_a, "RunEnded on cancel", |n| *n == want).await;
+
+    // Completed: RunEnded too.
+    let id = within(create(&b, "orders", t(0))).await;
+    let lease = within(lease_one(&b, id, t(10))).await;
+    within(b.append(&lease, &ap(vec![], Some(RunOutcome::Completed(json!(1))))))
+        .await
+        .unwrap();
+    let want = Notice::RunEnded(id);
+    expect_notice(&mut rx_a, "RunEnded on completion", |n| *n == want).await;
+
+    // Other schemas are other channels.
+    let (_other_schema, other) = fresh!();
+    let mut rx_other = other.notices().unwrap();
+    expect_notice(&mut rx_other, "subscribed", ready).await;
+    within(create(&a, "orders", t(0))).await;
+    expect_notice(&mut rx_a, "RunsReady on create", ready).await;
+    let stray = tokio::time::timeout(Duration::from_millis(300), rx_other.recv()).await;
+    assert!(stray.is_err(), "a notice crossed schemas: {stray:?}");
+}
+
+#[tokio::test]
+async fn the_listener_ends_with_the_last_clone() {
+    let (_schema, store) = fresh!();
+    let clone = store.clone();
+    let mut rx = store.notices().unwrap();
+    expect_notice(&mut rx, "subscribed", ready).await;
+    drop(store);
+    within(create(&clone, "orders", t(0))).await;
+    expect_notice(&mut rx, "RunsReady while a clone lives", ready).await;
+    drop(clone);
+    within(async {
+        loop {
+            match rx.recv().await {
+                Err(broadcast::error::RecvError::Closed) => break,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            }
+        }
+    })
+    .await;
+}
+
+#[test]
+fn notice_payloads_round_trip() {
+    let id = RunId::new();
+    assert_eq!(parse_notice("r"), Some(Notice::RunsReady));
+    assert_eq!(parse_notice(&format!("p:{id}")), Some(Notice::Payload(id)));
+    assert_eq!(parse_notice(&format!("e:{id}")), Some(Notice::RunEnded(id)));
+    assert_eq!(parse_notice(&format!("c:{id}")), Some(Notice::Chunk(id)));
+    assert_eq!(parse_notice("p:nope"), None);
+    assert_eq!(parse_notice("x"), None);
+}

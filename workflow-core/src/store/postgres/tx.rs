@@ -1,0 +1,433 @@
+//! `Pg`: the shared policies' statements ([`Tx`]) on one PostgreSQL connection, including the
+//! fused statements that stand for several policy steps in one round trip. It decides nothing
+//! the shared policy decides (when to admit, fence, end or release), and never opens, commits
+//! or batches a transaction: its callers do.
+
+use sqlx::PgConnection;
+
+use super::listen::{NOTE_CHUNK, NOTE_ENDED, NOTE_READY, NOTIFY_ALL};
+use super::statements::Statements;
+use crate::error::StoreError;
+use crate::store::sql::policy::{ChunkAppend, EncodedChunk, NewRunRow, Tx};
+use crate::store::sql::rows::{InboxRow, QueueLimits};
+use crate::store::sql::{EncodedEnd, EncodedEvents};
+use crate::store::CHILD_NOTICE_TOKEN;
+
+/// The policies' statements on one connection: inside a transaction, or in autocommit when
+/// the policy runs a single statement.
+pub(super) struct Pg<'a> {
+    pub(super) conn: &'a mut PgConnection,
+    pub(super) sql: &'a Statements,
+    /// The schema's notification channel.
+    pub(super) channel: &'a str,
+    /// The advisory lock key serializing the schema's inbox inserts.
+    pub(super) inbox_lock: i64,
+    /// Set by `lock_inbox_for_end(Some(run))`: the next append of that run takes the inbox
+    /// lock (if the run has a parent) before its row lock, in the same statement.
+    pub(super) lock_with_append: bool,
+    /// The transaction took the inbox lock before any row lock (a group transaction with
+    /// runs' ends): `lock_inbox_for_end` has nothing left to take.
+    pub(super) inbox_held: bool,
+    /// Where the hot statements' notices go, to be sent once the transaction committed (see
+    /// `Notifier`); without it they are sent in the transaction.
+    pub(super) notes: Option<&'a mut Vec<String>>,
+}
+
+impl Pg<'_> {
+    /// Ends the run; with `release`, gives up its tokens in the same statement.
+    pub(super) async fn end(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+        release: bool,
+    ) -> Result<(), StoreError> {
+        let notes: Vec<String> = sqlx::query_scalar(&self.sql.end_run)
+            .bind(run)
+            .bind(end.status.as_str())
+            .bind(&end.output)
+            .bind(&end.error)
+            .bind(now)
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
+            .bind(release)
+            .bind(end.notice(run))
+            .fetch_one(&mut *self.conn)
+            .await?;
+        self.announce(notes).await
+    }
+
+    /// Announces `notes` on the schema's channel: once the transaction committed when a
+    /// caller collects them, else with a statement of the transaction.
+    pub(super) async fn announce(&mut self, notes: Vec<String>) -> Result<(), StoreError> {
+        if notes.is_empty() {
+            return Ok(());
+        }
+        match &mut self.notes {
+            Some(collected) => collected.extend(notes),
+            None => {
+                sqlx::query(NOTIFY_ALL)
+                    .bind(self.channel)
+                    .bind(&notes)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Tx for Pg<'_> {
+    async fn run_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        let row = sqlx::query(&self.sql.run_exists)
+            .bind(id)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    async fn insert_run(&mut self, run: &NewRunRow) -> Result<bool, StoreError> {
+        let token = run.hook.as_ref().map(|h| h.0.as_str());
+        let sql = match run.lease_until {
+            None => &self.sql.insert_run,
+            Some(_) => &self.sql.insert_leased_run,
+        };
+        let insert = sqlx::query(sql)
+            .bind(&run.key)
+            .bind(&run.workflow)
+            .bind(&run.input)
+            .bind(run.created_at)
+            .bind(token);
+        // `$6`: until when it is leased.
+        let insert = match run.lease_until {
+            None => insert,
+            Some(until) => insert.bind(until),
+        };
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let insert = insert.bind(run.deadline).bind(parent).bind(detached);
+        let insert = match run.lease_until {
+            None => insert
+                .bind(&run.queue)
+                .bind(&run.partition_key)
+                .bind(run.priority),
+            Some(_) => insert,
+        };
+        let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
+        // A run nobody leased: any worker may take it.
+        if inserted && run.lease_until.is_none() {
+            self.announce(vec![NOTE_READY.to_owned()]).await?;
+        }
+        Ok(inserted)
+    }
+
+    async fn claim(
+        &mut self,
+        token: &str,
+        run: &str,
+        at: i64,
+        retain_until: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let claimed = sqlx::query(&self.sql.claim)
+            .bind(token)
+            .bind(run)
+            .bind(at)
+            .bind(retain_until)
+            .execute(&mut *self.conn)
+            .await?;
+        let claimed = claimed.rows_affected() > 0;
+        Ok(claimed)
+    }
+
+    async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
+        Ok(sqlx::query_as(&self.sql.hook_owner)
+            .bind(token)
+            .fetch_one(&mut *self.conn)
+            .await?)
+    }
+
+    async fn resume(
+        &mut self,
+        token: &str,
+        payload: &str,
+        at: i64,
+    ) -> Result<Option<InboxRow>, StoreError> {
+        // The inbox lock it takes is held until this transaction ends (see
+        // `PostgresStore::resume_hook`).
+        let queued: Option<(i64, String, i64)> = sqlx::query_as(&self.sql.resume)
+            .bind(token)
+            .bind(payload)
+            .bind(at)
+            .bind(self.inbox_lock)
+            .bind(self.channel)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(queued.map(|(id, run_id, _notes)| InboxRow { id, run_id }))
+    }
+
+    async fn append_events(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+    ) -> Result<bool, StoreError> {
+        let ending = std::mem::take(&mut self.lock_with_append);
+        let sql = if ending {
+            &self.sql.dialect.append_ending
+        } else {
+            &self.sql.append
+        };
+        let mut query = sqlx::query_scalar(sql)
+            .bind(run)
+            .bind(&events.at)
+            .bind(&events.kind)
+            .bind(&events.data)
+            .bind(fence);
+        if ending {
+            query = query.bind(self.inbox_lock);
+        }
+        let base: Option<i64> = query.fetch_optional(&mut *self.conn).await?;
+        Ok(base.is_some())
+    }
+
+    async fn release_tokens(
+        &mut self,
+        run: &str,
+        tokens: Option<&[String]>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.release_tokens[0])
+            .bind(run)
+            .bind(now)
+            .bind(tokens)
+            .execute(&mut *self.conn)
+            .await?;
+        sqlx::query(&self.sql.release_tokens[1])
+            .bind(run)
+            .bind(tokens)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn prune_runs(&mut self, before: i64, now: i64) -> Result<Vec<String>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.prune_runs).bind(before);
+        Ok(query.bind(now).fetch_all(&mut *self.conn).await?)
+    }
+
+    async fn prune_records(&mut self, runs: &[String]) -> Result<Vec<u64>, StoreError> {
+        let mut deleted = Vec::new();
+        for sql in &self.sql.prune_records {
+            let done = sqlx::query(sql).bind(runs).execute(&mut *self.conn).await?;
+            deleted.push(done.rows_affected());
+        }
+        Ok(deleted)
+    }
+
+    async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.forget_payloads).bind(run).bind(ids);
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    async fn count_failure(&mut self, run: &str, epoch: i64) -> Result<Option<i64>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.count_failure).bind(run);
+        Ok(query.bind(epoch).fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn block(
+        &mut self,
+        run: &str,
+        epoch: i64,
+        error: &str,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let query = sqlx::query_scalar(&self.sql.block).bind(run).bind(epoch);
+        let query = query.bind(error).bind(now);
+        Ok(query.fetch_optional(&mut *self.conn).await?)
+    }
+
+    async fn retry(&mut self, run: &str, now: i64) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.retry).bind(run).bind(now);
+        query.bind(self.channel).execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    async fn retry_at(&mut self, run: &str, at: i64) -> Result<(), StoreError> {
+        let query = sqlx::query(&self.sql.retry_at).bind(run).bind(at);
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    async fn run_status(&mut self, run: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.run_status)
+            .bind(run)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn append_chunk(
+        &mut self,
+        run: &str,
+        fence: i64,
+        chunk: &EncodedChunk,
+    ) -> Result<ChunkAppend, StoreError> {
+        let (fenced, idx): (i64, Option<i64>) = sqlx::query_as(&self.sql.append_chunk)
+            .bind(run)
+            .bind(fence)
+            .bind(&chunk.stream)
+            .bind(chunk.attempt)
+            .bind(chunk.at)
+            .bind(&chunk.value)
+            .fetch_one(&mut *self.conn)
+            .await?;
+        if fenced != 0 && idx.is_some() {
+            self.announce(vec![format!("{NOTE_CHUNK}{run}")]).await?;
+        }
+        Ok(match (fenced, idx) {
+            (0, _) => ChunkAppend::LeaseLost,
+            (_, None) => ChunkAppend::Closed,
+            (_, Some(idx)) => ChunkAppend::Appended(idx),
+        })
+    }
+
+    async fn close_stream(&mut self, run: &str, stream: &str) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.close_stream)
+            .bind(run)
+            .bind(stream)
+            .bind(self.channel)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn waiting_queues(
+        &mut self,
+        now: i64,
+        workflows: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.waiting_queues)
+            .bind(now)
+            .bind(workflows)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
+    async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
+        Ok(sqlx::query_as(&self.sql.lock_queue)
+            .bind(name)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_counts(&mut self, name: &str, since: i64) -> Result<(i64, i64), StoreError> {
+        Ok(sqlx::query_as(&self.sql.queue_counts)
+            .bind(name)
+            .bind(since)
+            .fetch_one(&mut *self.conn)
+            .await?)
+    }
+
+    async fn queue_candidates(
+        &mut self,
+        name: &str,
+        now: i64,
+        workflows: &[String],
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.queue_candidates)
+            .bind(name)
+            .bind(now)
+            .bind(workflows)
+            .bind(limit)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
+    async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
+        self.end(run, end, now, false).await
+    }
+
+    async fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        // The statement takes the inbox lock itself (for a child), before the row lock.
+        self.lock_with_append = false;
+        // `$1` .. `$9`, the same in both statements.
+        let ending = |sql| {
+            sqlx::query(sql)
+                .bind(run)
+                .bind(&events.at)
+                .bind(&events.kind)
+                .bind(&events.data)
+                .bind(fence)
+                .bind(end.status.as_str())
+                .bind(&end.output)
+                .bind(&end.error)
+                .bind(now)
+        };
+        // The plain end first, for every run: it writes only when the row says the run has
+        // no parent, no queue and no token, and no hook row is active (the row is the same for
+        // every process, so the choice is too); otherwise it writes nothing and the whole end
+        // decides.
+        let plain = ending(&self.sql.dialect.append_and_end_plain)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        if plain.is_some() {
+            self.announce(vec![format!("{NOTE_ENDED}{run}")]).await?;
+            return Ok(true);
+        }
+        let ended = ending(&self.sql.dialect.append_and_end)
+            .bind(CHILD_NOTICE_TOKEN)
+            .bind(self.inbox_lock)
+            .bind(end.notice(run))
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        let Some(ended) = ended else {
+            return Ok(false);
+        };
+        let notes: Vec<String> = sqlx::Row::try_get(&ended, 1)?;
+        self.announce(notes).await?;
+        Ok(true)
+    }
+
+    async fn end_run_releasing(
+        &mut self,
+        run: &str,
+        end: &EncodedEnd,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.end(run, end, now, true).await
+    }
+
+    async fn lock_inbox_for_end(&mut self, run: Option<&str>) -> Result<(), StoreError> {
+        if self.inbox_held {
+            return Ok(());
+        }
+        match run {
+            // Taken by the run's next statement, its fenced append: no round trip of its own.
+            Some(_) => self.lock_with_append = true,
+            None => {
+                sqlx::query(&self.sql.dialect.lock_inbox)
+                    .bind(self.inbox_lock)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.children_to_cancel)
+            .bind(run)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+}
