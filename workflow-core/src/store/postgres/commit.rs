@@ -144,6 +144,33 @@ pub(super) struct Writer {
     /// answered.
     pub(super) writing: Arc<AtomicUsize>,
     pub(super) notifier: Arc<Notifier>,
+    pub(super) full_ends: Arc<FullEnds>,
+}
+
+/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
+/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
+/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
+/// and a run listed here that no longer does costs nothing but a larger statement.
+#[derive(Default)]
+pub(super) struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
+/// other processes leave their runs listed).
+pub(super) const FULL_ENDS_MAX: usize = 100_000;
+
+impl FullEnds {
+    pub(super) fn note(&self, run: &str) {
+        let mut runs = crate::lock(&self.0);
+        if runs.len() >= FULL_ENDS_MAX {
+            runs.clear();
+        }
+        runs.insert(run.to_owned());
+    }
+
+    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
+    pub(super) fn take(&self, run: &str) -> bool {
+        crate::lock(&self.0).remove(run)
+    }
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
@@ -223,6 +250,7 @@ impl Writer {
             lock_with_append: false,
             inbox_held,
             notes: Some(notes),
+            full_ends: &self.full_ends,
         }
     }
 
@@ -455,6 +483,9 @@ impl Writer {
             .map(|row| {
                 if !inserted.remove(&row.key) {
                     return Answer::Admit(Err(policy::exists(&row.id)));
+                }
+                if row.parent.is_some() || row.queue.is_some() {
+                    self.full_ends.note(&row.key);
                 }
                 let lease = row.lease_until.map(|_| Lease {
                     run_id: row.id,

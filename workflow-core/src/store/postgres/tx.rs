@@ -5,6 +5,7 @@
 
 use sqlx::PgConnection;
 
+use super::commit::FullEnds;
 use super::listen::{NOTE_CHUNK, NOTE_ENDED, NOTE_READY, NOTIFY_ALL};
 use super::statements::Statements;
 use crate::error::StoreError;
@@ -31,6 +32,8 @@ pub(super) struct Pg<'a> {
     /// Where the hot statements' notices go, to be sent once the transaction committed (see
     /// `Notifier`); without it they are sent in the transaction.
     pub(super) notes: Option<&'a mut Vec<String>>,
+    /// The runs known to need the whole `append_and_end` (see `FullEnds`).
+    pub(super) full_ends: &'a FullEnds,
 }
 
 impl Pg<'_> {
@@ -116,6 +119,9 @@ impl Tx for Pg<'_> {
             Some(_) => insert,
         };
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
+        if inserted && (token.is_some() || run.parent.is_some() || run.queue.is_some()) {
+            self.full_ends.note(&run.key);
+        }
         // A run nobody leased: any worker may take it.
         if inserted && run.lease_until.is_none() {
             self.announce(vec![NOTE_READY.to_owned()]).await?;
@@ -138,6 +144,9 @@ impl Tx for Pg<'_> {
             .execute(&mut *self.conn)
             .await?;
         let claimed = claimed.rows_affected() > 0;
+        if claimed {
+            self.full_ends.note(run);
+        }
         Ok(claimed)
     }
 
@@ -373,16 +382,14 @@ impl Tx for Pg<'_> {
                 .bind(&end.error)
                 .bind(now)
         };
-        // The plain end first, for every run: it writes only when the row says the run has
-        // no parent, no queue and no token, and no hook row is active (the row is the same for
-        // every process, so the choice is too); otherwise it writes nothing and the whole end
-        // decides.
-        let plain = ending(&self.sql.dialect.append_and_end_plain)
-            .fetch_optional(&mut *self.conn)
-            .await?;
-        if plain.is_some() {
-            self.announce(vec![format!("{NOTE_ENDED}{run}")]).await?;
-            return Ok(true);
+        if !self.full_ends.take(run) {
+            let plain = ending(&self.sql.dialect.append_and_end_plain)
+                .fetch_optional(&mut *self.conn)
+                .await?;
+            if plain.is_some() {
+                self.announce(vec![format!("{NOTE_ENDED}{run}")]).await?;
+                return Ok(true);
+            }
         }
         let ended = ending(&self.sql.dialect.append_and_end)
             .bind(CHILD_NOTICE_TOKEN)
