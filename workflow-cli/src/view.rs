@@ -240,19 +240,17 @@ pub struct StepView {
     pub attempts: Vec<AttemptView>,
     pub output: Option<Value>,
     pub error: Option<Error>,
+    /// Which call of this step name in the run this is, from 0, counted in scheduling order
+    /// (the order the workflow numbers its calls): never read back out of the step id.
+    #[serde(skip)]
+    pub call: u32,
 }
 
 impl StepView {
     /// `name #n`: the step's name without its module path, and which call of that step this
-    /// is (the step id's last part, from 0).
+    /// is.
     pub fn label(&self) -> String {
-        let name = short_name(&self.name);
-        match self.step_id.rsplit('_').next() {
-            Some(n) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
-                format!("{name} #{n}")
-            }
-            _ => name.to_owned(),
-        }
+        format!("{} #{}", short_name(&self.name), self.call)
     }
 }
 
@@ -408,6 +406,7 @@ impl RunDetail {
                     name,
                     input,
                 } => steps.push(StepView {
+                    call: steps.iter().filter(|s| &s.name == name).count() as u32,
                     step_id: step_id.clone(),
                     name: name.clone(),
                     input: input.clone(),
@@ -1100,7 +1099,7 @@ mod tests {
         ];
         let d = RunDetail::new(run(RunStatus::Running, 530, None), &events, &[], t(1000));
         let s = &d.steps[0];
-        assert_eq!(s.label(), "charge #1");
+        assert_eq!(s.label(), "charge #0");
         assert_eq!(short_name("shop::orders::charge"), "charge");
         assert_eq!(s.status, StepStatus::Completed);
         assert_eq!(s.duration_ms, Some(510));

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use super::listen::{notifier, Notifier, NOTE_READY};
 use super::stash::{Conn, Stash};
 use super::statements::Statements;
-use super::tx::Pg;
+use super::tx::{FullEnds, Pg};
 use super::PostgresStore;
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
@@ -145,32 +145,6 @@ pub(super) struct Writer {
     pub(super) writing: Arc<AtomicUsize>,
     pub(super) notifier: Arc<Notifier>,
     pub(super) full_ends: Arc<FullEnds>,
-}
-
-/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
-/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
-/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
-/// and a run listed here that no longer does costs nothing but a larger statement.
-#[derive(Default)]
-pub(super) struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
-
-/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
-/// other processes leave their runs listed).
-pub(super) const FULL_ENDS_MAX: usize = 100_000;
-
-impl FullEnds {
-    pub(super) fn note(&self, run: &str) {
-        let mut runs = crate::lock(&self.0);
-        if runs.len() >= FULL_ENDS_MAX {
-            runs.clear();
-        }
-        runs.insert(run.to_owned());
-    }
-
-    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
-    pub(super) fn take(&self, run: &str) -> bool {
-        crate::lock(&self.0).remove(run)
-    }
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when

@@ -5,7 +5,6 @@
 
 use sqlx::PgConnection;
 
-use super::commit::FullEnds;
 use super::listen::{NOTE_CHUNK, NOTE_ENDED, NOTE_READY, NOTIFY_ALL};
 use super::statements::Statements;
 use crate::error::StoreError;
@@ -436,5 +435,31 @@ impl Tx for Pg<'_> {
             .bind(run)
             .fetch_all(&mut *self.conn)
             .await?)
+    }
+}
+
+/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
+/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
+/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
+/// and a run listed here that no longer does costs nothing but a larger statement.
+#[derive(Default)]
+pub(super) struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
+/// other processes leave their runs listed).
+pub(super) const FULL_ENDS_MAX: usize = 100_000;
+
+impl FullEnds {
+    pub(super) fn note(&self, run: &str) {
+        let mut runs = crate::lock(&self.0);
+        if runs.len() >= FULL_ENDS_MAX {
+            runs.clear();
+        }
+        runs.insert(run.to_owned());
+    }
+
+    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
+    pub(super) fn take(&self, run: &str) -> bool {
+        crate::lock(&self.0).remove(run)
     }
 }
