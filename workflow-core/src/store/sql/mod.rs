@@ -77,7 +77,7 @@ pub(super) struct Statements<S, X> {
     pub stream_chunks: S,
     /// A run's streams by name.
     pub list_streams: S,
-    /// Declares a queue, replacing its limits (SPEC 11).
+    /// Declares a queue, replacing its limits.
     pub define_queue: S,
     /// Every queue with its occupancy.
     pub list_queues: S,

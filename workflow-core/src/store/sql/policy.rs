@@ -40,7 +40,7 @@ pub(in crate::store) struct NewRunRow {
     pub deadline: Option<i64>,
     /// The parent that started it with `start_child`, and whether it is detached from it.
     pub parent: Option<(String, bool)>,
-    /// The queue it waits in, its partition key and priority (SPEC 11).
+    /// The queue it waits in, its partition key and priority.
     pub queue: Option<String>,
     pub partition_key: Option<String>,
     pub priority: i32,
