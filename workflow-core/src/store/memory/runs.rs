@@ -88,6 +88,10 @@ impl RunStore for MemoryStore {
                     // Tried again: the divergence is shown only while it blocks the run.
                     r.record.error = None;
                 }
+                if r.record.status != RunStatus::Running {
+                    // A change of state: begun, or tried again after a block.
+                    r.record.updated_at = req.now;
+                }
                 r.record.status = RunStatus::Running;
                 leased.push(LeasedRun {
                     run: r.record.clone(),

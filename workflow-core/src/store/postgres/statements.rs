@@ -204,7 +204,8 @@ pub(super) fn statements(s: &str) -> Statements {
                      LIMIT $4
                      FOR UPDATE SKIP LOCKED)
                  UPDATE {s}.runs AS r
-                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL
+                 SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL,
+                     updated_at = CASE WHEN r.status = 'running' THEN r.updated_at ELSE $2 END
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
@@ -552,7 +553,8 @@ pub(super) fn statements(s: &str) -> Statements {
                      FOR UPDATE SKIP LOCKED)
                  UPDATE {s}.runs AS r
                  SET epoch = r.epoch + 1, status = 'running', lease_until = $1, error = NULL,
-                     began_at = $2
+                     began_at = $2,
+                     updated_at = CASE WHEN r.status = 'running' THEN r.updated_at ELSE $2 END
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,

@@ -51,7 +51,8 @@ pub(super) const SQL: Statements = Statements {
     // Queued runs waiting for a slot are left to `begin_queued`, unless their deadline has
     // passed: handed out without a slot, they fail at once.
     acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
-                  error = NULL
+                  error = NULL,
+                  updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
               WHERE id IN (
                   SELECT id FROM runs
                   WHERE status IN ('pending', 'running', 'blocked')
@@ -239,7 +240,8 @@ pub(super) const SQL: Statements = Statements {
                        LIMIT ?4",
     // `?1` lease until, `?2` now, `?3` the run ids as a JSON array.
     begin_queued: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
-                       error = NULL, began_at = ?2
+                       error = NULL, began_at = ?2,
+                       updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
                    WHERE id IN (SELECT value FROM json_each(?3)) AND began_at IS NULL
                      AND status IN ('pending', 'running', 'blocked')
                      AND (lease_until IS NULL OR lease_until <= ?2)

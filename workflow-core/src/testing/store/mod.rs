@@ -86,6 +86,7 @@ pub use queues::{
     a_partition_key_runs_one_at_a_time_in_start_order,
     a_queue_begins_higher_priority_first_then_start_order,
     a_queue_s_concurrency_counts_runs_begun_and_not_ended, a_queue_s_rate_window_counts_begins,
+    a_queued_run_s_updated_at_follows_its_changes_of_state,
     a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
     an_undeclared_queue_begins_nothing,
 };
@@ -268,6 +269,7 @@ macro_rules! __store_conformance_tests {
             a_queue_begins_higher_priority_first_then_start_order,
             an_undeclared_queue_begins_nothing,
             a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
+            a_queued_run_s_updated_at_follows_its_changes_of_state,
         ] shared [
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,

@@ -329,3 +329,45 @@ pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Sto
         [next]
     );
 }
+
+/// `updated_at` follows every change of state of a queued run: its admission, its begin (when
+/// `acquire` gives it a slot and leases it), and its end; a takeover of a running run is no
+/// change of state and leaves it.
+pub async fn a_queued_run_s_updated_at_follows_its_changes_of_state<S: Store>(store: &S) {
+    declare(store, "mail", Some(1), None).await;
+    let id = create_queued(store, "mail", None, 0, t(1)).await;
+    let admitted = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (admitted.status, admitted.updated_at),
+        (RunStatus::Pending, t(1))
+    );
+
+    let begun = acquire_orders(store, t(5)).await;
+    assert_eq!(ids_of(&begun), [id]);
+    assert_eq!(
+        (begun[0].run.status, begun[0].run.updated_at),
+        (RunStatus::Running, t(5)),
+        "the leased record shows the begin"
+    );
+    let stored = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.updated_at),
+        (RunStatus::Running, t(5))
+    );
+
+    // The lease (600 s) expires; another worker takes the run over, still running.
+    let taken = acquire_orders(store, t(700_000)).await;
+    assert_eq!(ids_of(&taken), [id]);
+    assert_eq!(
+        taken[0].run.updated_at,
+        t(5),
+        "a takeover is no change of state"
+    );
+
+    complete(store, &taken[0].lease, t(700_010)).await;
+    let ended = store.get_run(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status, ended.updated_at),
+        (RunStatus::Completed, t(700_010))
+    );
+}
