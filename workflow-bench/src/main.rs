@@ -5,6 +5,7 @@
 //! cargo run --release -p workflow-bench -- sequential --trials 5
 //! cargo run --release -p workflow-bench -- w1 --store sqlite
 //! cargo run --release -p workflow-bench --features postgres -- all --postgres postgres://postgres@127.0.0.1:5432/test
+//! cargo run --release -p workflow-bench --all-features -- common --store sqlite --against d49fa74 --pairs 3
 //! ```
 //!
 //! Every invocation measures the machine's baseline (a durable single-row SQLite commit and a
@@ -12,6 +13,7 @@
 //! prints one table: median (min .. max) over the trials, the ratio to the baseline commit, and
 //! the target where the scenario has one. See BENCHMARKS.md.
 
+mod compare;
 mod flows;
 mod report;
 mod scale;
@@ -98,6 +100,40 @@ struct Cli {
     /// Tiny sizes: checks that every scenario works, measures nothing meaningful.
     #[arg(long)]
     quick: bool,
+    /// Compare with a build of this git revision: both builds run the same scenarios, one
+    /// after the other, in `--pairs` back-to-back pairs, printed side by side with the ratio
+    /// of their medians. The revision is built once into target/bench-compare/.
+    #[arg(long, value_name = "REV")]
+    against: Option<String>,
+    /// Pairs to run with `--against`.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pairs: u32,
+}
+
+impl Cli {
+    /// The arguments that run the same measurement in another build (without `--against`).
+    fn forwarded(&self) -> Vec<String> {
+        let mut args = vec![
+            self.scenario
+                .to_possible_value()
+                .map(|v| v.get_name().to_owned())
+                .unwrap_or_default(),
+            "--trials".to_owned(),
+            self.trials.to_string(),
+        ];
+        for store in &self.stores {
+            if let Some(v) = store.to_possible_value() {
+                args.extend(["--store".to_owned(), v.get_name().to_owned()]);
+            }
+        }
+        if let Some(url) = &self.postgres {
+            args.extend(["--postgres".to_owned(), url.clone()]);
+        }
+        if self.quick {
+            args.push("--quick".to_owned());
+        }
+        args
+    }
 }
 
 /// Runs `scenario` (after the baseline) and returns the report.
@@ -191,6 +227,13 @@ async fn main() -> BoxResult<()> {
         return served;
     }
     let cli = Cli::parse();
+    if let Some(against) = &cli.against {
+        return compare::compare(&compare::Comparison {
+            against: against.clone(),
+            pairs: cli.pairs,
+            args: cli.forwarded(),
+        });
+    }
     let ctx = Ctx {
         trials: cli.trials as usize,
         pg_url: cli.postgres.clone().filter(|u| !u.is_empty()),
