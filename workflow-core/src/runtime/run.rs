@@ -239,7 +239,8 @@ impl<T: DeserializeOwned> Run<T> {
     /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
     /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
     pub async fn return_value(&self) -> Result<T, Error> {
-        // A run that completed here never changes again.
+        // A run that completed here never changes again, and one whose token is retained
+        // cannot be pruned yet: remembered, it needs no read.
         if let Some(output) = self.rt.inner.completed_here(&self.id) {
             return self.decode(output);
         }
