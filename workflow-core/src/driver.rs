@@ -603,10 +603,13 @@ impl Driver {
                 token,
                 retain_until: None,
             }),
-            deadline: call
-                .timeout
-                .filter(|d| *d != Duration::MAX)
-                .map(|d| crate::history::after(at, d)),
+            // Its own timeout replaces the parent's deadline; an attached child without one
+            // ends by the parent's deadline (the same instant); a detached one inherits nothing.
+            deadline: match call.timeout {
+                Some(d) => (d != Duration::MAX).then(|| crate::history::after(at, d)),
+                None if call.detached => None,
+                None => self.deadline.map(|(at, _)| at),
+            },
             parent: Some(ParentLink {
                 run: self.ctx.run_id,
                 detached: call.detached,

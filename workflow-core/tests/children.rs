@@ -157,6 +157,26 @@ async fn parent_of_queued(queue: String, n: u64) -> Result<u64> {
     Ok(sum)
 }
 
+/// Sleeps `secs` seconds, durably.
+#[workflow]
+async fn sleeper(secs: u64) -> Result<String> {
+    sleep(Duration::from_secs(secs)).await;
+    Ok("woke up".to_owned())
+}
+
+/// Starts a 5 s `sleeper` child (`how`: "attached", "own timeout" of an hour, or
+/// "detached") and awaits it.
+#[workflow]
+async fn parent_of_sleeper(how: String) -> Result<String> {
+    let start = start_child(sleeper, (5,));
+    let child = match how.as_str() {
+        "own timeout" => start.timeout(Duration::from_secs(3600)).await?,
+        "detached" => start.detached().await?,
+        _ => start.await?,
+    };
+    child.result().await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -397,8 +417,68 @@ async fn start_child_outside_a_workflow_is_an_error(_b: Backend) {
     assert!(err.to_string().contains("outside a workflow"), "{err}");
 }
 
+/// A parent with a 1 s deadline awaiting a child that sleeps 5 s: an attached child ends
+/// (failed, timed out) at the parent's deadline, the same instant; a child with its own
+/// `.timeout(1h)` outlives the parent, and a detached one inherits nothing.
+async fn a_child_inherits_its_parents_deadline(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db.runtime().await;
+    let mut started = Vec::new();
+    for how in ["attached", "own timeout", "detached"] {
+        let began = Instant::now();
+        let run = rt
+            .start(parent_of_sleeper, (how.to_owned(),))
+            .timeout(Duration::from_secs(1))
+            .await
+            .unwrap();
+        started.push((how, began, run));
+    }
+    for (how, began, run) in &started {
+        let err = run.return_value().await.unwrap_err();
+        assert!(err.to_string().contains("timed out"), "{how}: {err}");
+        let parent = run.info().await.unwrap();
+        let children = loop {
+            let c = children_of(&rt, run.id()).await;
+            if !c.is_empty() {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(children.len(), 1, "{how}: {children:?}");
+        let child = &children[0];
+        match *how {
+            "attached" => {
+                assert_eq!(child.deadline, parent.deadline, "the same instant");
+                let child = until_status(&rt, child.id, RunStatus::Failed).await;
+                let took = began.elapsed();
+                assert!(took < Duration::from_secs(4), "ended after {took:?}");
+                let error = child.error.expect("a failed child has an error");
+                assert!(error.to_string().contains("timed out"), "{error}");
+            }
+            "own timeout" => {
+                let own = child.deadline.expect("its own deadline");
+                let parent_deadline = parent.deadline.expect("the parent's deadline");
+                assert!(
+                    own > parent_deadline + Duration::from_secs(3000),
+                    "{own:?} {parent_deadline:?}"
+                );
+            }
+            _ => assert_eq!(child.deadline, None, "a detached child inherits nothing"),
+        }
+    }
+    // The parents failed a while ago; the children with a deadline of their own or none are
+    // still sleeping.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (how, _, run) in &started[1..] {
+        let child = children_of(&rt, run.id()).await.remove(0);
+        assert_eq!(child.status, RunStatus::Running, "{how}: {child:?}");
+        rt.get_run(&child.id).cancel().await.unwrap();
+    }
+}
+
 on_every_store!(
     a_child_result_reaches_its_parent,
+    a_child_inherits_its_parents_deadline,
     an_evicted_parent_is_woken_by_its_child_and_starts_no_second_one,
     a_failed_child_gives_its_error_to_the_parent,
     cancelling_a_parent_cancels_its_attached_children_only,
