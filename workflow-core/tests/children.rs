@@ -177,6 +177,16 @@ async fn parent_of_sleeper(how: String) -> Result<String> {
     child.result().await
 }
 
+/// Starts a gated child first, then runs two steps, then awaits the child.
+#[workflow]
+async fn child_first(token: String) -> Result<String> {
+    let child = start_child(gated, (token,)).await?;
+    let a = double(1).await?;
+    let b = double(2).await?;
+    let end = child.result().await?;
+    Ok(format!("{a}+{b}+{end}"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -476,8 +486,66 @@ async fn a_child_inherits_its_parents_deadline(b: Backend) {
     }
 }
 
+/// `fork(1)` and `fork(2)` of a run whose first command starts a child keep that child: no
+/// second child is started, and the copies' `child.result()` gives the original child's end,
+/// whether the child ends after the fork or had ended before it.
+async fn a_fork_keeps_the_children_started_before_its_cut(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db.runtime().await;
+    let token = format!("fork-{}", RunId::new());
+    let run = rt.start(child_first, (token.clone(),)).await.unwrap();
+    // The original ran both steps and waits for its child.
+    loop {
+        let events = rt.store().events(&run.id()).await.unwrap();
+        let done = events
+            .iter()
+            .filter(|e| matches!(e.event, Event::StepCompleted { .. }))
+            .count();
+        if done == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gated_runs = || async {
+        rt.store()
+            .list_runs(&RunFilter::new().workflow("children::gated"))
+            .await
+            .unwrap()
+    };
+    // Forked while the child still runs.
+    let early = [run.fork(1).await.unwrap(), run.fork(2).await.unwrap()];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for fork in &early {
+        assert_eq!(fork.status().await.unwrap(), RunStatus::Running);
+        assert!(children_of(&rt, fork.id()).await.is_empty());
+    }
+    assert_eq!(gated_runs().await.len(), 1, "no second child");
+    resume_when_ready(&rt, &token, "hello").await;
+    assert_eq!(run.return_value().await.unwrap(), "2+4+hello");
+    for fork in &early {
+        assert_eq!(fork.return_value().await.unwrap(), "2+4+hello");
+        let history = rt.store().events(&fork.id()).await.unwrap();
+        assert!(
+            history.iter().any(|e| matches!(&e.event,
+                Event::ChildEnded { result: Ok(v), .. } if *v == "hello")),
+            "{:?}",
+            kinds(&history)
+        );
+    }
+    // Forked after the child (and the original) ended.
+    for from in [1, 2] {
+        let fork = run.fork(from).await.unwrap();
+        assert_eq!(fork.return_value().await.unwrap(), "2+4+hello");
+        assert!(children_of(&rt, fork.id()).await.is_empty());
+    }
+    let children = gated_runs().await;
+    assert_eq!(children.len(), 1, "no second child: {children:?}");
+    assert_eq!(children[0].parent, Some(run.id()));
+}
+
 on_every_store!(
     a_child_result_reaches_its_parent,
+    a_fork_keeps_the_children_started_before_its_cut,
     a_child_inherits_its_parents_deadline,
     an_evicted_parent_is_woken_by_its_child_and_starts_no_second_one,
     a_failed_child_gives_its_error_to_the_parent,

@@ -180,6 +180,12 @@ impl<T> Run<T> {
     /// scheduled); later steps run again, with this build's code. The copy claims no
     /// hook token, so a run that registered a hook before that step cannot be forked there
     /// ([`RunError::CannotFork`], as for a `from_step` beyond the steps it scheduled).
+    ///
+    /// Children started before that step are kept, not started again: the copy's
+    /// `child.result()` gives the original child's end, also when the child ends after the
+    /// fork (the copy reads it from the child's record, within the poll interval at first,
+    /// then less often while the child runs on, up to once a minute). They stay the
+    /// original's children: cancelling the copy does not cancel them.
     pub async fn fork(&self, from_step: usize) -> Result<Run<T>, RunError> {
         let inner = &self.rt.inner;
         let run = self.info().await?;
