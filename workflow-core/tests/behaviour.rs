@@ -1535,8 +1535,42 @@ async fn a_pruned_run_is_gone_everywhere(b: Backend) {
     assert!(err.to_string().contains("not found"), "{err}");
 }
 
+/// `return_value` after a run's end answers without reading the store only for a run that
+/// completed here and whose token is retained (no prune can delete it yet): the duplicate
+/// start reading its owner's result; any other run is read, so a pruned one is not found.
+async fn only_retained_runs_are_answered_from_memory(b: Backend) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let db = TestDb::new(b);
+    let (store, rt) = common::failing_store(&db, 0).await;
+    let token = format!("kept-{}", RunId::new());
+    let owner = rt
+        .start(arithmetic, (1,))
+        .hook(&token)
+        .min_retention(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let value = bounded(owner.return_value()).await.unwrap();
+    let plain = rt.start(arithmetic, (1,)).await.unwrap();
+    bounded(plain.return_value()).await.unwrap();
+    let reads = store.run_reads.load(SeqCst);
+    for _ in 0..3 {
+        let dup = rt.start(arithmetic, (2,)).hook(&token).await.unwrap_err();
+        let StartError::HookConflict(c) = dup else {
+            panic!("{dup}")
+        };
+        let got = rt.get_run(&c.conflicting_run_id).typed::<u64>();
+        assert_eq!(bounded(got.return_value()).await.unwrap(), value);
+    }
+    assert_eq!(store.run_reads.load(SeqCst), reads, "answered from memory");
+    for _ in 0..3 {
+        bounded(plain.return_value()).await.unwrap();
+    }
+    assert_eq!(store.run_reads.load(SeqCst), reads + 3, "each one read");
+}
+
 on_every_store!(
     runs_fail_at_their_deadline,
+    only_retained_runs_are_answered_from_memory,
     a_pruned_run_is_gone_everywhere,
     a_cancel_from_elsewhere_drops_the_step_in_flight,
     a_step_over_its_timeout_is_dropped_and_retried,
