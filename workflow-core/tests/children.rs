@@ -488,10 +488,17 @@ async fn a_child_inherits_its_parents_deadline(b: Backend) {
 
 /// `fork(1)` and `fork(2)` of a run whose first command starts a child keep that child: no
 /// second child is started, and the copies' `child.result()` gives the original child's end,
-/// whether the child ends after the fork or had ended before it.
+/// whether the child ends after the fork or had ended before it. The runs are given back to
+/// the store while they wait (a copy is woken again to read its child's record).
 async fn a_fork_keeps_the_children_started_before_its_cut(b: Backend) {
     let db = common::TestDb::new(b);
-    let rt = db.runtime().await;
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .evict_after(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
     let token = format!("fork-{}", RunId::new());
     let run = rt.start(child_first, (token.clone(),)).await.unwrap();
     // The original ran both steps and waits for its child.
@@ -514,7 +521,7 @@ async fn a_fork_keeps_the_children_started_before_its_cut(b: Backend) {
     };
     // Forked while the child still runs.
     let early = [run.fork(1).await.unwrap(), run.fork(2).await.unwrap()];
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     for fork in &early {
         assert_eq!(fork.status().await.unwrap(), RunStatus::Running);
         assert!(children_of(&rt, fork.id()).await.is_empty());
