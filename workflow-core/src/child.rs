@@ -31,6 +31,10 @@ use crate::store::QueueEntry;
 /// The child runs on any worker of the store, like any run; its id is recorded in the
 /// parent's history, so a replay of the parent gets the same [`Child`] back. Cancelling the
 /// parent cancels its unfinished children, unless started with [`StartChild::detached`].
+/// A child inherits its parent's deadline (`rt.start(..).timeout(d)`, the same instant, not
+/// a fresh budget) unless its own [`StartChild::timeout`] replaces it, so a parent failing
+/// at its deadline leaves no attached child running past it; a detached child inherits
+/// nothing.
 ///
 /// ```
 /// use workflow_core::prelude::*;
@@ -104,14 +108,16 @@ impl<W: WorkflowDef> StartChild<W> {
 
     /// A deadline for the child run, from its admission, as
     /// [`Start::timeout`](crate::Start::timeout): a child not ended by then fails with an
-    /// error saying it timed out, which [`Child::result`] returns.
+    /// error saying it timed out, which [`Child::result`] returns. It replaces the deadline
+    /// the child would inherit from its parent, later or earlier (`Duration::MAX`: none).
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
         self
     }
 
     /// Cancelling the parent leaves this child running (by default a cancellation of the
-    /// parent cancels its unfinished children, down the tree).
+    /// parent cancels its unfinished children, down the tree), and the child does not
+    /// inherit the parent's deadline.
     pub fn detached(mut self) -> Self {
         self.detached = true;
         self

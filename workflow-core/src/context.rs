@@ -830,6 +830,14 @@ impl<T: serde::de::DeserializeOwned> futures::Stream for Hook<T> {
     }
 }
 
+/// Ends only after yielding the error of a registration that failed; polled again after
+/// that it yields `None`.
+impl<T: serde::de::DeserializeOwned> futures::stream::FusedStream for Hook<T> {
+    fn is_terminated(&self) -> bool {
+        self.ended
+    }
+}
+
 impl<T> Unpin for Hook<T> {}
 
 impl<T> Drop for Hook<T> {

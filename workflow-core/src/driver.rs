@@ -9,7 +9,7 @@
 //! costs O(n); replay happens only when a run is picked up (after a restart, a takeover, or an
 //! eviction during a long sleep). The driver talks to its runtime through [`Host`] alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -27,19 +27,22 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::error::{Error, StoreError};
-use crate::history::{never, Event, NewEvent};
+use crate::history::{after, never, Event, NewEvent};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Inbound, Replay, StepId, Writes};
 use crate::store::{
-    Admission, Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, NewRun,
-    ParentLink, RunOutcome, StartHook, Store,
+    Admission, Append, ChildNotice, ClaimOutcome, Event as Recorded, FailureOutcome, Lease,
+    LeasedRun, NewRun, ParentLink, RunOutcome, StartHook, Store,
 };
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The longest wait between two reads of a shared child's record (see
+/// [`Driver::read_shared_child_ends`]); the first wait is the poll interval.
+const SHARED_CHILD_READ_MAX: Duration = Duration::from_secs(60);
 
 /// What a driver needs from the runtime hosting it, and nothing more.
 pub(crate) trait Host: Send + Sync + 'static {
@@ -185,6 +188,11 @@ pub(crate) struct Driver {
     deadline: Option<(SystemTime, Duration)>,
     /// The run that started this one (`start_child`), told of its end.
     parent: Option<RunId>,
+    /// Children known to be this run's own: their ends come to its inbox.
+    own_children: HashSet<RunId>,
+    /// Awaited children another run started (a fork's copy shares its original's), still
+    /// running when last read: when to read their record again, and the wait after that.
+    shared_children: HashMap<RunId, (SystemTime, Duration)>,
 }
 
 impl Driver {
@@ -226,6 +234,8 @@ impl Driver {
                 (at, timeout)
             }),
             parent: run.parent,
+            own_children: HashSet::new(),
+            shared_children: HashMap::new(),
         };
         let result = AssertUnwindSafe(
             async {
@@ -452,6 +462,7 @@ impl Driver {
             if self.carry_out_effects().await? {
                 continue;
             }
+            self.read_shared_child_ends().await?;
             if self
                 .replay
                 .deliver_payload(|token| self.ctx.is_open(token), self.host.now())
@@ -462,11 +473,14 @@ impl Driver {
             }
             let idle = self.replay.is_idle();
             // The deadline is due like a timer: a run evicted before it wakes up for it.
-            let next_due = match (self.replay.next_due(), self.deadline) {
-                (due, None) => due,
-                (None, Some((at, _))) => Some(at),
-                (Some(due), Some((at, _))) => Some(due.min(at)),
-            };
+            let next_due = [
+                self.replay.next_due(),
+                self.deadline.map(|(at, _)| at),
+                self.shared_children.values().map(|(at, _)| *at).min(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let evict_after = self.host.config().evict_after;
             let now = self.host.now();
             if idle {
@@ -571,6 +585,7 @@ impl Driver {
                     let conflict = self.start_child(call, child_id, at).await?;
                     self.last_seq += 1;
                     if conflict.is_none() {
+                        self.own_children.insert(child_id);
                         self.host.admitted();
                     }
                     self.replay.child_started(child_key, child_id, conflict, at);
@@ -603,10 +618,13 @@ impl Driver {
                 token,
                 retain_until: None,
             }),
-            deadline: call
-                .timeout
-                .filter(|d| *d != Duration::MAX)
-                .map(|d| crate::history::after(at, d)),
+            // Its own timeout replaces the parent's deadline; an attached child without one
+            // ends by the parent's deadline (the same instant); a detached one inherits nothing.
+            deadline: match call.timeout {
+                Some(d) => (d != Duration::MAX).then(|| crate::history::after(at, d)),
+                None if call.detached => None,
+                None => self.deadline.map(|(at, _)| at),
+            },
             parent: Some(ParentLink {
                 run: self.ctx.run_id,
                 detached: call.detached,
@@ -791,6 +809,56 @@ impl Driver {
         }
         self.last_seq = before + n;
         Ok(append.outcome)
+    }
+
+    /// Reads the records of the awaited children whose ends do not come to this run's inbox:
+    /// a fork's copy shares the children its original started before the cut, and their
+    /// ends go to the original. An ended one's end is handed to the core (delivered and
+    /// recorded like one from the inbox); one still running is read again later, the wait
+    /// doubling from the poll interval up to [`SHARED_CHILD_READ_MAX`]. A child whose end
+    /// comes from the history, or whose record names this run as its parent, is never read.
+    async fn read_shared_child_ends(&mut self) -> Result<(), StoreError> {
+        let unread = self.replay.unread_child_ends();
+        self.shared_children.retain(|c, _| unread.contains(c));
+        for child in unread {
+            if self.own_children.contains(&child) {
+                continue;
+            }
+            let now = self.host.now();
+            let wait = match self.shared_children.get(&child) {
+                Some((next, _)) if *next > now => continue,
+                Some((_, wait)) => *wait,
+                None => self.host.config().poll_interval,
+            };
+            let record = self.retry(|| self.host.store().get_run(&child)).await?;
+            let result = match record {
+                Some(r) if r.parent == Some(self.ctx.run_id) => {
+                    self.own_children.insert(child);
+                    continue;
+                }
+                Some(r) if r.status.is_terminal() => ChildNotice {
+                    child,
+                    status: r.status,
+                    output: r.output,
+                    error: r.error,
+                }
+                .result(),
+                Some(_) => {
+                    let next = (
+                        after(now, wait),
+                        wait.saturating_mul(2).min(SHARED_CHILD_READ_MAX),
+                    );
+                    self.shared_children.insert(child, next);
+                    continue;
+                }
+                None => Err(Error::fatal(format!(
+                    "child run {child} is not in the store (pruned?), so its end is unknown"
+                ))),
+            };
+            self.shared_children.remove(&child);
+            self.replay.child_end_read(child, result);
+        }
+        Ok(())
     }
 
     /// Fails the run at its deadline (`start(..).timeout(d)`); its attempts are dropped when

@@ -128,7 +128,9 @@ pub enum Event {
     ChildEnded {
         /// The child run.
         child_id: RunId,
-        /// The id of the end notice in this run's inbox (commit order).
+        /// The id of the end notice in this run's inbox (commit order); 0 when the end was
+        /// read from the child's record instead (a fork's copy awaiting a child its
+        /// original started).
         payload_id: u64,
         /// The child's return value, or its error (a cancelled child: the cancellation).
         result: Result<Value, Error>,
@@ -292,10 +294,15 @@ impl ExportedHistory {
 }
 
 /// The history a fork of a run starts with (`run.fork(from_step)`): the recorded
-/// results of its first `from_step` steps in scheduling order, with the timers and patch
-/// markers recorded before the next step was scheduled. `Err` with why not: fewer steps,
-/// or a hook registered or a child started before that point (a fork claims no token and
-/// owns no child, so its replay could not match them).
+/// results of its first `from_step` steps in scheduling order, with the timers, patch
+/// markers and child starts recorded before the next step was scheduled, and the ends of
+/// those children delivered before then. `Err` with why not: fewer steps, or a hook
+/// registered before that point (a fork claims no token, so its replay could not match it).
+///
+/// The kept children stay the original's (a fork starts no second one); an end the original
+/// received only after the cut is left out, to be read by the fork from the child's record
+/// when its workflow awaits it (delivered there, it could not come earlier in the fork's
+/// replay than the commands after the cut that the fork runs again).
 ///
 /// Step ids name their run, so the copied events carry `fork`'s ids for them: made from each
 /// step's name and call number (which call of that name it is, counted in scheduling order,
@@ -333,6 +340,7 @@ pub(crate) fn fork_history(
     let cut = scheduled.get(from_step).map_or(u64::MAX, |e| e.seq);
     let mut steps = std::collections::HashSet::new();
     let mut timers = std::collections::HashSet::new();
+    let mut children = std::collections::HashSet::new();
     let mut out = Vec::new();
     for e in events {
         let keep = match &e.event {
@@ -352,13 +360,8 @@ pub(crate) fn fork_history(
                     from_step + 1
                 ))
             }
-            Event::ChildStarted { child_id, .. } if e.seq < cut => {
-                return Err(format!(
-                    "the run started child run {child_id} before step {}; a fork starts no \
-                     children of its own, so fork from an earlier step",
-                    from_step + 1
-                ))
-            }
+            Event::ChildStarted { child_id, .. } if e.seq < cut => children.insert(*child_id),
+            Event::ChildEnded { child_id, .. } => e.seq < cut && children.contains(child_id),
             _ => false,
         };
         if keep {
@@ -554,6 +557,58 @@ mod fork_tests {
         assert_eq!(fork_history(&events, 3, &old, &new).unwrap().len(), 8);
         let err = fork_history(&events, 4, &old, &new).unwrap_err();
         assert!(err.contains("scheduled 3 steps"), "{err}");
+    }
+
+    #[test]
+    fn a_fork_keeps_the_children_started_before_the_cut() {
+        let (old, new) = (RunId::new(), RunId::new());
+        let (early, late) = (RunId::new(), RunId::new());
+        let started = |child_id, n: u32| Event::ChildStarted {
+            child_key: format!("ch_{n}"),
+            child_id,
+            workflow: "kid".into(),
+            conflict: None,
+            refused: None,
+        };
+        let ended = |child_id, payload_id| Event::ChildEnded {
+            child_id,
+            payload_id,
+            result: Ok(Value::from(7)),
+        };
+        let events = [
+            rec(1, started(early, 0)),
+            rec(2, scheduled(&old, 0)),
+            rec(3, done(&old, 0)),
+            rec(4, started(late, 1)),
+            rec(5, scheduled(&old, 1)),
+            rec(6, done(&old, 1)),
+            rec(7, ended(early, 40)),
+            rec(8, ended(late, 41)),
+        ];
+        let kinds = |fork: Vec<NewEvent>| -> Vec<&'static str> {
+            fork.iter().map(|e| e.event.kind()).collect()
+        };
+        // Cut before the second step: both children stay, their ends (after the cut) do not.
+        let fork = fork_history(&events, 1, &old, &new).unwrap();
+        assert_eq!(fork[0].event, started(early, 0));
+        assert_eq!(
+            kinds(fork),
+            [
+                "child_started",
+                "step_scheduled",
+                "step_completed",
+                "child_started"
+            ]
+        );
+        // Nothing cut: both children and both ends stay, in their order.
+        let fork = fork_history(&events, 2, &old, &new).unwrap();
+        assert_eq!(fork[6].event, ended(early, 40));
+        assert_eq!(fork.len(), 8);
+        // A child started after the cut is not kept.
+        assert_eq!(
+            kinds(fork_history(&events, 0, &old, &new).unwrap()),
+            ["child_started"]
+        );
     }
 
     #[test]

@@ -1486,8 +1486,92 @@ async fn runs_fail_at_their_deadline(b: Backend) {
     bounded(quick.return_value()).await.unwrap();
 }
 
+/// After `prune` deleted a completed run, `return_value()` on a handle of it is an error
+/// (the run is not found), in the runtime that drove the run and remembers its end as in any
+/// other runtime on the store, whichever pruned it; the run that was not pruned still answers.
+async fn a_pruned_run_is_gone_everywhere(b: Backend) {
+    let db = TestDb::new(b);
+    let driver = db.runtime().await;
+    let other = db.runtime().await;
+    for pruner in [&other, &driver] {
+        let run = driver.start(arithmetic, (1,)).await.unwrap();
+        let value = bounded(run.return_value()).await.unwrap();
+        // The end is in the past when the prune reads its clock.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let stats = pruner.prune(Duration::ZERO).await.unwrap();
+        assert!(stats.runs >= 1, "{stats:?}");
+        let kept = driver.start(arithmetic, (2,)).await.unwrap();
+        for rt in [&driver, &other] {
+            let gone = rt.get_run(&run.id());
+            let err = bounded(gone.return_value()).await.unwrap_err();
+            assert!(err.to_string().contains("not found"), "{err}");
+            assert!(matches!(gone.status().await, Err(RunError::NotFound(_))));
+        }
+        assert!(bounded(kept.return_value()).await.unwrap() > value);
+        let err = bounded(run.return_value()).await.unwrap_err();
+        assert!(err.to_string().contains("not found"), "{err}");
+    }
+    // A run whose token is retained is pruned only once its retention ended; then it is gone
+    // for the runtime that drove it too.
+    let token = format!("retained-{}", RunId::new());
+    let retained = driver
+        .start(arithmetic, (3,))
+        .hook(&token)
+        .min_retention(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let value = bounded(retained.return_value()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    other.prune(Duration::ZERO).await.unwrap();
+    assert_eq!(retained.status().await.unwrap(), RunStatus::Completed);
+    assert_eq!(bounded(retained.return_value()).await.unwrap(), value);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(other.prune(Duration::ZERO).await.unwrap().runs >= 1);
+    assert!(matches!(
+        retained.status().await,
+        Err(RunError::NotFound(_))
+    ));
+    let err = bounded(retained.return_value()).await.unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+}
+
+/// `return_value` after a run's end answers without reading the store only for a run that
+/// completed here and whose token is retained (no prune can delete it yet): the duplicate
+/// start reading its owner's result; any other run is read, so a pruned one is not found.
+async fn only_retained_runs_are_answered_from_memory(b: Backend) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let db = TestDb::new(b);
+    let (store, rt) = common::failing_store(&db, 0).await;
+    let token = format!("kept-{}", RunId::new());
+    let owner = rt
+        .start(arithmetic, (1,))
+        .hook(&token)
+        .min_retention(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let value = bounded(owner.return_value()).await.unwrap();
+    let plain = rt.start(arithmetic, (1,)).await.unwrap();
+    bounded(plain.return_value()).await.unwrap();
+    let reads = store.run_reads.load(SeqCst);
+    for _ in 0..3 {
+        let dup = rt.start(arithmetic, (2,)).hook(&token).await.unwrap_err();
+        let StartError::HookConflict(c) = dup else {
+            panic!("{dup}")
+        };
+        let got = rt.get_run(&c.conflicting_run_id).typed::<u64>();
+        assert_eq!(bounded(got.return_value()).await.unwrap(), value);
+    }
+    assert_eq!(store.run_reads.load(SeqCst), reads, "answered from memory");
+    for _ in 0..3 {
+        bounded(plain.return_value()).await.unwrap();
+    }
+    assert_eq!(store.run_reads.load(SeqCst), reads + 3, "each one read");
+}
+
 on_every_store!(
     runs_fail_at_their_deadline,
+    only_retained_runs_are_answered_from_memory,
+    a_pruned_run_is_gone_everywhere,
     a_cancel_from_elsewhere_drops_the_step_in_flight,
     a_step_over_its_timeout_is_dropped_and_retried,
     cancel_drops_the_step_in_flight,

@@ -157,6 +157,36 @@ async fn parent_of_queued(queue: String, n: u64) -> Result<u64> {
     Ok(sum)
 }
 
+/// Sleeps `secs` seconds, durably.
+#[workflow]
+async fn sleeper(secs: u64) -> Result<String> {
+    sleep(Duration::from_secs(secs)).await;
+    Ok("woke up".to_owned())
+}
+
+/// Starts a 5 s `sleeper` child (`how`: "attached", "own timeout" of an hour, or
+/// "detached") and awaits it.
+#[workflow]
+async fn parent_of_sleeper(how: String) -> Result<String> {
+    let start = start_child(sleeper, (5,));
+    let child = match how.as_str() {
+        "own timeout" => start.timeout(Duration::from_secs(3600)).await?,
+        "detached" => start.detached().await?,
+        _ => start.await?,
+    };
+    child.result().await
+}
+
+/// Starts a gated child first, then runs two steps, then awaits the child.
+#[workflow]
+async fn child_first(token: String) -> Result<String> {
+    let child = start_child(gated, (token,)).await?;
+    let a = double(1).await?;
+    let b = double(2).await?;
+    let end = child.result().await?;
+    Ok(format!("{a}+{b}+{end}"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
@@ -397,8 +427,133 @@ async fn start_child_outside_a_workflow_is_an_error(_b: Backend) {
     assert!(err.to_string().contains("outside a workflow"), "{err}");
 }
 
+/// A parent with a 1 s deadline awaiting a child that sleeps 5 s: an attached child ends
+/// (failed, timed out) at the parent's deadline, the same instant; a child with its own
+/// `.timeout(1h)` outlives the parent, and a detached one inherits nothing.
+async fn a_child_inherits_its_parents_deadline(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db.runtime().await;
+    let mut started = Vec::new();
+    for how in ["attached", "own timeout", "detached"] {
+        let began = Instant::now();
+        let run = rt
+            .start(parent_of_sleeper, (how.to_owned(),))
+            .timeout(Duration::from_secs(1))
+            .await
+            .unwrap();
+        started.push((how, began, run));
+    }
+    for (how, began, run) in &started {
+        let err = run.return_value().await.unwrap_err();
+        assert!(err.to_string().contains("timed out"), "{how}: {err}");
+        let parent = run.info().await.unwrap();
+        let children = loop {
+            let c = children_of(&rt, run.id()).await;
+            if !c.is_empty() {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(children.len(), 1, "{how}: {children:?}");
+        let child = &children[0];
+        match *how {
+            "attached" => {
+                assert_eq!(child.deadline, parent.deadline, "the same instant");
+                let child = until_status(&rt, child.id, RunStatus::Failed).await;
+                let took = began.elapsed();
+                assert!(took < Duration::from_secs(4), "ended after {took:?}");
+                let error = child.error.expect("a failed child has an error");
+                assert!(error.to_string().contains("timed out"), "{error}");
+            }
+            "own timeout" => {
+                let own = child.deadline.expect("its own deadline");
+                let parent_deadline = parent.deadline.expect("the parent's deadline");
+                assert!(
+                    own > parent_deadline + Duration::from_secs(3000),
+                    "{own:?} {parent_deadline:?}"
+                );
+            }
+            _ => assert_eq!(child.deadline, None, "a detached child inherits nothing"),
+        }
+    }
+    // The parents failed a while ago; the children with a deadline of their own or none are
+    // still sleeping.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (how, _, run) in &started[1..] {
+        let child = children_of(&rt, run.id()).await.remove(0);
+        assert_eq!(child.status, RunStatus::Running, "{how}: {child:?}");
+        rt.get_run(&child.id).cancel().await.unwrap();
+    }
+}
+
+/// `fork(1)` and `fork(2)` of a run whose first command starts a child keep that child: no
+/// second child is started, and the copies' `child.result()` gives the original child's end,
+/// whether the child ends after the fork or had ended before it. The runs are given back to
+/// the store while they wait (a copy is woken again to read its child's record).
+async fn a_fork_keeps_the_children_started_before_its_cut(b: Backend) {
+    let db = common::TestDb::new(b);
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .evict_after(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let token = format!("fork-{}", RunId::new());
+    let run = rt.start(child_first, (token.clone(),)).await.unwrap();
+    // The original ran both steps and waits for its child.
+    loop {
+        let events = rt.store().events(&run.id()).await.unwrap();
+        let done = events
+            .iter()
+            .filter(|e| matches!(e.event, Event::StepCompleted { .. }))
+            .count();
+        if done == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gated_runs = || async {
+        rt.store()
+            .list_runs(&RunFilter::new().workflow("children::gated"))
+            .await
+            .unwrap()
+    };
+    // Forked while the child still runs.
+    let early = [run.fork(1).await.unwrap(), run.fork(2).await.unwrap()];
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for fork in &early {
+        assert_eq!(fork.status().await.unwrap(), RunStatus::Running);
+        assert!(children_of(&rt, fork.id()).await.is_empty());
+    }
+    assert_eq!(gated_runs().await.len(), 1, "no second child");
+    resume_when_ready(&rt, &token, "hello").await;
+    assert_eq!(run.return_value().await.unwrap(), "2+4+hello");
+    for fork in &early {
+        assert_eq!(fork.return_value().await.unwrap(), "2+4+hello");
+        let history = rt.store().events(&fork.id()).await.unwrap();
+        assert!(
+            history.iter().any(|e| matches!(&e.event,
+                Event::ChildEnded { result: Ok(v), .. } if *v == "hello")),
+            "{:?}",
+            kinds(&history)
+        );
+    }
+    // Forked after the child (and the original) ended.
+    for from in [1, 2] {
+        let fork = run.fork(from).await.unwrap();
+        assert_eq!(fork.return_value().await.unwrap(), "2+4+hello");
+        assert!(children_of(&rt, fork.id()).await.is_empty());
+    }
+    let children = gated_runs().await;
+    assert_eq!(children.len(), 1, "no second child: {children:?}");
+    assert_eq!(children[0].parent, Some(run.id()));
+}
+
 on_every_store!(
     a_child_result_reaches_its_parent,
+    a_fork_keeps_the_children_started_before_its_cut,
+    a_child_inherits_its_parents_deadline,
     an_evicted_parent_is_woken_by_its_child_and_starts_no_second_one,
     a_failed_child_gives_its_error_to_the_parent,
     cancelling_a_parent_cancels_its_attached_children_only,

@@ -125,6 +125,30 @@ async fn writes_too_much(len: u32) -> Result<String> {
     oversized(len).await
 }
 
+/// Reads its own hook on a token another run owns, as a stream, until the stream ends and
+/// twice after: what each poll yielded.
+#[workflow]
+async fn hook_stream_past_its_end(token: String) -> Result<String> {
+    use futures::stream::FusedStream;
+    let mut hook = create_hook::<String>(token);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(match hook.next().await {
+            Some(Ok(v)) => format!("payload {v}"),
+            Some(Err(e)) if e.as_hook_conflict().is_some() => "conflict".to_owned(),
+            Some(Err(e)) => format!("error {e}"),
+            None => "end".to_owned(),
+        });
+    }
+    seen.push(format!("terminated={}", hook.is_terminated()));
+    Ok(seen.join(", "))
+}
+
+#[workflow]
+async fn holds_token(token: String) -> Result<String> {
+    create_hook::<String>(token).recv().await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cases
 
@@ -138,7 +162,57 @@ on_every_store!(
     a_reader_is_woken_by_the_write_not_by_its_poll,
     a_closed_stream_refuses_writes,
     a_chunk_over_the_payload_limit_is_refused,
+    streams_polled_after_their_end_yield_none,
 );
+
+/// Every stream the crate returns is fused: polled again after its end it yields `None`
+/// (and says it is terminated), whether it ended on a close, with its run, on an error, or
+/// is a hook's stream that ended on its registration error.
+async fn streams_polled_after_their_end_yield_none(b: Backend) {
+    use futures::stream::FusedStream;
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    // Ended by its close.
+    let closed = rt.start(emitting, (2, true)).await.unwrap();
+    closed.return_value().await.unwrap();
+    // Ended with its run (never closed).
+    let open = rt.start(emitting, (2, false)).await.unwrap();
+    open.return_value().await.unwrap();
+    for run in [&closed, &open] {
+        let mut s = run.stream::<String>("tokens");
+        assert!(!s.is_terminated(), "not polled yet");
+        for i in 0..2 {
+            assert_eq!(s.next().await.unwrap().unwrap().index, i);
+        }
+        assert!(s.next().await.is_none());
+        assert!(s.is_terminated());
+        assert!(s.next().await.is_none(), "a second poll after the end");
+        assert!(s.next().await.is_none(), "a third poll after the end");
+    }
+    // Ended on an error (an unknown run).
+    let mut s = rt.get_run(&RunId::new()).stream::<String>("tokens");
+    assert!(s.next().await.unwrap().is_err());
+    assert!(s.next().await.is_none());
+    assert!(s.next().await.is_none());
+    assert!(s.is_terminated());
+    // A hook's stream ends after its registration's error, and stays ended.
+    let token = format!("held-{}", RunId::new());
+    let owner = rt
+        .start(holds_token, (token.clone(),))
+        .hook(&token)
+        .await
+        .unwrap();
+    let run = rt
+        .start(hook_stream_past_its_end, (token.clone(),))
+        .await
+        .unwrap();
+    assert_eq!(
+        run.return_value().await.unwrap(),
+        "conflict, end, end, terminated=true"
+    );
+    rt.resume_hook(&token, "done").await.unwrap();
+    assert_eq!(owner.return_value().await.unwrap(), "done");
+}
 
 async fn chunks_arrive_in_write_order_with_their_indexes(b: Backend) {
     let db = TestDb::new(b);

@@ -19,6 +19,7 @@ mod deliveries;
 mod issue;
 mod keys;
 mod recorded;
+mod shared;
 mod steps;
 mod writes;
 

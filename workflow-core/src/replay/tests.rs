@@ -1230,3 +1230,76 @@ fn a_child_notice_is_not_a_hook_payload() {
     r.add_payloads([child_notice(3, child, json!(1))]);
     assert!(!r.deliver_payload(|_| true, t(4)));
 }
+
+#[test]
+fn a_shared_child_end_read_from_its_record_is_recorded_when_awaited() {
+    let (child, recorded) = (RunId::new(), RunId::new());
+    let started = |child_key: &str, child_id| Event::ChildStarted {
+        refused: None,
+        child_key: child_key.into(),
+        child_id,
+        workflow: "ship".into(),
+        conflict: None,
+    };
+    // A fork's history: two children of its original, the second one's end recorded.
+    let mut r = History::default()
+        .at(1, started("ch_0", child))
+        .at(2, started("ch_1", recorded))
+        .at(
+            3,
+            Event::ChildEnded {
+                child_id: recorded,
+                payload_id: 9,
+                result: Ok(json!(2)),
+            },
+        )
+        .replay();
+    r.issue(
+        [start_child("ch_0", "ship"), start_child("ch_1", "ship")],
+        t(4),
+    )
+    .unwrap();
+    // The two starts, one at a time (the workflow awaits the ends after both).
+    for _ in 0..2 {
+        assert!(matches!(
+            r.next_delivery().unwrap().unwrap().what,
+            Delivered::ChildStarted { .. }
+        ));
+    }
+    assert!(r.unread_child_ends().is_empty(), "nothing awaited yet");
+    r.issue(
+        [
+            Command::AwaitChild { child_id: child },
+            Command::AwaitChild { child_id: recorded },
+        ],
+        t(5),
+    )
+    .unwrap();
+    // The recorded end comes from the history; the other one is for the driver to read.
+    assert_eq!(r.unread_child_ends(), [child]);
+    assert_eq!(
+        deliveries(&mut r),
+        [Delivered::ChildEnded {
+            child_id: recorded,
+            result: Ok(json!(2))
+        }]
+    );
+    r.child_end_read(child, Ok(json!(1)));
+    assert!(r.unread_child_ends().is_empty());
+    assert!(r.deliver_child_end(t(6)));
+    assert_eq!(
+        r.take_writes().events[0].event,
+        Event::ChildEnded {
+            child_id: child,
+            payload_id: 0,
+            result: Ok(json!(1))
+        }
+    );
+    assert_eq!(
+        deliveries(&mut r),
+        [Delivered::ChildEnded {
+            child_id: child,
+            result: Ok(json!(1))
+        }]
+    );
+}

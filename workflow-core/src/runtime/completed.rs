@@ -1,41 +1,82 @@
 //! The outputs of runs that completed in this process, for `return_value` calls made after
-//! their end: a completed run never changes again (`retry` re-opens failed and blocked runs
-//! only), so such a call needs no read. The caller of a duplicate start, handed the owner's id,
-//! is the usual one.
+//! their end, answered without a read while the answer cannot have changed in the store: a
+//! completed run never changes again (`retry` re-opens failed and blocked runs only), but
+//! `prune` may delete it, from any process, and a pruned run is not found. Only a run whose
+//! start token is retained (`min_retention`) is safe from pruning until its retention ends,
+//! so only such runs are remembered, and only until shortly before then. The caller of a
+//! duplicate start, handed the owner's id, is the usual one.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
 use crate::ids::RunId;
 use crate::store::RunOutcome;
 
-/// Outputs kept at most.
+/// Outputs kept at most (and as many runs awaiting their end).
 const ENTRIES: usize = 4096;
 /// Bytes of JSON kept at most, all outputs together.
 const BYTES: usize = 4 << 20;
 /// An output larger than this is not kept (it would push out many small ones).
 const ENTRY_BYTES: usize = 64 << 10;
+/// An output is answered from here only until this long before its run's retention ends,
+/// so that a prune by a process whose clock runs a little ahead still finds it retained.
+const MARGIN: Duration = Duration::from_secs(1);
 
 /// Bounded in entries and bytes; the oldest go first.
 #[derive(Default)]
 pub(crate) struct Completed {
+    /// Runs admitted here whose token is retained, until when, waiting for their end.
+    retained: HashMap<RunId, SystemTime>,
+    retained_order: VecDeque<RunId>,
     order: VecDeque<RunId>,
-    outputs: HashMap<RunId, (Arc<RunOutcome>, usize)>,
+    outputs: HashMap<RunId, Kept>,
     bytes: usize,
 }
 
+/// One remembered output.
+struct Kept {
+    outcome: Arc<RunOutcome>,
+    size: usize,
+    /// When its run's token retention ends: no prune deletes the run before.
+    retained_until: SystemTime,
+}
+
 impl Completed {
-    /// Keeps `outcome` of run `id` if it completed and its output is small.
+    /// Run `id`, admitted here, keeps its token until `until` whatever its end: no prune
+    /// deletes it before then, so its output may be remembered once it completes.
+    pub(crate) fn retained(&mut self, id: RunId, until: SystemTime) {
+        if self.retained.insert(id, until).is_some() {
+            return;
+        }
+        self.retained_order.push_back(id);
+        while self.retained_order.len() > ENTRIES {
+            if let Some(oldest) = self.retained_order.pop_front() {
+                self.retained.remove(&oldest);
+            }
+        }
+    }
+
+    /// Keeps `outcome` of run `id` if it completed, its token is retained (see
+    /// [`Completed::retained`]) and its output is small.
     pub(crate) fn keep(&mut self, id: RunId, outcome: &Arc<RunOutcome>) {
+        let Some(retained_until) = self.retained.remove(&id) else {
+            return;
+        };
         let RunOutcome::Completed(output) = &**outcome else {
             return;
         };
         let Some(size) = json_size(output, ENTRY_BYTES) else {
             return;
         };
-        if self.outputs.insert(id, (outcome.clone(), size)).is_some() {
+        let kept = Kept {
+            outcome: outcome.clone(),
+            size,
+            retained_until,
+        };
+        if self.outputs.insert(id, kept).is_some() {
             return;
         }
         self.order.push_back(id);
@@ -44,17 +85,25 @@ impl Completed {
             let Some(oldest) = self.order.pop_front() else {
                 break;
             };
-            if let Some((_, size)) = self.outputs.remove(&oldest) {
-                self.bytes -= size;
+            if let Some(kept) = self.outputs.remove(&oldest) {
+                self.bytes -= kept.size;
             }
         }
     }
 
-    /// The output of run `id`, if it completed here and is still kept.
-    pub(crate) fn output(&self, id: &RunId) -> Option<Value> {
-        match self.outputs.get(id).map(|(outcome, _)| &**outcome) {
-            Some(RunOutcome::Completed(v)) => Some(v.clone()),
-            _ => None,
+    /// The output of run `id`, if it completed here, is still kept, and its retention (so
+    /// the run itself) lasts beyond `now`.
+    pub(crate) fn output(&self, id: &RunId, now: SystemTime) -> Option<Value> {
+        let kept = self.outputs.get(id)?;
+        if now
+            .checked_add(MARGIN)
+            .is_none_or(|t| t >= kept.retained_until)
+        {
+            return None;
+        }
+        match &*kept.outcome {
+            RunOutcome::Completed(v) => Some(v.clone()),
+            RunOutcome::Failed(_) => None,
         }
     }
 }
@@ -95,38 +144,72 @@ mod tests {
         Arc::new(RunOutcome::Completed(v))
     }
 
+    fn hour_after(t: SystemTime) -> SystemTime {
+        t + Duration::from_secs(3600)
+    }
+
     #[test]
-    fn keeps_completed_outputs_only() {
+    fn keeps_completed_outputs_of_retained_runs_only() {
         let mut c = Completed::default();
-        let (done, failed) = (RunId::new(), RunId::new());
+        let now = SystemTime::now();
+        let (done, failed, unretained) = (RunId::new(), RunId::new(), RunId::new());
+        c.retained(done, hour_after(now));
+        c.retained(failed, hour_after(now));
         c.keep(done, &completed(serde_json::json!({"total": 3})));
         c.keep(
             failed,
             &Arc::new(RunOutcome::Failed(crate::Error::fatal("no"))),
         );
-        assert_eq!(c.output(&done), Some(serde_json::json!({"total": 3})));
-        assert_eq!(c.output(&failed), None);
+        c.keep(unretained, &completed(Value::from(1)));
+        assert_eq!(c.output(&done, now), Some(serde_json::json!({"total": 3})));
+        assert_eq!(c.output(&failed, now), None);
+        assert_eq!(c.output(&unretained, now), None, "a prune may delete it");
+    }
+
+    #[test]
+    fn an_output_is_answered_only_well_before_the_retention_ends() {
+        let mut c = Completed::default();
+        let now = SystemTime::now();
+        let id = RunId::new();
+        c.retained(id, now + Duration::from_secs(10));
+        c.keep(id, &completed(Value::from(1)));
+        assert_eq!(c.output(&id, now), Some(Value::from(1)));
+        assert_eq!(c.output(&id, now + Duration::from_secs(9)), None);
+        assert_eq!(c.output(&id, now + Duration::from_secs(11)), None);
     }
 
     #[test]
     fn the_oldest_go_first_and_large_outputs_are_not_kept() {
         let mut c = Completed::default();
+        let now = SystemTime::now();
+        let keep = |c: &mut Completed, id: RunId, v: Value| {
+            c.retained(id, hour_after(now));
+            c.keep(id, &completed(v));
+        };
         let ids: Vec<RunId> = (0..ENTRIES + 1).map(|_| RunId::new()).collect();
         for (i, id) in ids.iter().enumerate() {
-            c.keep(*id, &completed(Value::from(i)));
+            keep(&mut c, *id, Value::from(i));
         }
-        assert_eq!(c.output(&ids[0]), None);
-        assert_eq!(c.output(&ids[ENTRIES]), Some(Value::from(ENTRIES)));
+        assert_eq!(c.output(&ids[0], now), None);
+        assert_eq!(c.output(&ids[ENTRIES], now), Some(Value::from(ENTRIES)));
         let big = RunId::new();
-        c.keep(big, &completed(Value::String("x".repeat(ENTRY_BYTES + 1))));
-        assert_eq!(c.output(&big), None);
+        keep(&mut c, big, Value::String("x".repeat(ENTRY_BYTES + 1)));
+        assert_eq!(c.output(&big, now), None);
         // Bytes bound: outputs near the entry limit push out the older ones.
         let near: Vec<RunId> = (0..BYTES / ENTRY_BYTES + 2).map(|_| RunId::new()).collect();
         for id in &near {
-            c.keep(*id, &completed(Value::String("y".repeat(ENTRY_BYTES - 10))));
+            keep(&mut c, *id, Value::String("y".repeat(ENTRY_BYTES - 10)));
         }
         assert!(c.bytes <= BYTES);
-        assert_eq!(c.output(&near[0]), None);
-        assert!(c.output(&near[near.len() - 1]).is_some());
+        assert_eq!(c.output(&near[0], now), None);
+        assert!(c.output(&near[near.len() - 1], now).is_some());
+        // Runs waiting for their end are bounded too.
+        let waiting: Vec<RunId> = (0..ENTRIES + 1).map(|_| RunId::new()).collect();
+        for id in &waiting {
+            c.retained(*id, hour_after(now));
+        }
+        assert!(c.retained.len() <= ENTRIES);
+        c.keep(waiting[0], &completed(Value::from(0)));
+        assert_eq!(c.output(&waiting[0], now), None, "forgotten before its end");
     }
 }

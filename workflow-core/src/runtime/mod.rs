@@ -109,7 +109,8 @@ pub(crate) struct Inner {
     /// The runs someone waits for in `return_value`, each with the signal of its end (in this
     /// process or, with a pushing store, anywhere): a run's end wakes its own waiters only.
     waiting: Mutex<HashMap<RunId, Waiting>>,
-    /// The outputs of runs that completed here, for `return_value` calls after the end.
+    /// The outputs of runs that completed here and cannot be pruned yet, for `return_value`
+    /// calls after the end.
     completed: Mutex<completed::Completed>,
     /// The runs whose streams someone reads here ([`StreamWatch`]), each with the signal
     /// that a chunk was written or a stream closed (in this process or, with a pushing store,
@@ -241,9 +242,16 @@ impl Inner {
         self.stream_changed(id);
     }
 
-    /// The output of run `id` if it completed here (and is still remembered).
+    /// The output of run `id` if it completed here and is still remembered: only while its
+    /// retained token keeps any prune from deleting it.
     pub(crate) fn completed_here(&self, id: &RunId) -> Option<Value> {
-        crate::lock(&self.completed).output(id)
+        crate::lock(&self.completed).output(id, self.clock.now())
+    }
+
+    /// Run `id` was admitted here with its token retained until `until` (no prune deletes it
+    /// before then): its output may be remembered when it completes here.
+    fn retained_until(&self, id: RunId, until: SystemTime) {
+        crate::lock(&self.completed).retained(id, until);
     }
 
     /// Whether run `id` is driven here now.

@@ -180,6 +180,12 @@ impl<T> Run<T> {
     /// scheduled); later steps run again, with this build's code. The copy claims no
     /// hook token, so a run that registered a hook before that step cannot be forked there
     /// ([`RunError::CannotFork`], as for a `from_step` beyond the steps it scheduled).
+    ///
+    /// Children started before that step are kept, not started again: the copy's
+    /// `child.result()` gives the original child's end, also when the child ends after the
+    /// fork (the copy reads it from the child's record, within the poll interval at first,
+    /// then less often while the child runs on, up to once a minute). They stay the
+    /// original's children: cancelling the copy does not cancel them.
     pub async fn fork(&self, from_step: usize) -> Result<Run<T>, RunError> {
         let inner = &self.rt.inner;
         let run = self.info().await?;
@@ -239,7 +245,8 @@ impl<T: DeserializeOwned> Run<T> {
     /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
     /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
     pub async fn return_value(&self) -> Result<T, Error> {
-        // A run that completed here never changes again.
+        // A run that completed here never changes again, and one whose token is retained
+        // cannot be pruned yet: remembered, it needs no read.
         if let Some(output) = self.rt.inner.completed_here(&self.id) {
             return self.decode(output);
         }

@@ -437,6 +437,7 @@ async fn admit(
     let id = run.id;
     let record = admitted_run(&run);
     let token = record.hook_token.clone();
+    let retained = run.hook.as_ref().and_then(|h| h.retain_until);
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once; a queued run waits for its slot instead.
     let (admission, lease) = if run.queue.is_none() && inner.can_take(&record.workflow) {
@@ -458,6 +459,9 @@ async fn admit(
             token: token.unwrap_or_default(),
             conflicting_run_id: owner,
         }));
+    }
+    if let Some(until) = retained {
+        inner.retained_until(id, until);
     }
     drive(&inner, record, lease);
     Ok(())
@@ -508,6 +512,7 @@ async fn admit_or_resume(
     let id = run.id;
     let record = admitted_run(&run);
     let token = record.hook_token.clone().unwrap_or_default();
+    let retained = run.hook.as_ref().and_then(|h| h.retain_until);
     let lease =
         (run.queue.is_none() && inner.can_take(&record.workflow)).then_some(inner.config.lease);
     let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
@@ -519,6 +524,9 @@ async fn admit_or_resume(
     }
     match outcome {
         AdmitOrResume::Admitted(lease) => {
+            if let Some(until) = retained {
+                inner.retained_until(id, until);
+            }
             drive(&inner, record, lease);
             Ok(None)
         }

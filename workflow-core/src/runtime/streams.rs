@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, Fuse, FusedStream};
 use futures::{Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -227,7 +227,8 @@ enum Start {
 /// interval), and ends after the stream is closed or the run ended, once it delivered every
 /// chunk written before. A chunk whose value does not deserialize into `T` is yielded as an
 /// `Err` and the stream goes on; a store error or an unknown run is yielded as an `Err` and
-/// ends it (resume with `.from(last index + 1)`).
+/// ends it (resume with `.from(last index + 1)`). It is fused ([`FusedStream`]): polled
+/// again after its end, it yields `None`.
 #[must_use = "a stream reads nothing unless polled"]
 pub struct RunStream<T> {
     /// Keeps the runtime working while the stream is read.
@@ -235,8 +236,11 @@ pub struct RunStream<T> {
     run: RunId,
     name: String,
     start: Start,
-    reading: Option<BoxStream<'static, Result<Chunk<T>, Error>>>,
+    reading: Option<Reading<T>>,
 }
+
+/// A [`RunStream`] once polled: its reader, fused so that it ends for good.
+type Reading<T> = Fuse<BoxStream<'static, Result<Chunk<T>, Error>>>;
 
 impl<T> std::fmt::Debug for RunStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -295,8 +299,15 @@ impl<T: DeserializeOwned + Send + 'static> Stream for RunStream<T> {
                 Some((item, r))
             })
             .boxed()
+            .fuse()
         });
         reading.poll_next_unpin(cx)
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> FusedStream for RunStream<T> {
+    fn is_terminated(&self) -> bool {
+        self.reading.as_ref().is_some_and(|r| r.is_terminated())
     }
 }
 

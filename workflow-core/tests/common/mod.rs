@@ -471,6 +471,8 @@ pub struct Failing {
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
     gate: tokio::sync::Semaphore,
+    /// How many times a run's record was read (`get_run`).
+    pub run_reads: std::sync::atomic::AtomicUsize,
 }
 
 impl std::ops::Deref for FailingAdmissions {
@@ -491,6 +493,7 @@ impl FailingAdmissions {
             append_failure: std::sync::Mutex::new(AppendFailure::Refused),
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
+            run_reads: 0.into(),
         }))
     }
 
@@ -552,6 +555,8 @@ impl RunStore for FailingAdmissions {
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.run_reads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.get_run(id).await
     }
 
