@@ -63,6 +63,7 @@ mod queue;
 mod registry;
 mod replay;
 mod runtime;
+mod schedule;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
