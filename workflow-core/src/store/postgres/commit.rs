@@ -9,15 +9,15 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::listen::{notifier, Notifier, NOTE_READY};
+use super::listen::{notifier, Notifier};
 use super::stash::{Conn, Stash};
 use super::statements::Statements;
 use super::tx::{FullEnds, Pg};
 use super::PostgresStore;
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
-use crate::store::sql::policy::{self, NewRunRow};
-use crate::store::sql::{sql_epoch, EncodedAppend};
+use crate::store::sql::policy::{self, Answer, GroupError, GroupWrite, NewRunRow};
+use crate::store::sql::EncodedAppend;
 use crate::store::{Admission, Lease};
 
 /// Committers per store, each committing one batch at a time on a pooled connection: while
@@ -35,22 +35,6 @@ pub(super) enum Write {
 
 pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
-/// A write's outcome, held until its transaction's fate is known.
-pub(super) enum Answer {
-    Append(Result<(), StoreError>),
-    Admit(Result<(Admission, Option<Lease>), StoreError>),
-}
-
-impl Answer {
-    /// The error, if the write failed.
-    pub(super) fn error(&self) -> Option<&StoreError> {
-        match self {
-            Answer::Append(r) => r.as_ref().err(),
-            Answer::Admit(r) => r.as_ref().err(),
-        }
-    }
-}
-
 impl Write {
     /// The run it writes: a group transaction writes its runs in id order, the order
     /// heartbeats lock rows in (see `heartbeat`), so the two never wait for each other both
@@ -62,17 +46,12 @@ impl Write {
         }
     }
 
-    /// The append, when it only adds events (a step's result and the next step, say).
-    pub(super) fn events_only(&self) -> Option<(&Lease, &EncodedAppend)> {
+    /// The write as the group policy sees it.
+    pub(super) fn as_group(&self) -> GroupWrite<'_> {
         match self {
-            Write::Append(lease, write, _) if write.events_only() => Some((lease, write)),
-            _ => None,
+            Write::Append(lease, write, _) => GroupWrite::Append(lease, write),
+            Write::Admit(row, _) => GroupWrite::Admit(row),
         }
-    }
-
-    /// Whether the write may take the inbox lock: an append ending its run.
-    pub(super) fn ends_run(&self) -> bool {
-        matches!(self, Write::Append(_, write, _) if write.end.is_some())
     }
 
     /// Its policy, on `pg`.
@@ -311,20 +290,11 @@ impl Writer {
         }
     }
 
-    /// The writes in one transaction. A write refused without writing (lease lost) answers
-    /// only its caller; any other error may have aborted the transaction (PostgreSQL aborts
-    /// it on a failed statement), so all are redone alone. No savepoints: a refusal of the
-    /// policies batched here (`append`: the fenced first statement; `admit` without a token:
-    /// its one insert) writes nothing, so the round trip a savepoint costs per write buys
-    /// nothing.
-    ///
-    /// Lock order: a transaction ending child runs takes the inbox lock before any run row
-    /// lock, as every writer does (see `lock_inbox_for_end`), since a later write in the
-    /// batch could otherwise wait for it while holding a row a resume or another end waits
-    /// for; ends of runs without a parent need no inbox lock, so a batch of them holds none
-    /// (holding it would make every committer's batch wait for the others'). A deadlock
-    /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
-    /// an error.
+    /// The writes in one transaction, as `policy::group` writes them: each write's own
+    /// answer once committed, or a redo of each alone when a statement may have aborted the
+    /// transaction (PostgreSQL aborts it on any failed statement). A deadlock left
+    /// (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not an
+    /// error.
     pub(super) async fn together(&self, batch: &[Write]) -> Group {
         let begun = match self.stash.conn().await {
             Ok(conn) => conn.begin().await,
@@ -352,129 +322,6 @@ impl Writer {
         }
     }
 
-    /// The events of `writes` (appends that only add events, of distinct runs, in id order) in
-    /// one statement: each write's answer, `LeaseLost` for a run whose lease is gone.
-    pub(super) async fn append_many(
-        &self,
-        conn: &mut PgConnection,
-        writes: &[Write],
-    ) -> Result<Vec<Answer>, sqlx::Error> {
-        let (mut runs, mut epochs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (lease, write) in writes.iter().filter_map(Write::events_only) {
-            let run = lease.run_id.to_string();
-            let events = &write.events;
-            for (k, ((at, kind), data)) in
-                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
-            {
-                ev_runs.push(run.clone());
-                ev_index.push(k);
-                ev_at.push(*at);
-                ev_kinds.push(kind.as_str());
-                ev_data.push(data.as_str());
-            }
-            runs.push(run);
-            epochs.push(sql_epoch(lease.epoch));
-            counts.push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
-        }
-        let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
-            .bind(&runs)
-            .bind(&epochs)
-            .bind(&counts)
-            .bind(&ev_runs)
-            .bind(&ev_index)
-            .bind(&ev_at)
-            .bind(&ev_kinds)
-            .bind(&ev_data)
-            .fetch_all(&mut *conn)
-            .await?;
-        let written: std::collections::HashSet<String> = written.into_iter().collect();
-        Ok(runs
-            .iter()
-            .zip(writes)
-            .map(|(run, write)| {
-                Answer::Append(if written.contains(run) {
-                    Ok(())
-                } else {
-                    Err(StoreError::LeaseLost(*write.run_id()))
-                })
-            })
-            .collect())
-    }
-
-    /// The admissions among `batch` (none with a token) in one statement: their answers, in
-    /// order. The notice that runs nobody leased are ready goes to `notes`.
-    pub(super) async fn admit_many(
-        &self,
-        conn: &mut PgConnection,
-        batch: &[Write],
-        notes: &mut Vec<String>,
-    ) -> Result<Vec<Answer>, sqlx::Error> {
-        let rows: Vec<&NewRunRow> = batch
-            .iter()
-            .filter_map(|w| match w {
-                Write::Admit(row, _) => Some(row),
-                Write::Append(..) => None,
-            })
-            .collect();
-        let ids: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
-        let workflows: Vec<&str> = rows.iter().map(|r| r.workflow.as_str()).collect();
-        let inputs: Vec<&str> = rows.iter().map(|r| r.input.as_str()).collect();
-        let at: Vec<i64> = rows.iter().map(|r| r.created_at).collect();
-        let leases: Vec<Option<i64>> = rows.iter().map(|r| r.lease_until).collect();
-        let deadlines: Vec<Option<i64>> = rows.iter().map(|r| r.deadline).collect();
-        let parents: Vec<Option<&str>> = rows
-            .iter()
-            .map(|r| r.parent.as_ref().map(|(p, _)| p.as_str()))
-            .collect();
-        let detached: Vec<bool> = rows
-            .iter()
-            .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
-            .collect();
-        let queues: Vec<Option<&str>> = rows.iter().map(|r| r.queue.as_deref()).collect();
-        let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
-        let priorities: Vec<i32> = rows.iter().map(|r| r.priority).collect();
-        let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
-            .bind(&ids)
-            .bind(&workflows)
-            .bind(&inputs)
-            .bind(&at)
-            .bind(&leases)
-            .bind(&deadlines)
-            .bind(&parents)
-            .bind(&detached)
-            .bind(&queues)
-            .bind(&keys)
-            .bind(&priorities)
-            .fetch_all(&mut *conn)
-            .await?;
-        // An id twice in the batch was inserted once: the first admission has it.
-        let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-        let mut ready = false;
-        let answers = rows
-            .iter()
-            .map(|row| {
-                if !inserted.remove(&row.key) {
-                    return Answer::Admit(Err(policy::exists(&row.id)));
-                }
-                if row.parent.is_some() || row.queue.is_some() {
-                    self.full_ends.note(&row.key);
-                }
-                let lease = row.lease_until.map(|_| Lease {
-                    run_id: row.id,
-                    epoch: 1,
-                });
-                ready |= lease.is_none();
-                Answer::Admit(Ok((Admission::Admitted, lease)))
-            })
-            .collect();
-        if ready {
-            notes.push(NOTE_READY.to_owned());
-        }
-        Ok(answers)
-    }
-
     /// Sends `notes`, the notices of writes that committed, through the store's notifier
     /// (started on first use).
     pub(super) fn announce(&self, notes: Vec<String>) {
@@ -492,75 +339,25 @@ impl Writer {
         let _ = queue.send(notes);
     }
 
-    /// The writes of `batch` on `tx`, a transaction: their answers, or how the transaction
-    /// must end instead (rolled back, then redone alone or failed).
+    /// The writes of `batch` on `tx`, a transaction, as the group policy writes them: their
+    /// answers, or how the transaction must end instead (rolled back, then redone alone or
+    /// failed).
     pub(super) async fn together_on(
         &self,
         tx: &mut PgConnection,
         batch: &[Write],
         notes: &mut Vec<String>,
     ) -> Result<Vec<Answer>, Group> {
-        let redo = |why: sqlx::Error| {
-            tracing::debug!(error = %why, "a batch's statement failed; its writes are redone alone");
-            Group::Redo
-        };
-        let ending: Vec<String> = batch
-            .iter()
-            .filter(|w| w.ends_run())
-            .filter_map(|w| match w {
-                Write::Append(lease, ..) => Some(lease.run_id.to_string()),
-                Write::Admit(..) => None,
+        let writes: Vec<GroupWrite<'_>> = batch.iter().map(Write::as_group).collect();
+        policy::group(&mut self.pg(tx, false, notes), &writes)
+            .await
+            .map_err(|e| match e {
+                GroupError::Redo(why) => {
+                    tracing::debug!(error = %why, "a group's statement failed; its writes are redone alone");
+                    Group::Redo
+                }
+                GroupError::Failed(why) => Group::Failed(database_of(why)),
             })
-            .collect();
-        if !ending.is_empty() {
-            sqlx::query(&self.sql.dialect.lock_inbox_for_children)
-                .bind(self.inbox_lock)
-                .bind(&ending)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Group::Failed(database_of(e.into())))?;
-        }
-        let ending = !ending.is_empty();
-        // Admissions insert new rows, which no other writer waits for: first, together.
-        let admitting = batch
-            .iter()
-            .filter(|w| matches!(w, Write::Admit(..)))
-            .count();
-        let mut admitted = if admitting >= 2 {
-            self.admit_many(tx, batch, notes).await.map_err(redo)?
-        } else {
-            Vec::new()
-        }
-        .into_iter();
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut rest = batch;
-        while let Some(write) = rest.first() {
-            // Neighbours in id order that only add events: one statement for all of them,
-            // which locks their rows in the same order.
-            let plain = rest
-                .iter()
-                .take_while(|w| w.events_only().is_some())
-                .count();
-            if plain >= 2 {
-                let (these, after) = rest.split_at(plain);
-                rest = after;
-                answers.extend(self.append_many(tx, these).await.map_err(redo)?);
-                continue;
-            }
-            rest = &rest[1..];
-            if admitting >= 2 && matches!(write, Write::Admit(..)) {
-                // Answered by `admit_many`, an id that existed included (that statement wrote
-                // the others).
-                answers.push(admitted.next().ok_or(Group::Redo)?);
-                continue;
-            }
-            let answer = write.apply(&mut self.pg(tx, ending, notes)).await;
-            if matches!(answer.error(), Some(StoreError::Database(_))) {
-                return Err(Group::Redo);
-            }
-            answers.push(answer);
-        }
-        Ok(answers)
     }
 }
 

@@ -36,23 +36,23 @@ pub(super) struct PgOnly {
     /// `append_and_end` decides. `$1` run, `$2` times, `$3` kinds, `$4` data, `$5` epoch or
     /// NULL, `$6` status, `$7` output, `$8` error, `$9` now.
     pub(super) append_and_end_plain: String,
-    /// The events of several runs in one statement (see `Writer::append_many`): `$1` runs, `$2`
+    /// The events of several runs in one statement (see `Tx::append_many`): `$1` runs, `$2`
     /// their epochs, `$3` their counts of events; `$4` .. `$8` the events (run, index within the
     /// run from 1, time, kind, data). The rows are locked in id order, each fenced as `append`
     /// fences it; the answer: the runs written (a run missing was fenced out).
     pub(super) append_many: String,
-    /// Admissions without a token, several in one statement (see `Writer::admit_many`), leased
+    /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
     /// queues, `$10` partition keys, `$11` priorities. The answer: the ids admitted (an id
     /// missing existed already).
     pub(super) admit_many: String,
-    /// An admission claiming its token, in one statement: see `PostgresStore::admit_claiming`.
+    /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
     /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
     pub(super) admit_claiming: [String; 2],
 }
 
-/// The statement admitting a run with its token (see `PostgresStore::admit_claiming`): `$1` id,
+/// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
 /// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
 /// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` queue,
 /// `$11` partition key, `$12` priority. One row: whether the id was new, whether the run was

@@ -8,10 +8,11 @@ use sqlx::PgConnection;
 use super::listen::{NOTE_CHUNK, NOTE_ENDED, NOTE_READY, NOTIFY_ALL};
 use super::statements::Statements;
 use crate::error::StoreError;
-use crate::store::sql::policy::{ChunkAppend, EncodedChunk, NewRunRow, Tx};
+use crate::store::sql::owner_of;
+use crate::store::sql::policy::{self, Admitted, ChunkAppend, EncodedChunk, NewRunRow, Tx};
 use crate::store::sql::rows::{InboxRow, QueueLimits};
 use crate::store::sql::{EncodedEnd, EncodedEvents};
-use crate::store::CHILD_NOTICE_TOKEN;
+use crate::store::{Admission, CHILD_NOTICE_TOKEN};
 
 /// The policies' statements on one connection: inside a transaction, or in autocommit when
 /// the policy runs a single statement.
@@ -128,6 +129,60 @@ impl Tx for Pg<'_> {
         Ok(inserted)
     }
 
+    /// All in one statement (`admit_many`): the rows are new, so no other writer waits for
+    /// them. The notice that runs nobody leased are ready goes out once.
+    async fn insert_many(&mut self, runs: &[&NewRunRow]) -> Result<Vec<bool>, StoreError> {
+        let ids: Vec<&str> = runs.iter().map(|r| r.key.as_str()).collect();
+        let workflows: Vec<&str> = runs.iter().map(|r| r.workflow.as_str()).collect();
+        let inputs: Vec<&str> = runs.iter().map(|r| r.input.as_str()).collect();
+        let at: Vec<i64> = runs.iter().map(|r| r.created_at).collect();
+        let leases: Vec<Option<i64>> = runs.iter().map(|r| r.lease_until).collect();
+        let deadlines: Vec<Option<i64>> = runs.iter().map(|r| r.deadline).collect();
+        let parents: Vec<Option<&str>> = runs
+            .iter()
+            .map(|r| r.parent.as_ref().map(|(p, _)| p.as_str()))
+            .collect();
+        let detached: Vec<bool> = runs
+            .iter()
+            .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
+            .collect();
+        let queues: Vec<Option<&str>> = runs.iter().map(|r| r.queue.as_deref()).collect();
+        let keys: Vec<Option<&str>> = runs.iter().map(|r| r.partition_key.as_deref()).collect();
+        let priorities: Vec<i32> = runs.iter().map(|r| r.priority).collect();
+        let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
+            .bind(&ids)
+            .bind(&workflows)
+            .bind(&inputs)
+            .bind(&at)
+            .bind(&leases)
+            .bind(&deadlines)
+            .bind(&parents)
+            .bind(&detached)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&priorities)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        // An id twice among them was inserted once: the first has it.
+        let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        let mut ready = false;
+        let inserted = runs
+            .iter()
+            .map(|run| {
+                let new = inserted.remove(&run.key);
+                if new && (run.parent.is_some() || run.queue.is_some()) {
+                    self.full_ends.note(&run.key);
+                }
+                ready |= new && run.lease_until.is_none();
+                new
+            })
+            .collect();
+        if ready {
+            self.announce(vec![NOTE_READY.to_owned()]).await?;
+        }
+        Ok(inserted)
+    }
+
     async fn claim(
         &mut self,
         token: &str,
@@ -154,6 +209,57 @@ impl Tx for Pg<'_> {
             .bind(token)
             .fetch_one(&mut *self.conn)
             .await?)
+    }
+
+    /// One statement: the claim is the upsert's WHERE on the token's primary key, and the run
+    /// is inserted only when it won. A token the statement's snapshot already shows taken is
+    /// not claimed at all: the upsert would lock its row (a WAL record, so a flushed commit,
+    /// for a start that writes nothing), and the answer is the same as if the start had come
+    /// at that snapshot. A claim that lost reads the owner from the snapshot; undecided when
+    /// the snapshot shows no owner, because the winning claim committed while this one waited
+    /// for the token's row.
+    async fn admit_claiming(&mut self, row: &NewRunRow) -> Result<Option<Admitted>, StoreError> {
+        let Some((token, retain_until)) = &row.hook else {
+            return Err(crate::store::no_token());
+        };
+        let sql = &self.sql.dialect.admit_claiming[usize::from(row.lease_until.is_some())];
+        let (parent, detached) = match &row.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool)>(sql)
+            .bind(&row.key)
+            .bind(&row.workflow)
+            .bind(&row.input)
+            .bind(row.created_at)
+            .bind(token)
+            .bind(retain_until)
+            .bind(row.deadline)
+            .bind(parent)
+            .bind(detached);
+        let query = match row.lease_until {
+            Some(until) => query.bind(until),
+            None => query
+                .bind(&row.queue)
+                .bind(&row.partition_key)
+                .bind(row.priority),
+        };
+        let (new, admitted, owner, taken) = query.fetch_one(&mut *self.conn).await?;
+        if !new {
+            return Err(policy::exists(&row.id));
+        }
+        if admitted {
+            self.full_ends.note(&row.key);
+            if row.lease_until.is_none() {
+                // Nobody leased it: any worker may take it.
+                self.announce(vec![NOTE_READY.to_owned()]).await?;
+            }
+            return Ok(Some(policy::admitted(row)));
+        }
+        match owner {
+            Some(owner) if taken => Ok(Some((Admission::Conflict(owner_of(&owner, token)?), None))),
+            _ => Ok(None),
+        }
     }
 
     async fn resume(
@@ -198,6 +304,46 @@ impl Tx for Pg<'_> {
         }
         let base: Option<i64> = query.fetch_optional(&mut *self.conn).await?;
         Ok(base.is_some())
+    }
+
+    /// One statement (`append_many`), which locks the rows in the order given, each fenced
+    /// as `append` fences it.
+    async fn append_many(
+        &mut self,
+        runs: &[String],
+        fences: &[i64],
+        events: &[&EncodedEvents],
+    ) -> Result<Vec<bool>, StoreError> {
+        let counts: Vec<i64> = events
+            .iter()
+            .map(|e| i64::try_from(e.at.len()).unwrap_or(i64::MAX))
+            .collect();
+        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (run, events) in runs.iter().zip(events) {
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                ev_runs.push(run.as_str());
+                ev_index.push(k);
+                ev_at.push(*at);
+                ev_kinds.push(kind.as_str());
+                ev_data.push(data.as_str());
+            }
+        }
+        let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
+            .bind(runs)
+            .bind(fences)
+            .bind(&counts)
+            .bind(&ev_runs)
+            .bind(&ev_index)
+            .bind(&ev_at)
+            .bind(&ev_kinds)
+            .bind(&ev_data)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        let written: std::collections::HashSet<String> = written.into_iter().collect();
+        Ok(runs.iter().map(|run| written.contains(run)).collect())
     }
 
     async fn release_tokens(
@@ -426,6 +572,21 @@ impl Tx for Pg<'_> {
                     .execute(&mut *self.conn)
                     .await?;
             }
+        }
+        Ok(())
+    }
+
+    /// Only when one of `runs` has a parent (`lock_inbox_for_children`): ends of runs
+    /// without a parent need no inbox lock, so a group of them holds none (holding it would
+    /// make every committer's group wait for the others').
+    async fn lock_inbox_for_ends(&mut self, runs: &[String]) -> Result<(), StoreError> {
+        if !self.inbox_held {
+            sqlx::query(&self.sql.dialect.lock_inbox_for_children)
+                .bind(self.inbox_lock)
+                .bind(runs)
+                .execute(&mut *self.conn)
+                .await?;
+            self.inbox_held = true;
         }
         Ok(())
     }
