@@ -32,8 +32,8 @@ use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Inbound, Replay, StepId, Writes};
 use crate::store::{
-    Admission, Append, ClaimOutcome, Event as Recorded, FailureOutcome, Lease, LeasedRun, NewRun,
-    ParentLink, RunOutcome, StartHook, Store,
+    Admission, Append, ClaimOutcome, EndHint, Event as Recorded, FailureOutcome, Lease, LeasedRun,
+    NewRun, ParentLink, RunOutcome, StartHook, Store,
 };
 
 /// The first wait before a store call that failed on a transient error (connection lost,
@@ -185,6 +185,9 @@ pub(crate) struct Driver {
     deadline: Option<(SystemTime, Duration)>,
     /// The run that started this one (`start_child`), told of its end.
     parent: Option<RunId>,
+    /// What the leased run's record says of the ties its end must update (parent, queue,
+    /// start token); the hooks it holds are the replay's to say.
+    ties: EndHint,
 }
 
 impl Driver {
@@ -202,6 +205,13 @@ impl Driver {
         let replay = Replay::new(events);
         // A fresh run without a start token owns no hook yet, so its inbox is empty.
         let fresh = run.hook_token.is_none() && !replay.has_history();
+        let ties = if run.parent.is_some() {
+            EndHint::Child
+        } else if run.queue.is_some() || run.hook_token.is_some() {
+            EndHint::NoParent
+        } else {
+            EndHint::Alone
+        };
         let ctx = RunCtx::new(
             run_id,
             reg.name,
@@ -226,6 +236,7 @@ impl Driver {
                 (at, timeout)
             }),
             parent: run.parent,
+            ties,
         };
         let result = AssertUnwindSafe(
             async {
@@ -773,6 +784,10 @@ impl Driver {
                 End::Completed(v) => RunOutcome::Completed(v),
                 End::Failed(e) => RunOutcome::Failed(e),
             }),
+            end_hint: match self.ties {
+                EndHint::Alone if self.replay.holds_hooks() => EndHint::NoParent,
+                ties => ties,
+            },
         };
         let (before, n) = (self.last_seq, append.events.len() as u64);
         let ends = append.outcome.is_some();

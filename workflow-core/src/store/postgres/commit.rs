@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use super::listen::{notifier, Notifier};
 use super::stash::{Conn, Stash};
 use super::statements::Statements;
-use super::tx::{FullEnds, Pg};
+use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
@@ -123,7 +123,6 @@ pub(super) struct Writer {
     /// answered.
     pub(super) writing: Arc<AtomicUsize>,
     pub(super) notifier: Arc<Notifier>,
-    pub(super) full_ends: Arc<FullEnds>,
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
@@ -203,7 +202,6 @@ impl Writer {
             lock_with_append: false,
             inbox_held,
             notes: Some(notes),
-            full_ends: &self.full_ends,
         }
     }
 

@@ -167,12 +167,6 @@ impl RunStore for PostgresStore {
         .await;
         let (picked, events) = settle(tx, leased).await?;
         let acquired = picked.attach(events);
-        for leased in &acquired.runs {
-            let run = &leased.run;
-            if run.parent.is_some() || run.queue.is_some() || run.hook_token.is_some() {
-                self.inner.writer.full_ends.note(&run.id.to_string());
-            }
-        }
         for (lease, why) in acquired.failed {
             policy::undecodable(self, &lease, &why, req.now).await;
         }

@@ -12,7 +12,7 @@ use crate::store::sql::owner_of;
 use crate::store::sql::policy::{self, Admitted, ChunkAppend, EncodedChunk, NewRunRow, Tx};
 use crate::store::sql::rows::{InboxRow, QueueLimits};
 use crate::store::sql::{EncodedEnd, EncodedEvents};
-use crate::store::{Admission, CHILD_NOTICE_TOKEN};
+use crate::store::{Admission, EndHint, CHILD_NOTICE_TOKEN};
 
 /// The policies' statements on one connection: inside a transaction, or in autocommit when
 /// the policy runs a single statement.
@@ -32,8 +32,6 @@ pub(super) struct Pg<'a> {
     /// Where the hot statements' notices go, to be sent once the transaction committed (see
     /// `Notifier`); without it they are sent in the transaction.
     pub(super) notes: Option<&'a mut Vec<String>>,
-    /// The runs known to need the whole `append_and_end` (see `FullEnds`).
-    pub(super) full_ends: &'a FullEnds,
 }
 
 impl Pg<'_> {
@@ -119,9 +117,6 @@ impl Tx for Pg<'_> {
             Some(_) => insert,
         };
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
-        if inserted && (token.is_some() || run.parent.is_some() || run.queue.is_some()) {
-            self.full_ends.note(&run.key);
-        }
         // A run nobody leased: any worker may take it.
         if inserted && run.lease_until.is_none() {
             self.announce(vec![NOTE_READY.to_owned()]).await?;
@@ -170,9 +165,6 @@ impl Tx for Pg<'_> {
             .iter()
             .map(|run| {
                 let new = inserted.remove(&run.key);
-                if new && (run.parent.is_some() || run.queue.is_some()) {
-                    self.full_ends.note(&run.key);
-                }
                 ready |= new && run.lease_until.is_none();
                 new
             })
@@ -197,11 +189,7 @@ impl Tx for Pg<'_> {
             .bind(retain_until)
             .execute(&mut *self.conn)
             .await?;
-        let claimed = claimed.rows_affected() > 0;
-        if claimed {
-            self.full_ends.note(run);
-        }
-        Ok(claimed)
+        Ok(claimed.rows_affected() > 0)
     }
 
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
@@ -249,7 +237,6 @@ impl Tx for Pg<'_> {
             return Err(policy::exists(&row.id));
         }
         if admitted {
-            self.full_ends.note(&row.key);
             if row.lease_until.is_none() {
                 // Nobody leased it: any worker may take it.
                 self.announce(vec![NOTE_READY.to_owned()]).await?;
@@ -504,6 +491,12 @@ impl Tx for Pg<'_> {
         self.end(run, end, now, false).await
     }
 
+    /// A run that stands alone ([`EndHint::Alone`]) is first ended with the plain statement,
+    /// which has nothing to set up for a parent, a queue or tokens; it refuses any other run
+    /// (and a lost lease), and then the whole statement decides: a wrong hint costs that
+    /// round trip. The whole statement gets the child's notice only when the run may have a
+    /// parent: without it ([`EndHint::NoParent`]) it refuses a run that has one, and then
+    /// runs again with the notice.
     async fn append_and_end(
         &mut self,
         run: &str,
@@ -511,6 +504,7 @@ impl Tx for Pg<'_> {
         events: &EncodedEvents,
         end: &EncodedEnd,
         now: i64,
+        hint: EndHint,
     ) -> Result<bool, StoreError> {
         // The statement takes the inbox lock itself (for a child), before the row lock.
         self.lock_with_append = false;
@@ -527,7 +521,7 @@ impl Tx for Pg<'_> {
                 .bind(&end.error)
                 .bind(now)
         };
-        if !self.full_ends.take(run) {
+        if hint == EndHint::Alone {
             let plain = ending(&self.sql.dialect.append_and_end_plain)
                 .fetch_optional(&mut *self.conn)
                 .await?;
@@ -536,12 +530,25 @@ impl Tx for Pg<'_> {
                 return Ok(true);
             }
         }
-        let ended = ending(&self.sql.dialect.append_and_end)
+        let notice = (hint != EndHint::NoParent).then(|| end.notice(run));
+        let whole = &self.sql.dialect.append_and_end;
+        let mut ended = ending(whole)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
-            .bind(end.notice(run))
+            .bind(&notice)
             .fetch_optional(&mut *self.conn)
             .await?;
+        let late;
+        if ended.is_none() && notice.is_none() {
+            // Refused for want of the notice (or the lease is lost): once more with it.
+            late = Some(end.notice(run));
+            ended = ending(whole)
+                .bind(CHILD_NOTICE_TOKEN)
+                .bind(self.inbox_lock)
+                .bind(&late)
+                .fetch_optional(&mut *self.conn)
+                .await?;
+        }
         let Some(ended) = ended else {
             return Ok(false);
         };
@@ -596,31 +603,5 @@ impl Tx for Pg<'_> {
             .bind(run)
             .fetch_all(&mut *self.conn)
             .await?)
-    }
-}
-
-/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
-/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
-/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
-/// and a run listed here that no longer does costs nothing but a larger statement.
-#[derive(Default)]
-pub(super) struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
-
-/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
-/// other processes leave their runs listed).
-pub(super) const FULL_ENDS_MAX: usize = 100_000;
-
-impl FullEnds {
-    pub(super) fn note(&self, run: &str) {
-        let mut runs = crate::lock(&self.0);
-        if runs.len() >= FULL_ENDS_MAX {
-            runs.clear();
-        }
-        runs.insert(run.to_owned());
-    }
-
-    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
-    pub(super) fn take(&self, run: &str) -> bool {
-        crate::lock(&self.0).remove(run)
     }
 }

@@ -16,6 +16,7 @@
 use std::future::Future;
 
 use crate::error::StoreError;
+use crate::store::EndHint;
 
 use super::rows::{InboxRow, QueueLimits};
 use super::{EncodedEnd, EncodedEvents};
@@ -284,7 +285,9 @@ pub(in crate::store) trait Tx: Sized {
 
     /// A run's last write: appends `events` as [`Tx::append_events`] does (false, writing
     /// nothing, when `fence` no longer holds) and then ends the run as
-    /// [`Tx::end_run_releasing`] does. A dialect may do both in one statement.
+    /// [`Tx::end_run_releasing`] does. A dialect may do both in one statement, and choose a
+    /// cheaper one from `hint` (what the writer knows of the run's ties; a wrong hint must
+    /// cost at most a round trip, never a wrong write).
     fn append_and_end(
         &mut self,
         run: &str,
@@ -292,7 +295,9 @@ pub(in crate::store) trait Tx: Sized {
         events: &EncodedEvents,
         end: &EncodedEnd,
         now: i64,
+        hint: EndHint,
     ) -> impl Future<Output = Result<bool, StoreError>> {
+        let _ = hint;
         async move {
             if !self.append_events(run, fence, events).await? {
                 return Ok(false);

@@ -28,7 +28,7 @@ pub(in crate::store) async fn append(
         // The usual end (no payload delivered, no token given up by itself): one write.
         if write.plain_end() {
             return match tx
-                .append_and_end(&run, fence, &write.events, end, write.now)
+                .append_and_end(&run, fence, &write.events, end, write.now, write.hint)
                 .await?
             {
                 true => Ok(()),
