@@ -16,9 +16,10 @@ use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
-use crate::store::sql::policy::{self, Answer, GroupError, GroupWrite, NewRunRow};
+use crate::store::sql::batch::{self, Committer, Finish, Group, Request};
+use crate::store::sql::policy::{self, Admitted, Answer, GroupError, GroupWrite, NewRunRow};
 use crate::store::sql::EncodedAppend;
-use crate::store::{Admission, Lease};
+use crate::store::Lease;
 
 /// Committers per store, each committing one batch at a time on a pooled connection: while
 /// one waits for its commit (the WAL flush), the next takes the writes that arrived meanwhile.
@@ -27,52 +28,60 @@ pub(super) const COMMITTERS: usize = 4;
 pub(super) const MAX_BATCH: usize = 256;
 
 /// A write the committers take: an append, or an admission without a hook token (one
-/// insert). Each carries where its answer goes.
+/// insert), each a request carrying where its answer goes.
 pub(super) enum Write {
-    Append(Lease, EncodedAppend, Reply<()>),
-    Admit(NewRunRow, Reply<(Admission, Option<Lease>)>),
+    Append(Request<(Lease, EncodedAppend), ()>),
+    Admit(Request<NewRunRow, Admitted>),
 }
 
-pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-
 impl Write {
+    /// An append and where its caller waits for the answer.
+    pub(super) fn append(lease: Lease, write: EncodedAppend) -> (Self, Waiting<()>) {
+        let (request, answer) = Request::new((lease, write));
+        (Write::Append(request), answer)
+    }
+
+    /// An admission and where its caller waits for the answer.
+    pub(super) fn admit(row: NewRunRow) -> (Self, Waiting<Admitted>) {
+        let (request, answer) = Request::new(row);
+        (Write::Admit(request), answer)
+    }
+
     /// The run it writes: a group transaction writes its runs in id order, the order
     /// heartbeats lock rows in (see `heartbeat`), so the two never wait for each other both
     /// ways.
     pub(super) fn run_id(&self) -> &RunId {
         match self {
-            Write::Append(lease, ..) => &lease.run_id,
-            Write::Admit(row, _) => &row.id,
+            Write::Append(r) => &r.write.0.run_id,
+            Write::Admit(r) => &r.write.id,
         }
     }
 
     /// The write as the group policy sees it.
     pub(super) fn as_group(&self) -> GroupWrite<'_> {
         match self {
-            Write::Append(lease, write, _) => GroupWrite::Append(lease, write),
-            Write::Admit(row, _) => GroupWrite::Admit(row),
+            Write::Append(r) => GroupWrite::Append(&r.write.0, &r.write.1),
+            Write::Admit(r) => GroupWrite::Admit(&r.write),
         }
     }
 
     /// Its policy, on `pg`.
     pub(super) async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
         match self {
-            Write::Append(lease, write, _) => {
-                Answer::Append(policy::append(pg, lease, write).await)
-            }
-            Write::Admit(row, _) => Answer::Admit(policy::admit(pg, row).await),
+            Write::Append(r) => Answer::Append(policy::append(pg, &r.write.0, &r.write.1).await),
+            Write::Admit(r) => Answer::Admit(policy::admit(pg, &r.write).await),
         }
     }
 
-    /// Sends `answer` to the caller, who may have stopped waiting (the write stands either
-    /// way). An answer of the other kind cannot happen; it is reported, not panicked on.
-    pub(super) fn answer(self, answer: Answer) {
+    /// Records `answer` as the write's own. An answer of the other kind cannot happen; it
+    /// is reported, not panicked on.
+    pub(super) fn written(&mut self, answer: Answer) {
         let mismatch = || StoreError::database("internal error: a write got another's answer");
         match (self, answer) {
-            (Write::Append(_, _, reply), Answer::Append(r)) => drop(reply.send(r)),
-            (Write::Admit(_, reply), Answer::Admit(r)) => drop(reply.send(r)),
-            (Write::Append(_, _, reply), _) => drop(reply.send(Err(mismatch()))),
-            (Write::Admit(_, reply), _) => drop(reply.send(Err(mismatch()))),
+            (Write::Append(r), Answer::Append(a)) => r.written(a),
+            (Write::Admit(r), Answer::Admit(a)) => r.written(a),
+            (Write::Append(r), _) => r.written(Err(mismatch())),
+            (Write::Admit(r), _) => r.written(Err(mismatch())),
         }
     }
 
@@ -83,16 +92,19 @@ impl Write {
             Write::Admit(..) => Answer::Admit(Err(e)),
         }
     }
+}
 
-    /// Answers with `why` (its group transaction did not commit).
-    pub(super) fn fail(self, why: &DatabaseError) {
-        let e = || StoreError::Database(why.clone());
+impl Finish for Write {
+    fn finish(self, commit: Result<(), &DatabaseError>) {
         match self {
-            Write::Append(_, _, reply) => drop(reply.send(Err(e()))),
-            Write::Admit(_, reply) => drop(reply.send(Err(e()))),
+            Write::Append(r) => r.finish(commit),
+            Write::Admit(r) => r.finish(commit),
         }
     }
 }
+
+/// Where a caller waits for its write's answer.
+pub(super) type Waiting<T> = oneshot::Receiver<Result<T, StoreError>>;
 
 /// The error a caller gets when its write's committer ended before answering (its tokio
 /// runtime shut down): whether the write committed is unknown.
@@ -151,40 +163,51 @@ impl Drop for Writing<'_> {
     }
 }
 
-/// Takes the writes waiting in `writes` (at least one: a lone write goes out at once) and
-/// commits them together, until every store clone is gone.
+/// Takes the writes waiting in `writes` as groups (at least one write: a lone write goes out
+/// at once) and commits each, until every store clone is gone.
 pub(super) async fn committer(writer: Writer, writes: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
     loop {
-        let mut batch = Vec::new();
-        {
+        let group = {
             // Held only while taking writes, never while committing them.
             let mut queue = writes.lock().await;
             let Some(first) = queue.recv().await else {
                 return;
             };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(write) => batch.push(write),
-                    Err(_) => break,
-                }
-            }
-        }
-        let n = batch.len();
-        writer.commit_batch(batch).await;
+            batch::take(first, MAX_BATCH, || queue.try_recv().ok())
+        };
+        let n = group.len();
+        batch::commit(&writer, group).await;
         writer.writing.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
-/// How a group transaction ended.
-pub(super) enum Group {
-    /// Committed: each write's own answer holds.
-    Committed(Vec<Answer>),
-    /// A write failed in a way that may have aborted the transaction, which was rolled
-    /// back: every write is committed again, alone.
-    Redo,
-    /// The transaction did not commit.
-    Failed(DatabaseError),
+/// The committers' side of group commit: a group in one transaction on a pooled connection,
+/// in run-id order; a write alone as one statement where it is one.
+impl Committer for Writer {
+    type Request = Write;
+
+    fn order(&self, group: &mut [Write]) {
+        group.sort_by(|a, b| a.run_id().cmp(b.run_id()));
+    }
+
+    async fn together(&self, group: &mut [Write]) -> Group {
+        match self.in_one_transaction(group).await {
+            Ok(answers) => {
+                for (write, answer) in group.iter_mut().zip(answers) {
+                    write.written(answer);
+                }
+                Group::Committed
+            }
+            Err(ended) => ended,
+        }
+    }
+
+    /// The answer says how the write's own transaction ended.
+    async fn alone(&self, write: &mut Write) -> Result<(), DatabaseError> {
+        let answer = self.write_alone(write).await;
+        write.written(answer);
+        Ok(())
+    }
 }
 
 impl Writer {
@@ -205,43 +228,13 @@ impl Writer {
         }
     }
 
-    pub(super) async fn commit_batch(&self, mut batch: Vec<Write>) {
-        if batch.len() == 1 {
-            if let Some(write) = batch.pop() {
-                let answer = self.alone(&write).await;
-                write.answer(answer);
-            }
-            return;
-        }
-        batch.sort_by(|a, b| a.run_id().cmp(b.run_id()));
-        match self.together(&batch).await {
-            Group::Committed(answers) => {
-                for (write, answer) in batch.into_iter().zip(answers) {
-                    write.answer(answer);
-                }
-            }
-            Group::Redo => {
-                for write in batch {
-                    let answer = self.alone(&write).await;
-                    write.answer(answer);
-                }
-            }
-            Group::Failed(why) => {
-                tracing::error!(requests = batch.len(), error = %why, "store write failed");
-                for write in batch {
-                    write.fail(&why);
-                }
-            }
-        }
-    }
-
     /// One write in its own transaction, as if no other were waiting: a write of one
     /// statement (a step's events, a run's usual end, an admission) commits by itself,
     /// without BEGIN and COMMIT.
-    pub(super) async fn alone(&self, write: &Write) -> Answer {
+    pub(super) async fn write_alone(&self, write: &Write) -> Answer {
         let single = match write {
             // Both are one statement (see `policy::append`).
-            Write::Append(_, append, _) => append.events_only() || append.plain_end(),
+            Write::Append(r) => r.write.1.events_only() || r.write.1.plain_end(),
             Write::Admit(..) => true,
         };
         let conn = match self.stash.conn().await {
@@ -293,29 +286,29 @@ impl Writer {
     /// transaction (PostgreSQL aborts it on any failed statement). A deadlock left
     /// (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not an
     /// error.
-    pub(super) async fn together(&self, batch: &[Write]) -> Group {
+    pub(super) async fn in_one_transaction(&self, batch: &[Write]) -> Result<Vec<Answer>, Group> {
         let begun = match self.stash.conn().await {
             Ok(conn) => conn.begin().await,
             Err(e) => Err(e),
         };
         let mut tx = match begun {
             Ok(tx) => tx,
-            Err(e) => return Group::Failed(database_of(e)),
+            Err(e) => return Err(Group::Failed(database_of(e))),
         };
         let mut notes = Vec::new();
         match self.together_on(&mut tx, batch, &mut notes).await {
             Ok(answers) => match tx.commit().await {
                 Ok(()) => {
                     self.announce(notes);
-                    Group::Committed(answers)
+                    Ok(answers)
                 }
-                Err(e) => Group::Failed(database_of(e)),
+                Err(e) => Err(Group::Failed(database_of(e))),
             },
             Err(group) => {
                 if let Err(why) = tx.rollback().await {
                     tracing::debug!(error = %why, "rolling back after an error failed");
                 }
-                group
+                Err(group)
             }
         }
     }
@@ -369,9 +362,12 @@ impl PostgresStore {
         let writer = &self.inner.writer;
         let under_way = Writing::count(&writer.writing);
         if under_way.before == 0 {
-            let answer = writer.alone(&write).await;
+            let mut write = write;
+            let ended = writer.alone(&mut write).await;
+            // Uncounted before the answer: the caller's next write, sent at once, goes alone
+            // too.
             drop(under_way);
-            write.answer(answer);
+            write.finish(ended.as_ref().map(|_| ()));
             return;
         }
         // Counted until a committer answers it.
@@ -386,10 +382,10 @@ impl PostgresStore {
             }
             queue
         });
-        if let Err(mpsc::error::SendError(write)) = queue.send(write) {
-            let answer = writer.alone(&write).await;
+        if let Err(mpsc::error::SendError(mut write)) = queue.send(write) {
+            let ended = writer.alone(&mut write).await;
             writer.writing.fetch_sub(1, Ordering::AcqRel);
-            write.answer(answer);
+            write.finish(ended.as_ref().map(|_| ()));
         }
     }
 }

@@ -35,8 +35,8 @@ impl PostgresStore {
         let row = NewRunRow::new(run, lease)?;
         if row.hook.is_none() {
             // One statement (the insert): committed with whatever other writes are waiting.
-            let (reply, answer) = oneshot::channel();
-            self.commit(Write::Admit(row, reply)).await;
+            let (write, answer) = Write::admit(row);
+            self.commit(write).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));
         }
         // `Pg`'s admission claiming a token is one statement, committed by itself when it
@@ -180,9 +180,8 @@ impl RunStore for PostgresStore {
             && (write.outcome.is_some() || !write.release_tokens.is_empty());
         let at = if timeless { self.now().await? } else { None };
         let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
-        let (reply, answer) = oneshot::channel();
-        self.commit(Write::Append(lease.clone(), write, reply))
-            .await;
+        let (write, answer) = Write::append(lease.clone(), write);
+        self.commit(write).await;
         answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 

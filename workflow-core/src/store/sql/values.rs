@@ -182,7 +182,6 @@ impl EncodedAppend {
 
     /// True when the append only adds events (no payload delivered, no tokens released, no
     /// end).
-    #[cfg(feature = "postgres")]
     pub fn events_only(&self) -> bool {
         self.events.received.is_empty() && self.release_tokens.is_empty() && self.end.is_none()
     }

@@ -98,6 +98,7 @@ pub(in crate::store) async fn admit(
 
 /// Admits `runs` (none claiming a token) as [`admit`] admits each: its answer, in order (an
 /// id that exists, or was given before, is refused). `Err` when a statement failed.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(in crate::store) async fn admit_many(
     tx: &mut impl Tx,
     runs: &[&NewRunRow],

@@ -23,12 +23,17 @@ use super::{EncodedEnd, EncodedEvents};
 
 mod admin;
 mod admit;
+// Only dialects that batch typed writes use it (PostgreSQL).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+mod group;
 mod queues;
 mod streams;
 mod write;
 
 pub(in crate::store) use admin::*;
 pub(in crate::store) use admit::*;
+#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+pub(in crate::store) use group::*;
 pub(in crate::store) use queues::*;
 pub(in crate::store) use streams::*;
 pub(in crate::store) use write::*;
@@ -46,6 +51,7 @@ pub(in crate::store) trait Tx: Sized {
     /// Inserts `runs` (none claiming a token) as [`Tx::insert_run`] inserts each, in order;
     /// whether each was inserted (of an id given twice, the first). A dialect may insert them
     /// all in one statement.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn insert_many(
         &mut self,
         runs: &[&NewRunRow],
@@ -114,6 +120,7 @@ pub(in crate::store) trait Tx: Sized {
     /// [`Tx::append_events`] appends each (the runs distinct, in id order, the order their
     /// rows are locked in); whether each was written. A dialect may write them all in one
     /// statement.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn append_many(
         &mut self,
         runs: &[String],
@@ -260,6 +267,7 @@ pub(in crate::store) trait Tx: Sized {
     /// notices (see [`Tx::lock_inbox_for_end`]), for the rest of the transaction: what a
     /// transaction ending several runs does first. The default takes it whatever the runs; a
     /// dialect may take it only when one of them has a parent.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn lock_inbox_for_ends(
         &mut self,
         runs: &[String],
