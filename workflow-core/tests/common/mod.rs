@@ -471,6 +471,8 @@ pub struct Failing {
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
     gate: tokio::sync::Semaphore,
+    /// Each run's end written, with the hint it carried.
+    ends: std::sync::Mutex<Vec<(RunId, workflow_core::store::EndHint)>>,
 }
 
 impl std::ops::Deref for FailingAdmissions {
@@ -491,7 +493,13 @@ impl FailingAdmissions {
             append_failure: std::sync::Mutex::new(AppendFailure::Refused),
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
+            ends: std::sync::Mutex::default(),
         }))
+    }
+
+    /// The hint each run's end carried, by run, for the ends written so far.
+    pub fn end_hints(&self) -> Vec<(RunId, workflow_core::store::EndHint)> {
+        self.ends.lock().unwrap().clone()
     }
 
     /// Makes the next `n` appends carrying events panic (a bug in code the driver calls).
@@ -578,6 +586,12 @@ impl RunStore for FailingAdmissions {
                 .append_failures
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_ok();
+        if write.outcome.is_some() {
+            self.ends
+                .lock()
+                .unwrap()
+                .push((lease.run_id, write.end_hint));
+        }
         if !fail {
             return self.inner.append(lease, write).await;
         }
