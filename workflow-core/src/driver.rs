@@ -32,8 +32,8 @@ use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Inbound, Replay, StepId, Writes};
 use crate::store::{
-    Admission, Append, ChildNotice, ClaimOutcome, Event as Recorded, FailureOutcome, Lease,
-    LeasedRun, NewRun, ParentLink, RunOutcome, StartHook, Store,
+    Admission, Append, ChildNotice, ClaimOutcome, EndHint, Event as Recorded, FailureOutcome,
+    Lease, LeasedRun, NewRun, ParentLink, RunOutcome, StartHook, Store,
 };
 
 /// The first wait before a store call that failed on a transient error (connection lost,
@@ -193,6 +193,9 @@ pub(crate) struct Driver {
     /// Awaited children another run started (a fork's copy shares its original's), still
     /// running when last read: when to read their record again, and the wait after that.
     shared_children: HashMap<RunId, (SystemTime, Duration)>,
+    /// What the leased run's record says of the ties its end must update (parent, queue,
+    /// start token); the hooks it holds are the replay's to say.
+    ties: EndHint,
 }
 
 impl Driver {
@@ -210,6 +213,13 @@ impl Driver {
         let replay = Replay::new(events);
         // A fresh run without a start token owns no hook yet, so its inbox is empty.
         let fresh = run.hook_token.is_none() && !replay.has_history();
+        let ties = if run.parent.is_some() {
+            EndHint::Child
+        } else if run.queue.is_some() || run.hook_token.is_some() {
+            EndHint::NoParent
+        } else {
+            EndHint::Alone
+        };
         let ctx = RunCtx::new(
             run_id,
             reg.name,
@@ -236,6 +246,7 @@ impl Driver {
             parent: run.parent,
             own_children: HashSet::new(),
             shared_children: HashMap::new(),
+            ties,
         };
         let result = AssertUnwindSafe(
             async {
@@ -791,6 +802,10 @@ impl Driver {
                 End::Completed(v) => RunOutcome::Completed(v),
                 End::Failed(e) => RunOutcome::Failed(e),
             }),
+            end_hint: match self.ties {
+                EndHint::Alone if self.replay.holds_hooks() => EndHint::NoParent,
+                ties => ties,
+            },
         };
         let (before, n) = (self.last_seq, append.events.len() as u64);
         let ends = append.outcome.is_some();

@@ -977,6 +977,54 @@ async fn a_second_driver_here_keeps_its_place(b: Backend) {
     assert_eq!(completions, 1, "the stale driver recorded nothing");
 }
 
+#[workflow]
+async fn parent_of_one_child() -> Result<usize> {
+    let child = start_child(big_child, ("ab".to_owned(),)).await?;
+    child.result().await
+}
+
+/// Each run's end carries what the driver knows of the run's ties, for the store's choice of
+/// statement: a run tied to nothing, one with a start token, a child.
+async fn each_end_carries_what_the_driver_knows_of_the_run(b: Backend) {
+    use workflow_core::store::EndHint;
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    let rt = db.builder().store(store.clone()).build().await.unwrap();
+    let alone = bounded(rt.start(big_child, ("a".to_owned(),)).into_future())
+        .await
+        .unwrap();
+    assert_eq!(bounded(alone.return_value()).await.unwrap(), 1);
+    let token = format!("ties-{}", RunId::new());
+    let tokened = bounded(
+        rt.start(big_child, ("bc".to_owned(),))
+            .hook(&token)
+            .into_future(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bounded(tokened.return_value()).await.unwrap(), 2);
+    let parent = bounded(rt.start(parent_of_one_child, ()).into_future())
+        .await
+        .unwrap();
+    assert_eq!(bounded(parent.return_value()).await.unwrap(), 2);
+    let children = rt.runs(RunFilter::new().parent(parent.id())).await.unwrap();
+    assert_eq!(children.len(), 1);
+    let hint_of = |run: RunId| {
+        let hints: Vec<EndHint> = store
+            .end_hints()
+            .into_iter()
+            .filter(|(id, _)| *id == run)
+            .map(|(_, hint)| hint)
+            .collect();
+        assert_eq!(hints.len(), 1, "one end of {run}: {hints:?}");
+        hints[0]
+    };
+    assert_eq!(hint_of(alone.id()), EndHint::Alone);
+    assert_eq!(hint_of(tokened.id()), EndHint::NoParent);
+    assert_eq!(hint_of(children[0].id), EndHint::Child);
+    assert_eq!(hint_of(parent.id()), EndHint::Alone);
+}
+
 #[step]
 async fn measure(text: String) -> Result<usize> {
     record("measure");
@@ -1593,6 +1641,7 @@ on_every_store!(
     a_driver_panic_releases_the_run,
     huge_durations_saturate,
     a_second_driver_here_keeps_its_place,
+    each_end_carries_what_the_driver_knows_of_the_run,
     payloads_over_the_limit_are_refused,
     every_payload_over_the_limit_names_its_size_and_the_limit,
     runs_are_listed_newest_first_by_status_and_workflow,

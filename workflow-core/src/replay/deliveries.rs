@@ -89,6 +89,9 @@ impl<S> Replay<S> {
         conflict: Option<RunId>,
         at: SystemTime,
     ) {
+        if conflict.is_none() {
+            self.claimed.insert(hook_key);
+        }
         self.ready.push_back(Delivery {
             at,
             what: Delivered::Registration {

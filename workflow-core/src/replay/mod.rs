@@ -67,6 +67,8 @@ pub(crate) struct Replay<S> {
     received: HashSet<u64>,
     /// Hook keys whose release is recorded.
     released: HashSet<HookKey>,
+    /// Hook keys whose token this run claimed (released or not).
+    claimed: HashSet<HookKey>,
 
     /// Keys the workflow waits on.
     waiting: HashSet<Key>,
@@ -102,6 +104,7 @@ impl<S> Replay<S> {
             attempts: HashMap::new(),
             received: HashSet::new(),
             released: HashSet::new(),
+            claimed: HashSet::new(),
             waiting: HashSet::new(),
             writes: Vec::new(),
             releases: Vec::new(),
@@ -124,6 +127,12 @@ impl<S> Replay<S> {
     /// Whether the history records any command (a run that did nothing yet has none).
     pub(crate) fn has_history(&self) -> bool {
         !self.recorded.is_empty()
+    }
+
+    /// Whether the run holds a hook's token it claimed and has not released (the run's start
+    /// token aside).
+    pub(crate) fn holds_hooks(&self) -> bool {
+        self.claimed.iter().any(|k| !self.released.contains(k))
     }
 
     /// Whether recorded results are still to be delivered.

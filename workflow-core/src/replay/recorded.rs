@@ -86,6 +86,9 @@ impl<S> Replay<S> {
                     });
                     return;
                 };
+                if conflict.is_none() {
+                    self.claimed.insert(hook_key);
+                }
                 // The command and its decision are one event.
                 self.recorded.push(Recorded {
                     seq,

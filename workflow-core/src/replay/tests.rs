@@ -653,6 +653,38 @@ fn a_recorded_release_is_not_written_again() {
 }
 
 #[test]
+fn the_hooks_a_run_holds_are_those_it_claimed_and_did_not_release() {
+    let owner = RunId::new();
+    // A lost claim holds nothing; a recorded claim holds until its release.
+    let mut r = History::default()
+        .registered(1, "hk_0", "lost", Some(owner))
+        .replay();
+    assert!(!r.holds_hooks());
+    r.claimed("hk_1".into(), "won".into(), None, t(2));
+    assert!(r.holds_hooks(), "a live claim that won");
+    r.issue([release("hk_1", "won")], t(3)).unwrap();
+    assert!(!r.holds_hooks(), "released");
+
+    let mut r = History::default()
+        .registered(1, "hk_0", "order:1", None)
+        .replay();
+    assert!(r.holds_hooks(), "a recorded claim that won");
+    let r2 = History::default()
+        .registered(1, "hk_0", "order:1", None)
+        .at(
+            2,
+            Event::HookReleased {
+                hook_key: "hk_0".into(),
+                token: "order:1".into(),
+            },
+        )
+        .replay();
+    assert!(!r2.holds_hooks(), "a recorded release");
+    r.issue([release("hk_0", "order:1")], t(5)).unwrap();
+    assert!(!r.holds_hooks());
+}
+
+#[test]
 fn recorded_payloads_are_replayed_in_order_and_not_delivered_twice() {
     let mut r = History::default()
         .registered(1, "hk_0", "tok", None)

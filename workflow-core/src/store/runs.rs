@@ -28,6 +28,40 @@ pub struct Append {
     pub release_tokens: Vec<String>,
     /// Ends the run: status, output or error; releases every token the run owns and the lease.
     pub outcome: Option<RunOutcome>,
+    /// What the writer knows of the run, for a store choosing how to write its end (with
+    /// `outcome`). Only a hint: a wrong one may cost a store a round trip, never a wrong
+    /// write. The default, [`EndHint::Unknown`], claims nothing.
+    pub end_hint: EndHint,
+}
+
+/// What the writer of a run's end knows of the run's ties to other records, which the end
+/// must update: the parent told of the end, the queue slot freed, the tokens given up (see
+/// [`Append::end_hint`]). The driver knows them from the leased run's [`RunRecord`] (parent,
+/// queue, start token) and from its history (the hooks it holds); a store may ignore them.
+///
+/// ```
+/// use workflow_core::store::{Append, EndHint, RunOutcome};
+///
+/// let end = Append {
+///     outcome: Some(RunOutcome::Completed(serde_json::json!(42))),
+///     end_hint: EndHint::Alone,
+///     ..Append::default()
+/// };
+/// assert!(end.events.is_empty());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum EndHint {
+    /// Nothing is known: the store prepares the end for every tie.
+    #[default]
+    Unknown,
+    /// The run has no parent, no queue, no start token and holds no active hook: its end
+    /// touches only its own row and history.
+    Alone,
+    /// The run has no parent, but has a queue, a start token or an active hook.
+    NoParent,
+    /// The run has a parent (it was started with `start_child`), whose inbox its end
+    /// reaches.
+    Child,
 }
 
 /// A worker's claim on a run. `epoch` is the fencing token: it grows with every acquisition,

@@ -473,6 +473,8 @@ pub struct Failing {
     gate: tokio::sync::Semaphore,
     /// How many times a run's record was read (`get_run`).
     pub run_reads: std::sync::atomic::AtomicUsize,
+    /// Each run's end written, with the hint it carried.
+    ends: std::sync::Mutex<Vec<(RunId, workflow_core::store::EndHint)>>,
 }
 
 impl std::ops::Deref for FailingAdmissions {
@@ -494,7 +496,13 @@ impl FailingAdmissions {
             waiting: 0.into(),
             gate: tokio::sync::Semaphore::new(0),
             run_reads: 0.into(),
+            ends: std::sync::Mutex::default(),
         }))
+    }
+
+    /// The hint each run's end carried, by run, for the ends written so far.
+    pub fn end_hints(&self) -> Vec<(RunId, workflow_core::store::EndHint)> {
+        self.ends.lock().unwrap().clone()
     }
 
     /// Makes the next `n` appends carrying events panic (a bug in code the driver calls).
@@ -583,6 +591,12 @@ impl RunStore for FailingAdmissions {
                 .append_failures
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_ok();
+        if write.outcome.is_some() {
+            self.ends
+                .lock()
+                .unwrap()
+                .push((lease.run_id, write.end_hint));
+        }
         if !fail {
             return self.inner.append(lease, write).await;
         }

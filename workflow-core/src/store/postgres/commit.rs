@@ -9,16 +9,17 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::listen::{notifier, Notifier, NOTE_READY};
+use super::listen::{notifier, Notifier};
 use super::stash::{Conn, Stash};
 use super::statements::Statements;
-use super::tx::{FullEnds, Pg};
+use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
-use crate::store::sql::policy::{self, NewRunRow};
-use crate::store::sql::{sql_epoch, EncodedAppend};
-use crate::store::{Admission, Lease};
+use crate::store::sql::batch::{self, Committer, Finish, Group, Request};
+use crate::store::sql::policy::{self, Admitted, Answer, GroupError, GroupWrite, NewRunRow};
+use crate::store::sql::EncodedAppend;
+use crate::store::Lease;
 
 /// Committers per store, each committing one batch at a time on a pooled connection: while
 /// one waits for its commit (the WAL flush), the next takes the writes that arrived meanwhile.
@@ -27,73 +28,60 @@ pub(super) const COMMITTERS: usize = 4;
 pub(super) const MAX_BATCH: usize = 256;
 
 /// A write the committers take: an append, or an admission without a hook token (one
-/// insert). Each carries where its answer goes.
+/// insert), each a request carrying where its answer goes.
 pub(super) enum Write {
-    Append(Lease, EncodedAppend, Reply<()>),
-    Admit(NewRunRow, Reply<(Admission, Option<Lease>)>),
-}
-
-pub(super) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
-
-/// A write's outcome, held until its transaction's fate is known.
-pub(super) enum Answer {
-    Append(Result<(), StoreError>),
-    Admit(Result<(Admission, Option<Lease>), StoreError>),
-}
-
-impl Answer {
-    /// The error, if the write failed.
-    pub(super) fn error(&self) -> Option<&StoreError> {
-        match self {
-            Answer::Append(r) => r.as_ref().err(),
-            Answer::Admit(r) => r.as_ref().err(),
-        }
-    }
+    Append(Request<(Lease, EncodedAppend), ()>),
+    Admit(Request<NewRunRow, Admitted>),
 }
 
 impl Write {
+    /// An append and where its caller waits for the answer.
+    pub(super) fn append(lease: Lease, write: EncodedAppend) -> (Self, Waiting<()>) {
+        let (request, answer) = Request::new((lease, write));
+        (Write::Append(request), answer)
+    }
+
+    /// An admission and where its caller waits for the answer.
+    pub(super) fn admit(row: NewRunRow) -> (Self, Waiting<Admitted>) {
+        let (request, answer) = Request::new(row);
+        (Write::Admit(request), answer)
+    }
+
     /// The run it writes: a group transaction writes its runs in id order, the order
     /// heartbeats lock rows in (see `heartbeat`), so the two never wait for each other both
     /// ways.
     pub(super) fn run_id(&self) -> &RunId {
         match self {
-            Write::Append(lease, ..) => &lease.run_id,
-            Write::Admit(row, _) => &row.id,
+            Write::Append(r) => &r.write.0.run_id,
+            Write::Admit(r) => &r.write.id,
         }
     }
 
-    /// The append, when it only adds events (a step's result and the next step, say).
-    pub(super) fn events_only(&self) -> Option<(&Lease, &EncodedAppend)> {
+    /// The write as the group policy sees it.
+    pub(super) fn as_group(&self) -> GroupWrite<'_> {
         match self {
-            Write::Append(lease, write, _) if write.events_only() => Some((lease, write)),
-            _ => None,
+            Write::Append(r) => GroupWrite::Append(&r.write.0, &r.write.1),
+            Write::Admit(r) => GroupWrite::Admit(&r.write),
         }
-    }
-
-    /// Whether the write may take the inbox lock: an append ending its run.
-    pub(super) fn ends_run(&self) -> bool {
-        matches!(self, Write::Append(_, write, _) if write.end.is_some())
     }
 
     /// Its policy, on `pg`.
     pub(super) async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
         match self {
-            Write::Append(lease, write, _) => {
-                Answer::Append(policy::append(pg, lease, write).await)
-            }
-            Write::Admit(row, _) => Answer::Admit(policy::admit(pg, row).await),
+            Write::Append(r) => Answer::Append(policy::append(pg, &r.write.0, &r.write.1).await),
+            Write::Admit(r) => Answer::Admit(policy::admit(pg, &r.write).await),
         }
     }
 
-    /// Sends `answer` to the caller, who may have stopped waiting (the write stands either
-    /// way). An answer of the other kind cannot happen; it is reported, not panicked on.
-    pub(super) fn answer(self, answer: Answer) {
+    /// Records `answer` as the write's own. An answer of the other kind cannot happen; it
+    /// is reported, not panicked on.
+    pub(super) fn written(&mut self, answer: Answer) {
         let mismatch = || StoreError::database("internal error: a write got another's answer");
         match (self, answer) {
-            (Write::Append(_, _, reply), Answer::Append(r)) => drop(reply.send(r)),
-            (Write::Admit(_, reply), Answer::Admit(r)) => drop(reply.send(r)),
-            (Write::Append(_, _, reply), _) => drop(reply.send(Err(mismatch()))),
-            (Write::Admit(_, reply), _) => drop(reply.send(Err(mismatch()))),
+            (Write::Append(r), Answer::Append(a)) => r.written(a),
+            (Write::Admit(r), Answer::Admit(a)) => r.written(a),
+            (Write::Append(r), _) => r.written(Err(mismatch())),
+            (Write::Admit(r), _) => r.written(Err(mismatch())),
         }
     }
 
@@ -104,16 +92,19 @@ impl Write {
             Write::Admit(..) => Answer::Admit(Err(e)),
         }
     }
+}
 
-    /// Answers with `why` (its group transaction did not commit).
-    pub(super) fn fail(self, why: &DatabaseError) {
-        let e = || StoreError::Database(why.clone());
+impl Finish for Write {
+    fn finish(self, commit: Result<(), &DatabaseError>) {
         match self {
-            Write::Append(_, _, reply) => drop(reply.send(Err(e()))),
-            Write::Admit(_, reply) => drop(reply.send(Err(e()))),
+            Write::Append(r) => r.finish(commit),
+            Write::Admit(r) => r.finish(commit),
         }
     }
 }
+
+/// Where a caller waits for its write's answer.
+pub(super) type Waiting<T> = oneshot::Receiver<Result<T, StoreError>>;
 
 /// The error a caller gets when its write's committer ended before answering (its tokio
 /// runtime shut down): whether the write committed is unknown.
@@ -144,7 +135,6 @@ pub(super) struct Writer {
     /// answered.
     pub(super) writing: Arc<AtomicUsize>,
     pub(super) notifier: Arc<Notifier>,
-    pub(super) full_ends: Arc<FullEnds>,
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
@@ -173,40 +163,51 @@ impl Drop for Writing<'_> {
     }
 }
 
-/// Takes the writes waiting in `writes` (at least one: a lone write goes out at once) and
-/// commits them together, until every store clone is gone.
+/// Takes the writes waiting in `writes` as groups (at least one write: a lone write goes out
+/// at once) and commits each, until every store clone is gone.
 pub(super) async fn committer(writer: Writer, writes: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>) {
     loop {
-        let mut batch = Vec::new();
-        {
+        let group = {
             // Held only while taking writes, never while committing them.
             let mut queue = writes.lock().await;
             let Some(first) = queue.recv().await else {
                 return;
             };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(write) => batch.push(write),
-                    Err(_) => break,
-                }
-            }
-        }
-        let n = batch.len();
-        writer.commit_batch(batch).await;
+            batch::take(first, MAX_BATCH, || queue.try_recv().ok())
+        };
+        let n = group.len();
+        batch::commit(&writer, group).await;
         writer.writing.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
-/// How a group transaction ended.
-pub(super) enum Group {
-    /// Committed: each write's own answer holds.
-    Committed(Vec<Answer>),
-    /// A write failed in a way that may have aborted the transaction, which was rolled
-    /// back: every write is committed again, alone.
-    Redo,
-    /// The transaction did not commit.
-    Failed(DatabaseError),
+/// The committers' side of group commit: a group in one transaction on a pooled connection,
+/// in run-id order; a write alone as one statement where it is one.
+impl Committer for Writer {
+    type Request = Write;
+
+    fn order(&self, group: &mut [Write]) {
+        group.sort_by(|a, b| a.run_id().cmp(b.run_id()));
+    }
+
+    async fn together(&self, group: &mut [Write]) -> Group {
+        match self.in_one_transaction(group).await {
+            Ok(answers) => {
+                for (write, answer) in group.iter_mut().zip(answers) {
+                    write.written(answer);
+                }
+                Group::Committed
+            }
+            Err(ended) => ended,
+        }
+    }
+
+    /// The answer says how the write's own transaction ended.
+    async fn alone(&self, write: &mut Write) -> Result<(), DatabaseError> {
+        let answer = self.write_alone(write).await;
+        write.written(answer);
+        Ok(())
+    }
 }
 
 impl Writer {
@@ -224,47 +225,16 @@ impl Writer {
             lock_with_append: false,
             inbox_held,
             notes: Some(notes),
-            full_ends: &self.full_ends,
-        }
-    }
-
-    pub(super) async fn commit_batch(&self, mut batch: Vec<Write>) {
-        if batch.len() == 1 {
-            if let Some(write) = batch.pop() {
-                let answer = self.alone(&write).await;
-                write.answer(answer);
-            }
-            return;
-        }
-        batch.sort_by(|a, b| a.run_id().cmp(b.run_id()));
-        match self.together(&batch).await {
-            Group::Committed(answers) => {
-                for (write, answer) in batch.into_iter().zip(answers) {
-                    write.answer(answer);
-                }
-            }
-            Group::Redo => {
-                for write in batch {
-                    let answer = self.alone(&write).await;
-                    write.answer(answer);
-                }
-            }
-            Group::Failed(why) => {
-                tracing::error!(requests = batch.len(), error = %why, "store write failed");
-                for write in batch {
-                    write.fail(&why);
-                }
-            }
         }
     }
 
     /// One write in its own transaction, as if no other were waiting: a write of one
     /// statement (a step's events, a run's usual end, an admission) commits by itself,
     /// without BEGIN and COMMIT.
-    pub(super) async fn alone(&self, write: &Write) -> Answer {
+    pub(super) async fn write_alone(&self, write: &Write) -> Answer {
         let single = match write {
             // Both are one statement (see `policy::append`).
-            Write::Append(_, append, _) => append.events_only() || append.plain_end(),
+            Write::Append(r) => r.write.1.events_only() || r.write.1.plain_end(),
             Write::Admit(..) => true,
         };
         let conn = match self.stash.conn().await {
@@ -311,168 +281,36 @@ impl Writer {
         }
     }
 
-    /// The writes in one transaction. A write refused without writing (lease lost) answers
-    /// only its caller; any other error may have aborted the transaction (PostgreSQL aborts
-    /// it on a failed statement), so all are redone alone. No savepoints: a refusal of the
-    /// policies batched here (`append`: the fenced first statement; `admit` without a token:
-    /// its one insert) writes nothing, so the round trip a savepoint costs per write buys
-    /// nothing.
-    ///
-    /// Lock order: a transaction ending child runs takes the inbox lock before any run row
-    /// lock, as every writer does (see `lock_inbox_for_end`), since a later write in the
-    /// batch could otherwise wait for it while holding a row a resume or another end waits
-    /// for; ends of runs without a parent need no inbox lock, so a batch of them holds none
-    /// (holding it would make every committer's batch wait for the others'). A deadlock
-    /// left (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not
-    /// an error.
-    pub(super) async fn together(&self, batch: &[Write]) -> Group {
+    /// The writes in one transaction, as `policy::group` writes them: each write's own
+    /// answer once committed, or a redo of each alone when a statement may have aborted the
+    /// transaction (PostgreSQL aborts it on any failed statement). A deadlock left
+    /// (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not an
+    /// error.
+    pub(super) async fn in_one_transaction(&self, batch: &[Write]) -> Result<Vec<Answer>, Group> {
         let begun = match self.stash.conn().await {
             Ok(conn) => conn.begin().await,
             Err(e) => Err(e),
         };
         let mut tx = match begun {
             Ok(tx) => tx,
-            Err(e) => return Group::Failed(database_of(e)),
+            Err(e) => return Err(Group::Failed(database_of(e))),
         };
         let mut notes = Vec::new();
         match self.together_on(&mut tx, batch, &mut notes).await {
             Ok(answers) => match tx.commit().await {
                 Ok(()) => {
                     self.announce(notes);
-                    Group::Committed(answers)
+                    Ok(answers)
                 }
-                Err(e) => Group::Failed(database_of(e)),
+                Err(e) => Err(Group::Failed(database_of(e))),
             },
             Err(group) => {
                 if let Err(why) = tx.rollback().await {
                     tracing::debug!(error = %why, "rolling back after an error failed");
                 }
-                group
+                Err(group)
             }
         }
-    }
-
-    /// The events of `writes` (appends that only add events, of distinct runs, in id order) in
-    /// one statement: each write's answer, `LeaseLost` for a run whose lease is gone.
-    pub(super) async fn append_many(
-        &self,
-        conn: &mut PgConnection,
-        writes: &[Write],
-    ) -> Result<Vec<Answer>, sqlx::Error> {
-        let (mut runs, mut epochs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (lease, write) in writes.iter().filter_map(Write::events_only) {
-            let run = lease.run_id.to_string();
-            let events = &write.events;
-            for (k, ((at, kind), data)) in
-                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
-            {
-                ev_runs.push(run.clone());
-                ev_index.push(k);
-                ev_at.push(*at);
-                ev_kinds.push(kind.as_str());
-                ev_data.push(data.as_str());
-            }
-            runs.push(run);
-            epochs.push(sql_epoch(lease.epoch));
-            counts.push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
-        }
-        let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
-            .bind(&runs)
-            .bind(&epochs)
-            .bind(&counts)
-            .bind(&ev_runs)
-            .bind(&ev_index)
-            .bind(&ev_at)
-            .bind(&ev_kinds)
-            .bind(&ev_data)
-            .fetch_all(&mut *conn)
-            .await?;
-        let written: std::collections::HashSet<String> = written.into_iter().collect();
-        Ok(runs
-            .iter()
-            .zip(writes)
-            .map(|(run, write)| {
-                Answer::Append(if written.contains(run) {
-                    Ok(())
-                } else {
-                    Err(StoreError::LeaseLost(*write.run_id()))
-                })
-            })
-            .collect())
-    }
-
-    /// The admissions among `batch` (none with a token) in one statement: their answers, in
-    /// order. The notice that runs nobody leased are ready goes to `notes`.
-    pub(super) async fn admit_many(
-        &self,
-        conn: &mut PgConnection,
-        batch: &[Write],
-        notes: &mut Vec<String>,
-    ) -> Result<Vec<Answer>, sqlx::Error> {
-        let rows: Vec<&NewRunRow> = batch
-            .iter()
-            .filter_map(|w| match w {
-                Write::Admit(row, _) => Some(row),
-                Write::Append(..) => None,
-            })
-            .collect();
-        let ids: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
-        let workflows: Vec<&str> = rows.iter().map(|r| r.workflow.as_str()).collect();
-        let inputs: Vec<&str> = rows.iter().map(|r| r.input.as_str()).collect();
-        let at: Vec<i64> = rows.iter().map(|r| r.created_at).collect();
-        let leases: Vec<Option<i64>> = rows.iter().map(|r| r.lease_until).collect();
-        let deadlines: Vec<Option<i64>> = rows.iter().map(|r| r.deadline).collect();
-        let parents: Vec<Option<&str>> = rows
-            .iter()
-            .map(|r| r.parent.as_ref().map(|(p, _)| p.as_str()))
-            .collect();
-        let detached: Vec<bool> = rows
-            .iter()
-            .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
-            .collect();
-        let queues: Vec<Option<&str>> = rows.iter().map(|r| r.queue.as_deref()).collect();
-        let keys: Vec<Option<&str>> = rows.iter().map(|r| r.partition_key.as_deref()).collect();
-        let priorities: Vec<i32> = rows.iter().map(|r| r.priority).collect();
-        let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
-            .bind(&ids)
-            .bind(&workflows)
-            .bind(&inputs)
-            .bind(&at)
-            .bind(&leases)
-            .bind(&deadlines)
-            .bind(&parents)
-            .bind(&detached)
-            .bind(&queues)
-            .bind(&keys)
-            .bind(&priorities)
-            .fetch_all(&mut *conn)
-            .await?;
-        // An id twice in the batch was inserted once: the first admission has it.
-        let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-        let mut ready = false;
-        let answers = rows
-            .iter()
-            .map(|row| {
-                if !inserted.remove(&row.key) {
-                    return Answer::Admit(Err(policy::exists(&row.id)));
-                }
-                if row.parent.is_some() || row.queue.is_some() {
-                    self.full_ends.note(&row.key);
-                }
-                let lease = row.lease_until.map(|_| Lease {
-                    run_id: row.id,
-                    epoch: 1,
-                });
-                ready |= lease.is_none();
-                Answer::Admit(Ok((Admission::Admitted, lease)))
-            })
-            .collect();
-        if ready {
-            notes.push(NOTE_READY.to_owned());
-        }
-        Ok(answers)
     }
 
     /// Sends `notes`, the notices of writes that committed, through the store's notifier
@@ -492,75 +330,25 @@ impl Writer {
         let _ = queue.send(notes);
     }
 
-    /// The writes of `batch` on `tx`, a transaction: their answers, or how the transaction
-    /// must end instead (rolled back, then redone alone or failed).
+    /// The writes of `batch` on `tx`, a transaction, as the group policy writes them: their
+    /// answers, or how the transaction must end instead (rolled back, then redone alone or
+    /// failed).
     pub(super) async fn together_on(
         &self,
         tx: &mut PgConnection,
         batch: &[Write],
         notes: &mut Vec<String>,
     ) -> Result<Vec<Answer>, Group> {
-        let redo = |why: sqlx::Error| {
-            tracing::debug!(error = %why, "a batch's statement failed; its writes are redone alone");
-            Group::Redo
-        };
-        let ending: Vec<String> = batch
-            .iter()
-            .filter(|w| w.ends_run())
-            .filter_map(|w| match w {
-                Write::Append(lease, ..) => Some(lease.run_id.to_string()),
-                Write::Admit(..) => None,
+        let writes: Vec<GroupWrite<'_>> = batch.iter().map(Write::as_group).collect();
+        policy::group(&mut self.pg(tx, false, notes), &writes)
+            .await
+            .map_err(|e| match e {
+                GroupError::Redo(why) => {
+                    tracing::debug!(error = %why, "a group's statement failed; its writes are redone alone");
+                    Group::Redo
+                }
+                GroupError::Failed(why) => Group::Failed(database_of(why)),
             })
-            .collect();
-        if !ending.is_empty() {
-            sqlx::query(&self.sql.dialect.lock_inbox_for_children)
-                .bind(self.inbox_lock)
-                .bind(&ending)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| Group::Failed(database_of(e.into())))?;
-        }
-        let ending = !ending.is_empty();
-        // Admissions insert new rows, which no other writer waits for: first, together.
-        let admitting = batch
-            .iter()
-            .filter(|w| matches!(w, Write::Admit(..)))
-            .count();
-        let mut admitted = if admitting >= 2 {
-            self.admit_many(tx, batch, notes).await.map_err(redo)?
-        } else {
-            Vec::new()
-        }
-        .into_iter();
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut rest = batch;
-        while let Some(write) = rest.first() {
-            // Neighbours in id order that only add events: one statement for all of them,
-            // which locks their rows in the same order.
-            let plain = rest
-                .iter()
-                .take_while(|w| w.events_only().is_some())
-                .count();
-            if plain >= 2 {
-                let (these, after) = rest.split_at(plain);
-                rest = after;
-                answers.extend(self.append_many(tx, these).await.map_err(redo)?);
-                continue;
-            }
-            rest = &rest[1..];
-            if admitting >= 2 && matches!(write, Write::Admit(..)) {
-                // Answered by `admit_many`, an id that existed included (that statement wrote
-                // the others).
-                answers.push(admitted.next().ok_or(Group::Redo)?);
-                continue;
-            }
-            let answer = write.apply(&mut self.pg(tx, ending, notes)).await;
-            if matches!(answer.error(), Some(StoreError::Database(_))) {
-                return Err(Group::Redo);
-            }
-            answers.push(answer);
-        }
-        Ok(answers)
     }
 }
 
@@ -574,9 +362,12 @@ impl PostgresStore {
         let writer = &self.inner.writer;
         let under_way = Writing::count(&writer.writing);
         if under_way.before == 0 {
-            let answer = writer.alone(&write).await;
+            let mut write = write;
+            let ended = writer.alone(&mut write).await;
+            // Uncounted before the answer: the caller's next write, sent at once, goes alone
+            // too.
             drop(under_way);
-            write.answer(answer);
+            write.finish(ended.as_ref().map(|_| ()));
             return;
         }
         // Counted until a committer answers it.
@@ -591,10 +382,10 @@ impl PostgresStore {
             }
             queue
         });
-        if let Err(mpsc::error::SendError(write)) = queue.send(write) {
-            let answer = writer.alone(&write).await;
+        if let Err(mpsc::error::SendError(mut write)) = queue.send(write) {
+            let ended = writer.alone(&mut write).await;
             writer.writing.fetch_sub(1, Ordering::AcqRel);
-            write.answer(answer);
+            write.finish(ended.as_ref().map(|_| ()));
         }
     }
 }

@@ -173,7 +173,6 @@ impl PostgresStore {
                 queue: OnceLock::new(),
                 runtime: tokio::runtime::Handle::current(),
             }),
-            full_ends: Arc::default(),
         };
         Ok(PostgresStore {
             inner: Arc::new(Inner {
@@ -229,7 +228,6 @@ impl PostgresStore {
             lock_with_append: false,
             inbox_held: false,
             notes: None,
-            full_ends: &self.inner.writer.full_ends,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{broadcast, oneshot};
 
 use super::commit::{writer_gone, Write};
-use super::listen::{listen, NOTE_READY, NOTICE_CAPACITY};
+use super::listen::{listen, NOTICE_CAPACITY};
 use super::stash::settle;
 use super::statements::CLOCK;
 use super::tx::Pg;
@@ -18,7 +18,7 @@ use crate::ids::RunId;
 use crate::store::sql::policy::{self, EncodedCancel, EncodedFailure, NewRunRow, Tx};
 use crate::store::sql::rows::{decode_events, EventRow, LeasedRow, Picked, RunRow};
 use crate::store::sql::{
-    lease_end, owner_of, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEvents,
+    lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEvents,
 };
 use crate::store::{
     AcquireRequest, Admission, Append, CancelOutcome, EventRecord, FailureOutcome, Lease,
@@ -33,13 +33,22 @@ impl PostgresStore {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
-        let Some((token, retain_until)) = &row.hook else {
+        if row.hook.is_none() {
             // One statement (the insert): committed with whatever other writes are waiting.
-            let (reply, answer) = oneshot::channel();
-            self.commit(Write::Admit(row, reply)).await;
+            let (write, answer) = Write::admit(row);
+            self.commit(write).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));
-        };
-        if let Some(decided) = self.admit_claiming(&row, token, *retain_until).await? {
+        }
+        // `Pg`'s admission claiming a token is one statement, committed by itself when it
+        // decides (see `Tx::admit_claiming`).
+        let mut conn = self.conn().await?;
+        let mut notes = Vec::new();
+        let decided = self
+            .noting(&mut conn, &mut notes)
+            .admit_claiming(&row)
+            .await;
+        if let Some(decided) = conn.kept(decided)? {
+            self.inner.writer.announce(notes);
             return Ok(decided);
         }
         // Not batched: a claim locks its token's row, won or lost, and a group transaction
@@ -62,66 +71,6 @@ impl PostgresStore {
         let done = settle(tx, done).await?;
         self.inner.writer.announce(notes);
         Ok(done)
-    }
-
-    /// Admits `row` claiming `token` in one statement, committed on its own (`policy::admit`'s
-    /// statements in one): the claim is the upsert's WHERE on the token's primary key, and the
-    /// run is inserted only when it won. A token the statement's snapshot already shows taken
-    /// is not claimed at all: the upsert would lock its row (a WAL record, so a flushed
-    /// commit, for a start that writes nothing), and the answer is the same as if the start
-    /// had come at that snapshot. A claim that lost reads the owner from the snapshot; `None`
-    /// when the snapshot shows no owner, because the winning claim committed while this one
-    /// waited for the token's row (then `policy::admit`, in a transaction, reads it).
-    pub(super) async fn admit_claiming(
-        &self,
-        row: &NewRunRow,
-        token: &str,
-        retain_until: Option<i64>,
-    ) -> Result<Option<(Admission, Option<Lease>)>, StoreError> {
-        let sql = &self.inner.sql.dialect.admit_claiming[usize::from(row.lease_until.is_some())];
-        let (parent, detached) = match &row.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
-        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool)>(sql)
-            .bind(&row.key)
-            .bind(&row.workflow)
-            .bind(&row.input)
-            .bind(row.created_at)
-            .bind(token)
-            .bind(retain_until)
-            .bind(row.deadline)
-            .bind(parent)
-            .bind(detached);
-        let query = match row.lease_until {
-            Some(until) => query.bind(until),
-            None => query
-                .bind(&row.queue)
-                .bind(&row.partition_key)
-                .bind(row.priority),
-        };
-        let mut conn = self.conn().await?;
-        let decided = query.fetch_one(&mut *conn).await;
-        let (new, admitted, owner, taken) = conn.kept(decided)?;
-        if !new {
-            return Err(policy::exists(&row.id));
-        }
-        if admitted {
-            self.inner.writer.full_ends.note(&row.key);
-            if row.lease_until.is_none() {
-                // Nobody leased it: any worker may take it.
-                self.inner.writer.announce(vec![NOTE_READY.to_owned()]);
-            }
-            let lease = row.lease_until.map(|_| Lease {
-                run_id: row.id,
-                epoch: 1,
-            });
-            return Ok(Some((Admission::Admitted, lease)));
-        }
-        match owner {
-            Some(owner) if taken => Ok(Some((Admission::Conflict(owner_of(&owner, token)?), None))),
-            _ => Ok(None),
-        }
     }
 }
 
@@ -218,12 +167,6 @@ impl RunStore for PostgresStore {
         .await;
         let (picked, events) = settle(tx, leased).await?;
         let acquired = picked.attach(events);
-        for leased in &acquired.runs {
-            let run = &leased.run;
-            if run.parent.is_some() || run.queue.is_some() || run.hook_token.is_some() {
-                self.inner.writer.full_ends.note(&run.id.to_string());
-            }
-        }
         for (lease, why) in acquired.failed {
             policy::undecodable(self, &lease, &why, req.now).await;
         }
@@ -237,9 +180,8 @@ impl RunStore for PostgresStore {
             && (write.outcome.is_some() || !write.release_tokens.is_empty());
         let at = if timeless { self.now().await? } else { None };
         let write = EncodedAppend::timed(write, || at.unwrap_or_else(SystemTime::now))?;
-        let (reply, answer) = oneshot::channel();
-        self.commit(Write::Append(lease.clone(), write, reply))
-            .await;
+        let (write, answer) = Write::append(lease.clone(), write);
+        self.commit(write).await;
         answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 

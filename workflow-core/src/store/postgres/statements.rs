@@ -30,29 +30,29 @@ pub(super) struct PgOnly {
     /// Takes the inbox lock (`$1`) if any of the runs `$2` has a parent: what a group
     /// transaction ending those runs does first.
     pub(super) lock_inbox_for_children: String,
-    /// `append_and_end` for a run with no parent, no queue and no live token (most runs):
-    /// none of its other parts has anything to do, and PostgreSQL sets them all up on every
-    /// call. No row when the run is not such a run, or its lease is lost; then
-    /// `append_and_end` decides. `$1` run, `$2` times, `$3` kinds, `$4` data, `$5` epoch or
+    /// `append_and_end` for a run with no parent, no queue and no live token (most runs, as
+    /// the writer's `EndHint::Alone` says): none of its other parts has anything to do, and
+    /// PostgreSQL sets them all up on every call. No row when the run is not such a run, or
+    /// its lease is lost; then `append_and_end` decides. `$1` run, `$2` times, `$3` kinds, `$4` data, `$5` epoch or
     /// NULL, `$6` status, `$7` output, `$8` error, `$9` now.
     pub(super) append_and_end_plain: String,
-    /// The events of several runs in one statement (see `Writer::append_many`): `$1` runs, `$2`
+    /// The events of several runs in one statement (see `Tx::append_many`): `$1` runs, `$2`
     /// their epochs, `$3` their counts of events; `$4` .. `$8` the events (run, index within the
     /// run from 1, time, kind, data). The rows are locked in id order, each fenced as `append`
     /// fences it; the answer: the runs written (a run missing was fenced out).
     pub(super) append_many: String,
-    /// Admissions without a token, several in one statement (see `Writer::admit_many`), leased
+    /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
     /// queues, `$10` partition keys, `$11` priorities. The answer: the ids admitted (an id
     /// missing existed already).
     pub(super) admit_many: String,
-    /// An admission claiming its token, in one statement: see `PostgresStore::admit_claiming`.
+    /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
     /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
     pub(super) admit_claiming: [String; 2],
 }
 
-/// The statement admitting a run with its token (see `PostgresStore::admit_claiming`): `$1` id,
+/// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
 /// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
 /// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` queue,
 /// `$11` partition key, `$12` priority. One row: whether the id was new, whether the run was
@@ -579,12 +579,14 @@ pub(super) fn statements(s: &str) -> Statements {
                 // run's row is updated once, numbering the events and ending it. `$1` run,
                 // `$2` times, `$3` kinds, `$4` data, `$5` epoch or NULL, `$6` status, `$7`
                 // output, `$8` error, `$9` now, `$10` the notice token, `$12` the child's notice
-                // (`EncodedEnd::notice`, queued only for a child), `$11` the inbox lock (taken before the
-                // row lock, and only for a child). One row, with the notices to send; none when
-                // the lease is lost.
+                // (`EncodedEnd::notice`, queued only for a child; NULL when the writer knows the
+                // run has no parent, and then a run with one is refused), `$11` the inbox lock
+                // (taken before the row lock, and only for a child). One row, with the notices
+                // to send; none when the lease is lost or the notice is missing.
                 append_and_end: format!(
                     "WITH ended AS (
                          {end_fenced}
+                           AND ($12::text IS NOT NULL OR parent_id IS NULL)
                            AND (SELECT count(*) FROM (
                                     SELECT pg_advisory_xact_lock($11) FROM {s}.runs p
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0

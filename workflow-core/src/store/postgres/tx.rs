@@ -8,10 +8,11 @@ use sqlx::PgConnection;
 use super::listen::{NOTE_CHUNK, NOTE_ENDED, NOTE_READY, NOTIFY_ALL};
 use super::statements::Statements;
 use crate::error::StoreError;
-use crate::store::sql::policy::{ChunkAppend, EncodedChunk, NewRunRow, Tx};
+use crate::store::sql::owner_of;
+use crate::store::sql::policy::{self, Admitted, ChunkAppend, EncodedChunk, NewRunRow, Tx};
 use crate::store::sql::rows::{InboxRow, QueueLimits};
 use crate::store::sql::{EncodedEnd, EncodedEvents};
-use crate::store::CHILD_NOTICE_TOKEN;
+use crate::store::{Admission, EndHint, CHILD_NOTICE_TOKEN};
 
 /// The policies' statements on one connection: inside a transaction, or in autocommit when
 /// the policy runs a single statement.
@@ -31,8 +32,6 @@ pub(super) struct Pg<'a> {
     /// Where the hot statements' notices go, to be sent once the transaction committed (see
     /// `Notifier`); without it they are sent in the transaction.
     pub(super) notes: Option<&'a mut Vec<String>>,
-    /// The runs known to need the whole `append_and_end` (see `FullEnds`).
-    pub(super) full_ends: &'a FullEnds,
 }
 
 impl Pg<'_> {
@@ -118,11 +117,59 @@ impl Tx for Pg<'_> {
             Some(_) => insert,
         };
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
-        if inserted && (token.is_some() || run.parent.is_some() || run.queue.is_some()) {
-            self.full_ends.note(&run.key);
-        }
         // A run nobody leased: any worker may take it.
         if inserted && run.lease_until.is_none() {
+            self.announce(vec![NOTE_READY.to_owned()]).await?;
+        }
+        Ok(inserted)
+    }
+
+    /// All in one statement (`admit_many`): the rows are new, so no other writer waits for
+    /// them. The notice that runs nobody leased are ready goes out once.
+    async fn insert_many(&mut self, runs: &[&NewRunRow]) -> Result<Vec<bool>, StoreError> {
+        let ids: Vec<&str> = runs.iter().map(|r| r.key.as_str()).collect();
+        let workflows: Vec<&str> = runs.iter().map(|r| r.workflow.as_str()).collect();
+        let inputs: Vec<&str> = runs.iter().map(|r| r.input.as_str()).collect();
+        let at: Vec<i64> = runs.iter().map(|r| r.created_at).collect();
+        let leases: Vec<Option<i64>> = runs.iter().map(|r| r.lease_until).collect();
+        let deadlines: Vec<Option<i64>> = runs.iter().map(|r| r.deadline).collect();
+        let parents: Vec<Option<&str>> = runs
+            .iter()
+            .map(|r| r.parent.as_ref().map(|(p, _)| p.as_str()))
+            .collect();
+        let detached: Vec<bool> = runs
+            .iter()
+            .map(|r| r.parent.as_ref().is_some_and(|(_, d)| *d))
+            .collect();
+        let queues: Vec<Option<&str>> = runs.iter().map(|r| r.queue.as_deref()).collect();
+        let keys: Vec<Option<&str>> = runs.iter().map(|r| r.partition_key.as_deref()).collect();
+        let priorities: Vec<i32> = runs.iter().map(|r| r.priority).collect();
+        let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
+            .bind(&ids)
+            .bind(&workflows)
+            .bind(&inputs)
+            .bind(&at)
+            .bind(&leases)
+            .bind(&deadlines)
+            .bind(&parents)
+            .bind(&detached)
+            .bind(&queues)
+            .bind(&keys)
+            .bind(&priorities)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        // An id twice among them was inserted once: the first has it.
+        let mut inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+        let mut ready = false;
+        let inserted = runs
+            .iter()
+            .map(|run| {
+                let new = inserted.remove(&run.key);
+                ready |= new && run.lease_until.is_none();
+                new
+            })
+            .collect();
+        if ready {
             self.announce(vec![NOTE_READY.to_owned()]).await?;
         }
         Ok(inserted)
@@ -142,11 +189,7 @@ impl Tx for Pg<'_> {
             .bind(retain_until)
             .execute(&mut *self.conn)
             .await?;
-        let claimed = claimed.rows_affected() > 0;
-        if claimed {
-            self.full_ends.note(run);
-        }
-        Ok(claimed)
+        Ok(claimed.rows_affected() > 0)
     }
 
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
@@ -154,6 +197,56 @@ impl Tx for Pg<'_> {
             .bind(token)
             .fetch_one(&mut *self.conn)
             .await?)
+    }
+
+    /// One statement: the claim is the upsert's WHERE on the token's primary key, and the run
+    /// is inserted only when it won. A token the statement's snapshot already shows taken is
+    /// not claimed at all: the upsert would lock its row (a WAL record, so a flushed commit,
+    /// for a start that writes nothing), and the answer is the same as if the start had come
+    /// at that snapshot. A claim that lost reads the owner from the snapshot; undecided when
+    /// the snapshot shows no owner, because the winning claim committed while this one waited
+    /// for the token's row.
+    async fn admit_claiming(&mut self, row: &NewRunRow) -> Result<Option<Admitted>, StoreError> {
+        let Some((token, retain_until)) = &row.hook else {
+            return Err(crate::store::no_token());
+        };
+        let sql = &self.sql.dialect.admit_claiming[usize::from(row.lease_until.is_some())];
+        let (parent, detached) = match &row.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool)>(sql)
+            .bind(&row.key)
+            .bind(&row.workflow)
+            .bind(&row.input)
+            .bind(row.created_at)
+            .bind(token)
+            .bind(retain_until)
+            .bind(row.deadline)
+            .bind(parent)
+            .bind(detached);
+        let query = match row.lease_until {
+            Some(until) => query.bind(until),
+            None => query
+                .bind(&row.queue)
+                .bind(&row.partition_key)
+                .bind(row.priority),
+        };
+        let (new, admitted, owner, taken) = query.fetch_one(&mut *self.conn).await?;
+        if !new {
+            return Err(policy::exists(&row.id));
+        }
+        if admitted {
+            if row.lease_until.is_none() {
+                // Nobody leased it: any worker may take it.
+                self.announce(vec![NOTE_READY.to_owned()]).await?;
+            }
+            return Ok(Some(policy::admitted(row)));
+        }
+        match owner {
+            Some(owner) if taken => Ok(Some((Admission::Conflict(owner_of(&owner, token)?), None))),
+            _ => Ok(None),
+        }
     }
 
     async fn resume(
@@ -198,6 +291,46 @@ impl Tx for Pg<'_> {
         }
         let base: Option<i64> = query.fetch_optional(&mut *self.conn).await?;
         Ok(base.is_some())
+    }
+
+    /// One statement (`append_many`), which locks the rows in the order given, each fenced
+    /// as `append` fences it.
+    async fn append_many(
+        &mut self,
+        runs: &[String],
+        fences: &[i64],
+        events: &[&EncodedEvents],
+    ) -> Result<Vec<bool>, StoreError> {
+        let counts: Vec<i64> = events
+            .iter()
+            .map(|e| i64::try_from(e.at.len()).unwrap_or(i64::MAX))
+            .collect();
+        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (run, events) in runs.iter().zip(events) {
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                ev_runs.push(run.as_str());
+                ev_index.push(k);
+                ev_at.push(*at);
+                ev_kinds.push(kind.as_str());
+                ev_data.push(data.as_str());
+            }
+        }
+        let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
+            .bind(runs)
+            .bind(fences)
+            .bind(&counts)
+            .bind(&ev_runs)
+            .bind(&ev_index)
+            .bind(&ev_at)
+            .bind(&ev_kinds)
+            .bind(&ev_data)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        let written: std::collections::HashSet<String> = written.into_iter().collect();
+        Ok(runs.iter().map(|run| written.contains(run)).collect())
     }
 
     async fn release_tokens(
@@ -358,6 +491,12 @@ impl Tx for Pg<'_> {
         self.end(run, end, now, false).await
     }
 
+    /// A run that stands alone ([`EndHint::Alone`]) is first ended with the plain statement,
+    /// which has nothing to set up for a parent, a queue or tokens; it refuses any other run
+    /// (and a lost lease), and then the whole statement decides: a wrong hint costs that
+    /// round trip. The whole statement gets the child's notice only when the run may have a
+    /// parent: without it ([`EndHint::NoParent`]) it refuses a run that has one, and then
+    /// runs again with the notice.
     async fn append_and_end(
         &mut self,
         run: &str,
@@ -365,6 +504,7 @@ impl Tx for Pg<'_> {
         events: &EncodedEvents,
         end: &EncodedEnd,
         now: i64,
+        hint: EndHint,
     ) -> Result<bool, StoreError> {
         // The statement takes the inbox lock itself (for a child), before the row lock.
         self.lock_with_append = false;
@@ -381,7 +521,7 @@ impl Tx for Pg<'_> {
                 .bind(&end.error)
                 .bind(now)
         };
-        if !self.full_ends.take(run) {
+        if hint == EndHint::Alone {
             let plain = ending(&self.sql.dialect.append_and_end_plain)
                 .fetch_optional(&mut *self.conn)
                 .await?;
@@ -390,12 +530,25 @@ impl Tx for Pg<'_> {
                 return Ok(true);
             }
         }
-        let ended = ending(&self.sql.dialect.append_and_end)
+        let notice = (hint != EndHint::NoParent).then(|| end.notice(run));
+        let whole = &self.sql.dialect.append_and_end;
+        let mut ended = ending(whole)
             .bind(CHILD_NOTICE_TOKEN)
             .bind(self.inbox_lock)
-            .bind(end.notice(run))
+            .bind(&notice)
             .fetch_optional(&mut *self.conn)
             .await?;
+        let late;
+        if ended.is_none() && notice.is_none() {
+            // Refused for want of the notice (or the lease is lost): once more with it.
+            late = Some(end.notice(run));
+            ended = ending(whole)
+                .bind(CHILD_NOTICE_TOKEN)
+                .bind(self.inbox_lock)
+                .bind(&late)
+                .fetch_optional(&mut *self.conn)
+                .await?;
+        }
         let Some(ended) = ended else {
             return Ok(false);
         };
@@ -430,36 +583,25 @@ impl Tx for Pg<'_> {
         Ok(())
     }
 
+    /// Only when one of `runs` has a parent (`lock_inbox_for_children`): ends of runs
+    /// without a parent need no inbox lock, so a group of them holds none (holding it would
+    /// make every committer's group wait for the others').
+    async fn lock_inbox_for_ends(&mut self, runs: &[String]) -> Result<(), StoreError> {
+        if !self.inbox_held {
+            sqlx::query(&self.sql.dialect.lock_inbox_for_children)
+                .bind(self.inbox_lock)
+                .bind(runs)
+                .execute(&mut *self.conn)
+                .await?;
+            self.inbox_held = true;
+        }
+        Ok(())
+    }
+
     async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(&self.sql.children_to_cancel)
             .bind(run)
             .fetch_all(&mut *self.conn)
             .await?)
-    }
-}
-
-/// The runs leased or admitted here that have a parent, a queue or a token: their end needs
-/// the whole `append_and_end`, so it is not first tried as a plain end (a round trip that
-/// would find nothing). Only a hint: a run missing here that needs it costs that round trip,
-/// and a run listed here that no longer does costs nothing but a larger statement.
-#[derive(Default)]
-pub(super) struct FullEnds(std::sync::Mutex<std::collections::HashSet<String>>);
-
-/// Runs listed in [`FullEnds`] at most; the list starts again when full (leases lost to
-/// other processes leave their runs listed).
-pub(super) const FULL_ENDS_MAX: usize = 100_000;
-
-impl FullEnds {
-    pub(super) fn note(&self, run: &str) {
-        let mut runs = crate::lock(&self.0);
-        if runs.len() >= FULL_ENDS_MAX {
-            runs.clear();
-        }
-        runs.insert(run.to_owned());
-    }
-
-    /// Whether `run`'s end needs the whole statement; forgotten now (it ends).
-    pub(super) fn take(&self, run: &str) -> bool {
-        crate::lock(&self.0).remove(run)
     }
 }

@@ -3,12 +3,14 @@
 //! their decoding, including what `acquire` does with the rows it leased ([`rows`]), the
 //! bookkeeping of schema migrations ([`migrations`]), and the write policies — admission,
 //! token claims, fenced appends, cancellation, pruning — over the statements each dialect supplies
-//! ([`policy`]).
+//! ([`policy`]), and group commit, one transaction per group of requests with answers after
+//! the commit ([`batch`]).
 //!
 //! Each dialect keeps its SQL in one `Statements` table and its connection handling; the
 //! tables, the event numbering (`runs.last_seq`) and the `workflow_migrations` layout are
 //! the same in both.
 
+pub(super) mod batch;
 pub(super) mod migrations;
 pub(super) mod policy;
 pub(super) mod rows;

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::error::StoreError;
-use crate::store::{from_millis, to_millis, Append, NewEvent, RunOutcome, RunStatus};
+use crate::store::{from_millis, to_millis, Append, EndHint, NewEvent, RunOutcome, RunStatus};
 
 /// A time column: milliseconds since the Unix epoch.
 pub(in crate::store) fn sql_time(t: SystemTime) -> i64 {
@@ -137,6 +137,9 @@ pub(in crate::store) struct EncodedAppend {
     /// The time of the write: its last event's, as the memory store has it; without events,
     /// the store's clock.
     pub now: i64,
+    /// What the writer knows of the run's ties, for the dialect's choice of statement for
+    /// the end ([`Append::end_hint`]).
+    pub hint: EndHint,
 }
 
 impl EncodedAppend {
@@ -167,6 +170,7 @@ impl EncodedAppend {
             release_tokens: write.release_tokens.clone(),
             end,
             now,
+            hint: write.end_hint,
         })
     }
 
@@ -178,7 +182,6 @@ impl EncodedAppend {
 
     /// True when the append only adds events (no payload delivered, no tokens released, no
     /// end).
-    #[cfg(feature = "postgres")]
     pub fn events_only(&self) -> bool {
         self.events.received.is_empty() && self.release_tokens.is_empty() && self.end.is_none()
     }

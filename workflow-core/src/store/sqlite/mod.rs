@@ -164,15 +164,10 @@ impl SqliteStore {
         F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let job = Box::new(Job {
-            work: Some(work),
-            result: None,
-            reply,
-        });
+        let (job, answer) = Job::new(Some(work));
         self.inner
             .writer
-            .send(job)
+            .send(Box::new(job))
             .map_err(|_| thread_gone("writer"))?;
         answer.await.map_err(|_| thread_gone("writer"))?
     }

@@ -1,7 +1,8 @@
 //! The writer thread: its connection (opened, checked, migrated and switched to WAL, with the
-//! write-ahead log preallocated), and its loop, which drains the queued requests into one
-//! transaction, a savepoint each, and answers only after the commit. It knows no statement of
-//! its own beyond transaction control: the requests bring their work.
+//! write-ahead log preallocated), and its loop, which takes the queued requests as groups and
+//! commits each as `store::sql::batch` does, in one transaction with a savepoint per request.
+//! It knows no statement of its own beyond transaction control: the requests bring their
+//! work.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -9,12 +10,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
-use tokio::sync::oneshot;
 
 use super::schema::{open_error, prepare_schema};
 use super::{database_error, panic_message, Stats, BUSY_TIMEOUT};
 use crate::error::{DatabaseError, StoreError};
+use crate::store::sql::batch::{commit, take, Committer, Finish, Group, Request};
 
 /// How long a write keeps retrying when the lock is still held after `BUSY_TIMEOUT`.
 pub(super) const LOCK_WAIT: Duration = Duration::from_secs(30);
@@ -97,20 +99,17 @@ pub(super) fn preallocate_wal(conn: &Connection, path: &Path) -> std::io::Result
     tx.rollback().map_err(std::io::Error::other)
 }
 
-/// A write request as the writer thread sees it: run inside the transaction, then, once the
-/// transaction's fate is known, answer.
+/// A write request as the writer thread sees it, whatever it answers: run inside the
+/// transaction, then, once the transaction's fate is known, answer.
 pub(super) trait WriteJob: Send {
     /// Runs the request; false if it failed (its savepoint is then rolled back).
     fn run(&mut self, tx: &Transaction<'_>) -> bool;
-    /// Answers the caller. `commit` is how the whole transaction ended.
+    /// See [`Request::finish`].
     fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>);
 }
 
-pub(super) struct Job<F, R> {
-    pub(super) work: Option<F>,
-    pub(super) result: Option<Result<R, StoreError>>,
-    pub(super) reply: oneshot::Sender<Result<R, StoreError>>,
-}
+/// A request whose write is work on the writer's transaction (taken when it runs).
+pub(super) type Job<F, R> = Request<Option<F>, R>;
 
 impl<F, R> WriteJob for Job<F, R>
 where
@@ -118,7 +117,7 @@ where
     R: Send,
 {
     fn run(&mut self, tx: &Transaction<'_>) -> bool {
-        let Some(work) = self.work.take() else {
+        let Some(work) = self.write.take() else {
             return false;
         };
         let result = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|p| {
@@ -128,22 +127,48 @@ where
             )))
         });
         let ok = result.is_ok();
-        self.result = Some(result);
+        self.written(result);
         ok
     }
 
     fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>) {
-        let answer = match (self.result, commit) {
-            // A refused request wrote nothing, so its own answer holds whatever the commit did.
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (_, Err(why)) => Err(StoreError::Database(why.clone())),
-            (None, Ok(())) => Err(StoreError::database(
-                "internal error: a store write was never run",
-            )),
-        };
-        // The caller may have stopped waiting; the write stands either way.
-        let _ = self.reply.send(answer);
+        Request::finish(*self, commit);
+    }
+}
+
+impl Finish for Box<dyn WriteJob> {
+    fn finish(self, commit: Result<(), &DatabaseError>) {
+        WriteJob::finish(self, commit);
+    }
+}
+
+/// The writer thread's side of group commit: one IMMEDIATE transaction per group, a
+/// savepoint per request. Synchronous: its futures are ready at once.
+struct OnThread<'a> {
+    conn: &'a Connection,
+    stats: &'a Stats,
+}
+
+impl OnThread<'_> {
+    fn write(&self, group: &mut [Box<dyn WriteJob>]) -> Result<(), DatabaseError> {
+        run_batch(self.conn, group)?;
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Committer for OnThread<'_> {
+    type Request = Box<dyn WriteJob>;
+
+    async fn together(&self, group: &mut [Box<dyn WriteJob>]) -> Group {
+        match self.write(group) {
+            Ok(()) => Group::Committed,
+            Err(why) => Group::Failed(why),
+        }
+    }
+
+    async fn alone(&self, request: &mut Box<dyn WriteJob>) -> Result<(), DatabaseError> {
+        self.write(std::slice::from_mut(request))
     }
 }
 
@@ -152,25 +177,17 @@ pub(super) fn writer_loop(
     jobs: mpsc::Receiver<Box<dyn WriteJob>>,
     stats: Arc<Stats>,
 ) {
+    let writer = OnThread {
+        conn: &conn,
+        stats: &stats,
+    };
     // Ends when every sender (every store clone) is gone and the queue is empty.
     while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let outcome = run_batch(&conn, &mut batch);
-        match &outcome {
-            Ok(()) => {
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(why) => tracing::error!(requests = batch.len(), error = %why, "store write failed"),
-        }
-        let commit = outcome.as_ref().map(|_| ());
-        for job in batch {
-            job.finish(commit);
+        let group = take(first, MAX_BATCH, || jobs.try_recv().ok());
+        if commit(&writer, group).now_or_never().is_none() {
+            // Cannot happen: nothing here waits. The requests' callers hear that the writer
+            // dropped them.
+            tracing::error!("internal error: a SQLite group commit did not finish at once");
         }
     }
 }

@@ -253,3 +253,94 @@ pub async fn cancelling_a_parent_cancels_its_attached_children_down_the_tree<S: 
         Err(StoreError::LeaseLost(_))
     ));
 }
+
+/// A run's end writes the same whatever its writer's [`EndHint`] says, a wrong hint
+/// included: a child's end reaches its parent's inbox and gives up the hooks the child holds;
+/// a run's start token is given up.
+pub async fn an_end_writes_the_same_whatever_its_hint<S: Store>(store: &S) {
+    let lease_for = Duration::from_secs(60);
+    let hints = [
+        EndHint::Unknown,
+        EndHint::Alone,
+        EndHint::NoParent,
+        EndHint::Child,
+    ];
+    for (i, hint) in hints.into_iter().enumerate() {
+        let at = |ms: u64| t(100 * i as u64 + ms);
+        let (p, c, s) = (format!("p{i}"), format!("c{i}"), format!("s{i}"));
+        let parent_id = create(store, &p, at(0)).await;
+        let parent = acquire(store, &names(&[&p]), at(1), lease_for, 1)
+            .await
+            .remove(0)
+            .lease;
+        let mut child = child_of(&parent, "ch_0", at(2), false);
+        child.workflow = c.clone();
+        let child_id = child.id;
+        store.start_child(&parent, "ch_0", child).await.unwrap();
+        store.release(&parent, never(), 0).await.unwrap();
+        let leased = acquire(store, &names(&[&c]), at(3), lease_for, 1)
+            .await
+            .remove(0);
+        let token = format!("held-{i}");
+        assert_eq!(
+            store
+                .claim_hook(&leased.lease, "hk_0", &token, at(4))
+                .await
+                .unwrap(),
+            ClaimOutcome::Claimed
+        );
+        let end = |output: u64, at: SystemTime| Append {
+            events: vec![NewEvent {
+                at,
+                event: Event::RunCompleted {
+                    output: json!(output),
+                },
+            }],
+            outcome: Some(RunOutcome::Completed(json!(output))),
+            end_hint: hint,
+            ..Append::default()
+        };
+        store.append(&leased.lease, &end(1, at(5))).await.unwrap();
+        let inbox = store.payloads(&parent_id, 0).await.unwrap();
+        assert_eq!(inbox.len(), 1, "{hint:?}: {inbox:?}");
+        let notice: ChildNotice = serde_json::from_value(inbox[0].payload.clone()).unwrap();
+        assert_eq!(notice.child, child_id, "{hint:?}");
+        assert_eq!(notice.result(), Ok(json!(1)), "{hint:?}");
+        assert_eq!(store.get_hook(&token).await.unwrap(), None, "{hint:?}");
+
+        // A run with a start token and no parent.
+        let started = RunId::new();
+        store
+            .create_run(NewRun {
+                queue: None,
+                id: started,
+                workflow: s.clone(),
+                input: json!([]),
+                created_at: at(6),
+                hook: Some(StartHook {
+                    token: format!("start-{i}"),
+                    retain_until: None,
+                }),
+                deadline: None,
+                parent: None,
+            })
+            .await
+            .unwrap();
+        let leased = acquire(store, &names(&[&s]), at(7), lease_for, 1)
+            .await
+            .remove(0);
+        store.append(&leased.lease, &end(2, at(8))).await.unwrap();
+        let record = store.get_run(&started).await.unwrap().unwrap();
+        assert_eq!(record.status, RunStatus::Completed, "{hint:?}");
+        assert_eq!(
+            store.get_hook(&format!("start-{i}")).await.unwrap(),
+            None,
+            "{hint:?}"
+        );
+        // A stale lease writes nothing, whatever the hint.
+        assert!(matches!(
+            store.append(&leased.lease, &end(3, at(9))).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+    }
+}

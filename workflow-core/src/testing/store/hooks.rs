@@ -321,7 +321,7 @@ pub async fn claims_releases_and_retention<S: Store + Inspect>(store: &S) {
     let release_keep = |events: Vec<NewEvent>| Append {
         events,
         release_tokens: vec!["keep".into()],
-        outcome: None,
+        ..Append::default()
     };
     store
         .append(&lease, &release_keep(vec![released.clone()]))
@@ -609,7 +609,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
                         },
                     }],
                     release_tokens: vec!["z".into(), "x".into()],
-                    outcome: None,
+                    ..Append::default()
                 }
             )
             .await

@@ -63,6 +63,7 @@ pub use admin::{
 };
 pub use children::{
     a_child_is_started_with_its_record_and_its_end_reaches_the_parent,
+    an_end_writes_the_same_whatever_its_hint,
     cancelling_a_parent_cancels_its_attached_children_down_the_tree,
 };
 pub use concurrency::{
@@ -262,6 +263,7 @@ macro_rules! __store_conformance_tests {
             a_closed_stream_takes_no_more_chunks,
             a_stream_reads_in_pages_from_any_index,
             a_child_is_started_with_its_record_and_its_end_reaches_the_parent,
+            an_end_writes_the_same_whatever_its_hint,
             cancelling_a_parent_cancels_its_attached_children_down_the_tree,
             a_queue_s_concurrency_counts_runs_begun_and_not_ended,
             a_queue_s_rate_window_counts_begins,

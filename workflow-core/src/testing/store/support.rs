@@ -18,8 +18,8 @@ pub(crate) fn t(ms: u64) -> SystemTime {
 pub(crate) fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
     Append {
         events,
-        release_tokens: Vec::new(),
         outcome,
+        ..Append::default()
     }
 }
 
