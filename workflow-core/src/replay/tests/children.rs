@@ -15,17 +15,15 @@ fn start_child(child_key: &str, workflow: &'static str) -> Command<()> {
     })
 }
 
-fn child_notice(id: u64, child: RunId, output: Value) -> Inbound {
-    Inbound {
+fn child_notice(id: u64, child: RunId, output: Value) -> InboxEntry {
+    InboxEntry {
         id,
-        token: CHILD_NOTICE_TOKEN.into(),
-        payload: serde_json::to_value(ChildNotice {
+        what: Inbound::ChildEnded(ChildNotice {
             child,
-            status: crate::store::RunStatus::Completed,
+            status: RunStatus::Completed,
             output: Some(output),
             error: None,
-        })
-        .unwrap(),
+        }),
     }
 }
 
@@ -99,7 +97,7 @@ fn a_recorded_child_is_replayed_and_never_started_again() {
         }]
     );
     // Its notice, still read from the inbox, is not delivered a second time.
-    r.add_payloads([child_notice(9, child, json!("parcel"))]);
+    r.add_inbox([child_notice(9, child, json!("parcel"))]);
     assert!(!r.deliver_child_end(t(11)));
     assert!(r.take_writes().is_empty());
 }
@@ -144,7 +142,7 @@ fn a_child_end_is_recorded_when_awaited_not_when_read() {
     r.issue([start_child("ch_0", "ship")], t(2)).unwrap();
     deliveries(&mut r);
     // Read before the workflow awaits it: kept, not recorded.
-    r.add_payloads([child_notice(4, child, json!(7))]);
+    r.add_inbox([child_notice(4, child, json!(7))]);
     assert!(!r.deliver_child_end(t(3)));
     assert!(r.take_writes().is_empty());
     // Awaited: recorded with its inbox id, then delivered.
@@ -177,7 +175,7 @@ fn a_child_notice_is_not_a_hook_payload() {
     let mut r = History::default().registered(1, "hk_0", "x", None).replay();
     r.issue([hook("hk_0", "x")], t(2)).unwrap();
     deliveries(&mut r);
-    r.add_payloads([child_notice(3, child, json!(1))]);
+    r.add_inbox([child_notice(3, child, json!(1))]);
     assert!(!r.deliver_payload(|_| true, t(4)));
 }
 

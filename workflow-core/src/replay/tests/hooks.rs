@@ -92,22 +92,10 @@ fn recorded_payloads_are_replayed_in_order_and_not_delivered_twice() {
         .received(2, "tok", 7, json!("first"))
         .received(3, "tok", 9, json!("second"))
         .replay();
-    r.add_payloads([
-        Inbound {
-            id: 7,
-            token: "tok".into(),
-            payload: json!("first"),
-        },
-        Inbound {
-            id: 9,
-            token: "tok".into(),
-            payload: json!("second"),
-        },
-        Inbound {
-            id: 12,
-            token: "tok".into(),
-            payload: json!("third"),
-        },
+    r.add_inbox([
+        payload(7, "tok", json!("first")),
+        payload(9, "tok", json!("second")),
+        payload(12, "tok", json!("third")),
     ]);
     assert_eq!(r.inbox_seen(), 12);
     r.issue([hook("hk_0", "tok")], t(50)).unwrap();
@@ -128,18 +116,7 @@ fn recorded_payloads_are_replayed_in_order_and_not_delivered_twice() {
 #[test]
 fn a_payload_waits_until_a_hook_owns_its_token() {
     let mut r = History::default().replay();
-    r.add_payloads([
-        Inbound {
-            id: 1,
-            token: "a".into(),
-            payload: json!(1),
-        },
-        Inbound {
-            id: 2,
-            token: "b".into(),
-            payload: json!(2),
-        },
-    ]);
+    r.add_inbox([payload(1, "a", json!(1)), payload(2, "b", json!(2))]);
     assert!(r.deliver_payload(|t| t == "b", t(1)));
     assert_eq!(
         r.next_delivery().unwrap().unwrap().what,
@@ -159,11 +136,7 @@ fn a_payload_waits_until_a_hook_owns_its_token() {
 #[test]
 fn payloads_for_one_token_go_out_in_inbox_order() {
     let mut r = History::default().replay();
-    r.add_payloads((1..=3).map(|id| Inbound {
-        id,
-        token: "t".into(),
-        payload: json!(id),
-    }));
+    r.add_inbox((1..=3).map(|id| payload(id, "t", json!(id))));
     let mut got = Vec::new();
     while r.deliver_payload(|_| true, t(0)) {
         if let Delivered::Payload { payload, .. } = r.next_delivery().unwrap().unwrap().what {

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::*;
 use crate::divergence::DivergenceKind;
 use crate::history::{from_millis, never, to_millis, Event, EventRecord};
-use crate::model::{ChildNotice, CHILD_NOTICE_TOKEN};
+use crate::model::{ChildNotice, Inbound, InboxEntry, RunStatus};
 
 /// A fixed origin, so every time in these tests is exact.
 fn t(ms: u64) -> SystemTime {
@@ -185,6 +185,17 @@ fn step_ok(step_id: &str, v: Value) -> Delivered {
 
 fn backoff() -> Duration {
     Duration::from_secs(1)
+}
+
+/// Inbox entry `id`: `payload` sent to `token`.
+fn payload(id: u64, token: &str, payload: Value) -> InboxEntry {
+    InboxEntry {
+        id,
+        what: Inbound::Hook {
+            token: token.into(),
+            payload,
+        },
+    }
 }
 
 fn divergence(r: &mut Replay<()>, cmds: Vec<Command<()>>) -> Divergence {
