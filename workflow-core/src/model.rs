@@ -162,6 +162,8 @@ pub struct RunRecord {
 }
 
 /// How a run ended, written by [`RunStore::append`] together with its last events.
+///
+/// [`RunStore::append`]: crate::store::RunStore::append
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
     /// Returned `Ok` with this value.
@@ -199,6 +201,8 @@ pub enum Inbound {
 }
 
 /// A child run's end, as its parent's inbox holds it (see [`RunStore::start_child`]).
+///
+/// [`RunStore::start_child`]: crate::store::RunStore::start_child
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChildNotice {
     /// The child run.
