@@ -30,7 +30,7 @@ use crate::error::{Error, StoreError};
 use crate::history::{after, never, Event, NewEvent};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
-use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Inbound, Replay, StepId, Writes};
+use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
     Admission, Append, ChildNotice, ClaimOutcome, EndHint, Event as Recorded, FailureOutcome,
     Lease, LeasedRun, NewRun, ParentLink, RunOutcome, StartHook, Store,
@@ -402,17 +402,13 @@ impl Driver {
         }
     }
 
-    /// Reads new payloads from the run's inbox.
+    /// Reads new entries (hook payloads, children's ends) from the run's inbox.
     async fn fetch_payloads(&mut self) -> Result<(), StoreError> {
         let (run, seen) = (self.ctx.run_id, self.replay.inbox_seen());
         let fresh = self
             .retry(|| self.host.store().payloads(&run, seen))
             .await?;
-        self.replay.add_payloads(fresh.into_iter().map(|p| Inbound {
-            id: p.id,
-            token: p.token,
-            payload: p.payload,
-        }));
+        self.replay.add_inbox(fresh);
         Ok(())
     }
 

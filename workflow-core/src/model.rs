@@ -1,6 +1,7 @@
 //! The run model: what a run is, as the store keeps it and the replay core and the runtime
-//! read it (its status, its admission, its record, its end, and a child's end as its parent
-//! receives it). Nothing here knows about storage or replay; both import it.
+//! read it (its status, its admission, its record, its end, and its inbox: payloads sent to
+//! its hooks and its children's ends). Nothing here knows about storage or replay; both
+//! import it.
 
 use std::time::SystemTime;
 
@@ -161,6 +162,8 @@ pub struct RunRecord {
 }
 
 /// How a run ended, written by [`RunStore::append`] together with its last events.
+///
+/// [`RunStore::append`]: crate::store::RunStore::append
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
     /// Returned `Ok` with this value.
@@ -169,11 +172,37 @@ pub enum RunOutcome {
     Failed(Error),
 }
 
-/// The token under which a child's end reaches its parent's inbox. Tokens with control
-/// characters are refused everywhere else, so no hook can own or send to it.
-pub const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
+/// An entry of a run's inbox, as [`HookStore::payloads`] reads it: a payload sent to one of
+/// the run's hooks, or the end of one of its children.
+///
+/// [`HookStore::payloads`]: crate::store::HookStore::payloads
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxEntry {
+    /// Global, increasing in commit order; the `payload_id` of the event that records its
+    /// delivery.
+    pub id: u64,
+    /// What arrived.
+    pub what: Inbound,
+}
+
+/// What an [`InboxEntry`] holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    /// A payload sent with `resume_hook` (or `start(..).hook(token).or_resume(..)`) to a
+    /// token a hook of the run owns.
+    Hook {
+        /// The token it was sent to.
+        token: String,
+        /// As sent.
+        payload: Value,
+    },
+    /// A child of the run ended.
+    ChildEnded(ChildNotice),
+}
 
 /// A child run's end, as its parent's inbox holds it (see [`RunStore::start_child`]).
+///
+/// [`RunStore::start_child`]: crate::store::RunStore::start_child
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChildNotice {
     /// The child run.

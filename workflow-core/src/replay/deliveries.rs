@@ -11,7 +11,7 @@ use crate::divergence::{Divergence, DivergenceKind};
 use crate::error::Error;
 use crate::history::{Event, NewEvent};
 use crate::ids::RunId;
-use crate::model::{ChildNotice, CHILD_NOTICE_TOKEN};
+use crate::model::{Inbound, InboxEntry};
 
 /// A result handed to the workflow, stamped with the time that becomes its clock.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,15 +69,15 @@ impl Delivered {
     }
 }
 
-/// A payload in the run's inbox, as the driver read it from the store.
+/// A hook payload read from the run's inbox, waiting for a hook that owns its token.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Inbound {
+pub(super) struct QueuedPayload {
     /// Its inbox id (global commit order).
-    pub(crate) id: u64,
+    id: u64,
     /// The token it was sent to.
-    pub(crate) token: String,
+    token: String,
     /// As sent.
-    pub(crate) payload: Value,
+    payload: Value,
 }
 
 impl<S> Replay<S> {
@@ -196,27 +196,23 @@ impl<S> Replay<S> {
         true
     }
 
-    /// Adds payloads read from the run's inbox; those the history already delivered are
-    /// skipped.
-    pub(crate) fn add_payloads(&mut self, payloads: impl IntoIterator<Item = Inbound>) {
-        for p in payloads {
-            self.inbox_seen = self.inbox_seen.max(p.id);
-            if self.received.contains(&p.id) {
+    /// Adds entries read from the run's inbox; those the history already delivered are
+    /// skipped. Hook payloads queue for their hooks; a child's end is kept until the
+    /// workflow awaits it.
+    pub(crate) fn add_inbox(&mut self, entries: impl IntoIterator<Item = InboxEntry>) {
+        for InboxEntry { id, what } in entries {
+            self.inbox_seen = self.inbox_seen.max(id);
+            if self.received.contains(&id) {
                 continue;
             }
-            if p.token == CHILD_NOTICE_TOKEN {
-                // A child's end: kept until the workflow awaits it.
-                let (child, result) = match serde_json::from_value::<ChildNotice>(p.payload) {
-                    Ok(notice) => (notice.child, notice.result()),
-                    Err(e) => {
-                        tracing::error!(payload_id = p.id, error = %e, "an undecodable child notice");
-                        continue;
-                    }
-                };
-                self.child_ends.insert(child, (p.id, result));
-                continue;
+            match what {
+                Inbound::Hook { token, payload } => {
+                    self.inbox.push_back(QueuedPayload { id, token, payload })
+                }
+                Inbound::ChildEnded(notice) => {
+                    self.child_ends.insert(notice.child, (id, notice.result()));
+                }
             }
-            self.inbox.push_back(p);
         }
     }
 

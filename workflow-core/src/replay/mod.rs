@@ -38,7 +38,8 @@ use crate::ids::RunId;
 pub(crate) use crate::divergence::Divergence;
 pub(crate) use command::{ChildCall, Command, StepCall};
 use command::{Recorded, RecordedCommand};
-pub(crate) use deliveries::{Delivered, Delivery, Inbound};
+use deliveries::QueuedPayload;
+pub(crate) use deliveries::{Delivered, Delivery};
 pub(crate) use keys::{ChildKey, HookKey, Key, StepId, TimerId};
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
@@ -83,8 +84,8 @@ pub(crate) struct Replay<S> {
     /// Attempts running now.
     running: usize,
     due: BTreeSet<(SystemTime, Due)>,
-    /// Payloads read from the inbox and not yet delivered, in id order.
-    inbox: VecDeque<Inbound>,
+    /// Hook payloads read from the inbox and not yet delivered, in id order.
+    inbox: VecDeque<QueuedPayload>,
     /// The highest inbox id read.
     inbox_seen: u64,
     /// Child starts waiting for their admission, by key.

@@ -37,17 +37,6 @@ pub enum ClaimOutcome {
     Conflict(RunId),
 }
 
-/// A payload waiting in a run's inbox.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Payload {
-    /// Global, increasing in commit order.
-    pub id: u64,
-    /// The token it was sent to.
-    pub token: String,
-    /// As sent.
-    pub payload: Value,
-}
-
 /// An active hook, as [`HookStore::get_hook`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookRecord {
@@ -155,8 +144,9 @@ pub trait HookStore: Send + Sync + 'static {
         at: SystemTime,
     ) -> Result<Option<(RunId, u64)>, StoreError>;
 
-    /// The run's inbox payloads with ids above `after`, in id order.
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError>;
+    /// The run's inbox entries (payloads sent to its hooks, its children's ends) with ids
+    /// above `after`, in id order.
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<InboxEntry>, StoreError>;
 
     /// Payloads (id, run) with ids above `after`, in id order, at most `limit`: how a worker
     /// learns that runs it drives received something.

@@ -20,8 +20,8 @@
 
 pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 pub use crate::model::{
-    ChildNotice, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord, RunStatus, StartHook,
-    CHILD_NOTICE_TOKEN,
+    ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord,
+    RunStatus, StartHook,
 };
 
 mod admin;
@@ -41,6 +41,8 @@ pub mod memory;
 pub mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use sql::CHILD_NOTICE_TOKEN;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

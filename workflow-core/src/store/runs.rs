@@ -294,8 +294,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// event records the owner as the conflict.
     ///
     /// A child's end (by any path: its own, a failure, a cancellation) puts a
-    /// [`ChildNotice`] into its parent's inbox under [`CHILD_NOTICE_TOKEN`] and makes the
-    /// parent due, in the transaction that ends the child; cancelling a run cancels its
+    /// [`ChildNotice`] into its parent's inbox (read back as [`Inbound::ChildEnded`]) and makes
+    /// the parent due, in the transaction that ends the child; cancelling a run cancels its
     /// children that are not detached, down the tree.
     async fn start_child(
         &self,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 use workflow_core::store::memory::MemoryStore;
 use workflow_core::store::{
     AcquireRequest, AdminStore, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, HookStore, Lease, LeasedRun, NewEvent, NewRun, Notice,
-    Payload, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
+    FailureOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, LeasedRun, NewEvent,
+    NewRun, Notice, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
 };
 use workflow_core::{RunId, Runtime, StartError, StoreError};
 
@@ -731,7 +731,7 @@ impl HookStore for FailingAdmissions {
         self.inner.resume_hook(token, payload, at).await
     }
 
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<InboxEntry>, StoreError> {
         self.inner.payloads(run, after).await
     }
 

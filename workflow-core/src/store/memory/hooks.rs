@@ -11,8 +11,8 @@ use super::MemoryStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
-    Admission, AdmitOrResume, ClaimOutcome, Event, HookFilter, HookRecord, HookStore, Lease,
-    NewRun, Payload,
+    Admission, AdmitOrResume, ClaimOutcome, Event, HookFilter, HookRecord, HookStore, InboxEntry,
+    Lease, NewRun,
 };
 
 #[async_trait::async_trait]
@@ -85,7 +85,7 @@ impl HookStore for MemoryStore {
         Ok(self.lock().resume(token, payload, at))
     }
 
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<InboxEntry>, StoreError> {
         Ok(self
             .lock()
             .inbox

@@ -13,8 +13,8 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    AcquireRequest, Admission, CancelOutcome, ChildNotice, Event, EventRecord, Lease, NewRun,
-    Payload, QueueDef, RunOutcome, RunRecord, RunStatus, StoredChunk, CHILD_NOTICE_TOKEN,
+    AcquireRequest, Admission, CancelOutcome, ChildNotice, Event, EventRecord, Inbound, InboxEntry,
+    Lease, NewRun, QueueDef, RunOutcome, RunRecord, RunStatus, StoredChunk,
 };
 
 #[derive(Default)]
@@ -26,7 +26,7 @@ pub(super) struct State {
     pub(super) due: BTreeSet<(SystemTime, RunId)>,
     pub(super) hooks: HashMap<String, HookRow>,
     /// Every payload by id: (run, payload).
-    pub(super) inbox: BTreeMap<u64, (RunId, Payload)>,
+    pub(super) inbox: BTreeMap<u64, (RunId, InboxEntry)>,
     /// The last payload id handed out: pruning deletes payloads, and their ids must never
     /// come back (a worker's cursor may already be past them).
     pub(super) last_payload: u64,
@@ -365,24 +365,18 @@ impl State {
         at: SystemTime,
     ) -> Option<(RunId, u64)> {
         let run = self.hooks.get(token).filter(|h| h.active)?.run_id;
-        Some((run, self.queue(run, token, payload, at)))
+        let what = Inbound::Hook {
+            token: token.to_owned(),
+            payload,
+        };
+        Some((run, self.queue(run, what, at)))
     }
 
-    /// Puts `payload` for `token` into `run`'s inbox and makes the run due at `at`; its id.
-    pub(super) fn queue(&mut self, run: RunId, token: &str, payload: Value, at: SystemTime) -> u64 {
+    /// Puts `what` into `run`'s inbox and makes the run due at `at`; its id.
+    pub(super) fn queue(&mut self, run: RunId, what: Inbound, at: SystemTime) -> u64 {
         self.last_payload += 1;
         let id = self.last_payload;
-        self.inbox.insert(
-            id,
-            (
-                run,
-                Payload {
-                    id,
-                    token: token.to_owned(),
-                    payload,
-                },
-            ),
-        );
+        self.inbox.insert(id, (run, InboxEntry { id, what }));
         if let Some(r) = self.runs.get_mut(&run) {
             // A blocked run waits for a build that fits, not for payloads.
             if r.record.status != RunStatus::Blocked {
@@ -445,9 +439,7 @@ impl State {
         self.schedule(run);
         self.release_all(run, now);
         if let Some((p, notice)) = parent {
-            if let Ok(notice) = serde_json::to_value(notice) {
-                self.queue(p, CHILD_NOTICE_TOKEN, notice, now);
-            }
+            self.queue(p, Inbound::ChildEnded(notice), now);
         }
     }
 

@@ -14,7 +14,7 @@ use crate::store::sql::policy::{self, NewRunRow};
 use crate::store::sql::rows::{HookRow, InboxRow, PayloadRow};
 use crate::store::sql::{owner_of, payload_id_of, sql_id, sql_time, to_json};
 use crate::store::{
-    AdmitOrResume, ClaimOutcome, HookFilter, HookRecord, HookStore, Lease, NewRun, Payload,
+    AdmitOrResume, ClaimOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, NewRun,
 };
 
 #[async_trait::async_trait]
@@ -94,7 +94,7 @@ impl HookStore for PostgresStore {
         Ok(Some((owner_of(&owner, token)?, payload_id_of(payload_id)?)))
     }
 
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<InboxEntry>, StoreError> {
         let key = run.to_string();
         let mut conn = self.conn().await?;
         let rows = sqlx::query_as(&self.inner.sql.payloads)

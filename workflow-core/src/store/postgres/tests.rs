@@ -206,6 +206,18 @@ impl Damage for PostgresStore {
         .await
         .unwrap();
     }
+
+    async fn rewrite_inbox(&self, run: RunId, json: &str) {
+        sqlx::query(&format!(
+            "UPDATE {} SET payload = $2 WHERE run_id = $1",
+            self.table("hook_inbox")
+        ))
+        .bind(run.to_string())
+        .bind(json)
+        .execute(&self.inner.pool)
+        .await
+        .unwrap();
+    }
 }
 
 conformance_tests! {

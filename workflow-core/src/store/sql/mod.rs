@@ -18,6 +18,14 @@ mod values;
 
 pub(super) use values::*;
 
+/// The `hook_inbox.token` of a child's end: its row holds the [`ChildNotice`] as its
+/// payload, and reads back as [`Inbound::ChildEnded`]. Hook tokens with control characters
+/// are refused, so no hook can own or send to it.
+///
+/// [`ChildNotice`]: crate::store::ChildNotice
+/// [`Inbound::ChildEnded`]: crate::store::Inbound::ChildEnded
+pub(crate) const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
+
 /// Every statement the shared layer and the stores run, one field per statement, so that
 /// each dialect's table (SQLite's `&'static str`s, PostgreSQL's strings with the schema
 /// spelled in) has the same entries and the two read side by side. `X` holds the

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 
-use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of};
+use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of, CHILD_NOTICE_TOKEN};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
-    EventRecord, HookRecord, Lease, LeasedRun, Payload, QueueDef, QueueEntry, QueueInfo, RunRecord,
-    StoredChunk, StreamInfo, StreamPage,
+    EventRecord, HookRecord, Inbound, InboxEntry, Lease, LeasedRun, QueueDef, QueueEntry,
+    QueueInfo, RunRecord, StoredChunk, StreamInfo, StreamPage,
 };
 
 /// Declares a row struct whose fields are the statement's columns in order, readable by
@@ -158,12 +158,21 @@ row! {
 }
 
 impl PayloadRow {
-    /// The payload of run `run`.
-    pub fn decode(self, run: &str) -> Result<Payload, StoreError> {
-        Ok(Payload {
+    /// The inbox entry of run `run`: a child's end when the row holds one under
+    /// [`CHILD_NOTICE_TOKEN`], a hook's payload otherwise.
+    pub fn decode(self, run: &str) -> Result<InboxEntry, StoreError> {
+        let what = format!("payload {}", self.id);
+        let what = if self.token == CHILD_NOTICE_TOKEN {
+            Inbound::ChildEnded(json(&self.payload, run, &what)?)
+        } else {
+            Inbound::Hook {
+                payload: json(&self.payload, run, &what)?,
+                token: self.token,
+            }
+        };
+        Ok(InboxEntry {
             id: payload_id_of(self.id)?,
-            payload: json(&self.payload, run, &format!("payload {}", self.id))?,
-            token: self.token,
+            what,
         })
     }
 }

@@ -16,7 +16,7 @@ use crate::store::sql::policy::{self, NewRunRow, Tx};
 use crate::store::sql::rows::{HookRow, InboxRow, PayloadRow};
 use crate::store::sql::{sql_id, sql_time, to_json};
 use crate::store::{
-    AdmitOrResume, ClaimOutcome, HookFilter, HookRecord, HookStore, Lease, NewRun, Payload,
+    AdmitOrResume, ClaimOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, NewRun,
 };
 
 #[async_trait::async_trait]
@@ -70,7 +70,7 @@ impl HookStore for SqliteStore {
         .await
     }
 
-    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<Payload>, StoreError> {
+    async fn payloads(&self, run: &RunId, after: u64) -> Result<Vec<InboxEntry>, StoreError> {
         let run = run.to_string();
         let after = sql_id(after);
         self.read(move |conn| {

@@ -13,8 +13,16 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::*;
 
+/// The child's end an inbox entry holds; anything else fails the case.
+fn notice_of(entry: &InboxEntry) -> ChildNotice {
+    match &entry.what {
+        Inbound::ChildEnded(notice) => notice.clone(),
+        other => panic!("inbox entry {}: not a child's end: {other:?}", entry.id),
+    }
+}
+
 /// A child of `parent` (leased) at `at`, under key `key`.
-fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool) -> NewRun {
+pub(super) fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool) -> NewRun {
     let _ = key;
     NewRun {
         queue: None,
@@ -33,8 +41,8 @@ fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool) -> NewRun
 
 /// `start_child` admits the child and records `ChildStarted` in one act, fenced by the
 /// parent's lease; a token taken elsewhere is recorded as the conflict and admits nothing;
-/// the child's end, by its own append or a cancellation, puts a `ChildNotice` into the
-/// parent's inbox and makes the parent due; the delivery takes the notice out again.
+/// the child's end, by its own append or a cancellation, puts an [`Inbound::ChildEnded`] into
+/// the parent's inbox and makes the parent due; the delivery takes the notice out again.
 pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S: Store>(
     store: &S,
 ) {
@@ -129,10 +137,17 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
         .unwrap();
     let inbox = store.payloads(&parent_id, 0).await.unwrap();
     assert_eq!(inbox.len(), 1, "{inbox:?}");
-    assert_eq!(inbox[0].token, CHILD_NOTICE_TOKEN);
-    let notice: ChildNotice = serde_json::from_value(inbox[0].payload.clone()).unwrap();
-    assert_eq!(notice.child, child_id);
-    assert_eq!(notice.clone().result(), Ok(json!(42)));
+    let notice = notice_of(&inbox[0]);
+    assert_eq!(
+        notice,
+        ChildNotice {
+            child: child_id,
+            status: RunStatus::Completed,
+            output: Some(json!(42)),
+            error: None,
+        }
+    );
+    assert_eq!(notice.result(), Ok(json!(42)));
     // The sleeping parent is due at the child's end.
     let woken = acquire(store, &names(&["parent"]), t(6), Duration::from_secs(60), 1).await;
     assert_eq!(woken.len(), 1, "the parent is due when its child ends");
@@ -165,7 +180,7 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
         CancelOutcome::Cancelled
     );
     let inbox = store.payloads(&parent_id, 0).await.unwrap();
-    let notice: ChildNotice = serde_json::from_value(inbox[0].payload.clone()).unwrap();
+    let notice = notice_of(&inbox[0]);
     assert_eq!(notice.child, second_id);
     assert_eq!(notice.status, RunStatus::Cancelled);
     assert!(notice.result().unwrap_err().is_cancelled());

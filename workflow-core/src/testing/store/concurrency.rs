@@ -10,7 +10,8 @@ use serde_json::json;
 use super::hooks::hooked_run;
 use super::queues::{create_queued, declare};
 use super::support::{
-    acquire, ap, create, lease_one, names, owner, start, start_hook, step_done, t,
+    acquire, ap, create, hook_payload, lease_one, names, owner, sent, start, start_hook, step_done,
+    t,
 };
 use super::{within, Inspect};
 use crate::error::StoreError;
@@ -260,7 +261,10 @@ pub async fn concurrent_admit_or_resume_calls_admit_one_and_queue_the_rest<
 
 async fn store_payloads<S: Store>(store: &S, run: RunId) -> Vec<(u64, serde_json::Value)> {
     let inbox = within(store.payloads(&run, 0)).await.unwrap();
-    inbox.into_iter().map(|p| (p.id, p.payload)).collect()
+    inbox
+        .iter()
+        .map(|p| (p.id, hook_payload(p).1.clone()))
+        .collect()
 }
 
 /// Payloads sent one after the other and at once, through two handles on one database
@@ -338,15 +342,8 @@ pub async fn payloads_reach_the_owner_in_commit_order<S: Store + Clone>(stores: 
             .filter(|(_, r)| *r == run)
             .collect::<Vec<_>>()
     );
-    assert!(theirs.iter().all(|p| p.token == "other"));
-    assert_eq!(
-        mine[0],
-        Payload {
-            id: 1,
-            token: "inbox".into(),
-            payload: json!({"n": 0}),
-        }
-    );
+    assert!(theirs.iter().all(|p| hook_payload(p).0 == "other"));
+    assert_eq!(mine[0], sent(1, "inbox", json!({"n": 0})));
     assert_eq!(
         a.payloads(&run, 1).await.unwrap(),
         mine[1..],
@@ -415,7 +412,10 @@ pub async fn payload_ids_follow_commit_order_under_concurrent_resumes<S: Store +
         let inbox = a.payloads(&runs[i], 0).await.unwrap();
         assert_eq!(inbox.iter().map(|p| p.id).collect::<Vec<_>>(), ids);
         assert_eq!(
-            inbox.iter().map(|p| p.payload.clone()).collect::<Vec<_>>(),
+            inbox
+                .iter()
+                .map(|p| hook_payload(p).1.clone())
+                .collect::<Vec<_>>(),
             (0..EACH).map(|n| json!({"n": n})).collect::<Vec<_>>()
         );
         all.extend(ids.into_iter().map(|id| (id, runs[i])));

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::support::{acquire, create, names, t};
+use super::children::child_of;
+use super::support::{acquire, create, lease_one, names, t};
 use super::Damage;
 use crate::error::StoreError;
 use crate::store::*;
@@ -61,6 +62,43 @@ pub async fn listing_reports_an_undecodable_row<S: Store + Damage>(store: &S) {
     let err = store.list_runs(&RunFilter::new()).await.unwrap_err();
     assert!(
         matches!(&err, StoreError::Corrupt(m) if m.contains(&bad.to_string())),
+        "{err:?}"
+    );
+}
+
+/// A child's end is read back as [`Inbound::ChildEnded`] or reported as corrupt: a row under
+/// the child's-end token that does not hold one is an error naming the run and the entry,
+/// never skipped (the parent would wait for that child forever) nor handed out as a hook's
+/// payload.
+pub async fn an_undecodable_child_end_is_reported_as_corrupt<S: Store + Damage>(store: &S) {
+    let parent_id = create(store, "orders", t(0)).await;
+    let parent = lease_one(store, parent_id, t(1)).await;
+    let child = child_of(&parent, "ch_0", t(2), false);
+    let child_id = child.id;
+    assert_eq!(
+        store.start_child(&parent, "ch_0", child).await.unwrap(),
+        Admission::Admitted
+    );
+    assert_eq!(
+        store.cancel(&child_id, t(3)).await.unwrap(),
+        CancelOutcome::Cancelled
+    );
+    let inbox = store.payloads(&parent_id, 0).await.unwrap();
+    let [InboxEntry {
+        id,
+        what: Inbound::ChildEnded(notice),
+    }] = &inbox[..]
+    else {
+        panic!("one child's end: {inbox:?}");
+    };
+    assert_eq!(notice.child, child_id);
+
+    // Valid JSON, and a valid hook payload, but no child's end.
+    store.rewrite_inbox(parent_id, r#"{"child": 1}"#).await;
+    let err = store.payloads(&parent_id, 0).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt(m)
+            if m.contains(&parent_id.to_string()) && m.contains(&format!("payload {id}"))),
         "{err:?}"
     );
 }

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::support::{ap, event_seqs, lease_one, owner, step_done, t};
+use super::support::{ap, event_seqs, hook_payload, lease_one, owner, step_done, t};
 use super::within;
 use crate::ids::RunId;
 use crate::store::*;
@@ -29,7 +29,7 @@ pub(crate) async fn previous_release_is_kept<S: Store>(
     assert_eq!(within(owner(store, "tok-running")).await, Some(live));
     let inbox = within(store.payloads(&live, 0)).await.unwrap();
     assert_eq!(inbox.len(), 1);
-    assert_eq!(inbox[0].payload, json!("early"));
+    assert_eq!(hook_payload(&inbox[0]).1, &json!("early"));
     let lease = within(lease_one(store, live, t(3))).await;
     within(store.append(&lease, &ap(vec![step_done(t(4), 3)], None)))
         .await

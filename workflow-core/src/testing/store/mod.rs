@@ -76,7 +76,10 @@ pub use concurrency::{
     payload_ids_follow_commit_order_under_concurrent_resumes,
     payloads_reach_the_owner_in_commit_order,
 };
-pub use damage::{listing_reports_an_undecodable_row, undecodable_rows_are_reported_as_corrupt};
+pub use damage::{
+    an_undecodable_child_end_is_reported_as_corrupt, listing_reports_an_undecodable_row,
+    undecodable_rows_are_reported_as_corrupt,
+};
 pub use hooks::{
     a_resume_before_the_hook_exists_delivers_nothing, a_start_whose_token_is_taken_writes_nothing,
     admit_or_resume_admits_resumes_or_conflicts, claims_releases_and_retention,
@@ -191,6 +194,9 @@ pub trait Damage {
 
     /// Adds event 1 to the run with kind `x` and empty data.
     async fn add_undecodable_event(&self, run: RunId);
+
+    /// Overwrites the stored payload of every entry in the run's inbox with `json` (JSON text).
+    async fn rewrite_inbox(&self, run: RunId, json: &str);
 }
 
 /// Declares one `#[tokio::test]` per case of the named groups (`contract`, `inspect`,
@@ -306,6 +312,7 @@ macro_rules! __store_conformance_tests {
         $crate::__store_conformance_tests!(@$mode $args one [
             undecodable_rows_are_reported_as_corrupt,
             listing_reports_an_undecodable_row,
+            an_undecodable_child_end_is_reported_as_corrupt,
         ] shared []);
     };
     (@tests [$one:tt $store:ident $shared:tt $stores:ident]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::within;
 use crate::ids::RunId;
@@ -20,6 +20,25 @@ pub(crate) fn ap(events: Vec<NewEvent>, outcome: Option<RunOutcome>) -> Append {
         events,
         outcome,
         ..Append::default()
+    }
+}
+
+/// Inbox entry `id`: `payload` sent to `token`.
+pub(crate) fn sent(id: u64, token: &str, payload: Value) -> InboxEntry {
+    InboxEntry {
+        id,
+        what: Inbound::Hook {
+            token: token.to_owned(),
+            payload,
+        },
+    }
+}
+
+/// The token and payload of a hook's inbox entry; anything else fails the case.
+pub(crate) fn hook_payload(entry: &InboxEntry) -> (&str, &Value) {
+    match &entry.what {
+        Inbound::Hook { token, payload } => (token, payload),
+        other => panic!("inbox entry {}: not a hook payload: {other:?}", entry.id),
     }
 }
 
