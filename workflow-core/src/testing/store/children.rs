@@ -318,7 +318,7 @@ pub async fn an_end_writes_the_same_whatever_its_hint<S: Store>(store: &S) {
         store.append(&leased.lease, &end(1, at(5))).await.unwrap();
         let inbox = store.payloads(&parent_id, 0).await.unwrap();
         assert_eq!(inbox.len(), 1, "{hint:?}: {inbox:?}");
-        let notice: ChildNotice = serde_json::from_value(inbox[0].payload.clone()).unwrap();
+        let notice = notice_of(&inbox[0]);
         assert_eq!(notice.child, child_id, "{hint:?}");
         assert_eq!(notice.result(), Ok(json!(1)), "{hint:?}");
         assert_eq!(store.get_hook(&token).await.unwrap(), None, "{hint:?}");
