@@ -728,12 +728,7 @@ fn run_text(d: &RunDetail) -> String {
             // A lone attempt that went well adds nothing to the step's own row.
             let plain = s.attempts.len() == 1 && s.attempts[0].outcome == AttemptOutcome::Ok;
             for a in s.attempts.iter().filter(|_| !plain) {
-                let outcome = match a.outcome {
-                    AttemptOutcome::Ok => "ok",
-                    AttemptOutcome::Failed => "failed",
-                    AttemptOutcome::Running => "running",
-                    AttemptOutcome::Interrupted => "interrupted",
-                };
+                let outcome = a.outcome.as_str();
                 let mut details = format!("started {}", a.started_at);
                 if let Some(e) = &a.error {
                     let _ = write!(details, "; {}", text::cut(&e.to_string(), 60));
