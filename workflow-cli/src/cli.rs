@@ -56,6 +56,15 @@ pub struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Show times in this zone: an IANA name (Europe/Paris), UTC, or local. JSON keeps UTC.
+    #[arg(
+        long,
+        global = true,
+        default_value = "UTC",
+        value_name = "ZONE",
+        value_parser = text::parse_zone
+    )]
+    pub tz: jiff::tz::TimeZone,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -261,6 +270,7 @@ fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
 
 /// Runs the command; returns what to print on standard output.
 pub async fn run(cli: Cli) -> Result<String, CliError> {
+    text::set_zone(cli.tz.clone());
     let target = cli.target();
     execute(cli, &target)
         .await
