@@ -410,12 +410,15 @@ async fn prune_deletes_old_ended_runs_only(b: Backend) {
         "deleted 0 runs and 0 events (ended more than 0s ago)\n"
     );
 
+    // The grammar of `#[step(timeout)]`, jiff's: the reason is jiff's unless it is ours.
     for (age, why) in [
         ("30", "the unit is missing"),
-        ("30x", "unknown unit `x`"),
-        ("d", "it does not start with a number"),
-        ("1.5h", "unknown unit `.5h`"),
-        ("99999999999999999999d", "too large"),
+        ("30x", "expected to find unit designator suffix"),
+        ("d", "expected duration to start with a unit value"),
+        ("1s1m", "found value with unit minute after unit second"),
+        ("1mo", "months and years have no fixed length"),
+        ("1d ago", "an age cannot be negative"),
+        ("99999999999999999999d", "number too big"),
     ] {
         cli(db, &["prune", "--older-than", age])
             .await
