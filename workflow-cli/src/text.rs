@@ -123,56 +123,45 @@ pub fn printable(s: &str, keep_newlines: bool) -> String {
     out
 }
 
-/// Columns aligned with spaces; the last column is never padded. Cells are made
-/// [`printable`] on one line, so a value cannot break a row or forge one.
+/// Columns aligned with spaces (comfy-table, without borders), two between columns; the last
+/// column is never padded. Widths are display widths, so wide characters keep the columns
+/// straight. Cells are made [`printable`] on one line, so a value cannot break a row or forge
+/// one; rows are never wrapped to the terminal's width, so each stays one line for `grep`,
+/// `cut` and copying ids.
 pub struct Table {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
+    inner: comfy_table::Table,
 }
 
 impl Table {
     pub fn new<const N: usize>(header: [&str; N]) -> Self {
-        Table {
-            header: header.iter().map(|h| (*h).to_owned()).collect(),
-            rows: Vec::new(),
+        let mut inner = comfy_table::Table::new();
+        inner
+            .load_preset(comfy_table::presets::NOTHING)
+            .set_header(header);
+        for (i, column) in inner.column_iter_mut().enumerate() {
+            column.set_padding((0, if i + 1 == N { 0 } else { 2 }));
         }
+        Table { inner }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows
-            .push(cells.iter().map(|c| printable(c, false)).collect());
+        self.inner.add_row(
+            cells
+                .iter()
+                .map(|c| printable(c, false))
+                .collect::<Vec<_>>(),
+        );
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.inner.is_empty()
     }
 }
 
 impl std::fmt::Display for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                if let Some(w) = widths.get_mut(i) {
-                    *w = (*w).max(cell.chars().count());
-                }
-            }
-        }
-        let mut line = |cells: &[String]| -> std::fmt::Result {
-            let mut out = String::new();
-            for (i, cell) in cells.iter().enumerate() {
-                if i + 1 == cells.len() {
-                    out.push_str(cell);
-                } else {
-                    let pad = widths[i].saturating_sub(cell.chars().count());
-                    let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
-                }
-            }
-            writeln!(f, "{}", out.trim_end())
-        };
-        line(&self.header)?;
-        for row in &self.rows {
-            line(row)?;
+        for line in self.inner.lines() {
+            writeln!(f, "{}", line.trim_end())?;
         }
         Ok(())
     }
@@ -244,6 +233,16 @@ mod tests {
             "ID  STATUS     NOTE\n1   completed  x\n22  failed\n"
         );
         assert_eq!(cut("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn wide_characters_keep_columns_straight() {
+        // `確認` is two characters but four columns wide on a terminal.
+        let mut t = Table::new(["TOKEN", "RUN"]);
+        t.row(vec!["確認".into(), "1".into()]);
+        t.row(vec!["abcd".into(), "2".into()]);
+        t.row(vec!["ok ✓".into(), "3".into()]);
+        assert_eq!(t.to_string(), "TOKEN  RUN\n確認   1\nabcd   2\nok ✓   3\n");
     }
 
     #[test]
