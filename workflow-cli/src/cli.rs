@@ -56,6 +56,15 @@ pub struct Cli {
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Show times in this zone: an IANA name (Europe/Paris), UTC, or local. JSON keeps UTC.
+    #[arg(
+        long,
+        global = true,
+        default_value = "UTC",
+        value_name = "ZONE",
+        value_parser = text::parse_zone
+    )]
+    pub tz: jiff::tz::TimeZone,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -261,6 +270,7 @@ fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
 
 /// Runs the command; returns what to print on standard output.
 pub async fn run(cli: Cli) -> Result<String, CliError> {
+    text::set_zone(cli.tz.clone());
     let target = cli.target();
     execute(cli, &target)
         .await
@@ -728,12 +738,7 @@ fn run_text(d: &RunDetail) -> String {
             // A lone attempt that went well adds nothing to the step's own row.
             let plain = s.attempts.len() == 1 && s.attempts[0].outcome == AttemptOutcome::Ok;
             for a in s.attempts.iter().filter(|_| !plain) {
-                let outcome = match a.outcome {
-                    AttemptOutcome::Ok => "ok",
-                    AttemptOutcome::Failed => "failed",
-                    AttemptOutcome::Running => "running",
-                    AttemptOutcome::Interrupted => "interrupted",
-                };
+                let outcome = a.outcome.as_str();
                 let mut details = format!("started {}", a.started_at);
                 if let Some(e) = &a.error {
                     let _ = write!(details, "; {}", text::cut(&e.to_string(), 60));

@@ -56,32 +56,39 @@ pub fn parse_payload(s: &str) -> Result<Value, CliError> {
     })
 }
 
-/// An age typed by a person: a whole number and one unit, `d`, `h`, `m` or `s` (`30d`).
+/// An age typed by a person, in the grammar of `#[step(timeout = "..")]`: jiff's friendly
+/// durations (`30d`, `12h`, `90m`, `45s`, `1h30m`, `2 weeks`) or ISO 8601 (`P30D`). Days and
+/// weeks are 24 hours and 7 days; months and years, whose length depends on the date, are
+/// refused, as are negative ages.
 pub fn parse_age(s: &str) -> Result<Duration, CliError> {
     let invalid = |why: &str| {
         CliError::Usage(format!(
-            "invalid age `{s}`: {why}; give a whole number and a unit, e.g. 30d, 12h, 90m or 45s"
+            "invalid age `{s}`: {why}; give a number and a unit, e.g. 30d, 12h, 90m, 45s or 1h30m"
         ))
     };
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    if number.is_empty() {
-        return Err(invalid("it does not start with a number"));
+    let text = s.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid("the unit is missing"));
     }
-    let seconds: u64 = match unit {
-        "d" => 24 * 3600,
-        "h" => 3600,
-        "m" => 60,
-        "s" => 1,
-        "" => return Err(invalid("the unit is missing")),
-        _ => return Err(invalid(&format!("unknown unit `{unit}`"))),
-    };
-    number
-        .parse::<u64>()
+    let span: jiff::Span = text.parse().map_err(|e: jiff::Error| {
+        let e = e.to_string();
+        // jiff's reason without its preamble, which names a format the user did not choose.
+        invalid(
+            e.split_once("duration format: ")
+                .map_or(&*e, |(_, why)| why),
+        )
+    })?;
+    if span.is_negative() {
+        return Err(invalid("an age cannot be negative"));
+    }
+    if span.get_years() != 0 || span.get_months() != 0 {
+        return Err(invalid(
+            "months and years have no fixed length; use days (30d) or weeks",
+        ));
+    }
+    span.to_duration(jiff::SpanRelativeTo::days_are_24_hours())
         .ok()
-        .and_then(|n| n.checked_mul(seconds))
-        .map(Duration::from_secs)
+        .and_then(|d| Duration::try_from(d).ok())
         .ok_or_else(|| invalid("too large"))
 }
 

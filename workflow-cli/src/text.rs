@@ -2,40 +2,67 @@
 //! keeps what a store holds from steering the terminal it is printed on.
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::SystemTime;
 
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
-/// `2024-05-01T12:00:00.123Z`: UTC with milliseconds.
-pub fn rfc3339(t: SystemTime) -> String {
-    let ms = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let secs = (ms / 1000) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+/// The zone times are shown in, set once by `--tz`; UTC until then.
+static ZONE: OnceLock<TimeZone> = OnceLock::new();
+
+/// A time zone named by a person: an IANA name (`Europe/Paris`), `UTC`, or `local` for this
+/// machine's zone.
+pub fn parse_zone(name: &str) -> Result<TimeZone, String> {
+    let name = name.trim();
+    let zone = if name.eq_ignore_ascii_case("utc") {
+        // Needs no time zone database.
+        Ok(TimeZone::UTC)
+    } else if name.eq_ignore_ascii_case("local") {
+        TimeZone::try_system().map_err(|e| format!("cannot read this machine's time zone: {e}"))
+    } else {
+        TimeZone::get(name).map_err(|e| format!("unknown time zone `{name}` ({e}); use an IANA name, e.g. Europe/Paris, UTC or local"))
+    }?;
+    Ok(zone)
 }
 
-/// The proleptic Gregorian date of day `z` after 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// Shows every time from now on in `zone` (the first call wins).
+pub fn set_zone(zone: TimeZone) {
+    let _ = ZONE.set(zone);
+}
+
+/// `2024-05-01T12:00:00.123Z`: RFC 3339 in UTC with milliseconds, whatever `--tz` says (the
+/// JSON the commands and the dashboard's API print).
+pub fn rfc3339(t: SystemTime) -> String {
+    // A civil time, not a `Timestamp`: the stores' latest time (9999-12-31T23:59:59Z, "never")
+    // lies past the last instant jiff can put in every zone.
+    let ms = i64::try_from(workflow_core::store::to_millis(t)).unwrap_or(i64::MAX);
+    DateTime::constant(1970, 1, 1, 0, 0, 0, 0)
+        .checked_add(SignedDuration::from_millis(ms))
+        .unwrap_or(DateTime::MAX)
+        .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+/// `t` for people: RFC 3339 with milliseconds in the zone `--tz` chose, `Z` for UTC
+/// (`2024-05-01T12:00:00.123Z`), the offset otherwise (`2024-05-01T14:00:00.123+02:00`).
+pub fn time(t: SystemTime) -> String {
+    time_in(t, ZONE.get())
+}
+
+fn time_in(t: SystemTime, zone: Option<&TimeZone>) -> String {
+    let zone = zone.filter(|z| z.iana_name() != Some("UTC"));
+    let ms = i64::try_from(workflow_core::store::to_millis(t)).ok();
+    match (zone, ms.and_then(|ms| Timestamp::from_millisecond(ms).ok())) {
+        (Some(zone), Some(ts)) => ts
+            .to_zoned_datetime(zone.clone())
+            .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+            .to_string(),
+        // UTC, or later than any zone can show (only "never" is): in UTC.
+        _ => rfc3339(t),
+    }
 }
 
 /// `850ms`, `2.35s`, `4m 12s`, `3h 05m`, `2d 04h`.
@@ -96,56 +123,45 @@ pub fn printable(s: &str, keep_newlines: bool) -> String {
     out
 }
 
-/// Columns aligned with spaces; the last column is never padded. Cells are made
-/// [`printable`] on one line, so a value cannot break a row or forge one.
+/// Columns aligned with spaces (comfy-table, without borders), two between columns; the last
+/// column is never padded. Widths are display widths, so wide characters keep the columns
+/// straight. Cells are made [`printable`] on one line, so a value cannot break a row or forge
+/// one; rows are never wrapped to the terminal's width, so each stays one line for `grep`,
+/// `cut` and copying ids.
 pub struct Table {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
+    inner: comfy_table::Table,
 }
 
 impl Table {
     pub fn new<const N: usize>(header: [&str; N]) -> Self {
-        Table {
-            header: header.iter().map(|h| (*h).to_owned()).collect(),
-            rows: Vec::new(),
+        let mut inner = comfy_table::Table::new();
+        inner
+            .load_preset(comfy_table::presets::NOTHING)
+            .set_header(header);
+        for (i, column) in inner.column_iter_mut().enumerate() {
+            column.set_padding((0, if i + 1 == N { 0 } else { 2 }));
         }
+        Table { inner }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows
-            .push(cells.iter().map(|c| printable(c, false)).collect());
+        self.inner.add_row(
+            cells
+                .iter()
+                .map(|c| printable(c, false))
+                .collect::<Vec<_>>(),
+        );
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.inner.is_empty()
     }
 }
 
 impl std::fmt::Display for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                if let Some(w) = widths.get_mut(i) {
-                    *w = (*w).max(cell.chars().count());
-                }
-            }
-        }
-        let mut line = |cells: &[String]| -> std::fmt::Result {
-            let mut out = String::new();
-            for (i, cell) in cells.iter().enumerate() {
-                if i + 1 == cells.len() {
-                    out.push_str(cell);
-                } else {
-                    let pad = widths[i].saturating_sub(cell.chars().count());
-                    let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
-                }
-            }
-            writeln!(f, "{}", out.trim_end())
-        };
-        line(&self.header)?;
-        for row in &self.rows {
-            line(row)?;
+        for line in self.inner.lines() {
+            writeln!(f, "{}", line.trim_end())?;
         }
         Ok(())
     }
@@ -153,7 +169,7 @@ impl std::fmt::Display for Table {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use super::*;
 
@@ -164,6 +180,36 @@ mod tests {
         assert_eq!(t(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(t(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(t(253_402_300_799_000), "9999-12-31T23:59:59.000Z");
+        // Sub-millisecond parts are cut, not rounded.
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_999)),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(time(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn formats_times_in_a_zone_across_dst() {
+        let paris = parse_zone("Europe/Paris").unwrap();
+        let t = |ms: u64| time_in(UNIX_EPOCH + Duration::from_millis(ms), Some(&paris));
+        // 2026-03-29 01:00 UTC: Paris moves from +01:00 to +02:00, 02:00-03:00 never happens.
+        assert_eq!(t(1_774_745_999_999), "2026-03-29T01:59:59.999+01:00");
+        assert_eq!(t(1_774_746_000_000), "2026-03-29T03:00:00.000+02:00");
+        // 2026-10-25 01:00 UTC: back to +01:00, 02:00-03:00 happens twice.
+        assert_eq!(t(1_792_889_999_000), "2026-10-25T02:59:59.000+02:00");
+        assert_eq!(t(1_792_890_000_000), "2026-10-25T02:00:00.000+01:00");
+        let utc = parse_zone("UTC").unwrap();
+        assert_eq!(
+            time_in(
+                UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+                Some(&utc)
+            ),
+            "2023-11-14T22:13:20.123Z"
+        );
+        // The stores' "never" is shown in UTC, whatever the zone.
+        assert_eq!(t(253_402_300_799_000), "9999-12-31T23:59:59.000Z");
+        let e = parse_zone("Mars/Olympus").unwrap_err();
+        assert!(e.contains("unknown time zone `Mars/Olympus`"), "{e}");
     }
 
     #[test]
@@ -187,6 +233,16 @@ mod tests {
             "ID  STATUS     NOTE\n1   completed  x\n22  failed\n"
         );
         assert_eq!(cut("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn wide_characters_keep_columns_straight() {
+        // `確認` is two characters but four columns wide on a terminal.
+        let mut t = Table::new(["TOKEN", "RUN"]);
+        t.row(vec!["確認".into(), "1".into()]);
+        t.row(vec!["abcd".into(), "2".into()]);
+        t.row(vec!["ok ✓".into(), "3".into()]);
+        assert_eq!(t.to_string(), "TOKEN  RUN\n確認   1\nabcd   2\nok ✓   3\n");
     }
 
     #[test]

@@ -25,6 +25,7 @@ on_both_stores!(
     export_prints_the_versioned_history,
     run_links_parents_and_children,
     stream_prints_and_follows_a_run_s_chunks,
+    tz_shows_times_in_a_zone_across_a_dst_change,
 );
 
 /// Waits on a hook, then returns what it received.
@@ -409,12 +410,15 @@ async fn prune_deletes_old_ended_runs_only(b: Backend) {
         "deleted 0 runs and 0 events (ended more than 0s ago)\n"
     );
 
+    // The grammar of `#[step(timeout)]`, jiff's: the reason is jiff's unless it is ours.
     for (age, why) in [
         ("30", "the unit is missing"),
-        ("30x", "unknown unit `x`"),
-        ("d", "it does not start with a number"),
-        ("1.5h", "unknown unit `.5h`"),
-        ("99999999999999999999d", "too large"),
+        ("30x", "expected to find unit designator suffix"),
+        ("d", "expected duration to start with a unit value"),
+        ("1s1m", "found value with unit minute after unit second"),
+        ("1mo", "months and years have no fixed length"),
+        ("1d ago", "an age cannot be negative"),
+        ("99999999999999999999d", "number too big"),
     ] {
         cli(db, &["prune", "--older-than", age])
             .await
@@ -949,4 +953,82 @@ async fn stream_prints_and_follows_a_run_s_chunks(b: Backend) {
         .await
         .fails(1, &format!("run {absent} not found"));
     cli(db, &["stream", "nope", "words"]).await.fails(2, "nope");
+}
+
+/// `--tz` shows every time in the zone, the offset changing with DST (Paris moved from +01:00
+/// to +02:00 at 2026-03-29T01:00:00Z); JSON keeps UTC; an unknown zone is refused.
+async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
+    use std::time::{Duration, UNIX_EPOCH};
+    use workflow_core::store::{NewEvent, NewRun};
+
+    let f = fixture(b).await;
+    let db = &f.store;
+    let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+    let id = RunId::new();
+    f.rt.store()
+        .create_run_with_history(
+            NewRun {
+                id,
+                workflow: "cli::tz".to_owned(),
+                input: json!([]),
+                // 2026-03-29T00:30:00Z, 01:30 in Paris.
+                created_at: at(1_774_744_200_000),
+                hook: None,
+                deadline: None,
+                parent: None,
+                queue: None,
+            },
+            &[NewEvent {
+                // 2026-03-29T00:59:59.500Z, half a second before the change.
+                at: at(1_774_745_999_500),
+                event: Event::TimerScheduled {
+                    timer_id: "tmr_0".to_owned(),
+                    // 2026-03-29T01:30:00Z, after it.
+                    fire_at_ms: 1_774_747_800_000,
+                },
+            }],
+        )
+        .await
+        .unwrap();
+    let id = id.to_string();
+
+    let utc = cli(db, &["events", &id]).await.ok();
+    assert!(
+        row(&utc, "1").contains("2026-03-29T00:59:59.500Z")
+            && row(&utc, "1").contains("tmr_0 until 2026-03-29T01:30:00.000Z"),
+        "{utc}"
+    );
+    let paris = cli(db, &["--tz", "Europe/Paris", "events", &id]).await.ok();
+    assert!(
+        row(&paris, "1").contains("2026-03-29T01:59:59.500+01:00")
+            && row(&paris, "1").contains("tmr_0 until 2026-03-29T03:30:00.000+02:00"),
+        "{paris}"
+    );
+    let shown = cli(db, &["run", &id, "--tz", "Europe/Paris"]).await.ok();
+    assert!(
+        row(&shown, "created").ends_with("2026-03-29T01:30:00.000+01:00"),
+        "{shown}"
+    );
+    assert!(
+        row(&shown, "tmr_0").contains("2026-03-29T03:30:00.000+02:00"),
+        "{shown}"
+    );
+    let runs = cli(
+        db,
+        &["--tz", "Europe/Paris", "runs", "--workflow", "cli::tz"],
+    )
+    .await
+    .ok();
+    assert!(
+        row(&runs, &id).contains("2026-03-29T01:30:00.000+01:00"),
+        "{runs}"
+    );
+    let json = cli(db, &["--tz", "Europe/Paris", "--json", "events", &id])
+        .await
+        .json();
+    assert_eq!(json[0]["at"], "2026-03-29T00:59:59.500Z");
+
+    cli(db, &["--tz", "Mars/Olympus", "runs"])
+        .await
+        .fails(2, "unknown time zone `Mars/Olympus`");
 }

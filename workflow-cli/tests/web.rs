@@ -522,8 +522,10 @@ async fn a_divergence_is_escaped() {
     let web = dashboard(&f.store, &["--port", "0"], &[]);
     let host = format!("127.0.0.1:{}", web.addr.port());
     let body = get(web.addr, &format!("/runs/{id}"), &host).body;
+    // maud escapes `&`, `<`, `>` and `"`; a `'` stays, harmless in text and in attributes,
+    // which maud always quotes with `"`.
     assert!(
-        body.contains("step `&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;`"),
+        body.contains("step `&lt;script&gt;alert('x')&lt;/script&gt;`"),
         "{body}"
     );
     assert!(!body.contains("<script>alert"), "{body}");
@@ -763,4 +765,29 @@ async fn queues_show_their_limits_occupancy_and_positions() {
         .await
         .unwrap();
     common::until_status(&rt, waiting.id(), RunStatus::Completed).await;
+}
+
+/// `workflow web --tz` shows the pages' times in that zone; the API keeps UTC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_show_times_in_the_zone_tz_names() {
+    let f = fixture(Backend::Sqlite).await;
+    let web = dashboard(&f.store, &["--port", "0", "--tz", "Europe/Paris"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let id = f.completed;
+    let api = get(web.addr, &format!("/api/runs/{id}"), &host);
+    let v: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    let utc = v["created_at"].as_str().unwrap();
+    assert!(utc.ends_with('Z'), "{utc}");
+    let paris = utc
+        .parse::<jiff::Timestamp>()
+        .unwrap()
+        .to_zoned_datetime(jiff::tz::TimeZone::get("Europe/Paris").unwrap())
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string();
+    let page = get(web.addr, &format!("/runs/{id}"), &host).body;
+    assert!(
+        page.contains(&format!("<dt>created</dt><dd>{paris}</dd>")),
+        "{paris}: {page}"
+    );
+    assert!(!page.contains(utc), "{utc}: {page}");
 }

@@ -238,7 +238,7 @@ fn timeout(value: &Expr, errors: &mut Errors) -> Option<u64> {
     let Some(Lit::Str(text)) = literal(value) else {
         errors.spanned(
             value,
-            "`timeout` takes a duration string, e.g. `timeout = \"30s\"` (units: ms, s, m, h)",
+            "`timeout` takes a duration string, e.g. `timeout = \"30s\"` (units: ms, s, m, h, d)",
         );
         return None;
     };
@@ -262,48 +262,34 @@ fn timeout(value: &Expr, errors: &mut Errors) -> Option<u64> {
     }
 }
 
-/// `"1h"`, `"5m"`, `"30s"`, `"500ms"`, or several of them in that order (`"1m30s"`), as
-/// milliseconds.
+/// A duration in jiff's friendly format (`"500ms"`, `"30s"`, `"5m"`, `"1h30m"`, `"2 hours"`,
+/// `"1d"`; units from largest to smallest, each once) or ISO 8601 (`"PT30S"`), as
+/// milliseconds. Days and weeks are 24 hours and 7 days; months and years, whose length
+/// depends on the date, are refused, as are negative durations. `workflow prune
+/// --older-than` reads the same grammar with the same rules.
 pub(crate) fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    const UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
-    if text.is_empty() {
-        return Err("empty".into());
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("a unit is missing".into());
     }
-    let mut rest = text;
-    let mut total: u64 = 0;
-    let mut last_unit = None;
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(format!("expected a number at {rest:?}"));
+    let span: jiff::Span = text.parse().map_err(|e: jiff::Error| {
+        let e = e.to_string();
+        // jiff's reason without its preamble, which names a format the user did not choose.
+        match e.split_once("duration format: ") {
+            Some((_, reason)) => reason.to_owned(),
+            None => e,
         }
-        let number: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| "the number is too large".to_string())?;
-        rest = &rest[digits..];
-        let unit_len = rest.len()
-            - rest
-                .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-                .len();
-        let unit = &rest[..unit_len];
-        let Some(index) = UNITS.iter().position(|(u, _)| *u == unit) else {
-            return Err(if unit.is_empty() {
-                "a unit is missing".to_string()
-            } else {
-                format!("unknown unit `{unit}`")
-            });
-        };
-        if last_unit.is_some_and(|last| index <= last) {
-            return Err("units must go from larger to smaller, each once".into());
-        }
-        last_unit = Some(index);
-        total = number
-            .checked_mul(UNITS[index].1)
-            .and_then(|ms| total.checked_add(ms))
-            .ok_or_else(|| "the duration is too long".to_string())?;
-        rest = &rest[unit_len..];
+    })?;
+    if span.is_negative() {
+        return Err("a timeout cannot be negative".into());
     }
-    Ok(total)
+    if span.get_years() != 0 || span.get_months() != 0 {
+        return Err("months and years have no fixed length; use days (`30d`) or weeks".into());
+    }
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| "the duration is too long".to_string())?;
+    u64::try_from(duration.as_millis()).map_err(|_| "the duration is too long".to_string())
 }
 
 /// The literal in `value`, looking through the invisible group a `macro_rules!` fragment
@@ -339,21 +325,47 @@ mod tests {
     #[test]
     fn edit_distance_counts_single_character_edits() {
         assert_eq!(edit_distance("max_retries", "max_retries"), 0);
-        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
-        assert_eq!(parse_duration_ms("1m30s"), Ok(90_000));
-        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
-        assert_eq!(parse_duration_ms("250ms"), Ok(250));
-        assert!(parse_duration_ms("30").is_err());
-        assert!(parse_duration_ms("s").is_err());
-        assert!(parse_duration_ms("3 s").is_err());
-        assert!(parse_duration_ms("30sec").is_err());
-        assert!(parse_duration_ms("1s1m").is_err());
-        assert!(parse_duration_ms("99999999999999999999h").is_err());
         assert_eq!(edit_distance("max_retires", "max_retries"), 2);
         assert_eq!(edit_distance("max_retry", "max_retries"), 3);
         assert_eq!(edit_distance("nmae", "name"), 2);
         assert_eq!(edit_distance("", "name"), 4);
         assert_eq!(edit_distance("timeout", "name"), 5);
+    }
+
+    #[test]
+    fn reads_durations() {
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("1m30s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("1m 30s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("30 seconds"), Ok(30_000));
+        assert_eq!(parse_duration_ms("1.5h"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("2d"), Ok(172_800_000));
+        assert_eq!(parse_duration_ms("PT30S"), Ok(30_000));
+        assert_eq!(parse_duration_ms("0s"), Ok(0));
+        assert_eq!(parse_duration_ms("30"), Err("a unit is missing".to_owned()));
+        for bad in [
+            "",
+            "s",
+            "1s1m",
+            "30 parsecs",
+            "-5s",
+            "5s ago",
+            "1mo",
+            "1y",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_duration_ms("1s1m"),
+            Err(
+                "found value with unit minute after unit second, but units must be written \
+                 from largest to smallest (and they can't be repeated)"
+                    .to_owned()
+            )
+        );
     }
 
     #[test]

@@ -26,7 +26,15 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Makes an `async fn` a recorded, retried step; see `workflow_core` for the semantics.
-/// Options: `name = ".."` pins the stable name, `max_retries = N` (default 3).
+/// Options: `name = ".."` pins the stable name, `max_retries = N` (default 3), and
+/// `timeout = ".."`, each attempt's deadline.
+///
+/// Durations, here and in `workflow prune --older-than`, are written in jiff's friendly
+/// format: numbers with units from largest to smallest, each unit once — `"500ms"`, `"30s"`,
+/// `"5m"`, `"1h30m"`, `"1m 30s"`, `"2 hours"`, `"1.5h"`, `"1d"` (units `ms`, `s`, `m`, `h`,
+/// `d`, `w`, or their names: `secs`, `minutes`, ...) — or in ISO 8601 (`"PT30S"`). A day is
+/// 24 hours and a week 7 days; months and years, whose length depends on the date, and
+/// negative durations are refused at compile time.
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()

@@ -25,6 +25,17 @@ pub enum AttemptOutcome {
     Interrupted,
 }
 
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Failed => "failed",
+            Self::Running => "running",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// One attempt of a step.
 #[derive(Debug, Clone, Serialize)]
 pub struct AttemptView {

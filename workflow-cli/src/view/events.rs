@@ -46,7 +46,7 @@ impl EventView {
                 retry_at_ms,
             } => format!(
                 "{step_id} attempt {attempt}: {error}; retry at {}",
-                text::rfc3339(workflow_core::store::from_millis(*retry_at_ms))
+                text::time(workflow_core::store::from_millis(*retry_at_ms))
             ),
             Event::StepCompleted { step_id, result } => match result {
                 Ok(v) => format!("{step_id} ok={}", text::json_line(v, 80)),
@@ -57,7 +57,7 @@ impl EventView {
                 fire_at_ms,
             } => format!(
                 "{timer_id} until {}",
-                text::rfc3339(workflow_core::store::from_millis(*fire_at_ms))
+                text::time(workflow_core::store::from_millis(*fire_at_ms))
             ),
             Event::TimerFired { timer_id } => timer_id.clone(),
             Event::RunCompleted { output } => format!("output={}", text::json_line(output, 80)),

@@ -19,7 +19,8 @@ pub use detail::*;
 pub use events::*;
 pub use list::*;
 
-/// A point in time; serialized as RFC 3339 in UTC with milliseconds.
+/// A point in time; serialized as RFC 3339 in UTC with milliseconds, shown to people in the
+/// zone `--tz` chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Time(pub SystemTime);
 
@@ -43,7 +44,7 @@ impl Serialize for Time {
 
 impl std::fmt::Display for Time {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&text::rfc3339(self.0))
+        f.write_str(&text::time(self.0))
     }
 }
 

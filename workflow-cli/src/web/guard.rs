@@ -12,6 +12,7 @@ use axum::extract::{Form, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
+use maud::{html, PreEscaped};
 use serde::Deserialize;
 
 use super::pages;
@@ -217,27 +218,28 @@ async fn login(guard: &Guard, req: Request) -> Response {
 
 /// A bare page (no stylesheet: assets need the token too) asking for the token.
 fn login_page(status: StatusCode, message: &str) -> Response {
-    let message = if message.is_empty() {
-        String::new()
-    } else {
-        format!(r#"<p role="alert">{}</p>"#, pages::esc(message))
+    let body = html! {
+        (PreEscaped("<!doctype html>\n"))
+        html lang="en" {
+            head { meta charset="utf-8"; title { "Log in · workflow" } }
+            body {
+                h1 { "This dashboard needs its token" }
+                @if !message.is_empty() { p role="alert" { (message) } }
+                form method="post" action="/login" {
+                    label {
+                        "Token "
+                        input type="password" name="token" autocomplete="current-password"
+                            required autofocus;
+                    }
+                    button type="submit" { "Log in" }
+                }
+                p {
+                    "Scripts can send " code { "Authorization: Bearer <token>" } " instead."
+                }
+            }
+        }
     };
-    let body = format!(
-        r#"<!doctype html>
-<html lang="en">
-<head><meta charset="utf-8"><title>Log in · workflow</title></head>
-<body>
-<h1>This dashboard needs its token</h1>
-{message}<form method="post" action="/login">
-<label>Token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
-<button type="submit">Log in</button>
-</form>
-<p>Scripts can send <code>Authorization: Bearer &lt;token&gt;</code> instead.</p>
-</body>
-</html>
-"#
-    );
-    (status, Html(body)).into_response()
+    (status, Html(body.into_string())).into_response()
 }
 
 fn refuse(status: StatusCode, why: &'static str) -> Response {

@@ -3,9 +3,8 @@
 //! and interrupted attempts are marked, the waits between retries are drawn apart, and payloads
 //! are ticks on their hook's bar. Positions are percentages, so the page needs no script.
 
-use std::fmt::Write as _;
+use maud::{html, Markup};
 
-use super::pages::{attempt_class, esc};
 use crate::text;
 use crate::view::{AttemptOutcome, HookView, MarkKind, RunDetail, StepStatus, Time, TimerStatus};
 
@@ -56,10 +55,10 @@ impl Axis {
 struct Lane {
     start: Time,
     order: usize,
-    html: String,
+    html: Markup,
 }
 
-pub fn render(d: &RunDetail) -> String {
+pub fn render(d: &RunDetail) -> Markup {
     let start = d.run.created_at;
     let end = d.end();
     let axis = Axis {
@@ -70,47 +69,24 @@ pub fn render(d: &RunDetail) -> String {
     let mut lanes: Vec<Lane> = Vec::new();
 
     for s in &d.steps {
-        let mut bars = String::new();
-        for (i, a) in s.attempts.iter().enumerate() {
-            let to = a.ended_at.unwrap_or(end);
-            let class = attempt_class(a.outcome);
-            let mut title = format!(
-                "{} attempt {}: {}, {}",
-                s.label(),
-                a.attempt,
-                class,
-                text::duration_ms(a.started_at.until(to))
-            );
-            if let Some(e) = &a.error {
-                let _ = write!(title, " — {}", text::cut(&e.to_string(), 200));
-            }
-            let _ = write!(
-                bars,
-                r#"<div class="bar attempt {class}" style="{place}" data-step-id="{id}" data-attempt="{n}" title="{title}"></div>"#,
-                place = axis.place(a.started_at, to),
-                id = esc(&s.step_id),
-                n = a.attempt,
-                title = esc(&title),
-            );
-            // The backoff between a failed attempt and the next one (or, while retrying, now).
-            if a.outcome == AttemptOutcome::Failed {
-                let next = s.attempts.get(i + 1).map(|n| n.started_at);
-                let wait_end = match next {
-                    Some(n) => Some(n),
-                    None if s.status == StepStatus::Retrying => Some(end),
-                    None => None,
-                };
-                if let (Some(from), Some(to)) = (a.ended_at, wait_end) {
-                    let title = format!("waiting to retry, {}", text::duration_ms(from.until(to)));
-                    let _ = write!(
-                        bars,
-                        r#"<div class="bar retry-wait" style="{}" title="{}"></div>"#,
-                        axis.place(from, to),
-                        esc(&title)
-                    );
+        let bars = html! {
+            @for (i, a) in s.attempts.iter().enumerate() {
+                @let to = a.ended_at.unwrap_or(end);
+                @let class = a.outcome.as_str();
+                div class={ "bar attempt " (class) } style=(axis.place(a.started_at, to))
+                    data-step-id=(s.step_id) data-attempt=(a.attempt)
+                    title={
+                        (s.label()) " attempt " (a.attempt) ": " (class) ", "
+                        (text::duration_ms(a.started_at.until(to)))
+                        @if let Some(e) = &a.error { " — " (text::cut(&e.to_string(), 200)) }
+                    } {}
+                // The backoff between a failed attempt and the next one (or, while retrying, now).
+                @if let (Some(from), Some(to)) = (a.ended_at, retry_wait_end(s, i, end)) {
+                    div class="bar retry-wait" style=(axis.place(from, to))
+                        title={ "waiting to retry, " (text::duration_ms(from.until(to))) } {}
                 }
             }
-        }
+        };
         lanes.push(Lane {
             start: s.scheduled_at,
             order: lanes.len(),
@@ -118,7 +94,7 @@ pub fn render(d: &RunDetail) -> String {
                 "step",
                 &s.label(),
                 &format!("{} · {} attempt(s)", s.status.as_str(), s.attempts.len()),
-                &bars,
+                bars,
             ),
         });
     }
@@ -126,20 +102,11 @@ pub fn render(d: &RunDetail) -> String {
     for t in &d.timers {
         let to = t.fired_at.unwrap_or(end).max(t.scheduled_at);
         let open = matches!(t.status, TimerStatus::Waiting | TimerStatus::Due);
-        let title = format!(
-            "sleep {} until {} ({})",
-            t.timer_id,
-            t.fire_at,
-            t.status.as_str()
-        );
-        let bar = format!(
-            r#"<div class="bar sleep {status}{open}" style="{place}" data-timer-id="{id}" title="{title}"></div>"#,
-            status = t.status.as_str(),
-            open = if open { " open" } else { "" },
-            place = axis.place(t.scheduled_at, to),
-            id = esc(&t.timer_id),
-            title = esc(&title),
-        );
+        let bar = html! {
+            div class={ "bar sleep " (t.status.as_str()) @if open { " open" } }
+                style=(axis.place(t.scheduled_at, to)) data-timer-id=(t.timer_id)
+                title={ "sleep " (t.timer_id) " until " (t.fire_at) " (" (t.status.as_str()) ")" } {}
+        };
         lanes.push(Lane {
             start: t.scheduled_at,
             order: lanes.len(),
@@ -151,7 +118,7 @@ pub fn render(d: &RunDetail) -> String {
                     t.status.as_str(),
                     text::duration_ms(t.scheduled_at.until(t.fire_at))
                 ),
-                &bar,
+                bar,
             ),
         });
     }
@@ -172,15 +139,12 @@ pub fn render(d: &RunDetail) -> String {
             MarkKind::Patch => ("patch", "patches"),
             MarkKind::Retried => ("retried", "retried"),
         };
-        let mut bars = String::new();
-        for m in &marks {
-            let _ = write!(
-                bars,
-                r#"<div class="mark {class}" style="left:{:.3}%" title="{}"></div>"#,
-                axis.pct(m.at),
-                esc(&format!("{} at {}", m.label, m.at))
-            );
-        }
+        let bars = html! {
+            @for m in &marks {
+                div class={ "mark " (class) } style=(format!("left:{:.3}%", axis.pct(m.at)))
+                    title={ (m.label) " at " (m.at) } {}
+            }
+        };
         let sub = marks
             .iter()
             .map(|m| m.label.as_str())
@@ -189,117 +153,105 @@ pub fn render(d: &RunDetail) -> String {
         lanes.push(Lane {
             start: first.at,
             order: lanes.len(),
-            html: lane(class, name, &sub, &bars),
+            html: lane(class, name, &sub, bars),
         });
     }
 
     lanes.sort_by_key(|l| (l.start, l.order));
-    let mut out = String::from(r#"<div class="timeline" role="figure" aria-label="Run timeline">"#);
-    out.push_str(r#"<div class="lane axis"><div class="label"></div><div class="track">"#);
-    for off in axis.ticks() {
-        let pct = off as f64 * 100.0 / axis.span as f64;
-        let _ = write!(
-            out,
-            r#"<span class="tick" style="left:{pct:.3}%">{}</span>"#,
-            if off == 0 {
-                "0".to_owned()
-            } else {
-                format!("+{}", text::duration_ms(off))
+    html! {
+        div class="timeline" role="figure" aria-label="Run timeline" {
+            div class="lane axis" {
+                div class="label" {}
+                div class="track" {
+                    @for off in axis.ticks() {
+                        span class="tick" style=(format!("left:{:.3}%", off as f64 * 100.0 / axis.span as f64)) {
+                            @if off == 0 { "0" } @else { "+" (text::duration_ms(off)) }
+                        }
+                    }
+                }
             }
-        );
-    }
-    out.push_str("</div></div>");
-    if lanes.is_empty() {
-        out.push_str(r#"<p class="empty">Nothing has happened in this run yet.</p>"#);
-    }
-    for l in &lanes {
-        out.push_str(&l.html);
-    }
-    let _ = write!(
-        out,
-        r#"<div class="lane foot"><div class="label"></div><div class="track"><span class="end-label">{} {}</span></div></div>"#,
-        if live { "now" } else { "ended" },
-        end
-    );
-    out.push_str("</div>");
-    out.push_str(r#"<p class="legend small">"#);
-    for (key, label) in [
-        ("attempt ok", "attempt ok"),
-        ("attempt failed", "failed"),
-        ("attempt interrupted", "interrupted"),
-        ("attempt running", "running"),
-        ("retry-wait", "retry wait"),
-        ("sleep", "sleep"),
-        ("hook", "hook open"),
-        ("payload", "payload"),
-        ("patch", "patch taken"),
-        ("retried", "retried"),
-    ] {
-        let _ = write!(
-            out,
-            r#"<span><span class="key {key}"></span>{label}</span>"#
-        );
-    }
-    out.push_str("</p>");
-    out
-}
-
-fn lane(kind: &str, label: &str, sub: &str, bars: &str) -> String {
-    format!(
-        r#"<div class="lane {kind}"><div class="label"><span class="name">{}</span><span class="sub">{}</span></div><div class="track">{bars}</div></div>"#,
-        esc(label),
-        esc(sub)
-    )
-}
-
-fn hook_lane(axis: &Axis, h: &HookView, end: Time) -> String {
-    let mut bars = String::new();
-    let sub = if let Some(owner) = h.conflict {
-        let _ = write!(
-            bars,
-            r#"<div class="mark conflict" style="left:{:.3}%" title="{}"></div>"#,
-            axis.pct(h.registered_at),
-            esc(&format!("token owned by run {owner}"))
-        );
-        "conflict".to_owned()
-    } else {
-        let to = h.released_at.unwrap_or(end).max(h.registered_at);
-        let title = format!(
-            "hook {:?}: {} for {}, {} payload(s)",
-            h.token,
-            if h.active { "open" } else { "was open" },
-            text::duration_ms(h.registered_at.until(to)),
-            h.payloads.len()
-        );
-        let _ = write!(
-            bars,
-            r#"<div class="bar hook{open}" style="{place}" data-token="{token}" title="{title}"></div>"#,
-            open = if h.active { " open" } else { "" },
-            place = axis.place(h.registered_at, to),
-            token = esc(&h.token),
-            title = esc(&title),
-        );
-        for p in &h.payloads {
-            let title = format!(
-                "payload #{} at {}: {}",
-                p.payload_id,
-                p.at,
-                text::json_line(&p.payload, 120)
-            );
-            let _ = write!(
-                bars,
-                r#"<div class="mark payload" style="left:{:.3}%" title="{}"></div>"#,
-                axis.pct(p.at),
-                esc(&title)
-            );
+            @if lanes.is_empty() {
+                p class="empty" { "Nothing has happened in this run yet." }
+            }
+            @for l in &lanes { (l.html) }
+            div class="lane foot" {
+                div class="label" {}
+                div class="track" {
+                    span class="end-label" { (if live { "now" } else { "ended" }) " " (end) }
+                }
+            }
         }
-        format!(
-            "{} · {} payload(s)",
-            if h.active { "open" } else { "released" },
-            h.payloads.len()
-        )
+        p class="legend small" {
+            @for (key, label) in [
+                ("attempt ok", "attempt ok"),
+                ("attempt failed", "failed"),
+                ("attempt interrupted", "interrupted"),
+                ("attempt running", "running"),
+                ("retry-wait", "retry wait"),
+                ("sleep", "sleep"),
+                ("hook", "hook open"),
+                ("payload", "payload"),
+                ("patch", "patch taken"),
+                ("retried", "retried"),
+            ] {
+                span { span class={ "key " (key) } {} (label) }
+            }
+        }
+    }
+}
+
+/// Where the wait after attempt `i` of `s` ends, if it failed: the next attempt's start, or
+/// `end` while the step is still retrying.
+fn retry_wait_end(s: &crate::view::StepView, i: usize, end: Time) -> Option<Time> {
+    if s.attempts[i].outcome != AttemptOutcome::Failed {
+        return None;
+    }
+    match s.attempts.get(i + 1) {
+        Some(next) => Some(next.started_at),
+        None if s.status == StepStatus::Retrying => Some(end),
+        None => None,
+    }
+}
+
+fn lane(kind: &str, label: &str, sub: &str, bars: Markup) -> Markup {
+    html! {
+        div class={ "lane " (kind) } {
+            div class="label" { span class="name" { (label) } span class="sub" { (sub) } }
+            div class="track" { (bars) }
+        }
+    }
+}
+
+fn hook_lane(axis: &Axis, h: &HookView, end: Time) -> Markup {
+    if let Some(owner) = h.conflict {
+        let bar = html! {
+            div class="mark conflict" style=(format!("left:{:.3}%", axis.pct(h.registered_at)))
+                title={ "token owned by run " (owner) } {}
+        };
+        return lane("hook", &format!("hook {}", h.token), "conflict", bar);
+    }
+    let to = h.released_at.unwrap_or(end).max(h.registered_at);
+    let title = format!(
+        "hook {:?}: {} for {}, {} payload(s)",
+        h.token,
+        if h.active { "open" } else { "was open" },
+        text::duration_ms(h.registered_at.until(to)),
+        h.payloads.len()
+    );
+    let bars = html! {
+        div class={ "bar hook" @if h.active { " open" } } style=(axis.place(h.registered_at, to))
+            data-token=(h.token) title=(title) {}
+        @for p in &h.payloads {
+            div class="mark payload" style=(format!("left:{:.3}%", axis.pct(p.at)))
+                title={ "payload #" (p.payload_id) " at " (p.at) ": " (text::json_line(&p.payload, 120)) } {}
+        }
     };
-    lane("hook", &format!("hook {}", h.token), &sub, &bars)
+    let sub = format!(
+        "{} · {} payload(s)",
+        if h.active { "open" } else { "released" },
+        h.payloads.len()
+    );
+    lane("hook", &format!("hook {}", h.token), &sub, bars)
 }
 
 #[cfg(test)]

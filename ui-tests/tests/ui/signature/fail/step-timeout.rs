@@ -1,6 +1,6 @@
 use workflow_core::prelude::*;
 
-#[step(timeout = "30 seconds")]
+#[step(timeout = "30")]
 async fn charge(cents: u64) -> Result<u64> {
     Ok(cents)
 }
@@ -12,6 +12,11 @@ async fn refund(cents: u64) -> Result<u64> {
 
 #[step(timeout = "0s")]
 async fn ship(cents: u64) -> Result<u64> {
+    Ok(cents)
+}
+
+#[step(timeout = "1 month")]
+async fn restock(cents: u64) -> Result<u64> {
     Ok(cents)
 }
 
