@@ -24,14 +24,27 @@ pub enum Backend {
     Postgres,
 }
 
-/// The PostgreSQL URL for tests, or `None` to skip them (never under `CI=true`).
+/// Says on stderr why a test is skipped, or fails it under `CI=true`, where nothing may be
+/// skipped. Written to the process's stderr itself: libtest captures `eprintln!` and shows it
+/// only for a failing test, so a skip would pass in silence.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}, but CI=true requires this test to run");
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(std::io::stderr(), "skipped {test}: {why}");
+}
+
+/// The PostgreSQL URL for tests, or `None` after saying why the test is skipped (a failure
+/// under `CI=true`, see [`skip`]).
 pub fn postgres_url() -> Option<String> {
     match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("WORKFLOW_TEST_DATABASE_URL must be set under CI=true")
+        _ => {
+            skip("WORKFLOW_TEST_DATABASE_URL is not set");
+            None
         }
-        _ => None,
     }
 }
 
@@ -166,11 +179,10 @@ pub async fn failing_store(db: &TestDb, admissions: usize) -> (FailingAdmissions
 pub async fn postgres_reachable(url: &str, schema: &str) -> bool {
     match workflow_core::store::postgres::PostgresStore::connect(url, schema).await {
         Ok(_) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("PostgreSQL at WORKFLOW_TEST_DATABASE_URL is unreachable: {e}")
-        }
         Err(e) => {
-            eprintln!("skipped: PostgreSQL is unreachable: {e}");
+            skip(&format!(
+                "PostgreSQL at WORKFLOW_TEST_DATABASE_URL is unreachable: {e}"
+            ));
             false
         }
     }
@@ -216,19 +228,10 @@ pub fn available(backend: Backend) -> bool {
     match backend {
         Backend::Postgres => {
             if !cfg!(feature = "postgres") {
-                if std::env::var("CI").as_deref() == Ok("true") {
-                    panic!(
-                        "under CI=true the PostgreSQL tests must run: build with --all-features"
-                    );
-                }
-                eprintln!("skipped: built without the `postgres` feature");
+                skip("built without the `postgres` feature (build with --all-features)");
                 return false;
             }
-            let ok = postgres_url().is_some();
-            if !ok {
-                eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
-            }
-            ok
+            postgres_url().is_some()
         }
         _ => true,
     }
