@@ -210,6 +210,23 @@ pub async fn until_status(
     }
 }
 
+/// Until this process drives no run in memory (`active_runs() == 0`): every run it had is
+/// ended or evicted. Fails after 10 s (tests evict within milliseconds), naming `why`.
+pub async fn until_no_active_runs(rt: &Runtime, why: &str) {
+    let limit = Duration::from_secs(10);
+    let polled = tokio::time::timeout(limit, async {
+        while rt.active_runs() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        polled.is_ok(),
+        "{why}: still {} runs driven in memory after {limit:?}",
+        rt.active_runs()
+    );
+}
+
 /// Sends `payload` to `token` once a hook owns it (polling while none does).
 pub async fn resume_when_ready(rt: &Runtime, token: &str, payload: &str) {
     loop {
@@ -473,6 +490,8 @@ pub struct Failing {
     append_failure: std::sync::Mutex<AppendFailure>,
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
+    /// Each `read_stream` of a batch (limit above 0): (stream, from, chunks found), in order.
+    stream_reads: std::sync::Mutex<Vec<(String, u64, usize)>>,
     gate: tokio::sync::Semaphore,
 }
 
@@ -493,6 +512,7 @@ impl FailingAdmissions {
             append_failures: 0.into(),
             append_failure: std::sync::Mutex::new(AppendFailure::Refused),
             waiting: 0.into(),
+            stream_reads: Default::default(),
             gate: tokio::sync::Semaphore::new(0),
         }))
     }
@@ -514,6 +534,16 @@ impl FailingAdmissions {
     pub fn fail_heartbeats(&self, fail: bool) {
         self.heartbeats_fail
             .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a reader of `stream` has read from chunk `from` and found nothing: it waits for
+    /// that chunk.
+    pub fn read_nothing_from(&self, stream: &str, from: u64) -> bool {
+        self.stream_reads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(s, f, got)| s == stream && *f == from && *got == 0)
     }
 
     /// Lets the admissions waiting at the gate fail, and every later one through at once.
@@ -771,7 +801,12 @@ impl StreamStore for FailingAdmissions {
         from: u64,
         limit: usize,
     ) -> Result<workflow_core::store::StreamPage, StoreError> {
-        self.inner.read_stream(run, stream, from, limit).await
+        let page = self.inner.read_stream(run, stream, from, limit).await?;
+        if limit > 0 {
+            let read = (stream.to_owned(), from, page.chunks.len());
+            self.stream_reads.lock().unwrap().push(read);
+        }
+        Ok(page)
     }
 
     async fn list_streams(
