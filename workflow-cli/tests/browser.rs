@@ -359,7 +359,8 @@ async fn dashboard(b: Backend, chromium: &Path, driver: &Path) {
         .start(checkout, ("o-17".to_string(), 0u64))
         .await
         .unwrap();
-    assert!(declined.return_value().await.is_err());
+    let err = declined.return_value().await.unwrap_err();
+    assert!(err.to_string().contains("card declined"), "{err}");
     let order = "o-42".to_string();
     let token = format!("approve:{order}");
     let waiting = rt.start(checkout, (order, 4200u64)).await.unwrap();

@@ -331,7 +331,8 @@ async fn fill(db: TestDb) -> Fixture {
     assert_eq!(completed.return_value().await.unwrap(), "hello, ada");
 
     let failed = rt.start(billing, (4200u64,)).await.unwrap();
-    assert!(failed.return_value().await.is_err());
+    let err = failed.return_value().await.unwrap_err();
+    assert!(err.to_string().contains("card declined for 4200"), "{err}");
 
     let cancelled = rt.start(nap, ("bob".to_string(),)).await.unwrap();
     until_timer(&rt, cancelled.id()).await;
