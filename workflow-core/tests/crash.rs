@@ -361,7 +361,7 @@ fn processes_share_one_sqlite_file() {
         run.cancel().await.unwrap();
         let out = tokio::time::timeout(Duration::from_secs(60), run.return_value())
             .await
-            .expect("the cancelled run ended in time");
+            .expect("the cancelled run did not end within 60 s");
         assert!(out.unwrap_err().is_cancelled());
         drop(workers);
     });
