@@ -45,7 +45,8 @@ async fn concurrent_duplicate_posts_meet_one_run() {
             .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, orders_http::app(rt)).await });
+        let app = orders_http::app(rt.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
 
         let order = format!("o-{}", workflow_core::RunId::new());
         let posts: Vec<_> = (0..100)
@@ -79,24 +80,10 @@ async fn concurrent_duplicate_posts_meet_one_run() {
             "exactly one started it"
         );
 
-        // The owner records all 100 notes, each once.
-        let path = format!("/api/orders/{order}");
-        let notes = loop {
-            let (_, body) = request(addr, "GET", &path, None).await;
-            let notes: Vec<String> = serde_json::from_value(body["notes"].clone()).unwrap();
-            if notes.len() >= 100 {
-                break notes;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let mut sorted = notes.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 100, "each note once: {notes:?}");
-
         // A malformed request is answered with an error, not a crash.
         let (status, _) = request(addr, "POST", "/api/orders", Some(json!({"orderId": ""}))).await;
         assert!(status >= 400);
+        // Sent after every note was accepted: the run ends once it has recorded them all.
         let (status, body) = request(
             addr,
             "POST",
@@ -105,6 +92,17 @@ async fn concurrent_duplicate_posts_meet_one_run() {
         )
         .await;
         assert_eq!((status, &body["started"]), (200, &json!(false)));
+        let id: workflow_core::RunId = serde_json::from_value(run_id.clone()).unwrap();
+        let recorded = rt.get_run(&id).return_value().await.unwrap();
+        assert_eq!(recorded, json!(100), "the run counted each note once");
+
+        // The owner recorded all 100 notes, each once.
+        let (_, body) = request(addr, "GET", &format!("/api/orders/{order}"), None).await;
+        let mut notes: Vec<String> = serde_json::from_value(body["notes"].clone()).unwrap();
+        notes.sort();
+        let mut want: Vec<String> = (0..100).map(|i| format!("note {i}")).collect();
+        want.sort();
+        assert_eq!(notes, want, "each note recorded once");
     })
     .await
     .expect("test timed out");

@@ -1,10 +1,13 @@
 //! The dashboard in a real browser: `workflow web` on a loopback port, headless Chromium driven
 //! through chromedriver. It lists the runs, shows a run's timeline with one bar per step attempt,
 //! a click on "resume" moves a waiting run on, and a blocked run shows why and moves on after a
-//! click on "retry" once the code fits. Screenshots land in `target/screenshots/`.
+//! click on "retry" once the code fits. It runs on SQLite and on PostgreSQL, one store after
+//! the other. Screenshots land in `target/screenshots/`.
 //!
 //! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them). Without them the
 //! test says so and passes, except under `CI=true`, where it fails.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -18,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, NewEvent, NewRun};
+
+use common::{Backend, TestDb};
 
 /// The whole test ends by then.
 const TEST_LIMIT: Duration = Duration::from_secs(240);
@@ -72,8 +77,12 @@ async fn checkout(order: String, cents: u64) -> Result<String> {
 }
 
 /// Whether the build that reserves before shipping is deployed (the worker runs in this
-/// process; this is the only test of the binary).
+/// process; the binary's tests, one per store, take turns: [`ONE_AT_A_TIME`]).
 static DEPLOYED: AtomicBool = AtomicBool::new(false);
+
+/// Held by the browser test running now: `DEPLOYED` is one switch for the process, and one
+/// Chromium at a time is enough for a small machine.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The old code ships at once; the new code reserves first.
 #[workflow]
@@ -156,13 +165,14 @@ fn until_listening(addr: SocketAddr, what: &str) {
     }
 }
 
-/// Starts `workflow --db <db> web --port 0`; returns it and the URL it printed.
-fn start_dashboard(db: &Path) -> (Reap, String) {
+/// Starts `workflow <store..> web --port 0`; returns it and the URL it printed.
+fn start_dashboard(store: &[String]) -> (Reap, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_workflow"))
-        .arg("--db")
-        .arg(db)
+        .args(store)
         .args(["web", "--port", "0"])
+        .env_remove("WORKFLOW_DB")
         .env_remove("WORKFLOW_DATABASE_URL")
+        .env_remove("WORKFLOW_SCHEMA")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -307,21 +317,38 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_shows_runs_and_resumes_a_hook() {
+mod sqlite {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dashboard_shows_runs_and_resumes_a_hook() {
+        super::the_dashboard_shows_runs_and_resumes_a_hook(super::Backend::Sqlite).await;
+    }
+}
+
+mod postgres {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_dashboard_shows_runs_and_resumes_a_hook() {
+        super::the_dashboard_shows_runs_and_resumes_a_hook(super::Backend::Postgres).await;
+    }
+}
+
+async fn the_dashboard_shows_runs_and_resumes_a_hook(b: Backend) {
     let Some((chromium, driver)) = browser() else {
         return;
     };
-    tokio::time::timeout(TEST_LIMIT, dashboard(&chromium, &driver))
+    if !common::available(b) {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().await;
+    DEPLOYED.store(false, Ordering::SeqCst);
+    tokio::time::timeout(TEST_LIMIT, dashboard(b, &chromium, &driver))
         .await
         .expect("the browser test did not finish in time");
 }
 
-async fn dashboard(chromium: &Path, driver: &Path) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("shop.db");
-    let rt = Runtime::builder()
-        .sqlite(&db)
+async fn dashboard(b: Backend, chromium: &Path, driver: &Path) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
         .poll_interval(Duration::from_millis(50))
         .build()
         .await
@@ -332,7 +359,8 @@ async fn dashboard(chromium: &Path, driver: &Path) {
         .start(checkout, ("o-17".to_string(), 0u64))
         .await
         .unwrap();
-    assert!(declined.return_value().await.is_err());
+    let err = declined.return_value().await.unwrap_err();
+    assert!(err.to_string().contains("card declined"), "{err}");
     let order = "o-42".to_string();
     let token = format!("approve:{order}");
     let waiting = rt.start(checkout, (order, 4200u64)).await.unwrap();
@@ -342,8 +370,8 @@ async fn dashboard(chromium: &Path, driver: &Path) {
     .await;
 
     let (_web, base) = tokio::task::spawn_blocking({
-        let db = db.clone();
-        move || start_dashboard(&db)
+        let store = db.args();
+        move || start_dashboard(&store)
     })
     .await
     .unwrap();

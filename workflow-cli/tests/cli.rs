@@ -734,7 +734,15 @@ async fn fork_keeps_the_first_steps(b: Backend) {
         .json();
     assert_eq!(v["forked_from"], sleeping);
     assert_eq!(v["from_step"], 0);
-    assert!(v["run_id"].as_str().unwrap().parse::<RunId>().is_ok());
+    let forked: RunId = v["run_id"].as_str().unwrap().parse().unwrap();
+    assert_ne!(forked.to_string(), sleeping, "a new run");
+    let v = cli(db, &["run", &forked.to_string(), "--json"])
+        .await
+        .json();
+    assert_eq!(
+        (&v["workflow"], &v["input"]),
+        (&json!("cli::common::nap"), &json!(["cyd"]))
+    );
 
     let runs = ids(&cli(db, &["runs", "--json"]).await.json()).len();
     cli(db, &["fork", &sleeping, "--from-step", "7"])

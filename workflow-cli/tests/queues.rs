@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{approval, cli, welcome, Backend, TestDb, WAIT};
 use serde_json::Value;
 use workflow_core::prelude::*;
+use workflow_core::store::to_millis;
 
 on_both_stores!(queues_show_limits_occupancy_and_positions);
 
@@ -149,8 +150,32 @@ async fn queues_show_limits_occupancy_and_positions(b: Backend) {
     rt.resume_hook(&token, common::Approval { approved: true })
         .await
         .unwrap();
-    for run in [holder.id(), urgent.id(), plain.id(), last.id()] {
+    let order = [
+        ("holder", holder.id()),
+        ("urgent", urgent.id()),
+        ("plain", plain.id()),
+        ("last", last.id()),
+    ];
+    for (_, run) in order {
         common::until_status(&rt, run, RunStatus::Completed).await;
+    }
+    // One slot: each run's history lies between the end of the one before it and the
+    // beginning of the next, so the recorded times give the order they began in.
+    let mut spans = Vec::new();
+    for (name, run) in order {
+        let events = rt.store().events(&run).await.unwrap();
+        let first = to_millis(events.first().expect("a history").at);
+        let last = to_millis(events.last().expect("a history").at);
+        spans.push((name, first, last));
+    }
+    for pair in spans.windows(2) {
+        let ((before, _, ended), (after, began, _)) = (pair[0], pair[1]);
+        assert!(
+            ended <= began,
+            "{after} began before {before} ended; the order must be holder, urgent \
+             (priority 5), then plain and last in start order. (run, first event, last \
+             event) in ms: {spans:?}"
+        );
     }
     let v = cli(&store, &["runs", "--queue", "payments", "--json"])
         .await

@@ -1,7 +1,7 @@
 //! The dashboard over raw HTTP, the way a hostile page or a rebound DNS name would reach it:
 //! requests naming another `Host` are refused before anything is done, every answer carries the
 //! security headers, forms send the browser back to local paths only, and an address other than
-//! loopback needs the token on every request.
+//! loopback needs the token on every request. Every test runs on SQLite and on PostgreSQL.
 
 mod common;
 
@@ -139,9 +139,23 @@ fn get(addr: SocketAddr, path: &str, host: &str) -> Answer {
     send(addr, &format!("GET {path} HTTP/1.1\r\nHost: {host}"), "")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn foreign_hosts_are_refused_and_nothing_is_done() {
-    let f = fixture(Backend::Sqlite).await;
+// Each test on a SQLite file and on a PostgreSQL schema of its own: the listing, the queue
+// positions and the streams have their own SQL on each.
+on_both_stores!(
+    foreign_hosts_are_refused_and_nothing_is_done,
+    every_answer_carries_the_security_headers,
+    forms_send_the_browser_back_to_local_paths_only,
+    other_addresses_than_loopback_need_the_token,
+    a_token_guards_loopback_too,
+    a_blocked_run_shows_its_divergence_and_retries,
+    a_divergence_is_escaped,
+    parent_and_child_pages_link_to_each_other,
+    the_run_page_shows_its_streams,
+    queues_show_their_limits_occupancy_and_positions,
+);
+
+async fn foreign_hosts_are_refused_and_nothing_is_done(b: Backend) {
+    let f = fixture(b).await;
     let web = dashboard(&f.store, &["--port", "0"], &[]);
     let (addr, port) = (web.addr, web.addr.port());
     let cancel = format!("POST /runs/{}/cancel HTTP/1.1", f.sleeping);
@@ -205,9 +219,8 @@ async fn foreign_hosts_are_refused_and_nothing_is_done() {
     common::until_status(&f.rt, f.sleeping, RunStatus::Cancelled).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_answer_carries_the_security_headers() {
-    let f = fixture(Backend::Sqlite).await;
+async fn every_answer_carries_the_security_headers(b: Backend) {
+    let f = fixture(b).await;
     let web = dashboard(&f.store, &["--port", "0"], &[]);
     let host = format!("127.0.0.1:{}", web.addr.port());
     for (path, status) in [
@@ -234,9 +247,8 @@ async fn every_answer_carries_the_security_headers() {
     assert!(!page.contains("<style"), "{page}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forms_send_the_browser_back_to_local_paths_only() {
-    let f = fixture(Backend::Sqlite).await;
+async fn forms_send_the_browser_back_to_local_paths_only(b: Backend) {
+    let f = fixture(b).await;
     let web = dashboard(&f.store, &["--port", "0"], &[]);
     let port = web.addr.port();
     let resume = |back: &str| {
@@ -271,9 +283,8 @@ async fn forms_send_the_browser_back_to_local_paths_only() {
     assert_eq!(f.rt.store().payloads(&f.waiting, 0).await.unwrap(), []);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn other_addresses_than_loopback_need_the_token() {
-    let f = fixture(Backend::Sqlite).await;
+async fn other_addresses_than_loopback_need_the_token(b: Backend) {
+    let f = fixture(b).await;
 
     let out = common::cli(&f.store, &["web", "--listen", "0.0.0.0:0"]).await;
     out.fails(2, "--listen 0.0.0.0:0 is reachable from other machines");
@@ -367,9 +378,8 @@ async fn other_addresses_than_loopback_need_the_token() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_token_guards_loopback_too() {
-    let f = fixture(Backend::Sqlite).await;
+async fn a_token_guards_loopback_too(b: Backend) {
+    let f = fixture(b).await;
     let web = dashboard(&f.store, &["--port", "0", "--token", "t"], &[]);
     let host = format!("Host: localhost:{}", web.addr.port());
     let a = send(web.addr, &format!("GET / HTTP/1.1\r\n{host}"), "");
@@ -382,9 +392,8 @@ async fn a_token_guards_loopback_too() {
     assert_eq!(a.status, 200, "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_run_shows_its_divergence_and_retries() {
-    let f = fixture(Backend::Sqlite).await;
+async fn a_blocked_run_shows_its_divergence_and_retries(b: Backend) {
+    let f = fixture(b).await;
     let key = format!("key-{}", workflow_core::RunId::new());
     let id = blocked_run(&f, &key).await;
     let web = dashboard(&f.store, &["--port", "0"], &[]);
@@ -514,9 +523,8 @@ async fn a_blocked_run_shows_its_divergence_and_retries() {
     assert!(page.contains("failed run re-opened by retry"), "{page}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_divergence_is_escaped() {
-    let f = fixture(Backend::Sqlite).await;
+async fn a_divergence_is_escaped(b: Backend) {
+    let f = fixture(b).await;
     let key = format!("key-{}", workflow_core::RunId::new());
     let id = blocked_run_expecting(&f, &key, Some("<script>alert('x')</script>")).await;
     let web = dashboard(&f.store, &["--port", "0"], &[]);
@@ -545,9 +553,8 @@ async fn web_parent(n: u32) -> workflow_core::Result<u32> {
     child.result().await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parent_and_child_pages_link_to_each_other() {
-    let f = fixture(Backend::Sqlite).await;
+async fn parent_and_child_pages_link_to_each_other(b: Backend) {
+    let f = fixture(b).await;
     let run = f.rt.start(web_parent, (7,)).await.unwrap();
     assert_eq!(
         tokio::time::timeout(WAIT, run.return_value())
@@ -602,9 +609,8 @@ async fn shouting(words: Vec<String>) -> workflow_core::Result<()> {
 
 /// The run page lists the run's streams with their last chunks, escaped; the API serves a
 /// stream's chunks as JSON from an index on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_run_page_shows_its_streams() {
-    let f = fixture(Backend::Sqlite).await;
+async fn the_run_page_shows_its_streams(b: Backend) {
+    let f = fixture(b).await;
     let words: Vec<String> = (0..25)
         .map(|i| format!("word {i}"))
         .chain(["<script>alert('x')</script>".to_owned()])
@@ -662,12 +668,11 @@ async fn the_run_page_shows_its_streams() {
 
 /// The queues page lists each queue's limits and occupancy; the runs list filtered by a queue
 /// shows the queue and each waiting run's position; a run's page names its queue.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queues_show_their_limits_occupancy_and_positions() {
+async fn queues_show_their_limits_occupancy_and_positions(b: Backend) {
     use std::time::Duration;
     use workflow_core::prelude::*;
 
-    let db = common::TestDb::new(Backend::Sqlite);
+    let db = common::TestDb::new(b);
     let rt = db
         .builder()
         .queue(

@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{bounded, until_status, Backend, TestDb};
+use common::{bounded, until_no_active_runs, until_status, Backend, TestDb};
 use futures::future::Either;
 use serde_json::json;
 use workflow_core::prelude::*;
@@ -240,10 +240,11 @@ async fn panics_fail_the_run_and_the_worker_goes_on(b: Backend) {
         "{err}"
     );
     assert_eq!(bad.status().await.unwrap(), RunStatus::Failed);
-    assert!(good.return_value().await.is_ok());
-    // And later work still runs.
+    // a = 2, b = 12: 4 + 24 + 14 + (0 + 2 + 4).
+    assert_eq!(good.return_value().await.unwrap(), 48);
+    // And later work still runs: a = 3, b = 13: 6 + 26 + 16 + 6.
     let again = rt.start(arithmetic, (2,)).await.unwrap();
-    assert!(again.return_value().await.is_ok());
+    assert_eq!(again.return_value().await.unwrap(), 54);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1518,11 +1519,17 @@ async fn runs_fail_at_their_deadline(b: Backend) {
     // Evicted while sleeping an hour: woken at the deadline to fail.
     let sleeper = rt
         .start(sleeps_then_mails, (3_600_000,))
-        .timeout(Duration::from_millis(400))
+        .timeout(Duration::from_secs(2))
         .await
         .unwrap();
+    until_no_active_runs(&rt, "the run sleeping an hour was not evicted").await;
+    assert_eq!(
+        sleeper.status().await.unwrap(),
+        RunStatus::Running,
+        "evicted before its deadline, not ended by it"
+    );
     let err = bounded(sleeper.return_value()).await.unwrap_err();
-    assert!(err.to_string().contains("timed out after 400ms"), "{err}");
+    assert!(err.to_string().contains("timed out after 2s"), "{err}");
     assert!(executed(sleeper.id()).is_empty());
 
     // Ends in time: unaffected.
@@ -1531,7 +1538,7 @@ async fn runs_fail_at_their_deadline(b: Backend) {
         .timeout(Duration::from_secs(60))
         .await
         .unwrap();
-    bounded(quick.return_value()).await.unwrap();
+    assert_eq!(bounded(quick.return_value()).await.unwrap(), 48);
 }
 
 /// After `prune` deleted a completed run, `return_value()` on a handle of it is an error

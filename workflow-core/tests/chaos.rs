@@ -652,7 +652,6 @@ fn chaos_on_postgres() {
     use workflow_core::store::postgres::PostgresStore;
 
     let Some(url) = common::postgres_url() else {
-        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
         return;
     };
     let schema = common::fresh_schema();

@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{bounded, resume_when_ready, until_status, Backend, Worker};
+use common::{bounded, resume_when_ready, until_no_active_runs, until_status, Backend, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, RunFilter};
 use workflow_core::{ErrorKind, RunRecord};
@@ -243,8 +243,23 @@ async fn an_evicted_parent_is_woken_by_its_child_and_starts_no_second_one(b: Bac
         .unwrap();
     let token = format!("gate-{}", RunId::new());
     let run = rt.start(patient_parent, (token.clone(),)).await.unwrap();
-    // The parent waits for the gated child long enough to be given back to the store.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both wait (the child for its payload, the parent for the child) until they are given
+    // back to the store: nothing is left in memory before the child ends.
+    let child = loop {
+        if let [child] = children_of(&rt, run.id()).await.as_slice() {
+            break child.id;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    while rt.get_hook_by_token(&token).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    until_no_active_runs(&rt, "the parent and its waiting child were not evicted").await;
+    assert_eq!(run.status().await.unwrap(), RunStatus::Running);
+    assert_eq!(
+        rt.get_run(&child).status().await.unwrap(),
+        RunStatus::Running
+    );
     resume_when_ready(&rt, &token, "hello").await;
     assert_eq!(run.return_value().await.unwrap(), "child said hello");
     assert_eq!(children_of(&rt, run.id()).await.len(), 1);
@@ -653,7 +668,6 @@ fn a_child_is_awaited_across_processes_on_postgres() {
     use workflow_core::store::postgres::PostgresStore;
 
     let Some(url) = common::postgres_url() else {
-        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
         return;
     };
     let schema = common::fresh_schema();

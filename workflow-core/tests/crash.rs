@@ -140,7 +140,10 @@ fn child_main() {
         println!("RUN {id}");
         std::io::stdout().flush().unwrap();
         let rt = runtime(true).await.unwrap();
-        let out = rt.get_run(&id).return_value().await;
+        // The parent waits 60 s for `DONE`: within that, a run that never ends says so.
+        let out = tokio::time::timeout(Duration::from_secs(50), rt.get_run(&id).return_value())
+            .await
+            .unwrap_or_else(|_| Err(Error::fatal("the run did not end within 50 s")));
         println!(
             "DONE {}",
             serde_json::to_string(&out.map_err(|e| e.to_string())).unwrap()
@@ -356,7 +359,10 @@ fn processes_share_one_sqlite_file() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         run.cancel().await.unwrap();
-        assert!(run.return_value().await.unwrap_err().is_cancelled());
+        let out = tokio::time::timeout(Duration::from_secs(60), run.return_value())
+            .await
+            .expect("the cancelled run did not end within 60 s");
+        assert!(out.unwrap_err().is_cancelled());
         drop(workers);
     });
 }

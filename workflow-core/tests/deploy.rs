@@ -357,7 +357,6 @@ fn deploy_on_postgres() {
     use workflow_core::store::postgres::PostgresStore;
 
     let Some(url) = common::postgres_url() else {
-        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
         return;
     };
     let schema = common::fresh_schema();

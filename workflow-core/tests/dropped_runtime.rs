@@ -68,8 +68,9 @@ async fn dropping_every_handle_stops_the_runtime_and_hides_it_from_api() {
     let wrapped = Arc::downgrade(rt.store());
     let clone = rt.clone();
     drop(rt);
-    assert!(
-        api::get_run(&id).unwrap().status().await.is_ok(),
+    assert_eq!(
+        api::get_run(&id).unwrap().status().await.unwrap(),
+        RunStatus::Running,
         "a clone still holds the runtime"
     );
     drop((clone, run));

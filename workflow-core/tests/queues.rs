@@ -1,34 +1,84 @@
-//! Flow control (SPEC 11) as a user sees it, on every store: a queue's concurrency counted in
-//! the step bodies (a sleeping run keeps its slot), per-key order, priority order, the rate
-//! window, unknown queues; and, with worker processes, three workers sharing one queue and a
-//! worker killed holding a slot (SQLite, PostgreSQL).
+//! Flow control (SPEC 11) as a user sees it, on every store: a queue's concurrency reached and
+//! never exceeded, counted in the step bodies and by the store; per-key order, priority order,
+//! each rate window admitting exactly its quota, unknown queues; and, with worker processes,
+//! three workers sharing one queue and a worker killed holding a slot (SQLite, PostgreSQL).
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use common::{log_execution, read_log_timed, Backend, Place, TestDb, Worker};
+use common::{log_execution, read_log_timed, resume_when_ready, Backend, Place, TestDb, Worker};
 use workflow_core::prelude::*;
+use workflow_core::store::QueueInfo;
+
+/// How long a test waits for a queue to reach the state it expects.
+const QUEUE_WAIT: Duration = Duration::from_secs(30);
+
+/// The runs between their `enter` and `leave` steps now, and the most at once.
+type Gauge = (BTreeSet<u64>, usize);
 
 /// Per test (a tag in the workflow's arguments, since the stores' tests run side by side):
-/// runs between their `enter` and `leave` steps now, and the most at once.
-fn gauges() -> &'static Mutex<HashMap<String, (i64, i64)>> {
-    static G: OnceLock<Mutex<HashMap<String, (i64, i64)>>> = OnceLock::new();
+/// its [`Gauge`].
+fn gauges() -> &'static Mutex<HashMap<String, Gauge>> {
+    static G: OnceLock<Mutex<HashMap<String, Gauge>>> = OnceLock::new();
     G.get_or_init(Default::default)
 }
 
-fn gauge(tag: &str, delta: i64) {
+fn gauge(tag: &str, run: u64, entering: bool) {
     let mut g = gauges().lock().unwrap();
     let (now, most) = g.entry(tag.to_owned()).or_default();
-    *now += delta;
-    *most = (*most).max(*now);
+    if entering {
+        now.insert(run);
+    } else {
+        now.remove(&run);
+    }
+    *most = (*most).max(now.len());
 }
 
-fn most_at_once(tag: &str) -> i64 {
+fn in_flight(tag: &str) -> BTreeSet<u64> {
+    gauges()
+        .lock()
+        .unwrap()
+        .get(tag)
+        .map(|g| g.0.clone())
+        .unwrap_or_default()
+}
+
+fn most_at_once(tag: &str) -> usize {
     gauges().lock().unwrap().get(tag).map_or(0, |g| g.1)
+}
+
+/// Polls `check` every 10 ms until it gives a value; panics with `what` (and the last value
+/// seen, from `state`) after [`QUEUE_WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) if tokio::time::Instant::now() > deadline => {
+                panic!("{what} did not happen within {QUEUE_WAIT:?}; last seen: {state}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// The store's account of queue `name` at this moment.
+async fn queue_info(rt: &Runtime, name: &str) -> QueueInfo {
+    rt.store()
+        .list_queues(SystemTime::now())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.def.name == name)
+        .unwrap_or_else(|| panic!("the store lists no queue {name:?}"))
 }
 
 /// What one step body marked, and when.
@@ -50,14 +100,14 @@ fn marked(tag: &str) -> Vec<Mark> {
 }
 
 #[step]
-async fn enter(tag: String) -> Result<()> {
-    gauge(&tag, 1);
+async fn enter(tag: String, run: u64) -> Result<()> {
+    gauge(&tag, run, true);
     Ok(())
 }
 
 #[step]
-async fn leave(tag: String) -> Result<()> {
-    gauge(&tag, -1);
+async fn leave(tag: String, run: u64) -> Result<()> {
+    gauge(&tag, run, false);
     Ok(())
 }
 
@@ -68,13 +118,15 @@ async fn mark(tag: String, what: String) -> Result<()> {
     Ok(())
 }
 
-/// Counted from its first step to its last, with a durable sleep between: a sleeping run
-/// still holds its slot.
+/// Counted from its first step to its last, between which it sleeps (a sleeping run still
+/// holds its slot) and then waits for a payload on `<tag>-<run>`: it holds its slot until the
+/// test lets it go.
 #[workflow]
-async fn held(tag: String, sleep_ms: u64) -> Result<()> {
-    enter(tag.clone()).await?;
-    sleep(Duration::from_millis(sleep_ms)).await;
-    leave(tag).await
+async fn held(tag: String, run: u64) -> Result<()> {
+    enter(tag.clone(), run).await?;
+    sleep(Duration::from_millis(10)).await;
+    create_hook::<String>(format!("{tag}-{run}")).recv().await?;
+    leave(tag, run).await
 }
 
 /// Marks `<label>+` and `<label>-` around a durable sleep.
@@ -114,29 +166,65 @@ async fn runtime_with(db: &TestDb, queue: Queue) -> Runtime {
         .expect("runtime builds")
 }
 
-async fn in_flight_never_exceeds_the_concurrency(backend: Backend) {
+/// Twelve runs through a queue of three slots, in rounds: each round, exactly three runs hold
+/// a slot (counted in their steps and by the store), no fourth begins while they do, and the
+/// test then lets them end.
+async fn the_concurrency_is_reached_and_never_exceeded(backend: Backend) {
+    const RUNS: u64 = 12;
+    const LIMIT: usize = 3;
     let db = TestDb::new(backend);
-    let rt = runtime_with(&db, Queue::new("payments").concurrency(3)).await;
+    let rt = runtime_with(&db, Queue::new("payments").concurrency(LIMIT as u32)).await;
     let tag = tag(backend, "concurrency");
     let mut runs = Vec::new();
-    for _ in 0..12 {
+    for i in 0..RUNS {
         let run = rt
-            .start(held, (tag.clone(), 20))
+            .start(held, (tag.clone(), i))
             .queue("payments")
             .await
             .unwrap();
         runs.push(run);
     }
-    for run in runs {
-        run.return_value().await.unwrap();
+    let mut ended = 0;
+    while ended < RUNS {
+        let holding = eventually(&format!("{LIMIT} runs in flight at once"), || async {
+            let now = in_flight(&tag);
+            if now.len() >= LIMIT {
+                Ok(now)
+            } else {
+                Err(format!("runs {now:?} in flight, {ended} ended"))
+            }
+        })
+        .await;
+        // Slots are held until the test sends: a queue that admits too many has time to show it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let q = queue_info(&rt, "payments").await;
+        let now = in_flight(&tag);
+        eprintln!(
+            "{backend:?}: runs {now:?} in flight, {} holding a slot, {} waiting",
+            q.occupied, q.waiting
+        );
+        assert_eq!(
+            holding.len(),
+            LIMIT,
+            "over the limit of {LIMIT}: {holding:?}"
+        );
+        assert_eq!(now, holding, "a run began while {LIMIT} held the slots");
+        assert_eq!(
+            (q.occupied, q.waiting),
+            (LIMIT as u64, RUNS - ended - LIMIT as u64),
+            "the store's count of runs holding a slot and waiting"
+        );
+        for i in &holding {
+            resume_when_ready(&rt, &format!("{tag}-{i}"), "go").await;
+        }
+        for i in &holding {
+            runs[*i as usize].return_value().await.unwrap();
+        }
+        ended += LIMIT as u64;
     }
-    let most = most_at_once(&tag);
-    eprintln!("{backend:?}: at most {most} runs of 12 in flight at once (limit 3)");
-    assert!(
-        most <= 3,
-        "{most} runs in flight at once, over the limit of 3"
-    );
-    assert!(most >= 1);
+    assert_eq!(most_at_once(&tag), LIMIT, "the most runs in flight at once");
+    let q = queue_info(&rt, "payments").await;
+    assert_eq!((q.occupied, q.waiting), (0, 0));
 }
 
 async fn per_key_order_equals_start_order(backend: Backend) {
@@ -212,34 +300,76 @@ async fn priority_order_holds(backend: Backend) {
     assert_eq!(order, ["p5", "p5-later", "p1", "p0", "n1"]);
 }
 
-async fn the_rate_window_holds(backend: Backend) {
-    const PERIOD: Duration = Duration::from_millis(400);
+/// Seven runs through a queue that lets three begin in any window of a second. All seven wait
+/// before a worker exists, so the first window takes three at once, the next three together a
+/// period later, and the last one a period after them: the store's count of runs begun in the
+/// window ending now, sampled throughout, shows each window at exactly its quota and never
+/// over it.
+async fn each_rate_window_admits_exactly_its_quota(backend: Backend) {
+    const PERIOD: Duration = Duration::from_secs(1);
+    const QUOTA: u64 = 3;
+    const RUNS: u64 = 7;
     let db = TestDb::new(backend);
-    let rt = runtime_with(&db, Queue::new("api").rate_limit(3, PERIOD)).await;
+    let api = || Queue::new("api").rate_limit(QUOTA as u32, PERIOD);
+    let client = db
+        .builder()
+        .queue(api())
+        .worker(false)
+        .build()
+        .await
+        .unwrap();
     let tag = tag(backend, "rate");
     // No run can begin before it is started: the first window opens after this.
     let started = SystemTime::now();
     let mut runs = Vec::new();
-    for i in 0..7 {
-        let run = rt
+    for i in 0..RUNS {
+        let run = client
             .start(marks_once, (tag.clone(), format!("r{i}")))
             .queue("api")
             .await
             .unwrap();
         runs.push(run);
     }
+    assert_eq!(queue_info(&client, "api").await.waiting, RUNS);
+    let _worker = runtime_with(&db, api()).await;
+    // (runs begun so far, runs begun in the window ending now), as the store counts them.
+    let mut samples: Vec<(u64, u64)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + QUEUE_WAIT;
+    loop {
+        let q = queue_info(&client, "api").await;
+        let sample = (RUNS - q.waiting, q.begun_in_window);
+        if samples.last() != Some(&sample) {
+            samples.push(sample);
+        }
+        if q.waiting == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every run began within {QUEUE_WAIT:?}: {samples:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for run in runs {
         run.return_value().await.unwrap();
     }
+    eprintln!("{backend:?}: (begun, begun in the window) as sampled: {samples:?}");
+    assert!(
+        samples.iter().all(|&(_, in_window)| in_window <= QUOTA),
+        "a window admitted more than {QUOTA}: {samples:?}"
+    );
+    for (begun, window) in [(QUOTA, "first"), (2 * QUOTA, "second")] {
+        assert!(
+            samples.contains(&(begun, QUOTA)),
+            "the {window} window did not admit exactly {QUOTA} ({begun} begun in all, \
+             {QUOTA} of them in the window): {samples:?}"
+        );
+    }
+
     let mut at: Vec<SystemTime> = marked(&tag).into_iter().map(|(_, t)| t).collect();
     at.sort();
+    assert_eq!(at.len() as u64, RUNS, "each run's step ran once");
     let after = |i: usize| at[i].duration_since(started).unwrap_or_default();
-    eprintln!(
-        "{backend:?}: steps at {:?} ms after the first start",
-        (0..at.len())
-            .map(|i| after(i).as_millis())
-            .collect::<Vec<_>>()
-    );
     // The 4th run began at least a period after the 1st, the 7th two periods after it (the
     // stores keep milliseconds: a begin may count from up to 1 ms earlier).
     let slack = Duration::from_millis(2);
@@ -341,18 +471,19 @@ async fn a_waiting_run_times_out_without_taking_a_slot(backend: Backend) {
 
 on_every_store!(
     a_waiting_run_times_out_without_taking_a_slot,
-    in_flight_never_exceeds_the_concurrency,
+    the_concurrency_is_reached_and_never_exceeded,
     per_key_order_equals_start_order,
     priority_order_holds,
-    the_rate_window_holds,
+    each_rate_window_admits_exactly_its_quota,
     an_unknown_queue_is_an_error_at_start,
 );
 
 // ---------------------------------------------------------------------------------------------
 // Three worker processes, one queue
 
-/// One run of the shared queue: logs `in` and `out` from steps of its own, with a pause
-/// between, to the step log of the test (`WF_LOG`).
+/// One run of the shared queue: logs `in` and `out` from steps of its own to the step log of
+/// the test (`WF_LOG`), and between them holds its slot until the test sends to
+/// `shared-<run>`.
 #[step]
 async fn log_in(run: u64) -> Result<()> {
     log_execution(&format!("in{run}"));
@@ -368,7 +499,9 @@ async fn log_out(run: u64) -> Result<()> {
 #[workflow]
 async fn shared_work(run: u64) -> Result<()> {
     log_in(run).await?;
-    sleep(Duration::from_millis(60)).await;
+    create_hook::<String>(format!("shared-{run}"))
+        .recv()
+        .await?;
     log_out(run).await
 }
 
@@ -400,7 +533,8 @@ async fn stalls(run: u64) -> Result<()> {
 }
 
 /// A worker process: declares the shared queues, prints `READY`, and drives runs, with a
-/// lease of `WF_LEASE_MS` (default 5 s).
+/// lease of `WF_LEASE_MS` (default 5 s) and, given `WF_MAX_ACTIVE`, at most that many runs at
+/// once (kept in memory while they wait).
 #[test]
 #[ignore = "entry point of the worker processes the cross-process queue tests spawn"]
 fn child_main() {
@@ -413,26 +547,51 @@ fn child_main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(Duration::from_secs(5), Duration::from_millis);
-        let _worker = Place::from_env()
+        let mut builder = Place::from_env()
             .builder()
             .queue(shared_queue())
             .queue(Queue::new(SOLO).concurrency(1))
             .poll_interval(Duration::from_millis(20))
-            .lease(lease)
-            .build()
-            .await
-            .unwrap();
+            .lease(lease);
+        if let Some(n) = std::env::var("WF_MAX_ACTIVE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            builder = builder
+                .max_active_runs(n)
+                .evict_after(Duration::from_secs(3600));
+        }
+        let _worker = builder.build().await.unwrap();
         println!("READY");
         std::io::stdout().flush().unwrap();
         std::future::pending::<()>().await;
     });
 }
 
+/// The runs in flight by the step log: (run, pid) of each `in` without its `out`.
+fn logged_in_flight(log: &std::path::Path) -> BTreeSet<(u64, u32)> {
+    let mut now = BTreeSet::new();
+    for (_, _, label, pid, _) in read_log_timed(log) {
+        if let Some(run) = label.strip_prefix("in") {
+            now.insert((run.parse().unwrap(), pid));
+        } else if let Some(run) = label.strip_prefix("out") {
+            let run: u64 = run.parse().unwrap();
+            now.retain(|(r, _)| *r != run);
+        }
+    }
+    now
+}
+
+/// Three worker processes that each drive one run at a time share a queue of two slots: in
+/// each round exactly two runs hold the slots, on two different workers, and the third worker
+/// begins none, until the test lets them end.
 async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
     const RUNS: u64 = 12;
+    const LIMIT: usize = 2;
     let log = files.join("steps.log");
     let mut env: Vec<(&str, String)> = place.env();
     env.push(("WF_LOG", log.to_str().unwrap().to_owned()));
+    env.push(("WF_MAX_ACTIVE", "1".to_owned()));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let workers: Vec<Worker> = (0..3).map(|_| Worker::spawn(&env)).collect();
     for w in &workers {
@@ -449,8 +608,41 @@ async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
     for i in 0..RUNS {
         runs.push(client.start(shared_work, (i,)).queue(SHARED).await.unwrap());
     }
-    for run in runs {
-        run.return_value().await.unwrap();
+    let mut ended = 0;
+    while ended < RUNS {
+        let holding = eventually(&format!("{LIMIT} runs in flight at once"), || async {
+            let now = logged_in_flight(&log);
+            if now.len() >= LIMIT {
+                Ok(now)
+            } else {
+                Err(format!("(run, pid) {now:?} in flight, {ended} ended"))
+            }
+        })
+        .await;
+        // The slots are held until the test sends: a third worker that begins a run despite
+        // the limit has time to show it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = logged_in_flight(&log);
+        eprintln!("{}: (run, pid) {now:?} in flight", place.name());
+        assert_eq!(
+            holding.len(),
+            LIMIT,
+            "over the limit of {LIMIT}: {holding:?}"
+        );
+        assert_eq!(now, holding, "a run began while {LIMIT} held the slots");
+        let pids: BTreeSet<u32> = holding.iter().map(|(_, pid)| *pid).collect();
+        assert_eq!(
+            pids.len(),
+            LIMIT,
+            "each worker drives one run at a time, yet {holding:?}"
+        );
+        for (run, _) in &holding {
+            resume_when_ready(&client, &format!("shared-{run}"), "go").await;
+        }
+        for (run, _) in &holding {
+            runs[*run as usize].return_value().await.unwrap();
+        }
+        ended += LIMIT as u64;
     }
     // Each run logged `in` after it took its slot and `out` before it gave it back: at no
     // time were more than two between the two (at one millisecond, an `out` comes first).
@@ -477,10 +669,8 @@ async fn three_workers_share_one_queue(place: Place, files: &std::path::Path) {
         place.name(),
         pids.len()
     );
-    assert!(
-        most <= 2,
-        "{most} runs in flight at once across processes, over the limit"
-    );
+    assert_eq!(most, LIMIT as i64, "the most runs in flight at once");
+    assert!(pids.len() >= LIMIT, "on workers {pids:?}");
 }
 
 /// A worker dies holding the only slot: the waiting run does not begin until the run holding
@@ -557,7 +747,6 @@ async fn a_dead_worker_s_slot_returns_with_its_run_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_worker_s_slot_returns_with_its_run_on_postgres() {
     let Some(url) = common::postgres_url() else {
-        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -582,7 +771,6 @@ async fn three_workers_share_one_queue_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_share_one_queue_on_postgres() {
     let Some(url) = common::postgres_url() else {
-        eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -317,14 +317,26 @@ async fn a_stream_ends_with_its_run(b: Backend) {
 
 async fn a_live_reader_gets_each_chunk_as_it_is_written(b: Backend) {
     let db = TestDb::new(b);
-    let rt = db.runtime().await;
+    // The store records the reader's reads.
+    let (store, rt) = common::failing_store(&db, 0).await;
     let run = rt.start(paced, (5, true)).await.unwrap();
     let token = format!("paced:{}", run.id());
     let mut reader = run.stream::<u32>("paced");
     for i in 0..5 {
-        // The reader is already waiting when the chunk is written.
+        let next = tokio::spawn(async move {
+            let c = reader.next().await;
+            (reader, c)
+        });
+        // The reader is already waiting when the chunk is written: it has read from chunk
+        // `i` and found nothing.
+        while !store.read_nothing_from("paced", u64::from(i)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(!next.is_finished(), "chunk {i} read before it was written");
         resume(&rt, &token, i * 100).await;
-        let c = reader.next().await.unwrap().unwrap();
+        let (back, c) = next.await.unwrap();
+        reader = back;
+        let c = c.unwrap().unwrap();
         assert_eq!((c.index, c.value), (u64::from(i), i * 100));
     }
     assert!(reader.next().await.is_none());

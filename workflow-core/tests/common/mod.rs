@@ -24,14 +24,27 @@ pub enum Backend {
     Postgres,
 }
 
-/// The PostgreSQL URL for tests, or `None` to skip them (never under `CI=true`).
+/// Says on stderr why a test is skipped, or fails it under `CI=true`, where nothing may be
+/// skipped. Written to the process's stderr itself: libtest captures `eprintln!` and shows it
+/// only for a failing test, so a skip would pass in silence.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}, but CI=true requires this test to run");
+    }
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(std::io::stderr(), "skipped {test}: {why}");
+}
+
+/// The PostgreSQL URL for tests, or `None` after saying why the test is skipped (a failure
+/// under `CI=true`, see [`skip`]).
 pub fn postgres_url() -> Option<String> {
     match std::env::var("WORKFLOW_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("WORKFLOW_TEST_DATABASE_URL must be set under CI=true")
+        _ => {
+            skip("WORKFLOW_TEST_DATABASE_URL is not set");
+            None
         }
-        _ => None,
     }
 }
 
@@ -166,11 +179,10 @@ pub async fn failing_store(db: &TestDb, admissions: usize) -> (FailingAdmissions
 pub async fn postgres_reachable(url: &str, schema: &str) -> bool {
     match workflow_core::store::postgres::PostgresStore::connect(url, schema).await {
         Ok(_) => true,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("PostgreSQL at WORKFLOW_TEST_DATABASE_URL is unreachable: {e}")
-        }
         Err(e) => {
-            eprintln!("skipped: PostgreSQL is unreachable: {e}");
+            skip(&format!(
+                "PostgreSQL at WORKFLOW_TEST_DATABASE_URL is unreachable: {e}"
+            ));
             false
         }
     }
@@ -198,6 +210,23 @@ pub async fn until_status(
     }
 }
 
+/// Until this process drives no run in memory (`active_runs() == 0`): every run it had is
+/// ended or evicted. Fails after 10 s (tests evict within milliseconds), naming `why`.
+pub async fn until_no_active_runs(rt: &Runtime, why: &str) {
+    let limit = Duration::from_secs(10);
+    let polled = tokio::time::timeout(limit, async {
+        while rt.active_runs() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        polled.is_ok(),
+        "{why}: still {} runs driven in memory after {limit:?}",
+        rt.active_runs()
+    );
+}
+
 /// Sends `payload` to `token` once a hook owns it (polling while none does).
 pub async fn resume_when_ready(rt: &Runtime, token: &str, payload: &str) {
     loop {
@@ -216,19 +245,10 @@ pub fn available(backend: Backend) -> bool {
     match backend {
         Backend::Postgres => {
             if !cfg!(feature = "postgres") {
-                if std::env::var("CI").as_deref() == Ok("true") {
-                    panic!(
-                        "under CI=true the PostgreSQL tests must run: build with --all-features"
-                    );
-                }
-                eprintln!("skipped: built without the `postgres` feature");
+                skip("built without the `postgres` feature (build with --all-features)");
                 return false;
             }
-            let ok = postgres_url().is_some();
-            if !ok {
-                eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
-            }
-            ok
+            postgres_url().is_some()
         }
         _ => true,
     }
@@ -470,6 +490,8 @@ pub struct Failing {
     append_failure: std::sync::Mutex<AppendFailure>,
     /// How many admissions are waiting at the gate now.
     pub waiting: std::sync::atomic::AtomicUsize,
+    /// Each `read_stream` of a batch (limit above 0): (stream, from, chunks found), in order.
+    stream_reads: std::sync::Mutex<Vec<(String, u64, usize)>>,
     gate: tokio::sync::Semaphore,
     /// How many times a run's record was read (`get_run`).
     pub run_reads: std::sync::atomic::AtomicUsize,
@@ -494,6 +516,7 @@ impl FailingAdmissions {
             append_failures: 0.into(),
             append_failure: std::sync::Mutex::new(AppendFailure::Refused),
             waiting: 0.into(),
+            stream_reads: Default::default(),
             gate: tokio::sync::Semaphore::new(0),
             run_reads: 0.into(),
             ends: std::sync::Mutex::default(),
@@ -522,6 +545,16 @@ impl FailingAdmissions {
     pub fn fail_heartbeats(&self, fail: bool) {
         self.heartbeats_fail
             .store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a reader of `stream` has read from chunk `from` and found nothing: it waits for
+    /// that chunk.
+    pub fn read_nothing_from(&self, stream: &str, from: u64) -> bool {
+        self.stream_reads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(s, f, got)| s == stream && *f == from && *got == 0)
     }
 
     /// Lets the admissions waiting at the gate fail, and every later one through at once.
@@ -787,7 +820,12 @@ impl StreamStore for FailingAdmissions {
         from: u64,
         limit: usize,
     ) -> Result<workflow_core::store::StreamPage, StoreError> {
-        self.inner.read_stream(run, stream, from, limit).await
+        let page = self.inner.read_stream(run, stream, from, limit).await?;
+        if limit > 0 {
+            let read = (stream.to_owned(), from, page.chunks.len());
+            self.stream_reads.lock().unwrap().push(read);
+        }
+        Ok(page)
     }
 
     async fn list_streams(

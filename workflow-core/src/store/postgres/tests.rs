@@ -5,6 +5,7 @@ use super::listen::parse_notice;
 use super::schema::MIGRATIONS;
 use super::statements::CLOCK;
 use super::*;
+use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
 use sqlx::{Connection, Executor, PgConnection};
@@ -33,7 +34,12 @@ fn test_url() -> Option<String> {
                 "WORKFLOW_TEST_DATABASE_URL is not set, but CI=true requires the PostgreSQL \
                  store tests to run"
             );
-            eprintln!("skipped: WORKFLOW_TEST_DATABASE_URL is not set");
+            // Straight to stderr: libtest shows a passing test's `eprintln!` to no one.
+            let test = std::thread::current().name().unwrap_or("a test").to_owned();
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {test}: WORKFLOW_TEST_DATABASE_URL is not set"
+            );
             None
         }
     }
