@@ -1,4 +1,4 @@
-//! Chaos (issue 12): three worker processes share one store while a killer SIGKILLs a random
+//! Chaos: three worker processes share one store while a killer SIGKILLs a random
 //! one every 300 ms (and starts a replacement) and now and then SIGSTOPs one for longer than
 //! its lease before SIGCONTing it, for 30 s. Afterwards every run must have its exact result,
 //! every step exactly one recorded completion, and the step bodies must have run again no more

@@ -1,4 +1,4 @@
-//! Child runs (SPEC 10, issue 14): `start_child` and `child.result()` on every store, and a
+//! Child runs (SPEC 10): `start_child` and `child.result()` on every store, and a
 //! child awaited across two processes (the child leased by the other one).
 
 mod common;

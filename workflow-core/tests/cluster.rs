@@ -1,4 +1,4 @@
-//! Many worker processes on one PostgreSQL database (issue 5): scale-out, failover after a
+//! Many worker processes on one PostgreSQL database: scale-out, failover after a
 //! SIGKILL, fencing of a paused worker, and atomic starts across processes. Each test uses a
 //! schema of its own; the worker processes are this test binary re-executed (`child_main`).
 #![cfg(feature = "postgres")]
