@@ -12,6 +12,7 @@
 pub(super) mod migrations;
 pub(super) mod policy;
 pub(super) mod rows;
+pub(super) mod schedules;
 mod values;
 
 pub(super) use values::*;
