@@ -118,7 +118,7 @@ impl Schedule {
                 expr: expr.to_owned(),
                 zone: "UTC".to_owned(),
             },
-            Timing::Cron(spec, zone("UTC")?),
+            Timing::Cron(Box::new(spec), zone("UTC")?),
         ))
     }
 
@@ -158,7 +158,7 @@ impl Schedule {
     pub(crate) fn from_def(def: ScheduleDef) -> Result<Schedule, ScheduleError> {
         let timing = match &def.spec {
             ScheduleSpec::Cron { expr, zone: tz } => {
-                Timing::Cron(CronSpec::parse(expr)?, zone(tz)?)
+                Timing::Cron(Box::new(CronSpec::parse(expr)?), zone(tz)?)
             }
             ScheduleSpec::Every { period_ms } => Timing::Every(Duration::from_millis(*period_ms)),
         };

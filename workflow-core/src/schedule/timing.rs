@@ -141,7 +141,7 @@ pub(crate) fn zone(zone: &str) -> Result<TimeZone, ScheduleError> {
 #[derive(Debug, Clone)]
 pub(crate) enum Timing {
     /// At the civil times a cron expression matches, in a zone.
-    Cron(CronSpec, TimeZone),
+    Cron(Box<CronSpec>, TimeZone),
     /// At the multiples of a period since the Unix epoch.
     Every(Duration),
 }

@@ -35,24 +35,19 @@ pub enum Overlap {
 }
 
 /// Which ticks start when workers come back after none was up at their nominal times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CatchUp {
     /// None of the missed ticks.
     None,
     /// The most recent missed tick.
+    #[default]
     Latest,
     /// Up to `max` of the most recent missed ticks, oldest first.
     All {
         /// At most this many.
         max: u32,
     },
-}
-
-impl Default for CatchUp {
-    fn default() -> Self {
-        CatchUp::Latest
-    }
 }
 
 /// When a schedule ticks, as the store keeps it.
