@@ -67,7 +67,7 @@ pub struct ScheduleTick {
 /// let next = nightly.upcoming(SystemTime::UNIX_EPOCH, 2);
 /// // 1970-01-01 02:00 in Paris (UTC+1) is 01:00 UTC.
 /// assert_eq!(next[0], SystemTime::UNIX_EPOCH + Duration::from_secs(3600));
-/// assert_eq!(next[1] - next[0], Duration::from_secs(24 * 3600));
+/// assert_eq!(next[1].duration_since(next[0])?, Duration::from_secs(24 * 3600));
 /// # Ok(())
 /// # }
 /// ```
