@@ -8,6 +8,7 @@
 use std::time::SystemTime;
 
 use super::schema::quote_ident;
+use super::stash::settle;
 use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
@@ -58,6 +59,7 @@ struct Sql {
     ticks: &'static str,
     pause: &'static str,
     delete: &'static str,
+    delete_ticks: &'static str,
 }
 
 const SQL: Sql = Sql {
@@ -91,8 +93,8 @@ const SQL: Sql = Sql {
          FROM {s}.schedule_ticks WHERE schedule = $1 ORDER BY nominal DESC LIMIT $2",
     pause: "UPDATE {s}.schedules SET paused = $2, next_at = GREATEST(next_at, $3::BIGINT)
          WHERE name = $1",
-    delete: "WITH gone AS (DELETE FROM {s}.schedule_ticks WHERE schedule = $1)
-         DELETE FROM {s}.schedules WHERE name = $1",
+    delete: "DELETE FROM {s}.schedules WHERE name = $1",
+    delete_ticks: "DELETE FROM {s}.schedule_ticks WHERE schedule = $1",
 };
 
 /// `sql` for the schema `schema`.
@@ -231,13 +233,18 @@ impl ScheduleStore for PostgresStore {
         Ok(found)
     }
 
+    /// The schedule's row first, then its ticks, in one transaction: the order a firing
+    /// takes its locks in, so the two never wait for each other in a cycle.
     async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn().await?;
-        let done = sqlx::query(&self.sql(SQL.delete))
-            .bind(name)
-            .execute(&mut *conn)
-            .await;
-        let found = conn.kept(done)?.rows_affected() > 0;
+        let (delete, ticks) = (self.sql(SQL.delete), self.sql(SQL.delete_ticks));
+        let mut tx = self.begin().await?;
+        let done = async {
+            let found = sqlx::query(&delete).bind(name).execute(&mut *tx).await?;
+            sqlx::query(&ticks).bind(name).execute(&mut *tx).await?;
+            Ok::<_, StoreError>(found.rows_affected() > 0)
+        }
+        .await;
+        let found = settle(tx, done).await?;
         if found {
             self.schedules_changed();
         }
