@@ -84,6 +84,14 @@ pub enum Command {
     /// List the schedules: workflow, cron expression and zone or period, paused or active,
     /// last and next nominal times.
     Schedules,
+    /// Show a schedule (spec, next times, latest ticks), or pause, resume, trigger or
+    /// backfill it.
+    Schedule {
+        /// The schedule's name.
+        name: String,
+        #[command(subcommand)]
+        action: Option<crate::schedules::ScheduleAction>,
+    },
     /// Show a run: status, input, result, steps with attempts and durations, hooks and sleeps.
     Run {
         /// The run's id.
@@ -378,6 +386,9 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                 return to_json(&schedules);
             }
             Ok(crate::schedules::table(&schedules))
+        }
+        Command::Schedule { name, action } => {
+            crate::schedules::command(&rt, &name, action, json).await
         }
         Command::Run { id } => {
             let detail = ops::run_detail(&rt, ops::parse_run_id(&id)?).await?;

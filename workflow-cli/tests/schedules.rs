@@ -14,7 +14,10 @@ async fn nightly(tick: ScheduleTick) -> Result<()> {
     Ok(())
 }
 
-on_both_stores!(schedules_are_listed_with_their_spec_state_and_times);
+on_both_stores!(
+    schedules_are_listed_with_their_spec_state_and_times,
+    a_schedule_is_shown_paused_resumed_triggered_and_backfilled,
+);
 
 async fn schedules_are_listed_with_their_spec_state_and_times(b: Backend) {
     let db = TestDb::new(b);
@@ -66,4 +69,85 @@ async fn schedules_are_listed_with_their_spec_state_and_times(b: Backend) {
     assert!(list[1]["next"].as_str().unwrap().ends_with(":00:00.000Z"));
     assert_eq!(list[0]["paused"], true);
     assert!(list[0]["last"].is_null());
+}
+
+async fn a_schedule_is_shown_paused_resumed_triggered_and_backfilled(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .worker(false)
+        .schedule(Schedule::every(
+            "hourly",
+            nightly,
+            Duration::from_secs(3600),
+        ))
+        .build()
+        .await
+        .unwrap();
+    let store = db.args();
+
+    let shown = cli(&store, &["schedule", "hourly"]).await.ok();
+    assert!(
+        shown.starts_with("schedule hourly: cli.nightly active, never ticked"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("every 1h") && shown.contains("no ticks yet"),
+        "{shown}"
+    );
+    let json = cli(&store, &["--json", "schedule", "hourly"]).await.json();
+    let upcoming = json["upcoming"].as_array().unwrap();
+    assert_eq!(upcoming.len(), 5);
+    assert!(upcoming
+        .iter()
+        .all(|t| t.as_str().unwrap().ends_with(":00:00.000Z")));
+
+    assert_eq!(
+        cli(&store, &["schedule", "hourly", "pause"]).await.ok(),
+        "paused hourly\n"
+    );
+    assert!(rt.schedules().await.unwrap()[0].paused);
+    assert_eq!(
+        cli(&store, &["schedule", "hourly", "resume"]).await.ok(),
+        "resumed hourly\n"
+    );
+    assert!(!rt.schedules().await.unwrap()[0].paused);
+
+    let triggered = cli(&store, &["--json", "schedule", "hourly", "trigger"])
+        .await
+        .json();
+    let run: RunId = triggered["run_id"].as_str().unwrap().parse().unwrap();
+    let ticks = rt.schedule_ticks("hourly", 10).await.unwrap();
+    assert_eq!(ticks[0].run_id, Some(run));
+
+    let backfill = [
+        "schedule",
+        "hourly",
+        "backfill",
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2026-01-01T02:00:00Z",
+    ];
+    assert_eq!(cli(&store, &backfill).await.ok(), "started 3 run(s)\n");
+    assert_eq!(cli(&store, &backfill).await.ok(), "started 0 run(s)\n");
+    let shown = cli(&store, &["schedule", "hourly"]).await.ok();
+    assert!(
+        shown.contains("2026-01-01T02:00:00.000Z  started"),
+        "{shown}"
+    );
+
+    cli(&store, &["schedule", "nope", "pause"])
+        .await
+        .fails(1, "no schedule is named \"nope\"");
+    let bad = [
+        "schedule",
+        "hourly",
+        "backfill",
+        "--from",
+        "yesterday",
+        "--to",
+        "today",
+    ];
+    cli(&store, &bad).await.fails(2, "RFC 3339");
 }

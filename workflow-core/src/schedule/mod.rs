@@ -240,3 +240,18 @@ pub struct ScheduleInfo {
     /// Its catch-up policy.
     pub catch_up: CatchUp,
 }
+
+impl ScheduleInfo {
+    /// The next `n` nominal times after `from`, as [`Schedule::upcoming`] gives them (none
+    /// when this build cannot read the spec, say a zone its time zone database lacks).
+    pub fn upcoming(&self, from: SystemTime, n: usize) -> Vec<SystemTime> {
+        let timing = match &self.spec {
+            ScheduleSpec::Cron { expr, zone: tz } => match (CronSpec::parse(expr), zone(tz)) {
+                (Ok(spec), Ok(tz)) => Timing::Cron(Box::new(spec), tz),
+                _ => return Vec::new(),
+            },
+            ScheduleSpec::Every { period_ms } => Timing::Every(Duration::from_millis(*period_ms)),
+        };
+        timing.upcoming(from, n)
+    }
+}
