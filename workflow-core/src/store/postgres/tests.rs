@@ -806,6 +806,7 @@ fn notice_payloads_round_trip() {
     assert_eq!(parse_notice(&format!("p:{id}")), Some(Notice::Payload(id)));
     assert_eq!(parse_notice(&format!("e:{id}")), Some(Notice::RunEnded(id)));
     assert_eq!(parse_notice(&format!("c:{id}")), Some(Notice::Chunk(id)));
+    assert_eq!(parse_notice("s"), Some(Notice::SchedulesChanged));
     assert_eq!(parse_notice("p:nope"), None);
     assert_eq!(parse_notice("x"), None);
 }
