@@ -411,7 +411,47 @@ async fn unknown_schedules_are_errors(b: Backend) {
     );
 }
 
+async fn the_last_declaration_of_a_name_wins_and_keeps_the_ticks(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .worker(false)
+        .schedule(Schedule::every("dup", note, Duration::from_secs(3600)))
+        .schedule(Schedule::cron("dup", note, "0 3 * * *").unwrap())
+        .build()
+        .await
+        .unwrap();
+    let listed = rt.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].spec,
+        workflow_core::ScheduleSpec::Cron {
+            expr: "0 3 * * *".into(),
+            zone: "UTC".into()
+        }
+    );
+    rt.trigger_schedule("dup").await.unwrap();
+    // Declared again by another runtime: the new definition, the same ticks.
+    let again = db
+        .builder()
+        .worker(false)
+        .schedule(Schedule::every("dup", note, Duration::from_secs(60)).overlap(Overlap::AllowAll))
+        .build()
+        .await
+        .unwrap();
+    let listed = again.schedules().await.unwrap();
+    assert_eq!(
+        (listed[0].spec.clone(), listed[0].overlap),
+        (
+            workflow_core::ScheduleSpec::Every { period_ms: 60_000 },
+            Overlap::AllowAll
+        )
+    );
+    assert_eq!(again.schedule_ticks("dup", 10).await.unwrap().len(), 1);
+}
+
 on_every_store!(
+    the_last_declaration_of_a_name_wins_and_keeps_the_ticks,
     an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes,
     catch_up_none_starts_no_missed_tick,
     catch_up_latest_starts_the_latest_missed_tick,
