@@ -166,8 +166,9 @@ impl Inner {
         let mut previous = state.last_started.map(|(_, run)| run);
         let mut buffered = state.buffered;
         let mut look_again = None;
-        // A tick waiting for the previous run starts once that run has ended.
-        if let Some(waiting) = buffered {
+        // A tick waiting for the previous run starts once that run has ended (and the
+        // schedule is not paused: then it waits for the resume).
+        if let Some(waiting) = buffered.filter(|_| !state.paused) {
             let busy = match &previous {
                 Some(run) => self.live(run).await?,
                 None => false,
