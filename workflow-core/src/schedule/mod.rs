@@ -118,7 +118,7 @@ impl Schedule {
                 expr: expr.to_owned(),
                 zone: "UTC".to_owned(),
             },
-            Timing::Cron(Box::new(spec), zone("UTC")?),
+            Timing::cron(spec, zone("UTC")?),
         ))
     }
 
@@ -158,7 +158,7 @@ impl Schedule {
     pub(crate) fn from_def(def: ScheduleDef) -> Result<Schedule, ScheduleError> {
         let timing = match &def.spec {
             ScheduleSpec::Cron { expr, zone: tz } => {
-                Timing::Cron(Box::new(CronSpec::parse(expr)?), zone(tz)?)
+                Timing::cron(CronSpec::parse(expr)?, zone(tz)?)
             }
             ScheduleSpec::Every { period_ms } => Timing::Every(Duration::from_millis(*period_ms)),
         };
@@ -247,7 +247,7 @@ impl ScheduleInfo {
     pub fn upcoming(&self, from: SystemTime, n: usize) -> Vec<SystemTime> {
         let timing = match &self.spec {
             ScheduleSpec::Cron { expr, zone: tz } => match (CronSpec::parse(expr), zone(tz)) {
-                (Ok(spec), Ok(tz)) => Timing::Cron(Box::new(spec), tz),
+                (Ok(spec), Ok(tz)) => Timing::cron(spec, tz),
                 _ => return Vec::new(),
             },
             ScheduleSpec::Every { period_ms } => Timing::Every(Duration::from_millis(*period_ms)),

@@ -11,7 +11,7 @@ fn at(s: &str) -> SystemTime {
 }
 
 fn cron(expr: &str, tz: &str) -> Timing {
-    Timing::Cron(Box::new(CronSpec::parse(expr).unwrap()), zone(tz).unwrap())
+    Timing::cron(CronSpec::parse(expr).unwrap(), zone(tz).unwrap())
 }
 
 fn upcoming(t: &Timing, from: &str, n: usize) -> Vec<SystemTime> {

@@ -140,13 +140,19 @@ pub(crate) fn zone(zone: &str) -> Result<TimeZone, ScheduleError> {
 /// How a schedule ticks.
 #[derive(Debug, Clone)]
 pub(crate) enum Timing {
-    /// At the civil times a cron expression matches, in a zone.
+    /// At the civil times a cron expression matches, in a zone (boxed: a parsed expression
+    /// is large beside a period).
     Cron(Box<CronSpec>, TimeZone),
     /// At the multiples of a period since the Unix epoch.
     Every(Duration),
 }
 
 impl Timing {
+    /// At the civil times `spec` matches in `zone`.
+    pub(crate) fn cron(spec: CronSpec, zone: TimeZone) -> Self {
+        Timing::Cron(Box::new(spec), zone)
+    }
+
     /// The first nominal time strictly after `from`, or `None` when there is none (a period
     /// of zero, a cron expression that matches no date before the year 5000).
     pub(crate) fn next_after(&self, from: SystemTime) -> Option<SystemTime> {
