@@ -90,6 +90,17 @@ pub enum Command {
     /// List the declared queues: limits, occupied slots, waiting runs, begins in the rate
     /// window.
     Queues,
+    /// List the schedules: workflow, cron expression and zone or period, paused or active,
+    /// last and next nominal times.
+    Schedules,
+    /// Show a schedule (spec, next times, latest ticks), or pause, resume, trigger or
+    /// backfill it.
+    Schedule {
+        /// The schedule's name.
+        name: String,
+        #[command(subcommand)]
+        action: Option<crate::schedules::ScheduleAction>,
+    },
     /// Show a run: status, input, result, steps with attempts and durations, hooks and sleeps.
     Run {
         /// The run's id.
@@ -378,6 +389,16 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             } else {
                 t.to_string()
             })
+        }
+        Command::Schedules => {
+            let schedules = crate::schedules::list_schedules(&rt).await?;
+            if json {
+                return to_json(&schedules);
+            }
+            Ok(crate::schedules::table(&schedules))
+        }
+        Command::Schedule { name, action } => {
+            crate::schedules::command(&rt, &name, action, json).await
         }
         Command::Run { id } => {
             let detail = ops::run_detail(&rt, ops::parse_run_id(&id)?).await?;

@@ -16,6 +16,7 @@ mod cli;
 mod connect;
 mod error;
 mod ops;
+mod schedules;
 mod text;
 mod view;
 mod web;

@@ -556,4 +556,7 @@ pub enum BuildError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A schedule given to `RuntimeBuilder::schedule` could not be stored.
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::ScheduleError),
 }

@@ -95,7 +95,11 @@ pub use runtime::{
     stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
     StartOrResume, StreamWriter,
 };
-pub use store::{PruneStats, RunFilter, RunRecord, RunStatus, StreamInfo};
+pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
+pub use store::{
+    CatchUp, Overlap, PruneStats, RunFilter, RunRecord, RunStatus, ScheduleSpec, SkipReason,
+    StreamInfo, TickOutcome, TickRecord,
+};
 pub use workflow_macros::{step, workflow};
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
@@ -111,10 +115,12 @@ pub mod prelude {
         RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
+    pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
-        AdminStore as _, HookStore as _, QueueStore as _, RunStore as _, StreamStore as _,
+        AdminStore as _, HookStore as _, QueueStore as _, RunStore as _, ScheduleStore as _,
+        StreamStore as _,
     };
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 
 use super::clock::Clock;
+use super::schedules::schedule_loop;
 use super::worker::{heartbeat_loop, notice_loop, worker_loop};
 use super::{Inner, Runtime};
 use crate::config::Config;
@@ -18,6 +19,7 @@ use crate::error::BuildError;
 use crate::ids::RunId;
 use crate::queue::Queue;
 use crate::registry::{StepRegistration, WorkflowRegistration};
+use crate::schedule::Schedule;
 use crate::store::memory::MemoryStore;
 use crate::store::{QueueDef, Store};
 
@@ -37,6 +39,7 @@ pub struct RuntimeBuilder {
     store: StoreChoice,
     config: Config,
     queues: Vec<Queue>,
+    schedules: Vec<Schedule>,
     #[cfg(feature = "postgres")]
     schema: String,
 }
@@ -136,6 +139,34 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares a schedule, stored at `build` (the last declaration of a name on the builder
+    /// wins; a schedule already in the store keeps its ticks). Every worker on the store fires
+    /// it. See [`Schedule`].
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn ping(tick: ScheduleTick) -> Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder()
+    ///     .in_memory()
+    ///     .schedule(Schedule::every("heartbeat", ping, Duration::from_secs(60)))
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(rt.schedules().await?.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedules.push(schedule);
+        self
+    }
+
     /// Opens the store, registers every workflow and step linked into the binary and, unless
     /// disabled, starts the worker. Must be called inside a tokio runtime.
     pub async fn build(self) -> Result<Runtime, BuildError> {
@@ -210,13 +241,21 @@ impl RuntimeBuilder {
             queued: AtomicBool::new(!queues.is_empty()),
             rate_limited: queues.iter().any(|q| q.rate_limit.is_some()),
             queues: Mutex::new(queues.into_iter().map(|q| q.name).collect()),
+            schedules_changed: Notify::new(),
         });
+        // The last declaration of a name wins.
+        for (i, s) in self.schedules.iter().enumerate() {
+            if !self.schedules[i + 1..].iter().any(|l| l.name() == s.name()) {
+                inner.define_schedule(s).await?;
+            }
+        }
         if let Some(rx) = notices {
             tokio::spawn(notice_loop(inner.clone(), rx));
         }
         if inner.config.worker {
             tokio::spawn(worker_loop(inner.clone()));
             tokio::spawn(heartbeat_loop(inner.clone()));
+            tokio::spawn(schedule_loop(inner.clone()));
         }
         let rt = Runtime::attach(inner);
         super::register_built(&rt.inner);
@@ -235,6 +274,7 @@ impl Runtime {
             store: StoreChoice::Memory,
             config: Config::default(),
             queues: Vec::new(),
+            schedules: Vec::new(),
             #[cfg(feature = "postgres")]
             schema: "workflow".to_owned(),
         }

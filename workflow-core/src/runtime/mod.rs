@@ -9,6 +9,7 @@
 //! - `start`: the start builder and admission;
 //! - `run`: a run handle's queries and actions, and waiting for a run's end;
 //! - `streams`: what steps write to a run's streams and what readers get back;
+//! - `schedules`: the schedules' client calls and firing loop;
 //! - `worker`: leasing, heartbeats, store notices, spawning drivers;
 //! - `flight`: concurrent in-process starts of one hook token.
 //!
@@ -21,6 +22,7 @@ mod clock;
 mod completed;
 mod flight;
 mod run;
+mod schedules;
 mod start;
 mod streams;
 mod worker;
@@ -140,6 +142,8 @@ pub(crate) struct Inner {
     /// The queues known to exist: declared by this runtime, or found in the store by a start
     /// (queues are never undeclared, so a name once found stays known).
     queues: Mutex<std::collections::HashSet<String>>,
+    /// Wakes the schedules' firing loop: a schedule was defined, paused, resumed or deleted.
+    schedules_changed: Notify,
 }
 
 impl Inner {

@@ -37,10 +37,12 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 rt.run_ended(run, None);
             }
             Ok(Notice::Chunk(run)) => rt.stream_changed(run),
+            Ok(Notice::SchedulesChanged) => rt.schedules_changed.notify_one(),
             // Missed notices: the worker's poll and the waiters' timeouts catch up.
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 // Notices were lost: look again at whatever they may have been about.
                 rt.work.notify_one();
+                rt.schedules_changed.notify_one();
                 let waiting = crate::lock(&rt.waiting);
                 for w in waiting.values() {
                     w.ended.send_modify(|_| {});

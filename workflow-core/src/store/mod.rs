@@ -8,6 +8,7 @@
 //! - [`StreamStore`] ([`streams`]): streams of chunks.
 //! - [`QueueStore`] ([`queues`]): queue limits and occupancy.
 //! - [`AdminStore`] ([`admin`]): listing and pruning.
+//! - [`ScheduleStore`] ([`schedules`]): schedules and the records of their ticks.
 //!
 //! [`Store`] is all of them together, implemented for every type that has them; the runtime
 //! holds an `Arc<dyn Store>` and never knows which implementation it talks to:
@@ -28,12 +29,14 @@ mod admin;
 mod hooks;
 mod queues;
 mod runs;
+mod schedules;
 mod streams;
 
 pub use admin::*;
 pub use hooks::*;
 pub use queues::*;
 pub use runs::*;
+pub use schedules::*;
 pub use streams::*;
 
 pub mod memory;
@@ -65,6 +68,9 @@ pub mod sqlite;
 /// whose system clocks are wrong still write and compare times on the store's time line.
 /// What a store decides without a caller's time (a run woken at once by a payload) it
 /// decides on that same clock.
-pub trait Store: RunStore + HookStore + StreamStore + QueueStore + AdminStore {}
+pub trait Store:
+    RunStore + HookStore + StreamStore + QueueStore + AdminStore + ScheduleStore
+{
+}
 
-impl<S: RunStore + HookStore + StreamStore + QueueStore + AdminStore> Store for S {}
+impl<S: RunStore + HookStore + StreamStore + QueueStore + AdminStore + ScheduleStore> Store for S {}

@@ -174,6 +174,8 @@ pub enum Notice {
     RunEnded(RunId),
     /// A stream of run `0` received a chunk or was closed.
     Chunk(RunId),
+    /// Schedules were defined, paused, resumed or deleted.
+    SchedulesChanged,
 }
 
 /// Runs and their histories: the capability every store has. See [`super::Store`] for the

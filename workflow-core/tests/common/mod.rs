@@ -858,6 +858,54 @@ impl QueueStore for FailingAdmissions {
 }
 
 #[async_trait::async_trait]
+impl workflow_core::store::ScheduleStore for FailingAdmissions {
+    async fn define_schedule(
+        &self,
+        def: &workflow_core::store::ScheduleDef,
+        next: Option<SystemTime>,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        self.inner.define_schedule(def, next, at).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<workflow_core::store::ScheduleState>, StoreError> {
+        self.inner.list_schedules().await
+    }
+
+    async fn fire_tick(
+        &self,
+        tick: workflow_core::store::NewTick,
+    ) -> Result<workflow_core::store::TickWrite, StoreError> {
+        self.inner.fire_tick(tick).await
+    }
+
+    async fn advance_schedule(&self, name: &str, next: SystemTime) -> Result<bool, StoreError> {
+        self.inner.advance_schedule(name, next).await
+    }
+
+    async fn schedule_ticks(
+        &self,
+        name: &str,
+        n: usize,
+    ) -> Result<Vec<workflow_core::TickRecord>, StoreError> {
+        self.inner.schedule_ticks(name, n).await
+    }
+
+    async fn set_schedule_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next: Option<SystemTime>,
+    ) -> Result<bool, StoreError> {
+        self.inner.set_schedule_paused(name, paused, next).await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
+        self.inner.delete_schedule(name).await
+    }
+}
+
+#[async_trait::async_trait]
 impl AdminStore for FailingAdmissions {
     async fn prune(
         &self,

@@ -12,6 +12,7 @@ mod hooks;
 mod inspect;
 mod queues;
 mod runs;
+mod schedules;
 mod state;
 mod streams;
 

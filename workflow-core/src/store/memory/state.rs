@@ -34,6 +34,8 @@ pub(super) struct State {
     pub(super) queues: HashMap<String, QueueDef>,
     /// What each queue holds, kept in step with the runs by [`State::schedule`].
     pub(super) books: BTreeMap<String, QueueBook>,
+    /// Schedules by name, with their tick records (`schedules.rs`).
+    pub(super) schedules: BTreeMap<String, super::schedules::ScheduleRow>,
 }
 
 /// The runs of one queue that have not ended: those waiting to begin, in the order they

@@ -166,6 +166,9 @@ pub(super) fn parse_notice(payload: &str) -> Option<Notice> {
     if let Some(run) = payload.strip_prefix(NOTE_ENDED) {
         return run.parse().ok().map(Notice::RunEnded);
     }
+    if payload == super::schedules::NOTE_SCHEDULES {
+        return Some(Notice::SchedulesChanged);
+    }
     if let Some(run) = payload.strip_prefix(NOTE_CHUNK) {
         return run.parse().ok().map(Notice::Chunk);
     }

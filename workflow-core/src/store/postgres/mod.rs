@@ -37,6 +37,7 @@ mod hooks;
 mod listen;
 mod queues;
 mod runs;
+mod schedules;
 mod schema;
 mod stash;
 mod statements;

@@ -47,6 +47,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         name: "streams from runs and their chunks",
         ddl: MIGRATION_6,
     },
+    super::schedules::MIGRATION,
 ];
 /// The tables each version must have (from the version that created them on).
 pub(super) const TABLES: &[(&str, i64)] = &[
@@ -57,6 +58,8 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("streams", 6),
     ("stream_chunks", 6),
     ("queues", 5),
+    ("schedules", 7),
+    ("schedule_ticks", 7),
 ];
 
 pub(super) const MIGRATION_1: &str = r#"

@@ -449,6 +449,10 @@ async fn concurrent_connects_of_a_new_schema_migrate_once() {
             "runs_queue_keyed",
             "runs_queue_waiting",
             "runs_ready",
+            "schedule_ticks",
+            "schedule_ticks_pkey",
+            "schedules",
+            "schedules_pkey",
             "stream_chunks",
             "stream_chunks_pkey",
             "streams",
@@ -552,12 +556,14 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
-             DROP TABLE {streams}, {chunks}, {queues};
+             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks};
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),
             streams = schema.table("streams"),
             chunks = schema.table("stream_chunks"),
             queues = schema.table("queues"),
+            schedules = schema.table("schedules"),
+            ticks = schema.table("schedule_ticks"),
             migrations = schema.table("workflow_migrations"),
         ))
         .await;
@@ -818,6 +824,7 @@ fn notice_payloads_round_trip() {
     assert_eq!(parse_notice(&format!("p:{id}")), Some(Notice::Payload(id)));
     assert_eq!(parse_notice(&format!("e:{id}")), Some(Notice::RunEnded(id)));
     assert_eq!(parse_notice(&format!("c:{id}")), Some(Notice::Chunk(id)));
+    assert_eq!(parse_notice("s"), Some(Notice::SchedulesChanged));
     assert_eq!(parse_notice("p:nope"), None);
     assert_eq!(parse_notice("x"), None);
 }

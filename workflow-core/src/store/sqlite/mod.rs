@@ -21,6 +21,7 @@ mod hooks;
 mod queues;
 mod readers;
 mod runs;
+mod schedules;
 mod schema;
 mod statements;
 mod streams;

@@ -53,6 +53,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         name: "streams from runs and their chunks",
         ddl: SCHEMA_V7,
     },
+    super::schedules::MIGRATION,
 ];
 /// The tables each version must have (from the version that created them on), checked
 /// before migrating so a damaged file is reported, not half-migrated.
@@ -64,6 +65,8 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("streams", 7),
     ("stream_chunks", 7),
     ("queues", 6),
+    ("schedules", 8),
+    ("schedule_ticks", 8),
 ];
 
 pub(super) const SCHEMA_V1: &str = "

@@ -563,6 +563,8 @@ async fn a_new_file_gets_every_migration() {
             "runs_queue_keyed",
             "runs_queue_waiting",
             "runs_ready",
+            "schedule_ticks",
+            "schedules",
             "stream_chunks",
             "streams",
             "workflow_migrations"

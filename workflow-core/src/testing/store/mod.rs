@@ -53,6 +53,7 @@ mod hooks;
 mod migrations;
 mod queues;
 mod runs;
+mod schedules;
 mod streams;
 mod support;
 
@@ -107,6 +108,12 @@ pub use runs::{
     failed_tries_give_the_run_back_and_the_last_fails_it, failure_outcome_records_the_error,
     heartbeat_extends_live_leases_and_reports_lost_ones, release_with_a_future_wake_time,
     retry_reopens_a_failed_run_and_refuses_other_statuses,
+};
+pub use schedules::{
+    a_backfill_replaces_a_run_less_record_once, a_schedule_keeps_its_latest_1000_ticks,
+    concurrent_firings_of_one_tick_admit_exactly_one_run,
+    delete_removes_the_schedule_and_its_ticks, pause_and_resume,
+    the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
 };
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
@@ -278,7 +285,13 @@ macro_rules! __store_conformance_tests {
             an_undeclared_queue_begins_nothing,
             a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
             a_queued_run_s_updated_at_follows_its_changes_of_state,
+            a_schedule_keeps_its_latest_1000_ticks,
+            the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
+            pause_and_resume,
+            a_backfill_replaces_a_run_less_record_once,
+            delete_removes_the_schedule_and_its_ticks,
         ] shared [
+            concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_acquirers_never_share_a_run,

@@ -1,0 +1,458 @@
+//! Schedules in the runtime: the client calls ([`Runtime::create_schedule`],
+//! [`Runtime::schedules`], pause, resume, trigger, backfill, delete) and the firing loop each
+//! worker runs (`schedule_loop`), which sleeps until the next due tick, decides with
+//! `schedule::firing` which due ticks start, applies the overlap policy, and fires each tick
+//! through the store, which records it and admits its run in one act.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::{Inner, Runtime};
+use crate::history::{from_millis, to_millis};
+use crate::ids::RunId;
+use crate::payload::PayloadKind;
+use crate::schedule::firing::{due_at, plan, Action};
+use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
+use crate::store::{
+    NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome, TickRecord,
+    TickWrite,
+};
+
+/// How long the firing loop sleeps at most without a wake-up: other processes' changes to
+/// the schedules (on a store that does not push them) are seen within it.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// With a store that pushes changes to the schedules.
+const LOOK_AGAIN_PUSHED: Duration = Duration::from_secs(10);
+/// How often a buffered tick checks whether the run it waits for has ended.
+const BUFFERED_POLL: Duration = Duration::from_millis(200);
+/// The most runs one backfill starts.
+const MAX_BACKFILL: usize = 10_000;
+
+/// `t` to the millisecond, as the stores keep it.
+fn millis(t: SystemTime) -> SystemTime {
+    from_millis(to_millis(t))
+}
+
+fn checked_name(name: &str) -> Result<(), ScheduleError> {
+    if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(ScheduleError::InvalidName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl Inner {
+    /// Stores `schedule`: a new one ticks from its first nominal time after a second before
+    /// now; an existing one keeps its ticks. Wakes the firing loop here.
+    pub(crate) async fn define_schedule(&self, schedule: &Schedule) -> Result<(), ScheduleError> {
+        checked_name(&schedule.def.name)?;
+        let now = self.clock.tick().await;
+        let from = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        let next = schedule.timing.next_after(from).map(millis);
+        self.store.define_schedule(&schedule.def, next, now).await?;
+        self.schedules_changed.notify_one();
+        Ok(())
+    }
+
+    async fn schedule_state(&self, name: &str) -> Result<ScheduleState, ScheduleError> {
+        self.store
+            .list_schedules()
+            .await?
+            .into_iter()
+            .find(|s| s.def.name == name)
+            .ok_or_else(|| ScheduleError::NotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    /// The run of `tick` of `state`'s schedule, admitted at `now`.
+    fn tick_run(
+        &self,
+        state: &ScheduleState,
+        tick: &ScheduleTick,
+        now: SystemTime,
+    ) -> Result<NewRun, ScheduleError> {
+        let id = RunId::new();
+        let workflow = &state.def.workflow;
+        let cx = PayloadKind::WorkflowInput { workflow }.of(id);
+        let input: Value = self
+            .config
+            .payloads
+            .seal(serde_json::to_value((tick,)), cx)
+            .map_err(|e| crate::error::StoreError::database(e.to_string()))?;
+        Ok(NewRun {
+            id,
+            workflow: workflow.clone(),
+            input,
+            created_at: now,
+            hook: None,
+            deadline: None,
+            parent: None,
+            queue: state.def.queue.clone().map(QueueEntry::new),
+        })
+    }
+
+    /// Fires the tick of `state`'s schedule at `nominal`: records `outcome`, with a run when
+    /// it is `Started`. The run's id when this call started it.
+    async fn fire(
+        &self,
+        state: &ScheduleState,
+        nominal: SystemTime,
+        outcome: TickOutcome,
+        backfill: bool,
+        next: Option<SystemTime>,
+        replace_runless: bool,
+    ) -> Result<Option<RunId>, ScheduleError> {
+        let now = self.clock.tick().await;
+        let run = match outcome {
+            TickOutcome::Started => {
+                let tick = ScheduleTick {
+                    schedule: state.def.name.clone(),
+                    nominal,
+                    backfill,
+                };
+                Some(self.tick_run(state, &tick, now)?)
+            }
+            _ => None,
+        };
+        let id = run.as_ref().map(|r| r.id);
+        let written = self
+            .store
+            .fire_tick(NewTick {
+                schedule: state.def.name.clone(),
+                nominal,
+                outcome,
+                run,
+                backfill,
+                at: now,
+                next,
+                replace_runless,
+            })
+            .await?;
+        match written {
+            TickWrite::Recorded => {
+                if id.is_some() {
+                    // Any worker, here or elsewhere, may take the run.
+                    self.work.notify_one();
+                }
+                Ok(id)
+            }
+            TickWrite::Exists => Ok(None),
+            TickWrite::NoSchedule => Err(ScheduleError::NotFound {
+                name: state.def.name.clone(),
+            }),
+        }
+    }
+
+    /// Whether run `id` has not ended.
+    async fn live(&self, id: &RunId) -> Result<bool, ScheduleError> {
+        Ok(self
+            .store
+            .get_run(id)
+            .await?
+            .is_some_and(|r| !r.status.is_terminal()))
+    }
+
+    /// Fires what is due of `state`'s schedule at `now`; when to look at it again.
+    async fn fire_due(
+        self: &Arc<Self>,
+        state: ScheduleState,
+        now: SystemTime,
+    ) -> Result<Option<SystemTime>, ScheduleError> {
+        let schedule = Schedule::from_def(state.def.clone())?;
+        let mut previous = state.last_started.map(|(_, run)| run);
+        let mut buffered = state.buffered;
+        let mut look_again = None;
+        // A tick waiting for the previous run starts once that run has ended (and the
+        // schedule is not paused: then it waits for the resume).
+        if let Some(waiting) = buffered.filter(|_| !state.paused) {
+            let busy = match &previous {
+                Some(run) => self.live(run).await?,
+                None => false,
+            };
+            if busy {
+                look_again = Some(now + BUFFERED_POLL);
+            } else {
+                let started = self
+                    .fire(&state, waiting, TickOutcome::Started, false, None, true)
+                    .await?;
+                previous = started.or(previous);
+                buffered = None;
+            }
+        }
+        let plan = plan(&schedule.timing, &state, now);
+        for (nominal, action) in plan.due {
+            let next = schedule.timing.next_after(nominal).map(millis);
+            let outcome = match action {
+                Action::Skip(reason) => TickOutcome::Skipped(reason),
+                Action::Fire => {
+                    let busy = match &previous {
+                        Some(run) => self.live(run).await?,
+                        None => false,
+                    };
+                    match (busy, state.def.overlap) {
+                        (false, _) | (true, Overlap::AllowAll) => TickOutcome::Started,
+                        (true, Overlap::Skip) => TickOutcome::Skipped(SkipReason::Overlap),
+                        (true, Overlap::BufferOne) if buffered.is_some() => {
+                            TickOutcome::Skipped(SkipReason::Overlap)
+                        }
+                        (true, Overlap::BufferOne) => TickOutcome::Buffered,
+                        (true, Overlap::CancelOther) => {
+                            if let Some(run) = previous {
+                                self.cancel_run(run).await?;
+                            }
+                            TickOutcome::Started
+                        }
+                    }
+                }
+            };
+            let started = self
+                .fire(&state, nominal, outcome, false, next, false)
+                .await?;
+            if outcome == TickOutcome::Buffered {
+                buffered = Some(nominal);
+                look_again = Some(now + BUFFERED_POLL);
+            }
+            previous = started.or(previous);
+        }
+        if let Some(next) = plan.next {
+            self.store.advance_schedule(&state.def.name, next).await?;
+            let at = due_at(&state.def, next);
+            look_again = Some(look_again.map_or(at, |l: SystemTime| l.min(at)));
+        }
+        Ok(look_again)
+    }
+
+    /// Cancels run `id` as `run.cancel()` does.
+    async fn cancel_run(self: &Arc<Self>, id: RunId) -> Result<(), ScheduleError> {
+        match Runtime::revive(self.clone()) {
+            Some(rt) => rt.get_run(&id).cancel().await.map_err(|e| {
+                ScheduleError::Store(crate::error::StoreError::database(e.to_string()))
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Fires every schedule's due ticks, then sleeps until the next one falls due, a schedule
+/// changes (here at once; elsewhere through the store's notice, or within a second), or the
+/// runtime shuts down.
+pub(super) async fn schedule_loop(rt: Arc<Inner>) {
+    let mut shutdown = rt.shutdown.subscribe();
+    let most = if rt.pushed {
+        LOOK_AGAIN_PUSHED
+    } else {
+        LOOK_AGAIN
+    };
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let mut wait = most;
+        match rt.store.list_schedules().await {
+            Ok(states) => {
+                let now = rt.clock.tick().await;
+                for state in states {
+                    if *shutdown.borrow() {
+                        return;
+                    }
+                    let name = state.def.name.clone();
+                    match rt.fire_due(state, now).await {
+                        Ok(Some(at)) => {
+                            let until = at.duration_since(rt.clock.now()).unwrap_or_default();
+                            wait = wait.min(until);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(schedule = name, error = %e, "firing a schedule's ticks failed; retrying")
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the schedules failed; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = rt.schedules_changed.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+impl Runtime {
+    /// Adds `schedule` to the store at run time: every worker on the store fires it from
+    /// now on. Declaring an existing name again replaces its definition and keeps its ticks.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn ping(tick: ScheduleTick) -> Result<()> {
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// rt.create_schedule(Schedule::every("heartbeat", ping, Duration::from_secs(60))).await?;
+    /// let listed = rt.schedules().await?;
+    /// assert_eq!(listed[0].name, "heartbeat");
+    /// assert!(!listed[0].paused);
+    /// rt.delete_schedule("heartbeat").await?;
+    /// assert!(rt.schedules().await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn create_schedule(&self, schedule: Schedule) -> Result<(), ScheduleError> {
+        self.inner.define_schedule(&schedule).await
+    }
+
+    /// Every schedule in the store, by name, with its last and next nominal times.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>, ScheduleError> {
+        let states = self.inner.store.list_schedules().await?;
+        Ok(states
+            .into_iter()
+            .map(|s| {
+                // The next nominal time under the definition (the stored one may lie before
+                // it when the definition changed).
+                let next = Schedule::from_def(s.def.clone()).ok().and_then(|sch| {
+                    s.next.and_then(|n| {
+                        n.checked_sub(Duration::from_millis(1))
+                            .and_then(|b| sch.timing.next_after(b))
+                    })
+                });
+                ScheduleInfo {
+                    name: s.def.name,
+                    paused: s.paused,
+                    last: s.last,
+                    next: next.or(s.next),
+                    workflow: s.def.workflow,
+                    spec: s.def.spec,
+                    overlap: s.def.overlap,
+                    catch_up: s.def.catch_up,
+                }
+            })
+            .collect())
+    }
+
+    /// The schedule's latest `n` ticks by nominal time, the latest first, each with its
+    /// outcome and the run it started.
+    pub async fn schedule_ticks(
+        &self,
+        name: &str,
+        n: usize,
+    ) -> Result<Vec<TickRecord>, ScheduleError> {
+        self.inner.schedule_state(name).await?;
+        Ok(self.inner.store.schedule_ticks(name, n).await?)
+    }
+
+    /// Pauses the schedule: its ticks are recorded as skipped ([`SkipReason::Paused`]) and
+    /// never start later.
+    pub async fn pause_schedule(&self, name: &str) -> Result<(), ScheduleError> {
+        if !self
+            .inner
+            .store
+            .set_schedule_paused(name, true, None)
+            .await?
+        {
+            return Err(ScheduleError::NotFound {
+                name: name.to_owned(),
+            });
+        }
+        self.inner.schedules_changed.notify_one();
+        Ok(())
+    }
+
+    /// Resumes the schedule from its next nominal time after now: the ticks of the paused
+    /// span are not caught up.
+    pub async fn resume_schedule(&self, name: &str) -> Result<(), ScheduleError> {
+        let state = self.inner.schedule_state(name).await?;
+        let schedule = Schedule::from_def(state.def)?;
+        let now = self.inner.clock.tick().await;
+        let next = schedule.timing.next_after(now).map(millis);
+        if !self
+            .inner
+            .store
+            .set_schedule_paused(name, false, next)
+            .await?
+        {
+            return Err(ScheduleError::NotFound {
+                name: name.to_owned(),
+            });
+        }
+        self.inner.schedules_changed.notify_one();
+        Ok(())
+    }
+
+    /// Starts one run of the schedule now (its nominal time: now), whatever its state and
+    /// overlap policy; its id.
+    pub async fn trigger_schedule(&self, name: &str) -> Result<RunId, ScheduleError> {
+        let state = self.inner.schedule_state(name).await?;
+        let mut nominal = millis(self.inner.clock.tick().await);
+        // A tick recorded for this very millisecond: the next one.
+        for _ in 0..1000 {
+            let started = self
+                .inner
+                .fire(&state, nominal, TickOutcome::Started, false, None, false)
+                .await?;
+            if let Some(id) = started {
+                return Ok(id);
+            }
+            nominal += Duration::from_millis(1);
+        }
+        Err(ScheduleError::Store(crate::error::StoreError::database(
+            "every nominal time of the last second has a tick already",
+        )))
+    }
+
+    /// Starts a run, with [`ScheduleTick::backfill`] set, for every nominal time of the
+    /// schedule from `from` to `to` (both included) that has no run yet; how many it started.
+    /// Repeating a backfill starts nothing twice. At most 10,000 runs per call.
+    pub async fn backfill_schedule(
+        &self,
+        name: &str,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> Result<usize, ScheduleError> {
+        let state = self.inner.schedule_state(name).await?;
+        let schedule = Schedule::from_def(state.def.clone())?;
+        let mut at = match from.checked_sub(Duration::from_millis(1)) {
+            Some(before) => schedule.timing.next_after(before),
+            None => Some(from),
+        };
+        let mut started = 0;
+        while let Some(nominal) = at.filter(|t| *t <= to) {
+            if started >= MAX_BACKFILL {
+                break;
+            }
+            let run = self
+                .inner
+                .fire(
+                    &state,
+                    millis(nominal),
+                    TickOutcome::Started,
+                    true,
+                    None,
+                    true,
+                )
+                .await?;
+            started += usize::from(run.is_some());
+            at = schedule.timing.next_after(nominal);
+        }
+        Ok(started)
+    }
+
+    /// Deletes the schedule and its tick records; the runs it started stay.
+    pub async fn delete_schedule(&self, name: &str) -> Result<(), ScheduleError> {
+        if !self.inner.store.delete_schedule(name).await? {
+            return Err(ScheduleError::NotFound {
+                name: name.to_owned(),
+            });
+        }
+        self.inner.schedules_changed.notify_one();
+        Ok(())
+    }
+}

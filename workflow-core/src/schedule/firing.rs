@@ -1,0 +1,299 @@
+//! Which of a schedule's due ticks start a run: a pure function of the schedule, its stored
+//! state and the time, so it is unit-tested without a store or a clock. The overlap policy,
+//! which depends on whether the previous run has ended, is applied when a tick fires.
+//!
+//! A tick is due once its nominal time plus the schedule's jitter has passed. The latest due
+//! tick is on time when it fell due within [`ON_TIME`]; every other due tick was missed (no
+//! worker was up to fire it) and follows the catch-up policy within the catch-up window.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime};
+
+use super::timing::Timing;
+use crate::store::{CatchUp, ScheduleDef, ScheduleState, SkipReason, TICKS_KEPT};
+
+/// How late a firing loop may look at a due tick and still count it as on time.
+pub(crate) const ON_TIME: Duration = Duration::from_secs(2);
+
+/// The most nominal times one plan walks through: a cron expression ticking every second
+/// and stopped for weeks is caught up over several passes.
+const MAX_STEPS: usize = 200_000;
+
+/// What to do with one due tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Start its run (subject to the overlap policy).
+    Fire,
+    /// Record it as skipped.
+    Skip(SkipReason),
+}
+
+/// The due ticks of a schedule, oldest first, and its next nominal time after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) due: Vec<(SystemTime, Action)>,
+    pub(crate) next: Option<SystemTime>,
+}
+
+/// The delay of the run of `def`'s tick at `nominal` after it: the same on every worker (a
+/// hash of the name and the time), below the schedule's jitter.
+pub(crate) fn jitter_of(def: &ScheduleDef, nominal: SystemTime) -> Duration {
+    let jitter = u64::try_from(def.jitter.as_millis()).unwrap_or(u64::MAX);
+    if jitter == 0 {
+        return Duration::ZERO;
+    }
+    // FNV-1a: stable across processes, builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let ms = crate::history::to_millis(nominal);
+    for b in def.name.as_bytes().iter().chain(&ms.to_le_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Duration::from_millis(h % jitter)
+}
+
+/// When `nominal`'s tick of `def` falls due.
+pub(crate) fn due_at(def: &ScheduleDef, nominal: SystemTime) -> SystemTime {
+    nominal + jitter_of(def, nominal)
+}
+
+/// The plan for `state` at `now` (see the module docs). Only the latest [`TICKS_KEPT`] due
+/// ticks are in it: older ones would not be kept anyway.
+pub(crate) fn plan(timing: &Timing, state: &ScheduleState, now: SystemTime) -> Plan {
+    let def = &state.def;
+    let Some(stored) = state.next else {
+        return Plan {
+            due: Vec::new(),
+            next: None,
+        };
+    };
+    // The first nominal time at or after the stored one (under the current definition).
+    let mut at = first_from(timing, stored);
+    if let (Timing::Every(period), Some(t)) = (timing, at) {
+        // A period jumps straight to the ticks that can be kept.
+        let span = period.saturating_mul(u32::try_from(TICKS_KEPT + 1).unwrap_or(u32::MAX));
+        if let Some(floor) = now.checked_sub(span).filter(|f| *f > t) {
+            at = timing.next_after(floor);
+        }
+    }
+    let mut due = VecDeque::new();
+    for _ in 0..MAX_STEPS {
+        let Some(t) = at else { break };
+        if due_at(def, t) > now {
+            break;
+        }
+        due.push_back(t);
+        if due.len() > TICKS_KEPT {
+            due.pop_front();
+        }
+        at = timing.next_after(t);
+    }
+    let due: Vec<SystemTime> = due.into();
+    Plan {
+        due: decide(state, &due, now),
+        next: at,
+    }
+}
+
+/// The first nominal time at or after `t`.
+fn first_from(timing: &Timing, t: SystemTime) -> Option<SystemTime> {
+    match t
+        .checked_sub(Duration::from_millis(1))
+        .filter(|b| *b >= SystemTime::UNIX_EPOCH)
+    {
+        Some(before) => timing.next_after(before),
+        None => Some(t),
+    }
+}
+
+/// The action for each of `due` (oldest first).
+fn decide(state: &ScheduleState, due: &[SystemTime], now: SystemTime) -> Vec<(SystemTime, Action)> {
+    let def = &state.def;
+    if state.paused {
+        return due
+            .iter()
+            .map(|t| (*t, Action::Skip(SkipReason::Paused)))
+            .collect();
+    }
+    let on_time = due.last().is_some_and(|t| {
+        now.checked_sub(ON_TIME)
+            .is_none_or(|s| due_at(def, *t) >= s)
+    });
+    let missed = due.len() - usize::from(on_time);
+    let window_start = now.checked_sub(def.catch_up_window);
+    let in_window = |t: &SystemTime| window_start.is_none_or(|s| *t >= s);
+    let catch_up = match def.catch_up {
+        CatchUp::None => 0,
+        CatchUp::Latest => 1,
+        CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
+    };
+    // The most recent missed ticks within the window, up to the policy's count, start.
+    let eligible = due[..missed].iter().filter(|t| in_window(t)).count();
+    let first_caught = missed - eligible.min(catch_up);
+    due.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let action = if i >= missed || (i >= first_caught && in_window(t)) {
+                Action::Fire
+            } else {
+                Action::Skip(SkipReason::Missed)
+            };
+            (*t, action)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Overlap, ScheduleSpec};
+
+    fn s(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn state(next: u64, catch_up: CatchUp, window: u64, paused: bool) -> ScheduleState {
+        ScheduleState {
+            def: ScheduleDef {
+                name: "s".into(),
+                workflow: "wf".into(),
+                queue: None,
+                spec: ScheduleSpec::Every { period_ms: 10_000 },
+                overlap: Overlap::Skip,
+                catch_up,
+                catch_up_window: Duration::from_secs(window),
+                jitter: Duration::ZERO,
+            },
+            paused,
+            next: Some(s(next)),
+            last: None,
+            last_started: None,
+            buffered: None,
+        }
+    }
+
+    const EVERY_10: Timing = Timing::Every(Duration::from_secs(10));
+
+    fn actions(p: &Plan) -> Vec<(u64, Action)> {
+        p.due
+            .iter()
+            .map(|(t, a)| {
+                (
+                    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+                    *a,
+                )
+            })
+            .collect()
+    }
+
+    const MISSED: Action = Action::Skip(SkipReason::Missed);
+
+    #[test]
+    fn an_on_time_tick_fires_and_nothing_else_is_due() {
+        let p = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), s(101));
+        assert_eq!(actions(&p), [(100, Action::Fire)]);
+        assert_eq!(p.next, Some(s(110)));
+        let p = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), s(99));
+        assert_eq!((actions(&p), p.next), (vec![], Some(s(100))));
+    }
+
+    #[test]
+    fn missed_ticks_follow_the_catch_up_policy() {
+        // Stored next 100; back at 141: 100..130 missed, 140 on time.
+        let now = s(141);
+        let none = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), now);
+        assert_eq!(
+            actions(&none),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, MISSED),
+                (130, MISSED),
+                (140, Action::Fire)
+            ]
+        );
+        let latest = plan(&EVERY_10, &state(100, CatchUp::Latest, 3600, false), now);
+        assert_eq!(
+            actions(&latest),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, MISSED),
+                (130, Action::Fire),
+                (140, Action::Fire)
+            ]
+        );
+        let all = plan(
+            &EVERY_10,
+            &state(100, CatchUp::All { max: 2 }, 3600, false),
+            now,
+        );
+        assert_eq!(
+            actions(&all),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, Action::Fire),
+                (130, Action::Fire),
+                (140, Action::Fire)
+            ]
+        );
+        assert_eq!(all.next, Some(s(150)));
+    }
+
+    #[test]
+    fn the_window_bounds_the_catch_up_and_a_late_look_is_all_missed() {
+        // Back at 145 (the tick of 140 is 5 s old: missed too), window 20 s: from 125 on.
+        let now = s(145);
+        let all = plan(
+            &EVERY_10,
+            &state(100, CatchUp::All { max: 10 }, 20, false),
+            now,
+        );
+        assert_eq!(
+            actions(&all),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, MISSED),
+                (130, Action::Fire),
+                (140, Action::Fire)
+            ]
+        );
+        let latest = plan(&EVERY_10, &state(100, CatchUp::Latest, 3, false), now);
+        assert!(actions(&latest).iter().all(|(_, a)| *a == MISSED));
+    }
+
+    #[test]
+    fn a_paused_schedule_skips_every_due_tick() {
+        let p = plan(&EVERY_10, &state(100, CatchUp::Latest, 3600, true), s(121));
+        let paused = Action::Skip(SkipReason::Paused);
+        assert_eq!(actions(&p), [(100, paused), (110, paused), (120, paused)]);
+        assert_eq!(p.next, Some(s(130)));
+    }
+
+    #[test]
+    fn a_long_stop_keeps_only_the_ticks_that_are_kept() {
+        let p = plan(
+            &EVERY_10,
+            &state(0, CatchUp::Latest, 60, false),
+            s(1_000_000),
+        );
+        assert_eq!(p.due.len(), TICKS_KEPT);
+        assert_eq!(p.due.last().unwrap(), &(s(1_000_000), Action::Fire));
+        assert_eq!(p.next, Some(s(1_000_010)));
+    }
+
+    #[test]
+    fn jitter_delays_a_tick_the_same_on_every_call_and_below_the_jitter() {
+        let mut st = state(100, CatchUp::Latest, 3600, false);
+        st.def.jitter = Duration::from_secs(5);
+        let j = jitter_of(&st.def, s(100));
+        assert!(j < Duration::from_secs(5));
+        assert_eq!(j, jitter_of(&st.def, s(100)));
+        let before = plan(&EVERY_10, &st, s(100) + j - Duration::from_millis(1));
+        assert!(before.due.is_empty());
+        let after = plan(&EVERY_10, &st, s(100) + j);
+        assert_eq!(actions(&after), [(100, Action::Fire)]);
+    }
+}

@@ -1,0 +1,170 @@
+//! [`ScheduleStore`] in memory: each schedule's row holds its definition, state and tick
+//! records. Each method takes the lock once, so a tick's record and its run's admission
+//! (the state's own `admit`) are one act.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use super::MemoryStore;
+use crate::error::StoreError;
+use crate::store::{
+    NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord, TickWrite,
+    TICKS_KEPT,
+};
+
+/// A schedule under the store's lock.
+pub(super) struct ScheduleRow {
+    def: ScheduleDef,
+    paused: bool,
+    next: Option<SystemTime>,
+    /// Its tick records by nominal time.
+    ticks: BTreeMap<SystemTime, TickRecord>,
+}
+
+impl ScheduleRow {
+    fn state(&self) -> ScheduleState {
+        let started = self
+            .ticks
+            .values()
+            .rev()
+            .find(|t| t.outcome == TickOutcome::Started && !t.backfill);
+        ScheduleState {
+            def: self.def.clone(),
+            paused: self.paused,
+            next: self.next,
+            last: self.ticks.keys().next_back().copied(),
+            last_started: started.and_then(|t| t.run_id.map(|r| (t.nominal, r))),
+            buffered: self
+                .ticks
+                .values()
+                .find(|t| t.outcome == TickOutcome::Buffered)
+                .map(|t| t.nominal),
+        }
+    }
+
+    fn advance(&mut self, next: Option<SystemTime>) {
+        if let Some(next) = next {
+            self.next = Some(self.next.map_or(next, |n| n.max(next)));
+        }
+    }
+}
+
+/// `t` to the millisecond, as the SQL stores keep times.
+fn millis(t: SystemTime) -> SystemTime {
+    let ms = crate::history::to_millis(t);
+    crate::history::from_millis(ms)
+}
+
+#[async_trait::async_trait]
+impl ScheduleStore for MemoryStore {
+    async fn define_schedule(
+        &self,
+        def: &ScheduleDef,
+        next: Option<SystemTime>,
+        _at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let next = next.map(millis);
+        let mut st = self.lock();
+        match st.schedules.get_mut(&def.name) {
+            Some(row) => {
+                row.def = def.clone();
+                row.next = match (row.next, next) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => {
+                st.schedules.insert(
+                    def.name.clone(),
+                    ScheduleRow {
+                        def: def.clone(),
+                        paused: false,
+                        next,
+                        ticks: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleState>, StoreError> {
+        Ok(self
+            .lock()
+            .schedules
+            .values()
+            .map(ScheduleRow::state)
+            .collect())
+    }
+
+    async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
+        let nominal = millis(tick.nominal);
+        let mut st = self.lock();
+        let Some(row) = st.schedules.get(&tick.schedule) else {
+            return Ok(TickWrite::NoSchedule);
+        };
+        if let Some(old) = row.ticks.get(&nominal) {
+            if !tick.replace_runless || old.run_id.is_some() {
+                return Ok(TickWrite::Exists);
+            }
+        }
+        let run_id = tick.run.as_ref().map(|r| r.id);
+        if let Some(run) = tick.run {
+            st.admit(run, None)?;
+        }
+        let Some(row) = st.schedules.get_mut(&tick.schedule) else {
+            return Ok(TickWrite::NoSchedule);
+        };
+        row.ticks.insert(
+            nominal,
+            TickRecord {
+                schedule: tick.schedule.clone(),
+                nominal,
+                outcome: tick.outcome,
+                run_id,
+                backfill: tick.backfill,
+                recorded_at: millis(tick.at),
+            },
+        );
+        while row.ticks.len() > TICKS_KEPT {
+            row.ticks.pop_first();
+        }
+        row.advance(tick.next.map(millis));
+        Ok(TickWrite::Recorded)
+    }
+
+    async fn advance_schedule(&self, name: &str, next: SystemTime) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Some(row) = st.schedules.get_mut(name) else {
+            return Ok(false);
+        };
+        row.advance(Some(millis(next)));
+        Ok(true)
+    }
+
+    async fn schedule_ticks(&self, name: &str, n: usize) -> Result<Vec<TickRecord>, StoreError> {
+        let st = self.lock();
+        Ok(st.schedules.get(name).map_or_else(Vec::new, |row| {
+            row.ticks.values().rev().take(n).cloned().collect()
+        }))
+    }
+
+    async fn set_schedule_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next: Option<SystemTime>,
+    ) -> Result<bool, StoreError> {
+        let mut st = self.lock();
+        let Some(row) = st.schedules.get_mut(name) else {
+            return Ok(false);
+        };
+        row.paused = paused;
+        row.advance(next.map(millis));
+        Ok(true)
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().schedules.remove(name).is_some())
+    }
+}

@@ -1,0 +1,217 @@
+//! [`ScheduleStore`] on SQLite: the schedules' tables (this dialect's migration), their
+//! statements, and the methods, which send their work to the writer or a reader. Firing a
+//! tick is the shared policy's (`store::sql::schedules::fire_tick`), run in one writer
+//! transaction with the run's admission.
+
+use std::time::SystemTime;
+
+use rusqlite::{params, Row};
+
+use super::tx::{all, exec, now, one, Lite};
+use super::SqliteStore;
+use crate::error::StoreError;
+use crate::store::sql::migrations::Migration;
+use crate::store::sql::schedules::{
+    decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleTx, TickCols,
+    TickRow,
+};
+use crate::store::sql::{sql_id, sql_time};
+use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
+
+/// Schedules: a row per schedule (its definition as JSON, whether it is paused, the next
+/// nominal time its ticks have not been recorded for), and a row per recorded tick, whose
+/// primary key lets one firing of a tick win.
+pub(super) const MIGRATION: Migration = Migration {
+    version: 8,
+    name: "schedules and the records of their ticks",
+    ddl: "
+CREATE TABLE schedules (
+    name       TEXT PRIMARY KEY NOT NULL,
+    def        TEXT NOT NULL,          -- JSON of ScheduleDef
+    paused     INTEGER NOT NULL DEFAULT 0,
+    next_at    INTEGER,                -- NULL: it never ticks again
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE schedule_ticks (
+    schedule    TEXT NOT NULL,
+    nominal     INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,         -- TickOutcome::as_str
+    run_id      TEXT,                  -- the run it started
+    backfill    INTEGER NOT NULL DEFAULT 0,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (schedule, nominal)
+) WITHOUT ROWID;
+",
+};
+
+/// The statements of this file, side by side with PostgreSQL's.
+struct Sql {
+    define: &'static str,
+    list: &'static str,
+    lock: &'static str,
+    upsert_tick: &'static str,
+    advance: &'static str,
+    trim: &'static str,
+    ticks: &'static str,
+    pause: &'static str,
+    delete_ticks: &'static str,
+    delete: &'static str,
+}
+
+const SQL: Sql = Sql {
+    define: "INSERT INTO schedules (name, def, paused, next_at, created_at, updated_at)
+         VALUES (?1, ?2, 0, ?3, ?4, ?4)
+         ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated_at = excluded.updated_at,
+             next_at = CASE WHEN schedules.next_at IS NULL THEN excluded.next_at
+                            WHEN excluded.next_at IS NULL THEN schedules.next_at
+                            ELSE MIN(schedules.next_at, excluded.next_at) END",
+    list: "SELECT s.name, s.def, s.paused, s.next_at,
+             (SELECT MAX(t.nominal) FROM schedule_ticks t WHERE t.schedule = s.name),
+             (SELECT t.nominal FROM schedule_ticks t WHERE t.schedule = s.name
+                AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
+             (SELECT t.run_id FROM schedule_ticks t WHERE t.schedule = s.name
+                AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
+             (SELECT MIN(t.nominal) FROM schedule_ticks t WHERE t.schedule = s.name
+                AND t.outcome = 'buffered')
+         FROM schedules s ORDER BY s.name",
+    lock: "SELECT 1 FROM schedules WHERE name = ?1",
+    upsert_tick: "INSERT INTO schedule_ticks
+             (schedule, nominal, outcome, run_id, backfill, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (schedule, nominal) DO UPDATE SET outcome = excluded.outcome,
+             run_id = excluded.run_id, backfill = excluded.backfill,
+             recorded_at = excluded.recorded_at
+         WHERE ?7 AND schedule_ticks.run_id IS NULL
+         RETURNING 1",
+    advance: "UPDATE schedules SET next_at = MAX(COALESCE(next_at, ?2), ?2) WHERE name = ?1",
+    trim: "DELETE FROM schedule_ticks WHERE schedule = ?1 AND nominal <
+         (SELECT nominal FROM schedule_ticks WHERE schedule = ?1
+          ORDER BY nominal DESC LIMIT 1 OFFSET ?2)",
+    ticks: "SELECT schedule, nominal, outcome, run_id, backfill, recorded_at
+         FROM schedule_ticks WHERE schedule = ?1 ORDER BY nominal DESC LIMIT ?2",
+    pause: "UPDATE schedules SET paused = ?2,
+             next_at = CASE WHEN ?3 IS NULL THEN next_at ELSE MAX(COALESCE(next_at, ?3), ?3) END
+         WHERE name = ?1",
+    delete_ticks: "DELETE FROM schedule_ticks WHERE schedule = ?1",
+    delete: "DELETE FROM schedules WHERE name = ?1",
+};
+
+fn schedule_cols(r: &Row<'_>) -> rusqlite::Result<ScheduleCols> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+fn tick_cols(r: &Row<'_>) -> rusqlite::Result<TickCols> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
+impl ScheduleTx for Lite<'_> {
+    async fn lock_schedule(&mut self, name: &str) -> Result<bool, StoreError> {
+        // The writer's transaction holds the database's write lock: nobody else fires.
+        Ok(one(self.0, SQL.lock, [name], |_| Ok(()))?.is_some())
+    }
+
+    async fn upsert_tick(&mut self, t: &TickRow) -> Result<bool, StoreError> {
+        let args = params![
+            t.schedule,
+            t.nominal,
+            t.outcome,
+            t.run_id,
+            t.backfill,
+            t.recorded_at,
+            t.replace_runless
+        ];
+        Ok(one(self.0, SQL.upsert_tick, args, |_| Ok(()))?.is_some())
+    }
+
+    async fn advance(&mut self, name: &str, next: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.advance, params![name, next])?;
+        Ok(())
+    }
+
+    async fn trim_ticks(&mut self, name: &str, keep: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.trim, params![name, keep - 1])?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ScheduleStore for SqliteStore {
+    async fn define_schedule(
+        &self,
+        def: &ScheduleDef,
+        next: Option<SystemTime>,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (name, json) = (def.name.clone(), encode_def(def)?);
+        let (next, at) = (next.map(sql_time), sql_time(at));
+        self.write(move |tx| {
+            exec(tx, SQL.define, params![name, json, next, at])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleState>, StoreError> {
+        let rows = self
+            .read(|conn| all(conn, SQL.list, [], schedule_cols))
+            .await?;
+        rows.into_iter().map(decode_schedule).collect()
+    }
+
+    async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
+        let row = TickRow::new(tick)?;
+        self.write(move |tx| now(fire_tick(&mut Lite(tx), &row)))
+            .await
+    }
+
+    async fn advance_schedule(&self, name: &str, next: SystemTime) -> Result<bool, StoreError> {
+        let (name, next) = (name.to_owned(), sql_time(next));
+        self.write(move |tx| Ok(exec(tx, SQL.advance, params![name, next])? > 0))
+            .await
+    }
+
+    async fn schedule_ticks(&self, name: &str, n: usize) -> Result<Vec<TickRecord>, StoreError> {
+        let (name, n) = (name.to_owned(), sql_id(n));
+        let rows = self
+            .read(move |conn| all(conn, SQL.ticks, params![name, n], tick_cols))
+            .await?;
+        rows.into_iter().map(decode_tick).collect()
+    }
+
+    async fn set_schedule_paused(
+        &self,
+        name: &str,
+        paused: bool,
+        next: Option<SystemTime>,
+    ) -> Result<bool, StoreError> {
+        let (name, next) = (name.to_owned(), next.map(sql_time));
+        self.write(move |tx| Ok(exec(tx, SQL.pause, params![name, paused, next])? > 0))
+            .await
+    }
+
+    async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.write(move |tx| {
+            exec(tx, SQL.delete_ticks, [&name])?;
+            Ok(exec(tx, SQL.delete, [&name])? > 0)
+        })
+        .await
+    }
+}

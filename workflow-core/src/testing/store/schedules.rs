@@ -1,0 +1,270 @@
+//! The schedules contract ([`ScheduleStore`](crate::store::ScheduleStore)): exactly one run
+//! per schedule and nominal time under concurrent firings, the tick records kept (the latest
+//! 1,000, latest first), the next nominal time moving only forward, a redefinition keeping
+//! the schedule's state, pause and resume, backfills replacing run-less records once, and
+//! deletion.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+
+use super::support::t;
+use crate::ids::RunId;
+use crate::store::*;
+
+/// A schedule named `name` of workflow `tick`, every second.
+fn def(name: &str) -> ScheduleDef {
+    ScheduleDef {
+        name: name.to_owned(),
+        workflow: "tick".to_owned(),
+        queue: None,
+        spec: ScheduleSpec::Every { period_ms: 1000 },
+        overlap: Overlap::Skip,
+        catch_up: CatchUp::Latest,
+        catch_up_window: Duration::from_secs(3600),
+        jitter: Duration::ZERO,
+    }
+}
+
+/// The run of a tick at `at`.
+fn run(at: SystemTime) -> NewRun {
+    NewRun {
+        parent: None,
+        id: RunId::new(),
+        workflow: "tick".to_owned(),
+        input: json!([{"n": 1}]),
+        created_at: at,
+        hook: None,
+        deadline: None,
+        queue: None,
+    }
+}
+
+/// A tick of `schedule` at `nominal` with outcome `outcome` (and a run when started).
+fn tick(schedule: &str, nominal: SystemTime, outcome: TickOutcome) -> NewTick {
+    NewTick {
+        schedule: schedule.to_owned(),
+        nominal,
+        outcome,
+        run: (outcome == TickOutcome::Started).then(|| run(nominal)),
+        backfill: false,
+        at: nominal,
+        next: None,
+        replace_runless: false,
+    }
+}
+
+async fn state<S: Store>(store: &S, name: &str) -> Option<ScheduleState> {
+    store
+        .list_schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.def.name == name)
+}
+
+/// Fires one tick 60 times at once over the handles, each with a run of its own: exactly
+/// one firing records it and admits its run, the record names that run, and no other run
+/// exists. The next nominal time ends at the furthest any firing asked for.
+pub async fn concurrent_firings_of_one_tick_admit_exactly_one_run<S: Store + Clone>(stores: &[S]) {
+    let store = &stores[0];
+    store
+        .define_schedule(&def("race"), Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            tokio::spawn(async move {
+                let mut tk = tick("race", t(1000), TickOutcome::Started);
+                tk.next = Some(t(2000));
+                let id = tk.run.as_ref().unwrap().id;
+                (id, store.fire_tick(tk).await.unwrap())
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    let winners: Vec<RunId> = results
+        .iter()
+        .filter(|(_, w)| *w == TickWrite::Recorded)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert!(results
+        .iter()
+        .all(|(_, w)| matches!(w, TickWrite::Recorded | TickWrite::Exists)));
+    for (id, _) in &results {
+        let exists = store.get_run(id).await.unwrap().is_some();
+        assert_eq!(exists, *id == winners[0], "run {id}");
+    }
+    let ticks = store.schedule_ticks("race", 10).await.unwrap();
+    assert_eq!(ticks.len(), 1);
+    assert_eq!(
+        (ticks[0].nominal, ticks[0].outcome, ticks[0].run_id),
+        (t(1000), TickOutcome::Started, Some(winners[0]))
+    );
+    let st = state(store, "race").await.unwrap();
+    assert_eq!(st.next, Some(t(2000)));
+    assert_eq!(st.last, Some(t(1000)));
+    assert_eq!(st.last_started, Some((t(1000), winners[0])));
+}
+
+/// A schedule keeps its latest 1,000 ticks by nominal time; they are listed latest first.
+pub async fn a_schedule_keeps_its_latest_1000_ticks<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("many"), Some(t(0)), t(0))
+        .await
+        .unwrap();
+    for i in 0..1005u64 {
+        let tk = tick(
+            "many",
+            t(i * 1000),
+            TickOutcome::Skipped(SkipReason::Missed),
+        );
+        assert_eq!(store.fire_tick(tk).await.unwrap(), TickWrite::Recorded);
+    }
+    let ticks = store.schedule_ticks("many", 5000).await.unwrap();
+    assert_eq!(ticks.len(), TICKS_KEPT);
+    assert_eq!(ticks[0].nominal, t(1004 * 1000));
+    assert_eq!(ticks[TICKS_KEPT - 1].nominal, t(5 * 1000));
+    assert!(ticks.windows(2).all(|w| w[0].nominal > w[1].nominal));
+    assert_eq!(store.schedule_ticks("many", 3).await.unwrap().len(), 3);
+    assert!(store.schedule_ticks("other", 3).await.unwrap().is_empty());
+}
+
+/// The next nominal time moves only forward when ticks fire or the schedule advances; a
+/// redefinition keeps the schedule's ticks and pause, takes the new definition, and lowers
+/// the next nominal time only to an earlier one.
+pub async fn the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("kept"), Some(t(5000)), t(0))
+        .await
+        .unwrap();
+    assert!(store.advance_schedule("kept", t(8000)).await.unwrap());
+    assert!(store.advance_schedule("kept", t(6000)).await.unwrap());
+    assert_eq!(state(store, "kept").await.unwrap().next, Some(t(8000)));
+    assert!(!store.advance_schedule("nope", t(1)).await.unwrap());
+    let mut tk = tick("kept", t(8000), TickOutcome::Buffered);
+    tk.next = Some(t(7000));
+    assert_eq!(store.fire_tick(tk).await.unwrap(), TickWrite::Recorded);
+    let st = state(store, "kept").await.unwrap();
+    assert_eq!(
+        (st.next, st.buffered, st.last),
+        (Some(t(8000)), Some(t(8000)), Some(t(8000)))
+    );
+    assert!(store.set_schedule_paused("kept", true, None).await.unwrap());
+
+    let mut changed = def("kept");
+    changed.overlap = Overlap::AllowAll;
+    store
+        .define_schedule(&changed, Some(t(9000)), t(1))
+        .await
+        .unwrap();
+    let st = state(store, "kept").await.unwrap();
+    assert_eq!(st.def, changed);
+    assert!(st.paused);
+    assert_eq!(st.next, Some(t(8000)));
+    assert_eq!(store.schedule_ticks("kept", 10).await.unwrap().len(), 1);
+    store
+        .define_schedule(&changed, Some(t(3000)), t(2))
+        .await
+        .unwrap();
+    assert_eq!(state(store, "kept").await.unwrap().next, Some(t(3000)));
+}
+
+/// Pausing and resuming are kept; a resume may move the next nominal time forward past the
+/// paused span; an unknown schedule is reported.
+pub async fn pause_and_resume<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("p"), Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    assert!(!state(store, "p").await.unwrap().paused);
+    assert!(store.set_schedule_paused("p", true, None).await.unwrap());
+    let st = state(store, "p").await.unwrap();
+    assert!(st.paused);
+    assert_eq!(st.next, Some(t(1000)));
+    assert!(store
+        .set_schedule_paused("p", false, Some(t(60_000)))
+        .await
+        .unwrap());
+    let st = state(store, "p").await.unwrap();
+    assert!(!st.paused);
+    assert_eq!(st.next, Some(t(60_000)));
+    assert!(!store.set_schedule_paused("nope", true, None).await.unwrap());
+}
+
+/// A backfill's firing replaces a record without a run, once: repeating it writes nothing
+/// and admits no second run; a record with a run is never replaced.
+pub async fn a_backfill_replaces_a_run_less_record_once<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("b"), Some(t(0)), t(0))
+        .await
+        .unwrap();
+    let skipped = tick("b", t(1000), TickOutcome::Skipped(SkipReason::Paused));
+    assert_eq!(store.fire_tick(skipped).await.unwrap(), TickWrite::Recorded);
+    let backfill = |nominal| {
+        let mut tk = tick("b", nominal, TickOutcome::Started);
+        tk.backfill = true;
+        tk.replace_runless = true;
+        tk
+    };
+    let first = backfill(t(1000));
+    let first_run = first.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(first).await.unwrap(), TickWrite::Recorded);
+    let again = backfill(t(1000));
+    let again_run = again.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(again).await.unwrap(), TickWrite::Exists);
+    assert!(store.get_run(&again_run).await.unwrap().is_none());
+    assert!(store.get_run(&first_run).await.unwrap().is_some());
+    // Without leave to replace, even a run-less record stays.
+    let plain = tick("b", t(2000), TickOutcome::Skipped(SkipReason::Overlap));
+    assert_eq!(store.fire_tick(plain).await.unwrap(), TickWrite::Recorded);
+    let over = tick("b", t(2000), TickOutcome::Started);
+    let over_run = over.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(over).await.unwrap(), TickWrite::Exists);
+    assert!(store.get_run(&over_run).await.unwrap().is_none());
+
+    let ticks = store.schedule_ticks("b", 10).await.unwrap();
+    assert_eq!(ticks.len(), 2);
+    assert_eq!(
+        (ticks[1].outcome, ticks[1].run_id, ticks[1].backfill),
+        (TickOutcome::Started, Some(first_run), true)
+    );
+    assert_eq!(ticks[0].outcome, TickOutcome::Skipped(SkipReason::Overlap));
+    // A backfilled run is not the schedule's previous run for its overlap policy.
+    assert_eq!(state(store, "b").await.unwrap().last_started, None);
+}
+
+/// Deleting a schedule removes it and its records, not its runs; firing it then writes
+/// nothing; a second delete finds nothing.
+pub async fn delete_removes_the_schedule_and_its_ticks<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("d"), Some(t(0)), t(0))
+        .await
+        .unwrap();
+    store.define_schedule(&def("e"), None, t(0)).await.unwrap();
+    let started = tick("d", t(1000), TickOutcome::Started);
+    let run_id = started.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(started).await.unwrap(), TickWrite::Recorded);
+    assert!(store.delete_schedule("d").await.unwrap());
+    let names: Vec<String> = store
+        .list_schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.def.name)
+        .collect();
+    assert_eq!(names, ["e"]);
+    assert!(store.schedule_ticks("d", 10).await.unwrap().is_empty());
+    assert!(store.get_run(&run_id).await.unwrap().is_some());
+    let late = tick("d", t(2000), TickOutcome::Started);
+    let late_run = late.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(late).await.unwrap(), TickWrite::NoSchedule);
+    assert!(store.get_run(&late_run).await.unwrap().is_none());
+    assert!(!store.delete_schedule("d").await.unwrap());
+    assert_eq!(state(store, "e").await.unwrap().next, None);
+}

@@ -1,0 +1,468 @@
+//! Schedules as a user sees them, on every store: an every-second schedule fired by two
+//! runtimes starts one run per nominal second; a worker stopped and started again catches
+//! up per policy; the overlap policies; pause and resume; trigger; backfills that start
+//! nothing twice; a schedule created at run time fired by another runtime; unknown names.
+//! Every wait is bounded; nothing asserts on speed.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{Backend, TestDb};
+use workflow_core::prelude::*;
+use workflow_core::{RunRecord, ScheduleError, SkipReason, TickOutcome, TickRecord};
+
+#[workflow(name = "sched.note")]
+async fn note(tick: ScheduleTick) -> Result<bool> {
+    Ok(tick.backfill)
+}
+
+#[workflow(name = "sched.slow")]
+async fn slow(tick: ScheduleTick) -> Result<()> {
+    let _ = tick;
+    sleep(Duration::from_millis(2500)).await;
+    Ok(())
+}
+
+fn ms(t: SystemTime) -> u128 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// The schedule's ticks, oldest first.
+async fn ticks(rt: &Runtime, name: &str) -> Vec<TickRecord> {
+    let mut t = rt.schedule_ticks(name, 1000).await.unwrap();
+    t.reverse();
+    t
+}
+
+/// Waits (at most `limit`) until `done` holds for the schedule's ticks; they are returned.
+async fn wait_ticks(
+    rt: &Runtime,
+    name: &str,
+    limit: Duration,
+    done: impl Fn(&[TickRecord]) -> bool,
+) -> Vec<TickRecord> {
+    let start = Instant::now();
+    loop {
+        let t = ticks(rt, name).await;
+        if done(&t) {
+            return t;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "schedule {name}: still waiting after {limit:?}; ticks: {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn started(t: &[TickRecord]) -> Vec<&TickRecord> {
+    t.iter()
+        .filter(|r| r.outcome == TickOutcome::Started)
+        .collect()
+}
+
+/// The tick a run was started for, read from its input.
+async fn tick_of(rt: &Runtime, id: RunId) -> ScheduleTick {
+    let run = rt.get_run(&id).info().await.unwrap();
+    serde_json::from_value(run.input[0].clone()).unwrap()
+}
+
+async fn an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes(b: Backend) {
+    let db = TestDb::new(b);
+    let beat = || Schedule::every("beat", note, Duration::from_secs(1));
+    let one = db.builder().schedule(beat()).build().await.unwrap();
+    let two = db.builder().schedule(beat()).build().await.unwrap();
+    let t = wait_ticks(&one, "beat", Duration::from_secs(30), |t| {
+        started(t).len() >= 4
+    })
+    .await;
+    one.shutdown();
+    two.shutdown();
+    // Every nominal second from the first on has one record, and each started tick one run
+    // of its own, whose argument names the tick.
+    for w in t.windows(2) {
+        assert_eq!(ms(w[1].nominal) - ms(w[0].nominal), 1000, "{t:?}");
+    }
+    let mut runs = Vec::new();
+    for r in started(&t) {
+        assert_eq!(ms(r.nominal) % 1000, 0);
+        let id = r.run_id.expect("a started tick names its run");
+        let tick = tick_of(&one, id).await;
+        assert_eq!(
+            (tick.schedule.as_str(), tick.nominal, tick.backfill),
+            ("beat", r.nominal, false)
+        );
+        runs.push(id);
+    }
+    let listed = one
+        .runs(RunFilter::new().workflow("sched.note").limit(10_000))
+        .await
+        .unwrap();
+    let mut listed: Vec<RunId> = listed.into_iter().map(|r| r.id).collect();
+    let recorded_now = started(&ticks(&one, "beat").await).len();
+    listed.sort();
+    runs.sort();
+    runs.dedup();
+    assert_eq!(runs.len(), started(&t).len(), "a run shared by two ticks");
+    assert_eq!(
+        listed.len(),
+        recorded_now,
+        "runs without a tick, or ticks with two runs"
+    );
+}
+
+/// Stops the only worker for about 4.5 s and starts it again with `policy`: of the ticks
+/// the stop missed, the policy's count of the latest start (oldest first), the older ones
+/// are recorded as missed, and the first tick due at the restart starts on time.
+async fn catch_up_case(b: Backend, policy: CatchUp, expected: usize) {
+    let db = TestDb::new(b);
+    let sched = || {
+        Schedule::every("cu", note, Duration::from_secs(1))
+            .catch_up(policy)
+            .overlap(Overlap::AllowAll)
+    };
+    let rt = db.builder().schedule(sched()).build().await.unwrap();
+    wait_ticks(&rt, "cu", Duration::from_secs(20), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    rt.shutdown();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = ticks(&rt, "cu").await;
+    let last_before = before.last().unwrap().nominal;
+    drop(rt);
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    // Nothing fired while no worker was up: the runtime's shutdown stopped its schedules.
+    let client = db.builder().worker(false).build().await.unwrap();
+    assert_eq!(
+        ticks(&client, "cu").await.last().unwrap().nominal,
+        last_before
+    );
+    let rt = db.builder().schedule(sched()).build().await.unwrap();
+    let t = wait_ticks(&rt, "cu", Duration::from_secs(20), |t| {
+        t.iter().filter(|r| r.nominal > last_before).count() >= 8
+    })
+    .await;
+    rt.shutdown();
+    let gap: Vec<&TickRecord> = t.iter().filter(|r| r.nominal > last_before).collect();
+    // The first firing after the restart read its time before recording anything: the
+    // latest tick due then (on time) is the latest it recorded no later than its first record.
+    let first_recorded = gap.iter().map(|r| r.recorded_at).min().unwrap();
+    let on_time = gap
+        .iter()
+        .filter(|r| r.nominal <= first_recorded)
+        .map(|r| r.nominal)
+        .max()
+        .unwrap();
+    let missed: Vec<&&TickRecord> = gap.iter().filter(|r| r.nominal < on_time).collect();
+    assert!(missed.len() >= 3, "the stop missed too few ticks: {gap:?}");
+    let caught = missed
+        .iter()
+        .filter(|r| r.outcome == TickOutcome::Started)
+        .count();
+    assert_eq!(caught, expected, "{policy:?}: {gap:?}");
+    // The caught-up ticks are the latest missed ones; the rest are recorded as missed.
+    for (i, r) in missed.iter().enumerate() {
+        let want = if i >= missed.len() - expected {
+            TickOutcome::Started
+        } else {
+            TickOutcome::Skipped(SkipReason::Missed)
+        };
+        assert_eq!(r.outcome, want, "{policy:?}: {gap:?}");
+    }
+    assert!(gap
+        .iter()
+        .filter(|r| r.nominal >= on_time)
+        .all(|r| r.outcome == TickOutcome::Started));
+}
+
+async fn catch_up_none_starts_no_missed_tick(b: Backend) {
+    catch_up_case(b, CatchUp::None, 0).await;
+}
+
+async fn catch_up_latest_starts_the_latest_missed_tick(b: Backend) {
+    catch_up_case(b, CatchUp::Latest, 1).await;
+}
+
+async fn catch_up_all_starts_up_to_max_missed_ticks(b: Backend) {
+    catch_up_case(b, CatchUp::All { max: 2 }, 2).await;
+}
+
+/// A `slow` schedule every second (each run lasts 2.5 s) under `overlap`, until 7 ticks are
+/// recorded: the ticks, and each started tick's run (created, updated and status).
+async fn overlapping(b: Backend, overlap: Overlap) -> (Vec<TickRecord>, Vec<RunRecord>) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("ov", slow, Duration::from_secs(1)).overlap(overlap))
+        .build()
+        .await
+        .unwrap();
+    let t = wait_ticks(&rt, "ov", Duration::from_secs(40), |t| t.len() >= 7).await;
+    rt.shutdown();
+    let mut runs = Vec::new();
+    for r in started(&t) {
+        runs.push(rt.get_run(&r.run_id.unwrap()).info().await.unwrap());
+    }
+    (t, runs)
+}
+
+/// Whether a run began before the one started before it ended.
+fn overlapped(runs: &[RunRecord]) -> bool {
+    runs.windows(2)
+        .any(|w| !w[0].status.is_terminal() || w[1].created_at < w[0].updated_at)
+}
+
+async fn overlap_skip_skips_ticks_while_the_run_goes_on(b: Backend) {
+    let (t, runs) = overlapping(b, Overlap::Skip).await;
+    assert!(
+        t.iter()
+            .any(|r| r.outcome == TickOutcome::Skipped(SkipReason::Overlap)),
+        "{t:?}"
+    );
+    let ended: Vec<RunRecord> = runs
+        .into_iter()
+        .filter(|r| r.status.is_terminal())
+        .collect();
+    assert!(!overlapped(&ended), "{ended:?}");
+}
+
+async fn overlap_allow_all_starts_every_tick(b: Backend) {
+    let (t, runs) = overlapping(b, Overlap::AllowAll).await;
+    assert!(t.iter().all(|r| r.outcome == TickOutcome::Started), "{t:?}");
+    assert!(overlapped(&runs), "{runs:?}");
+}
+
+async fn overlap_buffer_one_starts_a_waiting_tick_when_the_run_ends(b: Backend) {
+    let (t, runs) = overlapping(b, Overlap::BufferOne).await;
+    // A buffered tick started later, once the run before it ended: late by over a second.
+    let late = started(&t)
+        .iter()
+        .zip(&runs)
+        .any(|(tick, run)| run.created_at >= tick.nominal + Duration::from_millis(1000));
+    assert!(late, "no buffered tick was started: {t:?}");
+    assert!(
+        t.iter()
+            .any(|r| r.outcome == TickOutcome::Skipped(SkipReason::Overlap)),
+        "at most one tick waits: {t:?}"
+    );
+    let ended: Vec<RunRecord> = runs
+        .into_iter()
+        .filter(|r| r.status.is_terminal())
+        .collect();
+    assert!(!overlapped(&ended), "{ended:?}");
+}
+
+async fn overlap_cancel_other_cancels_the_running_one(b: Backend) {
+    let (t, runs) = overlapping(b, Overlap::CancelOther).await;
+    assert!(t.iter().all(|r| r.outcome == TickOutcome::Started), "{t:?}");
+    // Every run but the last was cancelled by the next tick (none lives 2.5 s to complete).
+    for run in &runs[..runs.len() - 1] {
+        assert_eq!(run.status, RunStatus::Cancelled, "{runs:?}");
+    }
+}
+
+async fn a_paused_schedule_records_its_ticks_as_paused_and_resumes_without_catching_up(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("pr", note, Duration::from_secs(1)))
+        .build()
+        .await
+        .unwrap();
+    wait_ticks(&rt, "pr", Duration::from_secs(20), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    rt.pause_schedule("pr").await.unwrap();
+    let paused_at = SystemTime::now();
+    assert!(rt.schedules().await.unwrap()[0].paused);
+    let t = wait_ticks(&rt, "pr", Duration::from_secs(20), |t| {
+        t.iter()
+            .filter(|r| r.outcome == TickOutcome::Skipped(SkipReason::Paused))
+            .count()
+            >= 2
+    })
+    .await;
+    rt.resume_schedule("pr").await.unwrap();
+    let resumed_at = SystemTime::now();
+    let last_paused = t.last().unwrap().nominal;
+    let t = wait_ticks(&rt, "pr", Duration::from_secs(20), |t| {
+        started(t).iter().any(|r| r.nominal > resumed_at)
+    })
+    .await;
+    rt.shutdown();
+    // Between the pause and the resume, only paused ticks; nothing started later for them.
+    for r in &t {
+        if r.nominal > paused_at + Duration::from_millis(10) && r.nominal <= last_paused {
+            assert_eq!(r.outcome, TickOutcome::Skipped(SkipReason::Paused), "{t:?}");
+        }
+    }
+    assert!(!rt.schedules().await.unwrap()[0].paused);
+}
+
+async fn trigger_starts_one_run_now(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::cron("yearly", note, "0 0 1 1 *").unwrap())
+        .build()
+        .await
+        .unwrap();
+    let before = SystemTime::now();
+    let id = rt.trigger_schedule("yearly").await.unwrap();
+    let t = ticks(&rt, "yearly").await;
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        (t[0].outcome, t[0].run_id),
+        (TickOutcome::Started, Some(id))
+    );
+    assert!(t[0].nominal + Duration::from_secs(1) >= before);
+    let run = rt.get_run(&id);
+    assert_eq!(run.return_value().await.unwrap(), serde_json::json!(false));
+    assert_eq!(tick_of(&rt, id).await.nominal, t[0].nominal);
+    let info = &rt.schedules().await.unwrap()[0];
+    assert_eq!(info.last, Some(t[0].nominal));
+    assert!(info.next.is_some_and(|n| n > before));
+}
+
+async fn a_backfill_starts_every_nominal_time_once(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("bf", note, Duration::from_secs(3600)))
+        .build()
+        .await
+        .unwrap();
+    let from = SystemTime::UNIX_EPOCH + Duration::from_secs(1_577_836_800); // 2020-01-01
+    let to = from + Duration::from_secs(3 * 3600);
+    assert_eq!(rt.backfill_schedule("bf", from, to).await.unwrap(), 4);
+    assert_eq!(rt.backfill_schedule("bf", from, to).await.unwrap(), 0);
+    let wider = to + Duration::from_secs(3600);
+    assert_eq!(rt.backfill_schedule("bf", from, wider).await.unwrap(), 1);
+    let t = ticks(&rt, "bf").await;
+    assert_eq!(t.len(), 5);
+    for (i, r) in t.iter().enumerate() {
+        assert_eq!(r.nominal, from + Duration::from_secs(3600 * i as u64));
+        assert_eq!((r.outcome, r.backfill), (TickOutcome::Started, true));
+        let run = rt.get_run(&r.run_id.unwrap());
+        assert_eq!(run.return_value().await.unwrap(), serde_json::json!(true));
+    }
+    let listed = rt
+        .runs(RunFilter::new().workflow("sched.note"))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 5);
+}
+
+async fn a_schedule_created_at_run_time_is_fired_by_another_runtime(b: Backend) {
+    let db = TestDb::new(b);
+    let worker = db.builder().build().await.unwrap();
+    let client = db.builder().worker(false).build().await.unwrap();
+    client
+        .create_schedule(Schedule::every("late", note, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let t = wait_ticks(&worker, "late", Duration::from_secs(20), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    let id = started(&t)[0].run_id.unwrap();
+    let run = client.get_run(&id);
+    assert_eq!(run.return_value().await.unwrap(), serde_json::json!(false));
+    let names: Vec<String> = worker
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["late"]);
+    client.delete_schedule("late").await.unwrap();
+    assert!(worker.schedules().await.unwrap().is_empty());
+    worker.shutdown();
+}
+
+async fn unknown_schedules_are_errors(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db.runtime().await;
+    let nope = |r: std::result::Result<(), ScheduleError>| {
+        assert!(
+            matches!(r, Err(ScheduleError::NotFound { ref name }) if name == "nope"),
+            "{r:?}"
+        );
+    };
+    nope(rt.pause_schedule("nope").await);
+    nope(rt.resume_schedule("nope").await);
+    nope(rt.delete_schedule("nope").await);
+    nope(rt.trigger_schedule("nope").await.map(|_| ()));
+    let now = SystemTime::now();
+    nope(rt.backfill_schedule("nope", now, now).await.map(|_| ()));
+    nope(rt.schedule_ticks("nope", 1).await.map(|_| ()));
+    let bad = rt
+        .create_schedule(Schedule::every("", note, Duration::from_secs(1)))
+        .await;
+    assert!(
+        matches!(bad, Err(ScheduleError::InvalidName { .. })),
+        "{bad:?}"
+    );
+}
+
+async fn the_last_declaration_of_a_name_wins_and_keeps_the_ticks(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .worker(false)
+        .schedule(Schedule::every("dup", note, Duration::from_secs(3600)))
+        .schedule(Schedule::cron("dup", note, "0 3 * * *").unwrap())
+        .build()
+        .await
+        .unwrap();
+    let listed = rt.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].spec,
+        workflow_core::ScheduleSpec::Cron {
+            expr: "0 3 * * *".into(),
+            zone: "UTC".into()
+        }
+    );
+    rt.trigger_schedule("dup").await.unwrap();
+    // Declared again by another runtime: the new definition, the same ticks.
+    let again = db
+        .builder()
+        .worker(false)
+        .schedule(Schedule::every("dup", note, Duration::from_secs(60)).overlap(Overlap::AllowAll))
+        .build()
+        .await
+        .unwrap();
+    let listed = again.schedules().await.unwrap();
+    assert_eq!(
+        (listed[0].spec.clone(), listed[0].overlap),
+        (
+            workflow_core::ScheduleSpec::Every { period_ms: 60_000 },
+            Overlap::AllowAll
+        )
+    );
+    assert_eq!(again.schedule_ticks("dup", 10).await.unwrap().len(), 1);
+}
+
+on_every_store!(
+    the_last_declaration_of_a_name_wins_and_keeps_the_ticks,
+    an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes,
+    catch_up_none_starts_no_missed_tick,
+    catch_up_latest_starts_the_latest_missed_tick,
+    catch_up_all_starts_up_to_max_missed_ticks,
+    overlap_skip_skips_ticks_while_the_run_goes_on,
+    overlap_allow_all_starts_every_tick,
+    overlap_buffer_one_starts_a_waiting_tick_when_the_run_ends,
+    overlap_cancel_other_cancels_the_running_one,
+    a_paused_schedule_records_its_ticks_as_paused_and_resumes_without_catching_up,
+    trigger_starts_one_run_now,
+    a_backfill_starts_every_nominal_time_once,
+    a_schedule_created_at_run_time_is_fired_by_another_runtime,
+    unknown_schedules_are_errors,
+);
