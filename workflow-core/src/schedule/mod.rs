@@ -18,7 +18,7 @@ use self::timing::{zone, CronSpec, Timing};
 use crate::registry::{IntoWorkflow, WorkflowDef};
 use crate::store::{CatchUp, Overlap, ScheduleDef, ScheduleSpec};
 
-pub use self::timing::ScheduleError;
+pub use crate::error::ScheduleError;
 
 /// The one argument of a scheduled workflow: which schedule started the run, and for which
 /// time.

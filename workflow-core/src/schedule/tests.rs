@@ -3,7 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::timing::{zone, CronSpec, ScheduleError, Timing};
+use super::timing::{zone, CronSpec, Timing};
+use crate::error::ScheduleError;
 
 /// An RFC 3339 instant.
 fn at(s: &str) -> SystemTime {

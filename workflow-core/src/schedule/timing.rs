@@ -17,46 +17,7 @@ use jiff::civil;
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
-/// Why a schedule was refused, or a call about a schedule failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ScheduleError {
-    /// The cron expression is not one this crate accepts; `field` names the part at fault
-    /// (`minute`, `hour`, `day of month`, `month`, `day of week` or `second`) when one alone
-    /// is.
-    #[error("invalid cron expression {expr:?}{}: {reason}", field.map(|f| format!(" (the {f} field)")).unwrap_or_default())]
-    Cron {
-        /// The expression as given.
-        expr: String,
-        /// The field at fault, when one alone is.
-        field: Option<&'static str>,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The time zone is not in the time zone database.
-    #[error("unknown time zone {zone:?}: {reason}")]
-    Zone {
-        /// The zone as given.
-        zone: String,
-        /// Why it was refused.
-        reason: String,
-    },
-    /// No schedule has this name in the store.
-    #[error("no schedule is named {name:?}")]
-    NotFound {
-        /// The name asked for.
-        name: String,
-    },
-    /// The schedule's name is empty or has control characters.
-    #[error("invalid schedule name {name:?}: a name is 1 to 200 characters, none of them control characters")]
-    InvalidName {
-        /// The name as given.
-        name: String,
-    },
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] crate::error::StoreError),
-}
+use crate::error::ScheduleError;
 
 /// The fields of a cron expression, in order, without and with seconds.
 const FIVE: [&str; 5] = ["minute", "hour", "day of month", "month", "day of week"];

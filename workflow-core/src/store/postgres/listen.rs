@@ -24,6 +24,8 @@ pub(super) const NOTE_READY: &str = "r";
 pub(super) const NOTE_PAYLOAD: &str = "p:";
 pub(super) const NOTE_ENDED: &str = "e:";
 pub(super) const NOTE_CHUNK: &str = "c:";
+/// The notice of a change to the schedules (defined, paused, resumed, deleted).
+pub(super) const NOTE_SCHEDULES: &str = "s";
 /// Sends every notice of `$2` on channel `$1`.
 pub(super) const NOTIFY_ALL: &str = "SELECT count(pg_notify($1, n)) FROM UNNEST($2::text[]) AS n";
 
@@ -166,7 +168,7 @@ pub(super) fn parse_notice(payload: &str) -> Option<Notice> {
     if let Some(run) = payload.strip_prefix(NOTE_ENDED) {
         return run.parse().ok().map(Notice::RunEnded);
     }
-    if payload == super::schedules::NOTE_SCHEDULES {
+    if payload == NOTE_SCHEDULES {
         return Some(Notice::SchedulesChanged);
     }
     if let Some(run) = payload.strip_prefix(NOTE_CHUNK) {

@@ -1,5 +1,5 @@
-//! [`ScheduleStore`] for PostgreSQL: the schedules' tables (this dialect's migration), their
-//! statements, and the methods. Firing a tick is the shared policy's
+//! [`ScheduleStore`] for PostgreSQL: the schedules' statements and the methods (their tables
+//! are `schema.rs`'s migration 7). Firing a tick is the shared policy's
 //! (`store::sql::schedules::fire_tick`), in one transaction with the run's admission; the
 //! schedule's row lock makes firings of one schedule take turns, the record's primary key
 //! decides between firings of one tick. Changes to schedules are announced after their commit
@@ -7,46 +7,18 @@
 
 use std::time::SystemTime;
 
+use super::listen::NOTE_SCHEDULES;
 use super::schema::quote_ident;
 use super::stash::settle;
 use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
-use crate::store::sql::migrations::Migration;
 use crate::store::sql::schedules::{
     decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleTx, TickCols,
     TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
-
-/// The notice of a change to the schedules (defined, paused, resumed, deleted).
-pub(super) const NOTE_SCHEDULES: &str = "s";
-
-/// See SQLite's migration of the same name.
-pub(super) const MIGRATION: Migration = Migration {
-    version: 7,
-    name: "schedules and the records of their ticks",
-    ddl: r#"
-CREATE TABLE {schema}.schedules (
-    name       TEXT COLLATE "C" PRIMARY KEY,
-    def        TEXT NOT NULL,
-    paused     BOOLEAN NOT NULL DEFAULT FALSE,
-    next_at    BIGINT,
-    created_at BIGINT NOT NULL,
-    updated_at BIGINT NOT NULL
-);
-CREATE TABLE {schema}.schedule_ticks (
-    schedule    TEXT COLLATE "C" NOT NULL,
-    nominal     BIGINT NOT NULL,
-    outcome     TEXT NOT NULL,
-    run_id      TEXT COLLATE "C",
-    backfill    BOOLEAN NOT NULL DEFAULT FALSE,
-    recorded_at BIGINT NOT NULL,
-    PRIMARY KEY (schedule, nominal)
-);
-"#,
-};
 
 /// The statements of this file, `{s}` standing for the quoted schema.
 struct Sql {

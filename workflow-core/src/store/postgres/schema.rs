@@ -47,8 +47,33 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         name: "streams from runs and their chunks",
         ddl: MIGRATION_6,
     },
-    super::schedules::MIGRATION,
+    MIGRATION_7,
 ];
+
+/// Schedules and the records of their ticks (see SQLite's migration of the same name).
+const MIGRATION_7: Migration = Migration {
+    version: 7,
+    name: "schedules and the records of their ticks",
+    ddl: r#"
+CREATE TABLE {schema}.schedules (
+    name       TEXT COLLATE "C" PRIMARY KEY,
+    def        TEXT NOT NULL,
+    paused     BOOLEAN NOT NULL DEFAULT FALSE,
+    next_at    BIGINT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE TABLE {schema}.schedule_ticks (
+    schedule    TEXT COLLATE "C" NOT NULL,
+    nominal     BIGINT NOT NULL,
+    outcome     TEXT NOT NULL,
+    run_id      TEXT COLLATE "C",
+    backfill    BOOLEAN NOT NULL DEFAULT FALSE,
+    recorded_at BIGINT NOT NULL,
+    PRIMARY KEY (schedule, nominal)
+);
+"#,
+};
 /// The tables each version must have (from the version that created them on).
 pub(super) const TABLES: &[(&str, i64)] = &[
     ("runs", 1),

@@ -1,5 +1,5 @@
-//! [`ScheduleStore`] on SQLite: the schedules' tables (this dialect's migration), their
-//! statements, and the methods, which send their work to the writer or a reader. Firing a
+//! [`ScheduleStore`] on SQLite: the schedules' statements (their tables are `schema.rs`'s
+//! migration 8) and the methods, which send their work to the writer or a reader. Firing a
 //! tick is the shared policy's (`store::sql::schedules::fire_tick`), run in one writer
 //! transaction with the run's admission.
 
@@ -10,40 +10,12 @@ use rusqlite::{params, Row};
 use super::tx::{all, exec, now, one, Lite};
 use super::SqliteStore;
 use crate::error::StoreError;
-use crate::store::sql::migrations::Migration;
 use crate::store::sql::schedules::{
     decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleTx, TickCols,
     TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
-
-/// Schedules: a row per schedule (its definition as JSON, whether it is paused, the next
-/// nominal time its ticks have not been recorded for), and a row per recorded tick, whose
-/// primary key lets one firing of a tick win.
-pub(super) const MIGRATION: Migration = Migration {
-    version: 8,
-    name: "schedules and the records of their ticks",
-    ddl: "
-CREATE TABLE schedules (
-    name       TEXT PRIMARY KEY NOT NULL,
-    def        TEXT NOT NULL,          -- JSON of ScheduleDef
-    paused     INTEGER NOT NULL DEFAULT 0,
-    next_at    INTEGER,                -- NULL: it never ticks again
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE schedule_ticks (
-    schedule    TEXT NOT NULL,
-    nominal     INTEGER NOT NULL,
-    outcome     TEXT NOT NULL,         -- TickOutcome::as_str
-    run_id      TEXT,                  -- the run it started
-    backfill    INTEGER NOT NULL DEFAULT 0,
-    recorded_at INTEGER NOT NULL,
-    PRIMARY KEY (schedule, nominal)
-) WITHOUT ROWID;
-",
-};
 
 /// The statements of this file, side by side with PostgreSQL's.
 struct Sql {

@@ -53,8 +53,35 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         name: "streams from runs and their chunks",
         ddl: SCHEMA_V7,
     },
-    super::schedules::MIGRATION,
+    MIGRATION_8,
 ];
+
+/// Schedules: a row per schedule (its definition as JSON, whether it is paused, the next
+/// nominal time its ticks have not been recorded for), and a row per recorded tick, whose
+/// primary key lets one firing of a tick win.
+const MIGRATION_8: Migration = Migration {
+    version: 8,
+    name: "schedules and the records of their ticks",
+    ddl: "
+CREATE TABLE schedules (
+    name       TEXT PRIMARY KEY NOT NULL,
+    def        TEXT NOT NULL,          -- JSON of ScheduleDef
+    paused     INTEGER NOT NULL DEFAULT 0,
+    next_at    INTEGER,                -- NULL: it never ticks again
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE schedule_ticks (
+    schedule    TEXT NOT NULL,
+    nominal     INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,         -- TickOutcome::as_str
+    run_id      TEXT,                  -- the run it started
+    backfill    INTEGER NOT NULL DEFAULT 0,
+    recorded_at INTEGER NOT NULL,
+    PRIMARY KEY (schedule, nominal)
+) WITHOUT ROWID;
+",
+};
 /// The tables each version must have (from the version that created them on), checked
 /// before migrating so a damaged file is reported, not half-migrated.
 pub(super) const TABLES: &[(&str, i64)] = &[
