@@ -86,6 +86,10 @@ pub enum Command {
         /// At most this many runs.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// The page after this run: the runs listed after it, newest first. A full page of
+        /// the table is followed by the command for the next one (on stderr).
+        #[arg(long, value_name = "RUN_ID")]
+        after: Option<String>,
     },
     /// List the declared queues: limits, occupied slots, waiting runs, begins in the rate
     /// window.
@@ -330,8 +334,12 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             workflow,
             queue,
             limit,
+            after,
         } => {
             let mut filter = RunFilter::new().limit(limit);
+            if let Some(id) = after {
+                filter = filter.after(&ops::parse_run_id(&id)?);
+            }
             if let Some(s) = status {
                 filter = filter.status(ops::parse_status(&s)?);
             }
@@ -348,6 +356,14 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             let runs = ops::list_runs(&rt, &filter).await?;
             if json {
                 return to_json(&runs);
+            }
+            if let (true, Some(last)) = (runs.len() >= limit, runs.last()) {
+                // For people, beside the listing: stdout stays the runs alone (scripts page
+                // with `--json` and the last id).
+                eprintln!(
+                    "older runs: workflow runs --after {} (with the same filters)",
+                    last.id
+                );
             }
             let mut t = Table::new(["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION"]);
             for r in &runs {

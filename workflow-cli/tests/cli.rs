@@ -130,6 +130,38 @@ async fn runs_lists_every_state_as_a_table_and_as_json(b: Backend) {
     );
     let newest = cli(db, &["runs", "--limit", "2", "--json"]).await.json();
     assert_eq!(ids(&newest), want[..2]);
+    // Paging: each page starts after the last run of the one before; every run once.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..want.len() {
+        let mut args = vec!["runs", "--limit", "2", "--json"];
+        if let Some(a) = &after {
+            args.extend(["--after", a.as_str()]);
+        }
+        let page = ids(&cli(db, &args).await.json());
+        seen.extend(page.iter().cloned());
+        match page.last() {
+            Some(last) if page.len() == 2 => after = Some(last.clone()),
+            _ => break,
+        }
+    }
+    assert_eq!(seen, want, "pages of 2 see each run once, newest first");
+    // A full page of the table says how to get the next one, on stderr.
+    let full = cli(db, &["runs", "--limit", "2"]).await;
+    assert_eq!(full.code, 0, "{full:?}");
+    assert_eq!(full.stdout.lines().count(), 3, "{full:?}");
+    assert_eq!(
+        full.stderr.trim_end(),
+        format!(
+            "older runs: workflow runs --after {} (with the same filters)",
+            want[1]
+        )
+    );
+    let unknown = cli(db, &["runs", "--after", &RunId::new().to_string()]).await;
+    assert_ne!(
+        unknown.code, 0,
+        "an unknown cursor is an error: {unknown:?}"
+    );
     let none = cli(db, &["runs", "--workflow", "nope"]).await.ok();
     assert_eq!(none, "no runs\n");
 }

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 
-use workflow_core::RunStatus;
+use workflow_core::{RunId, RunStatus};
 
 use common::{binary, blocked_run, blocked_run_expecting, deploy, fixture, Backend, WAIT};
 
@@ -152,6 +152,7 @@ on_both_stores!(
     parent_and_child_pages_link_to_each_other,
     the_run_page_shows_its_streams,
     queues_show_their_limits_occupancy_and_positions,
+    the_runs_page_pages_through_older_runs,
 );
 
 async fn foreign_hosts_are_refused_and_nothing_is_done(b: Backend) {
@@ -795,4 +796,64 @@ async fn pages_show_times_in_the_zone_tz_names() {
         "{paris}: {page}"
     );
     assert!(!page.contains(utc), "{utc}: {page}");
+}
+
+/// The run ids a runs page lists, in its order.
+fn listed_ids(body: &str) -> Vec<String> {
+    body.split(r#"data-run-id=""#)
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The "Older runs" link of a runs page, as a path to request.
+fn older_link(body: &str) -> Option<String> {
+    let rest = body.split(r#"<a class="older" href=""#).nth(1)?;
+    Some(rest.split('"').next()?.replace("&amp;", "&"))
+}
+
+async fn the_runs_page_pages_through_older_runs(b: Backend) {
+    let f = fixture(b).await;
+    let all: Vec<String> =
+        f.rt.runs(workflow_core::RunFilter::new())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id.to_string())
+            .collect();
+    assert!(all.len() >= 5, "{all:?}");
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+
+    // Pages of 2, each from the link of the one before: every run once, newest first; the
+    // last page links nowhere.
+    let mut seen = Vec::new();
+    let mut path = "/?limit=2".to_owned();
+    for _ in 0..all.len() {
+        let page = get(web.addr, &path, &host);
+        assert_eq!(page.status, 200, "{path}: {page:?}");
+        seen.extend(listed_ids(&page.body));
+        match older_link(&page.body) {
+            Some(next) => {
+                assert!(next.contains("limit=2"), "the limit is kept: {next}");
+                path = next;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, all, "pages of 2 list each run once, newest first");
+
+    // The filters stay on the next page.
+    let running = get(web.addr, "/?limit=1&status=running", &host);
+    let next = older_link(&running.body).expect("a full page links to older runs");
+    assert!(next.contains("status=running"), "{next}");
+    let second = get(web.addr, &next, &host).body;
+    assert_eq!(listed_ids(&second).len(), 1, "{second}");
+    assert!(second.contains(r#"data-status="running""#), "{second}");
+    // An unknown or malformed cursor is an error page, not an empty list.
+    let unknown = get(web.addr, &format!("/?after={}", RunId::new()), &host);
+    assert_ne!(unknown.status, 200, "{unknown:?}");
+    let malformed = get(web.addr, "/?after=nope", &host);
+    assert_eq!(malformed.status, 400, "{malformed:?}");
 }

@@ -180,6 +180,8 @@ struct RunsQuery {
     workflow: Option<String>,
     queue: Option<String>,
     limit: Option<usize>,
+    /// The page after this run (newest first).
+    after: Option<String>,
     notice: Option<String>,
     error: Option<String>,
 }
@@ -187,6 +189,9 @@ struct RunsQuery {
 impl RunsQuery {
     fn filter(&self) -> Result<RunFilter, CliError> {
         let mut f = RunFilter::new().limit(self.limit.unwrap_or(100).min(10_000));
+        if let Some(id) = self.after.as_deref().filter(|a| !a.is_empty()) {
+            f = f.after(&ops::parse_run_id(id)?);
+        }
         if let Some(s) = self.status.as_deref().filter(|s| !s.is_empty()) {
             f = f.status(ops::parse_status(s)?);
         }

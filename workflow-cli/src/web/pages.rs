@@ -172,7 +172,9 @@ pub fn runs(
         }
         p class="muted small" {
             (runs.len()) " run(s), newest first"
-            @if runs.len() >= filter.limit { " (limit reached: raise it to see older runs)" }
+            @if let (true, Some(last)) = (runs.len() >= filter.limit, runs.last()) {
+                " " a class="older" href=(older_runs(filter, last.run.id)) { "Older runs" }
+            }
             "."
         }
     };
@@ -623,6 +625,26 @@ pub fn hooks(database: &str, token: &str, hooks: &[HookSummary], banner: Banner<
 
 fn pretty(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// The runs page's address for the page after `last` under `filter` (its filters kept).
+fn older_runs(filter: &RunFilter, last: RunId) -> String {
+    let query = [
+        ("status", filter.status.map(|s| s.as_str().to_owned())),
+        ("workflow", filter.workflow.clone()),
+        ("queue", filter.queue.clone()),
+        ("limit", Some(filter.limit.to_string())),
+        ("after", Some(last.to_string())),
+    ];
+    let present: Vec<(&str, String)> = query
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    // Plain strings always encode.
+    format!(
+        "/?{}",
+        serde_urlencoded::to_string(present).unwrap_or_default()
+    )
 }
 
 #[cfg(test)]
