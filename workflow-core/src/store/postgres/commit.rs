@@ -3,7 +3,7 @@
 //! commit. A write here runs the shared policy on `Pg`; this file decides only how writes are
 //! grouped, ordered and retried alone, never what a write means.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sqlx::PgConnection;
@@ -134,7 +134,22 @@ pub(super) struct Writer {
     /// Writes under way: taken by a caller alone, or handed to the committers and not yet
     /// answered.
     pub(super) writing: Arc<AtomicUsize>,
+    /// Transactions that committed writes of group commit: one per group, one per write
+    /// committed alone (by a committer or its caller); a write refused alone counts none.
+    pub(super) commits: Arc<AtomicU64>,
     pub(super) notifier: Arc<Notifier>,
+    /// Each group the committers wrote together.
+    #[cfg(test)]
+    pub(super) groups: Arc<std::sync::Mutex<Vec<GroupRecord>>>,
+}
+
+/// A group the committers wrote together: its writes' kinds, in the order written, and
+/// whether its transaction committed.
+#[cfg(test)]
+#[derive(Clone, Debug)]
+pub(super) struct GroupRecord {
+    pub(super) kinds: Vec<&'static str>,
+    pub(super) committed: bool,
 }
 
 /// One write counted in [`Writer::writing`] while its caller commits it; uncounted when
@@ -191,7 +206,10 @@ impl Committer for Writer {
     }
 
     async fn together(&self, group: &mut [Write]) -> Group {
-        match self.in_one_transaction(group).await {
+        let written = self.in_one_transaction(group).await;
+        #[cfg(test)]
+        self.record(group, written.is_ok());
+        match written {
             Ok(answers) => {
                 for (write, answer) in group.iter_mut().zip(answers) {
                     write.written(answer);
@@ -253,9 +271,24 @@ impl Writer {
             self.in_transaction(conn, write, &mut notes).await
         };
         if answer.error().is_none() {
+            self.commits.fetch_add(1, Ordering::Relaxed);
             self.announce(notes);
         }
         answer
+    }
+
+    /// Records `group`'s kinds of writes and whether its transaction `committed`.
+    #[cfg(test)]
+    fn record(&self, group: &[Write], committed: bool) {
+        let kinds = group
+            .iter()
+            .map(|w| match w {
+                Write::Admit(..) => "admit",
+                Write::Append(r) if r.write.1.end.is_some() => "end",
+                Write::Append(..) => "append",
+            })
+            .collect();
+        crate::lock(&self.groups).push(GroupRecord { kinds, committed });
     }
 
     /// `write` in a transaction of its own on `conn`.
@@ -299,6 +332,7 @@ impl Writer {
         match self.together_on(&mut tx, batch, &mut notes).await {
             Ok(answers) => match tx.commit().await {
                 Ok(()) => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
                     self.announce(notes);
                     Ok(answers)
                 }

@@ -20,7 +20,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -170,10 +170,13 @@ impl PostgresStore {
             channel: schema.into(),
             inbox_lock: lock_key("inbox", schema),
             writing: Arc::new(AtomicUsize::new(0)),
+            commits: Arc::new(AtomicU64::new(0)),
             notifier: Arc::new(Notifier {
                 queue: OnceLock::new(),
                 runtime: tokio::runtime::Handle::current(),
             }),
+            #[cfg(test)]
+            groups: Arc::default(),
         };
         Ok(PostgresStore {
             inner: Arc::new(Inner {

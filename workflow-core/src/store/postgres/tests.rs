@@ -1,11 +1,14 @@
 use serde_json::json;
 
 use super::super::{from_millis, RunOutcome};
+use super::commit::{GroupRecord, COMMITTERS};
 use super::listen::parse_notice;
 use super::schema::MIGRATIONS;
 use super::statements::CLOCK;
 use super::*;
 use std::io::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sqlx::{Connection, Executor, PgConnection};
@@ -14,7 +17,9 @@ use tokio::sync::broadcast;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::EncodedEvents;
-use crate::store::{Admission, HookStore, NewRun, Notice, RunStore};
+use crate::store::{
+    Admission, Append, Event, HookStore, Lease, NewEvent, NewRun, Notice, RunStatus, RunStore,
+};
 use crate::testing::store::{
     acquire, ap, conformance_tests, create, event_seqs, lease_one, names, previous_release_is_kept,
     start, step_done, t, within, Damage, Inspect,
@@ -375,6 +380,325 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
         };
         assert_eq!(event_seqs(&store, *id).await, expected, "run {id}");
     }
+}
+
+/// The lease of a run the tests below lease on admission.
+const LEASE: Duration = Duration::from_secs(600);
+
+/// A run of `workflow` admitted at `t(0)` as `id`, without a token.
+fn new_run(id: RunId, workflow: &str) -> NewRun {
+    NewRun {
+        parent: None,
+        id,
+        workflow: workflow.to_owned(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+    }
+}
+
+/// A new run of `workflow`, leased to the test.
+async fn leased(store: &PostgresStore, workflow: &str) -> Lease {
+    let admitted = within(store.create_run_leased(new_run(RunId::new(), workflow), LEASE)).await;
+    match admitted {
+        Ok((Admission::Admitted, Some(lease))) => lease,
+        other => panic!("unexpected admission: {other:?}"),
+    }
+}
+
+/// A write for a test to send: an admission of a workflow, or an append (ending the run
+/// when it has an outcome).
+enum ToSend {
+    Admit(RunId, String),
+    Append(Lease, Append),
+}
+
+/// What a test's write was, and what it answered.
+enum Sent {
+    Admit(RunId, Result<Admission, StoreError>),
+    Append(RunId, Result<(), StoreError>),
+    End(RunId, Result<(), StoreError>),
+}
+
+/// The lone write and every committer, each writing one run whose row the test holds
+/// locked: writes sent meanwhile wait in the committers' queue, and the first committer
+/// freed takes them all as one group.
+struct Held {
+    /// In a transaction holding the runs' rows.
+    locks: PgConnection,
+    /// The held writes: each run's lease and its append's answer.
+    writes: Vec<(Lease, tokio::task::JoinHandle<Result<(), StoreError>>)>,
+}
+
+impl Held {
+    /// Holds the committers of `store`: one write at a time, each sent once the one before
+    /// it waits on its row lock, so each waits in its own committer (or as the lone write).
+    async fn new(schema: &TestSchema, store: &PostgresStore) -> Held {
+        // On a machine of few cores the stash lets fewer connections out than the committers
+        // and the lone write: enough more for each of them to wait at the database, holding
+        // one.
+        let short = (COMMITTERS + 1).saturating_sub(stash_size());
+        store.inner.writer.stash.permits.add_permits(short);
+        let mut runs = Vec::new();
+        for _ in 0..=COMMITTERS {
+            runs.push(leased(store, "held").await);
+        }
+        let mut locks = schema.raw().await;
+        within(locks.execute("BEGIN")).await.unwrap();
+        let ids: Vec<String> = runs.iter().map(|l| l.run_id.to_string()).collect();
+        within(
+            sqlx::query(&format!(
+                "SELECT id FROM {} WHERE id = ANY($1) FOR UPDATE",
+                schema.table("runs")
+            ))
+            .bind(&ids)
+            .fetch_all(&mut locks),
+        )
+        .await
+        .unwrap();
+        let mut watch = schema.raw().await;
+        let mut writes = Vec::new();
+        for lease in runs {
+            let (s, l) = (store.clone(), lease.clone());
+            let write =
+                tokio::spawn(
+                    async move { s.append(&l, &ap(vec![step_done(t(1), 1)], None)).await },
+                );
+            writes.push((lease, write));
+            let waiting = writes.len() as i64;
+            within(async {
+                while lock_waits(&mut watch, &schema.name).await < waiting {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await;
+        }
+        Held { locks, writes }
+    }
+
+    /// Lets the held writes go on, and checks each committed its step.
+    async fn release(mut self, store: &PostgresStore) {
+        within(self.locks.execute("ROLLBACK")).await.unwrap();
+        for (lease, write) in self.writes {
+            within(write).await.unwrap().unwrap();
+            assert_eq!(
+                kinds(store, lease.run_id).await,
+                ["step_completed"],
+                "{}",
+                lease.run_id
+            );
+        }
+    }
+}
+
+/// How many of the store's connections wait for a lock.
+async fn lock_waits(conn: &mut PgConnection, schema: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE application_name = $1 AND wait_event_type = 'Lock'",
+    )
+    .bind(application_name(schema))
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// Run `id`'s events, by kind.
+async fn kinds(store: &PostgresStore, id: RunId) -> Vec<&'static str> {
+    within(store.events(&id))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind())
+        .collect()
+}
+
+/// Waits until `n` writes are under way (the held ones and those queued behind them).
+async fn under_way(store: &PostgresStore, n: usize) {
+    within(async {
+        while store.inner.writer.writing.load(Ordering::Acquire) < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// Sends `writes` at once, from tasks of their own started together, the committers held
+/// meanwhile; once all are queued, lets the committers go and returns every answer.
+async fn behind_held_committers(
+    schema: &TestSchema,
+    store: &PostgresStore,
+    writes: Vec<ToSend>,
+) -> Vec<Sent> {
+    let held = Held::new(schema, store).await;
+    let start = Arc::new(tokio::sync::Barrier::new(writes.len()));
+    let n = writes.len();
+    let tasks: Vec<_> = writes
+        .into_iter()
+        .map(|write| {
+            let (store, start) = (store.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                match write {
+                    ToSend::Admit(id, workflow) => {
+                        Sent::Admit(id, store.create_run(new_run(id, &workflow)).await)
+                    }
+                    ToSend::Append(lease, append) if append.outcome.is_some() => {
+                        Sent::End(lease.run_id, store.append(&lease, &append).await)
+                    }
+                    ToSend::Append(lease, append) => {
+                        Sent::Append(lease.run_id, store.append(&lease, &append).await)
+                    }
+                }
+            })
+        })
+        .collect();
+    under_way(store, COMMITTERS + 1 + n).await;
+    held.release(store).await;
+    let mut sent = Vec::new();
+    for task in tasks {
+        sent.push(within(task).await.unwrap());
+    }
+    sent
+}
+
+/// `admits` admissions (of `workflow`), `appends` appends of a step and `ends` appends ending
+/// runs, the runs of the appends leased first: each write as `behind_held_committers` sends
+/// it.
+async fn mixed_writes(
+    store: &PostgresStore,
+    admits: usize,
+    appends: usize,
+    ends: usize,
+) -> Vec<ToSend> {
+    let mut writes = Vec::new();
+    for _ in 0..admits {
+        writes.push(ToSend::Admit(RunId::new(), "mixed".to_owned()));
+    }
+    for _ in 0..appends {
+        let lease = leased(store, "mixed").await;
+        let append = ap(vec![step_done(t(10), 1)], None);
+        writes.push(ToSend::Append(lease, append));
+    }
+    for i in 0..ends {
+        let lease = leased(store, "mixed").await;
+        let end = NewEvent {
+            at: t(20),
+            event: Event::RunCompleted { output: json!(i) },
+        };
+        let append = ap(vec![end], Some(RunOutcome::Completed(json!(i))));
+        writes.push(ToSend::Append(lease, append));
+    }
+    writes
+}
+
+/// Checks `sent`'s writes are in the store as written, every answer `Ok` but the admission
+/// of `bad`'s.
+async fn written_as_sent(store: &PostgresStore, sent: &[Sent], bad: Option<RunId>) {
+    for s in sent {
+        match s {
+            Sent::Admit(id, answer) if Some(*id) == bad => {
+                assert!(
+                    matches!(answer, Err(StoreError::Database(_))),
+                    "the bad admission {id}: {answer:?}"
+                );
+                assert!(within(store.get_run(id)).await.unwrap().is_none(), "{id}");
+            }
+            Sent::Admit(id, answer) => {
+                assert!(
+                    matches!(answer, Ok(Admission::Admitted)),
+                    "admission {id}: {answer:?}"
+                );
+                let run = within(store.get_run(id)).await.unwrap().unwrap();
+                assert_eq!(
+                    (run.workflow.as_str(), run.status),
+                    ("mixed", RunStatus::Pending)
+                );
+                assert!(kinds(store, *id).await.is_empty(), "{id}");
+            }
+            Sent::Append(id, answer) => {
+                assert!(answer.is_ok(), "append {id}: {answer:?}");
+                let run = within(store.get_run(id)).await.unwrap().unwrap();
+                assert_eq!(run.status, RunStatus::Running, "{id}");
+                assert_eq!(kinds(store, *id).await, ["step_completed"], "{id}");
+            }
+            Sent::End(id, answer) => {
+                assert!(answer.is_ok(), "end {id}: {answer:?}");
+                let run = within(store.get_run(id)).await.unwrap().unwrap();
+                assert_eq!(run.status, RunStatus::Completed, "{id}");
+                assert_eq!(kinds(store, *id).await, ["run_completed"], "{id}");
+            }
+        }
+    }
+}
+
+/// Many writes of different runs at once (admissions, appends of a step, appends ending
+/// runs) share group transactions: fewer transactions commit than writes, one group mixes
+/// all three kinds, and every write answers and lands as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writes_share_group_transactions_and_each_land() {
+    let (schema, store) = fresh!();
+    let writes = mixed_writes(&store, 30, 30, 30).await;
+    // With the held runs' admissions and appends.
+    let n = writes.len() + 2 * (COMMITTERS + 1);
+    let before = store.inner.writer.commits.load(Ordering::Relaxed);
+    let sent = behind_held_committers(&schema, &store, writes).await;
+    let transactions = store.inner.writer.commits.load(Ordering::Relaxed) - before;
+    let groups = crate::lock(&store.inner.writer.groups).clone();
+    let _ = writeln!(
+        std::io::stderr(),
+        "{n} writes took {transactions} transactions; groups written together: {:?}",
+        groups
+            .iter()
+            .map(|g| (g.kinds.len(), g.committed))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        transactions < n as u64,
+        "{n} writes took {transactions} transactions: no group commit"
+    );
+    let mixed = |g: &GroupRecord| {
+        g.committed
+            && ["admit", "append", "end"]
+                .iter()
+                .all(|k| g.kinds.contains(k))
+    };
+    assert!(
+        groups.iter().any(mixed),
+        "no committed group held admissions, appends and ends: {groups:?}"
+    );
+    written_as_sent(&store, &sent, None).await;
+    assert_eq!(schema.count("runs").await, (COMMITTERS + 1 + 90) as i64);
+}
+
+/// A group whose admission fails at the database (a NUL byte in its workflow name, which
+/// PostgreSQL's TEXT refuses) is redone write by write: that admission answers its error,
+/// and its neighbours of every kind commit and answer `Ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_write_of_a_group_fails_alone_and_its_neighbours_commit() {
+    let (schema, store) = fresh!();
+    let mut writes = mixed_writes(&store, 3, 3, 3).await;
+    let bad = RunId::new();
+    writes.push(ToSend::Admit(bad, "bad\0name".to_owned()));
+    let n = writes.len();
+    let sent = behind_held_committers(&schema, &store, writes).await;
+    let groups = crate::lock(&store.inner.writer.groups).clone();
+    for s in &sent {
+        if let Sent::Admit(id, answer) = s {
+            if *id == bad {
+                let _ = writeln!(std::io::stderr(), "the bad admission answered {answer:?}");
+            }
+        }
+    }
+    let _ = writeln!(std::io::stderr(), "groups written together: {groups:?}");
+    assert!(
+        groups.iter().any(|g| !g.committed && g.kinds.len() == n),
+        "the {n} writes were not written as one group first: {groups:?}"
+    );
+    written_as_sent(&store, &sent, Some(bad)).await;
+    assert_eq!(schema.count("runs").await, (COMMITTERS + 1 + 9) as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
