@@ -179,7 +179,9 @@ pub async fn command(
     )
 }
 
-async fn show(rt: &Runtime, name: &str, json: bool) -> Result<String, CliError> {
+/// Schedule `name`: its spec and policies, its next five nominal times and its latest ten
+/// ticks.
+pub async fn detail(rt: &Runtime, name: &str) -> Result<ScheduleDetail, CliError> {
     let info = rt
         .schedules()
         .await?
@@ -207,13 +209,17 @@ async fn show(rt: &Runtime, name: &str, json: bool) -> Result<String, CliError> 
             backfill: t.backfill,
         })
         .collect();
-    let detail = ScheduleDetail {
+    Ok(ScheduleDetail {
         overlap: format!("{:?}", info.overlap),
         catch_up: format!("{:?}", info.catch_up),
         schedule: ScheduleView::new(info),
         upcoming,
         ticks,
-    };
+    })
+}
+
+async fn show(rt: &Runtime, name: &str, json: bool) -> Result<String, CliError> {
+    let detail = detail(rt, name).await?;
     if json {
         let mut s = serde_json::to_string_pretty(&detail)
             .map_err(|e| CliError::Other(format!("cannot encode the output as JSON: {e}")))?;

@@ -153,6 +153,7 @@ on_both_stores!(
     the_run_page_shows_its_streams,
     queues_show_their_limits_occupancy_and_positions,
     the_runs_page_pages_through_older_runs,
+    schedule_pages_list_schedules_and_link_ticks_to_runs,
 );
 
 async fn foreign_hosts_are_refused_and_nothing_is_done(b: Backend) {
@@ -856,4 +857,50 @@ async fn the_runs_page_pages_through_older_runs(b: Backend) {
     assert_ne!(unknown.status, 200, "{unknown:?}");
     let malformed = get(web.addr, "/?after=nope", &host);
     assert_eq!(malformed.status, 400, "{malformed:?}");
+}
+
+/// A scheduled workflow: returns the tick's schedule name.
+#[workflow_core::workflow]
+async fn web_tick(tick: workflow_core::ScheduleTick) -> workflow_core::Result<String> {
+    Ok(tick.schedule)
+}
+
+async fn schedule_pages_list_schedules_and_link_ticks_to_runs(b: Backend) {
+    let f = fixture(b).await;
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let empty = get(web.addr, "/schedules", &host);
+    assert_eq!(empty.status, 200, "{empty:?}");
+    assert!(
+        empty.body.contains("No schedules are stored."),
+        "{}",
+        empty.body
+    );
+
+    let hourly =
+        workflow_core::Schedule::every("<hourly>", web_tick, std::time::Duration::from_secs(3600));
+    f.rt.create_schedule(hourly).await.unwrap();
+    let run = f.rt.trigger_schedule("<hourly>").await.unwrap();
+
+    let list = get(web.addr, "/schedules", &host);
+    assert_eq!(list.status, 200, "{list:?}");
+    let body = &list.body;
+    // The name is escaped, in the text and in the link.
+    assert!(
+        body.contains(r#"<a href="/schedules/%3Chourly%3E">&lt;hourly&gt;</a>"#),
+        "{body}"
+    );
+    assert!(body.contains("every 1h"), "{body}");
+    assert!(body.contains(r#"aria-current="page">Schedules"#), "{body}");
+
+    let page = get(web.addr, "/schedules/%3Chourly%3E", &host);
+    assert_eq!(page.status, 200, "{page:?}");
+    let body = &page.body;
+    assert!(
+        body.contains(&format!(r#"<a href="/runs/{run}">{run}</a>"#)),
+        "the triggered tick links to its run {run}: {body}"
+    );
+    assert!(body.contains(r#"data-outcome="started""#), "{body}");
+    let missing = get(web.addr, "/schedules/nope", &host);
+    assert_eq!(missing.status, 404, "{missing:?}");
 }

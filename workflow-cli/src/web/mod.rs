@@ -53,6 +53,8 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/runs/{id}/retry", post(retry))
         .route("/hooks", get(hooks_page))
         .route("/queues", get(queues_page))
+        .route("/schedules", get(schedules_page))
+        .route("/schedules/{name}", get(schedule_page))
         .route("/hooks/resume", post(resume))
         .route("/api/runs", get(api_runs))
         .route("/api/runs/{id}", get(api_run))
@@ -264,6 +266,23 @@ async fn runs_page(
         &runs,
         flash.banner(),
     )))
+}
+
+async fn schedules_page(State(app): Shared) -> Result<Html<String>, WebError> {
+    let schedules = crate::schedules::list_schedules(&app.rt)
+        .await
+        .map_err(WebError::page)?;
+    Ok(Html(pages::schedules(&app.database, &schedules)))
+}
+
+async fn schedule_page(
+    State(app): Shared,
+    Path(name): Path<String>,
+) -> Result<Html<String>, WebError> {
+    let detail = crate::schedules::detail(&app.rt, &name)
+        .await
+        .map_err(WebError::page)?;
+    Ok(Html(pages::schedule(&app.database, &detail)))
 }
 
 async fn queues_page(State(app): Shared) -> Result<Html<String>, WebError> {

@@ -10,6 +10,7 @@ use workflow_core::store::RunFilter;
 use workflow_core::{RunId, RunStatus};
 
 use super::timeline;
+use crate::schedules::{ScheduleDetail, ScheduleView};
 use crate::text;
 use crate::view::{DivergenceView, EventView, HookSummary, QueueView, QueuedRun, RunDetail};
 
@@ -59,6 +60,7 @@ fn layout(title: &str, nav: &str, database: &str, banner: Banner<'_>, body: Mark
                         (tab("/", "runs", "Runs"))
                         (tab("/hooks", "hooks", "Hooks"))
                         (tab("/queues", "queues", "Queues"))
+                        (tab("/schedules", "schedules", "Schedules"))
                     }
                     span class="db" title="database" { (database) }
                     label class="live" { input type="checkbox" id="live-toggle" checked; " live" }
@@ -218,6 +220,73 @@ pub fn queues(database: &str, queues: &[QueueView]) -> String {
         }
     };
     layout("Queues", "queues", database, Banner::None, body)
+}
+
+pub fn schedules(database: &str, schedules: &[ScheduleView]) -> String {
+    let body = html! {
+        h1 { "Schedules" }
+        @if schedules.is_empty() {
+            p class="empty" { "No schedules are stored." }
+        } @else {
+            table class="schedules" {
+                thead {
+                    tr {
+                        th { "Schedule" } th { "Workflow" } th { "Spec" } th { "State" }
+                        th { "Last tick" } th { "Next tick" }
+                    }
+                }
+                tbody {
+                    @for s in schedules {
+                        tr data-schedule=(s.name) {
+                            td { a href={ "/schedules/" (url_encode(&s.name)) } { (s.name) } }
+                            td { (s.workflow) }
+                            td class="mono" { (s.spec) }
+                            td { @if s.paused { "paused" } @else { "active" } }
+                            td class="time" { (s.last.as_deref().unwrap_or("-")) }
+                            td class="time" { (s.next.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout("Schedules", "schedules", database, Banner::None, body)
+}
+
+pub fn schedule(database: &str, d: &ScheduleDetail) -> String {
+    let s = &d.schedule;
+    let body = html! {
+        p class="crumbs" { a href="/schedules" { "Schedules" } " / " (s.name) }
+        h1 { (s.name) " " span class="muted" { @if s.paused { "paused" } @else { "active" } } }
+        dl class="fields" {
+            dt { "workflow" } dd { (s.workflow) }
+            dt { "spec" } dd class="mono" { (s.spec) }
+            dt { "overlap" } dd { (d.overlap) }
+            dt { "catch-up" } dd { (d.catch_up) }
+            dt { "next ticks" } dd class="time" { (d.upcoming.join(", ")) }
+        }
+        h2 { "Latest ticks" }
+        @if d.ticks.is_empty() {
+            p class="empty" { "No ticks yet." }
+        } @else {
+            table class="ticks" {
+                thead { tr { th { "Nominal" } th { "Outcome" } th { "Run" } th { "Backfill" } } }
+                tbody {
+                    @for t in &d.ticks {
+                        tr data-outcome=(t.outcome) {
+                            td class="time" { (t.nominal) }
+                            td { (t.outcome) }
+                            td class="mono" {
+                                @if let Some(id) = &t.run_id { a href={ "/runs/" (id) } { (id) } }
+                            }
+                            td { @if t.backfill { "yes" } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&s.name, "schedules", database, Banner::None, body)
 }
 
 pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'_>) -> String {
