@@ -14,27 +14,14 @@ use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::schedules::{
-    decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleTx, TickCols,
-    TickRow,
+    decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleSql, ScheduleTx,
+    TickCols, TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
 
-/// The statements of this file, `{s}` standing for the quoted schema.
-struct Sql {
-    define: &'static str,
-    list: &'static str,
-    lock: &'static str,
-    upsert_tick: &'static str,
-    advance: &'static str,
-    trim: &'static str,
-    ticks: &'static str,
-    pause: &'static str,
-    delete: &'static str,
-    delete_ticks: &'static str,
-}
-
-const SQL: Sql = Sql {
+/// The statements of this file (`ScheduleSql`), `{s}` standing for the quoted schema.
+const SQL: ScheduleSql = ScheduleSql {
     define: "INSERT INTO {s}.schedules (name, def, paused, next_at, created_at, updated_at)
          VALUES ($1, $2, FALSE, $3, $4, $4)
          ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated_at = excluded.updated_at,

@@ -14,6 +14,21 @@ use crate::store::{
     NewTick, ScheduleDef, ScheduleState, TickOutcome, TickRecord, TickWrite, TICKS_KEPT,
 };
 
+/// The statements each dialect writes for the schedules (its `schedules.rs`), field by field
+/// side by side.
+pub(in crate::store) struct ScheduleSql {
+    pub define: &'static str,
+    pub list: &'static str,
+    pub lock: &'static str,
+    pub upsert_tick: &'static str,
+    pub advance: &'static str,
+    pub trim: &'static str,
+    pub ticks: &'static str,
+    pub pause: &'static str,
+    pub delete: &'static str,
+    pub delete_ticks: &'static str,
+}
+
 /// A schedule's columns as listed: name, definition (JSON), paused, next, the latest tick's
 /// nominal time, the latest started tick's nominal time and run, the earliest buffered tick.
 pub(in crate::store) type ScheduleCols = (

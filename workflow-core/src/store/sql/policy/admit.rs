@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use super::Tx;
+use super::{fence, Tx};
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::store::sql::{lease_end, owner_of, sql_epoch, sql_time, to_json, EncodedEvents};
+use crate::store::sql::{lease_end, owner_of, sql_time, to_json, EncodedEvents};
 use crate::store::{
     no_token, Admission, AdmitOrResume, ClaimOutcome, Event, Lease, NewEvent, NewRun,
 };
@@ -219,14 +219,7 @@ pub(in crate::store) async fn claim_hook(
     token: &str,
     at: SystemTime,
 ) -> Result<ClaimOutcome, StoreError> {
-    let run = lease.run_id.to_string();
-    let fence = Some(sql_epoch(lease.epoch));
-    if !tx
-        .append_events(&run, fence, &EncodedEvents::default())
-        .await?
-    {
-        return Err(StoreError::LeaseLost(lease.run_id));
-    }
+    let run = fence(tx, lease).await?;
     let conflict = claim_token(tx, token, &run, sql_time(at), None).await?;
     let event = EncodedEvents::new(&[NewEvent {
         at,
@@ -251,14 +244,7 @@ pub(in crate::store) async fn start_child(
     child_key: &str,
     child: &NewRunRow,
 ) -> Result<Admission, StoreError> {
-    let run = lease.run_id.to_string();
-    let fence = Some(sql_epoch(lease.epoch));
-    if !tx
-        .append_events(&run, fence, &EncodedEvents::default())
-        .await?
-    {
-        return Err(StoreError::LeaseLost(lease.run_id));
-    }
+    let run = fence(tx, lease).await?;
     let (admission, _) = admit(tx, child).await?;
     let conflict = match admission {
         Admission::Admitted => None,

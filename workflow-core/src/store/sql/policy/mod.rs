@@ -16,10 +16,10 @@
 use std::future::Future;
 
 use crate::error::StoreError;
-use crate::store::EndHint;
+use crate::store::{EndHint, Lease};
 
 use super::rows::{InboxRow, QueueLimits};
-use super::{EncodedEnd, EncodedEvents};
+use super::{sql_epoch, EncodedEnd, EncodedEvents};
 
 mod admin;
 mod admit;
@@ -329,4 +329,19 @@ pub(in crate::store) trait Tx: Sized {
             self.release_tokens(run, None, now).await
         }
     }
+}
+
+/// Holds `lease` for the rest of the transaction (the run's row stays locked where the
+/// dialect locks rows: a chunk and the run's end or a cancel do not interleave), or
+/// [`StoreError::LeaseLost`].
+pub(super) async fn fence(tx: &mut impl Tx, lease: &Lease) -> Result<String, StoreError> {
+    let run = lease.run_id.to_string();
+    let fence = Some(sql_epoch(lease.epoch));
+    if !tx
+        .append_events(&run, fence, &EncodedEvents::default())
+        .await?
+    {
+        return Err(StoreError::LeaseLost(lease.run_id));
+    }
+    Ok(run)
 }

@@ -2,9 +2,9 @@
 
 use std::time::SystemTime;
 
-use super::Tx;
+use super::{fence, Tx};
 use crate::error::StoreError;
-use crate::store::sql::{sql_epoch, sql_time, to_json, EncodedEvents};
+use crate::store::sql::{sql_epoch, sql_time, to_json};
 use crate::store::Lease;
 
 /// A chunk to append ([`append_chunk`]), encoded before the transaction.
@@ -40,21 +40,6 @@ pub(in crate::store) enum ChunkAppend {
     Closed,
     /// The fence refused the write; nothing written.
     LeaseLost,
-}
-
-/// Holds `lease` for the rest of the transaction (the run's row stays locked where the
-/// dialect locks rows: a chunk and the run's end or a cancel do not interleave), or
-/// [`StoreError::LeaseLost`].
-async fn fence(tx: &mut impl Tx, lease: &Lease) -> Result<String, StoreError> {
-    let run = lease.run_id.to_string();
-    let fence = Some(sql_epoch(lease.epoch));
-    if !tx
-        .append_events(&run, fence, &EncodedEvents::default())
-        .await?
-    {
-        return Err(StoreError::LeaseLost(lease.run_id));
-    }
-    Ok(run)
 }
 
 /// Appends `chunk` to its stream of the leased run; its index, or `None` (nothing written)
