@@ -34,6 +34,8 @@ fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
         hook_token: hook_token.map(str::to_owned),
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }
 }
 

@@ -132,6 +132,8 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let history = [NewEvent {
         at,
