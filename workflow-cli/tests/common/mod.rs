@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
