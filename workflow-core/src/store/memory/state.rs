@@ -385,9 +385,10 @@ impl State {
         self.inbox.insert(id, (run, InboxEntry { id, what }));
         if let Some(r) = self.runs.get_mut(&run) {
             // A blocked run waits for a build that fits, not for payloads.
-            // A delayed run waits for its time, payloads or not.
+            // A delayed run waits for its start, payloads or not.
             if r.record.status != RunStatus::Blocked {
-                r.wake_at = r.wake_at.min(at).max(r.record.begins());
+                let woken = r.wake_at.min(at);
+                r.wake_at = r.record.start_at.map_or(woken, |start| woken.max(start));
             }
         }
         self.schedule(run);
