@@ -469,7 +469,8 @@ impl Admit {
     fn at(self, created_at: SystemTime) -> NewRun {
         let start_at = self.begin.map(|b| match b {
             Begin::After(d) => after(created_at, d),
-            Begin::At(t) => t,
+            // Past the latest time every store keeps: as late as that (as for `after`).
+            Begin::At(t) => t.min(never()),
         });
         let begins = start_at.map_or(created_at, |t| t.max(created_at));
         NewRun {
