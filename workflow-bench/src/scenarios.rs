@@ -286,6 +286,8 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
             hook: None,
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await?;
     let names = [workflow];

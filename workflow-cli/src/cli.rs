@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use clap::{Parser, Subcommand};
 use serde::Serialize;
@@ -15,7 +16,7 @@ use crate::connect::{self, Target};
 use crate::error::CliError;
 use crate::ops;
 use crate::text::{self, Table};
-use crate::view::{AttemptOutcome, QueueView, QueuedRun, RunDetail};
+use crate::view::{AttemptOutcome, QueueView, QueuedRun, RunDetail, Time};
 
 const AFTER_HELP: &str = "\
 The database is --db (or WORKFLOW_DB), else --database-url (or WORKFLOW_DATABASE_URL), else
@@ -83,6 +84,10 @@ pub enum Command {
         /// waiting run's position (1 begins next).
         #[arg(long, value_name = "NAME")]
         queue: Option<String>,
+        /// Only runs started by a build of this version (`Runtime::builder().version(v)`),
+        /// e.g. the runs that predate a deploy.
+        #[arg(long, value_name = "V")]
+        version: Option<String>,
         /// At most this many runs.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -258,6 +263,7 @@ fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
         queue.limits(),
         queue.waiting
     );
+    let now = Time(SystemTime::now());
     let mut t = Table::new([
         "RUN", "WORKFLOW", "STATUS", "POSITION", "KEY", "PRIORITY", "CREATED",
     ]);
@@ -266,7 +272,7 @@ fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
         t.row(vec![
             r.run.id.to_string(),
             r.run.workflow.clone(),
-            r.run.status.to_string(),
+            r.run.status_text(now),
             r.position.map(|p| p.to_string()).unwrap_or_default(),
             entry
                 .and_then(|q| q.partition_key.clone())
@@ -333,10 +339,14 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             status,
             workflow,
             queue,
+            version,
             limit,
             after,
         } => {
             let mut filter = RunFilter::new().limit(limit);
+            if let Some(v) = version {
+                filter = filter.version(v);
+            }
             if let Some(id) = after {
                 filter = filter.after(&ops::parse_run_id(&id)?);
             }
@@ -365,14 +375,18 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                     last.id
                 );
             }
-            let mut t = Table::new(["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION"]);
+            let now = Time(SystemTime::now());
+            let mut t = Table::new([
+                "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "VERSION",
+            ]);
             for r in &runs {
                 t.row(vec![
                     r.id.to_string(),
                     r.workflow.clone(),
-                    r.status.to_string(),
+                    r.status_text(now),
                     r.created_at.to_string(),
                     r.duration_ms.map(text::duration_ms).unwrap_or_default(),
+                    r.version.clone().unwrap_or_default(),
                 ]);
             }
             Ok(if t.is_empty() {
@@ -666,8 +680,14 @@ fn run_text(d: &RunDetail) -> String {
     };
     field("run", &r.id.to_string());
     field("workflow", &r.workflow);
-    field("status", r.status.as_str());
+    field("status", &r.status_text(d.as_of));
     field("created", &r.created_at.to_string());
+    if let Some(t) = r.start_at {
+        field("starts", &t.to_string());
+    }
+    if let Some(v) = &r.version {
+        field("version", v);
+    }
     if r.status.is_terminal() {
         field("ended", &r.updated_at.to_string());
         field(

@@ -586,6 +586,8 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
                 hook: None,
                 deadline: None,
                 queue: None,
+                start_at: None,
+                version: None,
             },
             &[NewEvent {
                 at,

@@ -1017,6 +1017,8 @@ async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
                 deadline: None,
                 parent: None,
                 queue: None,
+                start_at: None,
+                version: None,
             },
             &[NewEvent {
                 // 2026-03-29T00:59:59.500Z, half a second before the change.

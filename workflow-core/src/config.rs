@@ -17,6 +17,8 @@ pub(crate) struct Config {
     pub(crate) evict_after: Duration,
     /// How payloads are stored: `max_payload_bytes`.
     pub(crate) payloads: Payloads,
+    /// The build's version, recorded on every run this runtime starts.
+    pub(crate) version: Option<String>,
 }
 
 impl Default for Config {
@@ -29,6 +31,7 @@ impl Default for Config {
             worker: true,
             evict_after: Duration::from_secs(30),
             payloads: Payloads::default(),
+            version: None,
         }
     }
 }

@@ -492,7 +492,8 @@ pub struct WorkflowMetadata {
     pub run_id: RunId,
     /// The workflow's registered name.
     pub workflow_name: String,
-    /// When the run was admitted.
+    /// When the run was admitted, or its start when that was later (`start(..).delay(d)`);
+    /// `now()` in the workflow begins here.
     pub started_at: SystemTime,
 }
 

@@ -220,10 +220,11 @@ impl Driver {
         } else {
             EndHint::Alone
         };
+        let begins = run.begins();
         let ctx = RunCtx::new(
             run_id,
             reg.name,
-            run.created_at,
+            begins,
             run.hook_token,
             host.config().payloads.clone(),
             replay.patches(),
@@ -240,7 +241,7 @@ impl Driver {
             last_seq,
             stop: signals.stop.clone(),
             deadline: run.deadline.map(|at| {
-                let timeout = at.duration_since(run.created_at).unwrap_or_default();
+                let timeout = at.duration_since(begins).unwrap_or_default();
                 (at, timeout)
             }),
             parent: run.parent,
@@ -636,6 +637,9 @@ impl Driver {
                 run: self.ctx.run_id,
                 detached: call.detached,
             }),
+            start_at: None,
+            // The build that starts the child, which is the one driving its parent now.
+            version: self.host.config().version.clone(),
         };
         let mut tries = 0;
         loop {

@@ -78,8 +78,17 @@ pub struct NewRun {
     pub workflow: String,
     /// The serialized argument tuple.
     pub input: Value,
-    /// Admission time; also the first time a worker may pick it up.
+    /// Admission time; also the first time a worker may pick it up, unless `start_at` is
+    /// later.
     pub created_at: SystemTime,
+    /// The run begins no earlier than this (`start(..).delay(d)`, `start(..).start_at(t)`):
+    /// it waits as [`RunStatus::Pending`] until then, and is never leased at admission while
+    /// it lies ahead. `None`: at admission.
+    pub start_at: Option<SystemTime>,
+    /// The version of the build that started it ([`RuntimeBuilder::version`]).
+    ///
+    /// [`RuntimeBuilder::version`]: crate::RuntimeBuilder::version
+    pub version: Option<String>,
     /// A hook token to claim atomically with the admission (`start(..).hook(token)`).
     pub hook: Option<StartHook>,
     /// The run fails if it has not ended by then (`start(..).timeout(d)`).
@@ -89,6 +98,19 @@ pub struct NewRun {
     /// The queue the run waits in for a slot: `start(..).queue(name)` or the
     /// workflow's `#[workflow(queue = "..")]`. A queued run is never leased at admission.
     pub queue: Option<QueueEntry>,
+}
+
+impl NewRun {
+    /// When a worker may first pick the run up: its admission, or its start if later.
+    pub fn first_wake(&self) -> SystemTime {
+        self.start_at
+            .map_or(self.created_at, |t| t.max(self.created_at))
+    }
+
+    /// Whether its start lies ahead of its admission, so it must not be leased at admission.
+    pub fn delayed(&self) -> bool {
+        self.start_at.is_some_and(|t| t > self.created_at)
+    }
 }
 
 /// How a child run is tied to the run that started it.
@@ -159,6 +181,30 @@ pub struct RunRecord {
     pub parent: Option<RunId>,
     /// The queue it was started in, if any.
     pub queue: Option<QueueEntry>,
+    /// Not begun before this time (`start(..).delay(d)`, `start(..).start_at(t)`); `None`:
+    /// from admission on.
+    pub start_at: Option<SystemTime>,
+    /// The version of the build that started it ([`RuntimeBuilder::version`]), if it
+    /// named one.
+    ///
+    /// [`RuntimeBuilder::version`]: crate::RuntimeBuilder::version
+    pub version: Option<String>,
+}
+
+impl RunRecord {
+    /// When the run may begin: its admission, or its start if later. Its workflow clock
+    /// and its `.timeout(..)` count from here.
+    pub(crate) fn begins(&self) -> SystemTime {
+        self.start_at
+            .map_or(self.created_at, |t| t.max(self.created_at))
+    }
+
+    /// When a pending run begins, if that lies after `now`: it was started with a delay and
+    /// waits for its time (not for a worker).
+    pub fn starts_later(&self, now: SystemTime) -> Option<SystemTime> {
+        self.start_at
+            .filter(|t| self.status == RunStatus::Pending && *t > now)
+    }
 }
 
 /// How a run ended, written by [`RunStore::append`] together with its last events.

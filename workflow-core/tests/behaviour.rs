@@ -845,6 +845,8 @@ async fn bad_input_gives_clear_errors(b: Backend) {
             hook: None,
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();

@@ -639,7 +639,13 @@ fn waiting_on(
     let mut out = Vec::new();
     match run.status {
         RunStatus::Pending => {
-            out.push("a worker to pick it up (no worker has run it yet)".to_owned());
+            out.push(match run.starts_later(now) {
+                Some(t) => format!(
+                    "its start at {t} (in {}): it was started with a delay",
+                    text::duration_ms(now.until(t))
+                ),
+                None => "a worker to pick it up (no worker has run it yet)".to_owned(),
+            });
             return out;
         }
         RunStatus::Running => {}

@@ -27,6 +27,12 @@ pub struct RunSummary {
     /// The queue it was started in, with its partition key and priority.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueEntry>,
+    /// Not begun before this time: started with `.delay(d)` or `.start_at(t)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<Time>,
+    /// The version of the build that started it (`Runtime::builder().version(v)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl RunSummary {
@@ -46,6 +52,24 @@ impl RunSummary {
             error: r.error,
             parent: r.parent,
             queue: r.queue,
+            start_at: r.start_at.map(Time),
+            version: r.version,
+        }
+    }
+
+    /// When a pending run begins, if it was started with a delay that is still ahead at
+    /// `now`: it waits for its time, not for a worker.
+    pub fn starts_later(&self, now: Time) -> Option<Time> {
+        self.start_at
+            .filter(|t| self.status == RunStatus::Pending && *t > now)
+    }
+
+    /// `pending, starts at <time>` for a delayed run waiting for its time at `now`; the
+    /// status otherwise.
+    pub fn status_text(&self, now: Time) -> String {
+        match self.starts_later(now) {
+            Some(t) => format!("{}, starts at {t}", self.status),
+            None => self.status.to_string(),
         }
     }
 }

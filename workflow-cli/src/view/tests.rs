@@ -34,6 +34,8 @@ fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
         hook_token: hook_token.map(str::to_owned),
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }
 }
 
@@ -344,4 +346,38 @@ fn patches_and_retries_are_marked_and_a_retry_opens_fresh_attempts() {
 fn json_times_are_rfc3339() {
     let v = serde_json::to_value(Time(from_millis(1_700_000_000_123))).unwrap();
     assert_eq!(v, json!("2023-11-14T22:13:20.123Z"));
+}
+
+#[test]
+fn a_delayed_run_is_pending_until_its_start_and_waits_for_it() {
+    let mut delayed = run(RunStatus::Pending, 0, None);
+    delayed.start_at = Some(t(5_000));
+    delayed.version = Some("1.4.2".into());
+    let summary = RunSummary::new(delayed.clone());
+    let start = Time(t(5_000));
+    assert_eq!(summary.version.as_deref(), Some("1.4.2"));
+    assert_eq!(summary.starts_later(Time(t(1_000))), Some(start));
+    assert_eq!(
+        summary.status_text(Time(t(1_000))),
+        format!("pending, starts at {start}")
+    );
+    // From its start on it waits for a worker like any pending run.
+    assert_eq!(summary.status_text(start), "pending");
+    let d = RunDetail::new(delayed.clone(), &[], &[], t(1_000));
+    assert_eq!(
+        d.waiting_on,
+        [format!(
+            "its start at {start} (in 4s): it was started with a delay"
+        )]
+    );
+    let d = RunDetail::new(delayed.clone(), &[], &[], t(6_000));
+    assert_eq!(
+        d.waiting_on,
+        ["a worker to pick it up (no worker has run it yet)"]
+    );
+    // A run that began shows its status alone, its start kept.
+    delayed.status = RunStatus::Running;
+    let begun = RunSummary::new(delayed);
+    assert_eq!(begun.status_text(Time(t(1_000))), "running");
+    assert_eq!(begun.start_at, Some(start));
 }

@@ -181,6 +181,8 @@ struct RunsQuery {
     status: Option<String>,
     workflow: Option<String>,
     queue: Option<String>,
+    /// Only runs started by a build of this version.
+    version: Option<String>,
     limit: Option<usize>,
     /// The page after this run (newest first).
     after: Option<String>,
@@ -207,6 +209,14 @@ impl RunsQuery {
         }
         if let Some(q) = self.queue.as_deref().filter(|q| !q.is_empty()) {
             f = f.queue(q);
+        }
+        if let Some(v) = self
+            .version
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        {
+            f = f.version(v);
         }
         Ok(f)
     }

@@ -3,6 +3,7 @@
 //! itself is a [`Markup`], so text from the database cannot become markup by a forgotten call.
 
 use std::fmt::Write as _;
+use std::time::SystemTime;
 
 use axum::http::StatusCode;
 use maud::{html, Markup, PreEscaped};
@@ -12,7 +13,7 @@ use workflow_core::{RunId, RunStatus};
 use super::timeline;
 use crate::schedules::{ScheduleDetail, ScheduleView};
 use crate::text;
-use crate::view::{DivergenceView, EventView, HookSummary, QueueView, QueuedRun, RunDetail};
+use crate::view::{DivergenceView, EventView, HookSummary, QueueView, QueuedRun, RunDetail, Time};
 
 /// A message at the top of a page, after an action.
 pub enum Banner<'a> {
@@ -100,6 +101,7 @@ pub fn runs(
     banner: Banner<'_>,
 ) -> String {
     let status = filter.status.map(RunStatus::as_str).unwrap_or_default();
+    let now = Time(SystemTime::now());
     let body = html! {
         h1 { "Runs" }
         form class="filters" method="get" action="/" {
@@ -123,6 +125,11 @@ pub fn runs(
                     placeholder="any queue";
             }
             label {
+                "Version "
+                input name="version" value=(filter.version.as_deref().unwrap_or_default())
+                    placeholder="any version";
+            }
+            label {
                 "Limit "
                 input name="limit" type="number" min="1" max="10000" value=(filter.limit);
             }
@@ -141,7 +148,7 @@ pub fn runs(
                     tr {
                         th { "Run" } th { "Workflow" } th { "Status" }
                         @if queue.is_some() { th { "Position" } th { "Key" } th { "Priority" } }
-                        th { "Created" } th { "Duration" } th { "Result" }
+                        th { "Created" } th { "Duration" } th { "Version" } th { "Result" }
                     }
                 }
                 tbody {
@@ -149,7 +156,14 @@ pub fn runs(
                         tr data-run-id=(r.id) {
                             td class="mono" { a href={ "/runs/" (r.id) } { (r.id) } }
                             td { (r.workflow) }
-                            td { (badge(r.status)) }
+                            td {
+                                (badge(r.status))
+                                @if let Some(t) = r.starts_later(now) {
+                                    " " span class="starts small" data-start-at=(t.ms()) {
+                                        "starts at " (t)
+                                    }
+                                }
+                            }
                             @if queue.is_some() {
                                 @let entry = r.queue.as_ref();
                                 td class="position" { @if let Some(p) = position { (p) } }
@@ -160,6 +174,7 @@ pub fn runs(
                             }
                             td class="time" { (r.created_at) }
                             td class="time" { (r.duration_ms.map(text::duration_ms).unwrap_or_default()) }
+                            td class="mono version" { (r.version.as_deref().unwrap_or_default()) }
                             td class="mono small" {
                                 @match (&r.output, &r.error) {
                                     (Some(v), _) => (text::json_line(v, 60)),
@@ -319,6 +334,18 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
         dl class="facts" {
             dt { "run" } dd { span class="mono" { (r.id) } }
             dt { "created" } dd { (r.created_at) }
+            @if let Some(t) = r.start_at {
+                dt { "starts" }
+                dd id="start-at" {
+                    (t)
+                    @if r.starts_later(d.as_of).is_some() {
+                        " (pending until then: started with a delay)"
+                    }
+                }
+            }
+            @if let Some(v) = &r.version {
+                dt { "version" } dd { span class="mono" id="version" { (v) } }
+            }
             @if r.status.is_terminal() {
                 dt { "ended" } dd { (r.updated_at) }
                 dt { "duration" } dd { (text::duration_ms(r.duration_ms.unwrap_or_default())) }
@@ -702,6 +729,7 @@ fn older_runs(filter: &RunFilter, last: RunId) -> String {
         ("status", filter.status.map(|s| s.as_str().to_owned())),
         ("workflow", filter.workflow.clone()),
         ("queue", filter.queue.clone()),
+        ("version", filter.version.clone()),
         ("limit", Some(filter.limit.to_string())),
         ("after", Some(last.to_string())),
     ];

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -132,6 +134,8 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let history = [NewEvent {
         at,

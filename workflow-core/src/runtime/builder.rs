@@ -102,6 +102,35 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The version of this build (e.g. `env!("CARGO_PKG_VERSION")` of the application; none
+    /// by default), recorded on every run this runtime starts — its children and the runs
+    /// its schedules fire included — as [`RunRecord::version`](crate::RunRecord::version),
+    /// so that the runs which predate a deploy can be listed with
+    /// [`RunFilter::version`](crate::RunFilter::version).
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn greet(name: String) -> Result<String> {
+    ///     Ok(format!("hello {name}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().version("1.4.2").build().await?;
+    /// let run = rt.start(greet, ("ada".to_owned(),)).await?;
+    /// assert_eq!(run.info().await?.version.as_deref(), Some("1.4.2"));
+    /// let old = rt.runs(RunFilter::new().version("1.4.1")).await?;
+    /// assert!(old.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn version(mut self, v: impl Into<String>) -> Self {
+        self.config.version = Some(v.into());
+        self
+    }
+
     /// At most this many runs are driven at once by this process (default 1000).
     pub fn max_active_runs(mut self, n: usize) -> Self {
         self.config.max_active_runs = n.max(1);

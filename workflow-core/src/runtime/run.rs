@@ -203,6 +203,9 @@ impl<T> Run<T> {
             deadline: None,
             // The copy waits for a slot of the same queue.
             queue: run.queue,
+            start_at: None,
+            // The copy runs its later steps with this build's code.
+            version: inner.config.version.clone(),
         };
         inner.store.create_run_with_history(new, &history).await?;
         inner.work.notify_one();

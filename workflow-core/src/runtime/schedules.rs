@@ -92,6 +92,8 @@ impl Inner {
             deadline: None,
             parent: None,
             queue: state.def.queue.clone().map(QueueEntry::new),
+            start_at: None,
+            version: self.config.version.clone(),
         })
     }
 

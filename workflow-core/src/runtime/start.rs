@@ -35,7 +35,16 @@ pub struct Start<W: WorkflowDef> {
     /// From `#[workflow(queue = "..")]` until `.queue(..)` names another; the partition key
     /// and priority wait here for a queue.
     queue: Option<QueueEntry>,
+    /// `.delay(..)` or `.start_at(..)`: not begun before then.
+    begin: Option<Begin>,
     _def: PhantomData<fn() -> W>,
+}
+
+/// When a delayed start begins: a delay counted from admission, or an instant.
+#[derive(Debug, Clone, Copy)]
+enum Begin {
+    After(Duration),
+    At(SystemTime),
 }
 
 impl<W: WorkflowDef> Start<W> {
@@ -52,8 +61,51 @@ impl<W: WorkflowDef> Start<W> {
             retention: None,
             timeout: None,
             queue,
+            begin: None,
             _def: PhantomData,
         }
+    }
+
+    /// Admits the run now — its id is known, its `.hook(..)` token claimed, its queue entered
+    /// — but begins it no earlier than `d` after admission. Meanwhile it is
+    /// [`RunStatus::Pending`] with its [`RunRecord::start_at`], survives restarts like any
+    /// stored run, and can be cancelled; payloads sent to its token wait for it. A worker of
+    /// this process begins it when the time comes; other processes' workers find it on
+    /// their next poll. A `.timeout(..)` counts from the start, not from admission.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn send_reminder(user: String) -> Result<String> {
+    ///     Ok(format!("reminded {user}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt
+    ///     .start(send_reminder, ("ada".to_owned(),))
+    ///     .delay(Duration::from_millis(50))
+    ///     .await?;
+    /// let info = run.info().await?;
+    /// assert_eq!(info.status, RunStatus::Pending);
+    /// assert!(info.start_at.is_some());
+    /// assert_eq!(run.return_value().await?, "reminded ada");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn delay(mut self, d: Duration) -> Self {
+        self.begin = Some(Begin::After(d));
+        self
+    }
+
+    /// As [`Start::delay`], but begins no earlier than the instant `t` (on the store's
+    /// clock, which for PostgreSQL is the database server's). A `t` that has passed begins
+    /// the run at once.
+    pub fn start_at(mut self, t: SystemTime) -> Self {
+        self.begin = Some(Begin::At(t));
+        self
     }
 
     /// Claims hook `token` atomically with admitting the run: of any number of concurrent
@@ -136,9 +188,10 @@ impl<W: WorkflowDef> Start<W> {
         self
     }
 
-    /// A deadline for the whole run: if it has not ended `d` after admission, it
-    /// fails ("timed out after 30s"), its in-flight steps dropped, wherever it is — running,
-    /// sleeping, waiting for a hook or not yet picked up. `Duration::MAX` means none.
+    /// A deadline for the whole run: if it has not ended `d` after its start (its admission,
+    /// or the time a [`Start::delay`] names), it fails ("timed out after 30s"), its in-flight
+    /// steps dropped, wherever it is — running, sleeping, waiting for a hook or not yet picked
+    /// up. `Duration::MAX` means none.
     ///
     /// ```
     /// # use workflow_core::prelude::*;
@@ -275,6 +328,8 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 retention: self.retention,
                 timeout: self.timeout,
                 queue,
+                begin: self.begin,
+                version: inner.config.version.clone(),
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
@@ -339,6 +394,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 retention,
                 timeout,
                 queue,
+                begin,
                 ..
             } = self.start;
             let id = RunId::new();
@@ -373,6 +429,8 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 retention,
                 timeout,
                 queue,
+                begin,
+                version: inner.config.version.clone(),
             };
             // In a task of its own, as for `start`: a dropped call does not strand followers.
             let done = inner
@@ -401,11 +459,20 @@ struct Admit {
     retention: Option<Duration>,
     timeout: Option<Duration>,
     queue: Option<QueueEntry>,
+    begin: Option<Begin>,
+    version: Option<String>,
 }
 
 impl Admit {
-    /// The run to admit at `created_at`, its token retained from then on.
+    /// The run to admit at `created_at`, its token retained from then on, its deadline
+    /// counted from its start.
     fn at(self, created_at: SystemTime) -> NewRun {
+        let start_at = self.begin.map(|b| match b {
+            Begin::After(d) => after(created_at, d),
+            // Past the latest time every store keeps: as late as that (as for `after`).
+            Begin::At(t) => t.min(never()),
+        });
+        let begins = start_at.map_or(created_at, |t| t.max(created_at));
         NewRun {
             parent: None,
             id: self.id,
@@ -418,9 +485,11 @@ impl Admit {
             }),
             deadline: self
                 .timeout
-                .and_then(|d| created_at.checked_add(d))
+                .and_then(|d| begins.checked_add(d))
                 .filter(|t| *t < never()),
             queue: self.queue,
+            start_at,
+            version: self.version,
         }
     }
 }
@@ -440,14 +509,15 @@ async fn admit(
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once; a queued run waits for its slot instead.
-    let (admission, lease) = if run.queue.is_none() && inner.can_take(&record.workflow) {
-        inner
-            .store
-            .create_run_leased(run, inner.config.lease)
-            .await?
-    } else {
-        (inner.store.create_run(run).await?, None)
-    };
+    let (admission, lease) =
+        if run.queue.is_none() && !run.delayed() && inner.can_take(&record.workflow) {
+            inner
+                .store
+                .create_run_leased(run, inner.config.lease)
+                .await?
+        } else {
+            (inner.store.create_run(run).await?, None)
+        };
     if let Some(flight) = flight {
         flight.land(match admission {
             Admission::Admitted => id,
@@ -482,10 +552,13 @@ fn admitted_run(run: &NewRun) -> RunRecord {
         hook_token: run.hook.as_ref().map(|h| h.token.clone()),
         deadline: run.deadline,
         queue: run.queue.clone(),
+        start_at: run.start_at,
+        version: run.version.clone(),
     }
 }
 
-/// Drives a run admitted with `lease` here at once; without one, wakes a worker for it.
+/// Drives a run admitted with `lease` here at once; without one, wakes a worker for it (for
+/// a delayed run, when it is due).
 fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
     match lease {
         Some(lease) => spawn_run(
@@ -496,8 +569,44 @@ fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
                 events: Vec::new(),
             },
         ),
-        None => inner.work.notify_one(),
+        None => match run.start_at.filter(|at| *at > run.created_at) {
+            Some(at) => wake_when_due(inner, &run.workflow, at),
+            None => inner.work.notify_one(),
+        },
     }
+}
+
+/// Wakes this process's worker at `at`, when a delayed run of `workflow` admitted here is
+/// due: it begins then, as a sleeping run wakes, instead of at the next poll. Workers of
+/// other processes find it by polling. The timer holds the runtime weakly and ends with it.
+fn wake_when_due(inner: &Arc<Inner>, workflow: &str, at: SystemTime) {
+    if !inner.config.worker || !inner.workflows.contains_key(workflow) {
+        return;
+    }
+    let runtime = Arc::downgrade(inner);
+    let mut shutdown = inner.shutdown.subscribe();
+    inner.tasks.spawn(async move {
+        loop {
+            let Some(inner) = runtime.upgrade() else {
+                return;
+            };
+            let wait = at
+                .duration_since(inner.clock_now())
+                .unwrap_or(Duration::ZERO);
+            drop(inner);
+            if wait.is_zero() {
+                break;
+            }
+            // Stores keep whole milliseconds: one more, and the run is due on any reading.
+            tokio::select! {
+                _ = tokio::time::sleep(wait + Duration::from_millis(1)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+        if let Some(inner) = runtime.upgrade() {
+            inner.work.notify_one();
+        }
+    });
 }
 
 /// Admits `start` with its token or queues `payload` to the token's owner, in one store
@@ -513,8 +622,8 @@ async fn admit_or_resume(
     let record = admitted_run(&run);
     let token = record.hook_token.clone().unwrap_or_default();
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
-    let lease =
-        (run.queue.is_none() && inner.can_take(&record.workflow)).then_some(inner.config.lease);
+    let lease = (run.queue.is_none() && !run.delayed() && inner.can_take(&record.workflow))
+        .then_some(inner.config.lease);
     let outcome = inner.store.admit_or_resume(run, lease, payload).await?;
     if let Some(flight) = flight {
         flight.land(match &outcome {

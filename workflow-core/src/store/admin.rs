@@ -31,6 +31,10 @@ pub struct RunFilter {
     pub parent: Option<RunId>,
     /// Only runs started in this queue.
     pub queue: Option<String>,
+    /// Only runs started by a build of this version ([`RuntimeBuilder::version`]).
+    ///
+    /// [`RuntimeBuilder::version`]: crate::RuntimeBuilder::version
+    pub version: Option<String>,
     /// Only runs admitted at or after this time.
     pub created_after: Option<SystemTime>,
     /// Only runs admitted before this time.
@@ -48,6 +52,7 @@ impl Default for RunFilter {
             workflow: None,
             parent: None,
             queue: None,
+            version: None,
             created_after: None,
             created_before: None,
             after: None,
@@ -83,6 +88,14 @@ impl RunFilter {
     /// Only runs started in queue `name`.
     pub fn queue(mut self, name: impl Into<String>) -> Self {
         self.queue = Some(name.into());
+        self
+    }
+
+    /// Only runs started by a build of version `v` (as given to
+    /// [`RuntimeBuilder::version`](crate::RuntimeBuilder::version)): e.g. the runs that
+    /// predate a deploy.
+    pub fn version(mut self, v: impl Into<String>) -> Self {
+        self.version = Some(v.into());
         self
     }
 

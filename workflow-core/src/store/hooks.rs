@@ -136,7 +136,8 @@ pub trait HookStore: Send + Sync + 'static {
     ) -> Result<ClaimOutcome, StoreError>;
 
     /// Puts `payload` into the inbox of the run whose active hook owns `token`, and makes that
-    /// run acquirable now if no worker holds it. `None` when no active hook owns the token.
+    /// run acquirable now if no worker holds it (a delayed run not before its
+    /// [`NewRun::start_at`]). `None` when no active hook owns the token.
     async fn resume_hook(
         &self,
         token: &str,

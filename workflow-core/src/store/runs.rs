@@ -189,7 +189,9 @@ pub trait RunStore: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Admits a run in status `Pending`, acquirable from `created_at`. With `run.hook`, the
+    /// Admits a run in status `Pending`, acquirable from `created_at` — or from
+    /// `run.start_at` if that is later: a delayed run is acquirable from its start on, and
+    /// nothing that wakes runs (a payload to its token) makes it so earlier. With `run.hook`, the
     /// admission and the claim of the token are one act: if the token is owned by an active
     /// hook, or retained by an ended run until later than `created_at`, nothing is written and
     /// the owner is returned.
@@ -197,7 +199,8 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// [`RunStore::create_run`], and on admission the run is also leased to the caller (a worker
     /// that will drive it at once) for `lease`: status `Running`, epoch 1, no acquire needed —
-    /// one transaction instead of two. Stores that cannot do this return no lease (the default)
+    /// one transaction instead of two. A run in a queue, or whose start lies after its
+    /// admission, is not leased. Stores that cannot do this return no lease (the default)
     /// and the run is acquired as usual.
     async fn create_run_leased(
         &self,

@@ -33,6 +33,12 @@ impl AdminStore for MemoryStore {
             .filter(|r| filter.parent.is_none_or(|p| r.parent == Some(p)))
             .filter(|r| {
                 filter
+                    .version
+                    .as_ref()
+                    .is_none_or(|v| r.version.as_ref() == Some(v))
+            })
+            .filter(|r| {
+                filter
                     .queue
                     .as_ref()
                     .is_none_or(|q| r.queue.as_ref().is_some_and(|e| &e.name == q))

@@ -291,8 +291,10 @@ impl State {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let (id, created_at) = (run.id, run.created_at);
-        // A queued run waits for its slot, which only `acquire` gives.
-        let lease = lease.filter(|_| run.queue.is_none());
+        // A queued run waits for its slot, which only `acquire` gives; a delayed one for
+        // its time.
+        let lease = lease.filter(|_| run.queue.is_none() && !run.delayed());
+        let wake_at = run.first_wake();
         if self.runs.contains_key(&run.id) {
             return Err(StoreError::database(format!(
                 "run {} already exists",
@@ -337,9 +339,11 @@ impl State {
                     deadline: run.deadline,
                     parent: run.parent.map(|p| p.run),
                     queue: run.queue,
+                    start_at: run.start_at,
+                    version: run.version,
                 },
                 events: Vec::new(),
-                wake_at: run.created_at,
+                wake_at,
                 epoch: u64::from(lease.is_some()),
                 lease_until: lease.map(|l| after(created_at, l)),
                 due_at: None,
@@ -381,8 +385,10 @@ impl State {
         self.inbox.insert(id, (run, InboxEntry { id, what }));
         if let Some(r) = self.runs.get_mut(&run) {
             // A blocked run waits for a build that fits, not for payloads.
+            // A delayed run waits for its start, payloads or not.
             if r.record.status != RunStatus::Blocked {
-                r.wake_at = r.wake_at.min(at);
+                let woken = r.wake_at.min(at);
+                r.wake_at = r.record.start_at.map_or(woken, |start| woken.max(start));
             }
         }
         self.schedule(run);

@@ -19,7 +19,7 @@ impl AdminStore for PostgresStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (status, workflow, limit, queue, parent, after, before, cursor) =
+        let (status, workflow, limit, queue, parent, after, before, cursor, version) =
             policy::run_filter(filter);
         let mut conn = self.conn().await?;
         let rows = sqlx::query_as(&self.inner.sql.list_runs)
@@ -31,6 +31,7 @@ impl AdminStore for PostgresStore {
             .bind(after)
             .bind(before)
             .bind(cursor)
+            .bind(version)
             .fetch_all(&mut *conn)
             .await;
         let rows: Vec<RunRow> = conn.kept(rows)?;

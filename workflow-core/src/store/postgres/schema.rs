@@ -48,7 +48,19 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ddl: MIGRATION_6,
     },
     MIGRATION_7,
+    MIGRATION_8,
 ];
+
+/// Delayed starts and run versions (see SQLite's migration of the same name).
+const MIGRATION_8: Migration = Migration {
+    version: 8,
+    name: "each run's start time (delayed starts) and the version of the build that started it",
+    ddl: r#"
+ALTER TABLE {schema}.runs
+    ADD COLUMN start_at BIGINT,   -- NULL: from admission on
+    ADD COLUMN version TEXT;      -- NULL: the build named none
+"#,
+};
 
 /// Schedules and the records of their ticks (see SQLite's migration of the same name).
 const MIGRATION_7: Migration = Migration {

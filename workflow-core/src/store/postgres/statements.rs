@@ -44,7 +44,7 @@ pub(super) struct PgOnly {
     /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
-    /// queues, `$10` partition keys, `$11` priorities. The answer: the ids admitted (an id
+    /// queues, `$10` partition keys, `$11` priorities, `$12` starts, `$13` versions. The answer: the ids admitted (an id
     /// missing existed already).
     pub(super) admit_many: String,
     /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
@@ -54,8 +54,9 @@ pub(super) struct PgOnly {
 
 /// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
 /// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
-/// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, else `$10` queue,
-/// `$11` partition key, `$12` priority. One row: whether the id was new, whether the run was
+/// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, `$11` start, `$12`
+/// version, else `$10` queue, `$11` partition key, `$12` priority, `$13` start (the run is due
+/// at the later of it and `$4`), `$14` version. One row: whether the id was new, whether the run was
 /// admitted, and the token's owner as the statement's snapshot saw it (and whether it holds
 /// the token).
 pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
@@ -63,15 +64,18 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
         format!(
             "INSERT INTO {s}.runs
                  (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                  epoch, lease_until, deadline, parent_id, detached)
-             SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9 FROM claimed"
+                  epoch, lease_until, deadline, parent_id, detached, start_at, version)
+             SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9, $11, $12
+             FROM claimed"
         )
     } else {
         format!(
             "INSERT INTO {s}.runs
                  (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                  deadline, parent_id, detached, queue, partition_key, priority)
-             SELECT $1, $2, 'pending', $3, $4, $4, $4, $5, $7, $8, $9, $10, $11, $12
+                  deadline, parent_id, detached, queue, partition_key, priority, start_at,
+                  version)
+             SELECT $1, $2, 'pending', $3, $4, $4, GREATEST($4, $13), $5, $7, $8, $9, $10, $11,
+                    $12, $13, $14
              FROM claimed"
         )
     };
@@ -99,7 +103,8 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
 
 pub(super) const RUN_COLUMNS: &str =
     "id, workflow, status, input, output, error, created_at, updated_at, \
-                           hook_token, deadline, parent_id, queue, partition_key, priority";
+                           hook_token, deadline, parent_id, queue, partition_key, priority, \
+                           start_at, version";
 
 /// The statements for the tables in schema `s` (quoted).
 pub(super) fn statements(s: &str) -> Statements {
@@ -148,13 +153,16 @@ pub(super) fn statements(s: &str) -> Statements {
     {
         Statements {
             run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
-            // Inserted and announced, or nothing (the id exists): one row or none.
+            // Inserted and announced, or nothing (the id exists): one row or none. A delayed
+            // run (`$12` start) is due at its start.
             insert_run: format!(
                 "WITH inserted AS (
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                          deadline, parent_id, detached, queue, partition_key, priority)
-                     VALUES ($1, $2, 'pending', $3, $4, $4, $4, $5, $6, $7, $8, $9, $10, $11)
+                          deadline, parent_id, detached, queue, partition_key, priority,
+                          start_at, version)
+                     VALUES ($1, $2, 'pending', $3, $4, $4, GREATEST($4, $12), $5, $6, $7, $8,
+                             $9, $10, $11, $12, $13)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT id FROM inserted"
@@ -164,8 +172,8 @@ pub(super) fn statements(s: &str) -> Statements {
             insert_leased_run: format!(
                 "INSERT INTO {s}.runs
                      (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      epoch, lease_until, deadline, parent_id, detached)
-                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7, $8, $9)
+                      epoch, lease_until, deadline, parent_id, detached, start_at, version)
+                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
@@ -209,7 +217,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
-                           r.queue, r.partition_key, r.priority, r.epoch, r.wake_at"
+                           r.queue, r.partition_key, r.priority, r.start_at, r.version,
+                           r.epoch, r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -338,9 +347,11 @@ pub(super) fn statements(s: &str) -> Statements {
                      SELECT h.run_id, h.token, $2, $3 FROM {s}.hooks h, locked
                      WHERE h.token = $1 AND h.active
                      RETURNING id, run_id),
+                 -- A delayed run waits for its start, payloads or not.
                  woken AS (
                      UPDATE {s}.runs r SET wake_at = CASE r.status
-                         WHEN 'blocked' THEN r.wake_at ELSE LEAST(r.wake_at, $3) END
+                         WHEN 'blocked' THEN r.wake_at
+                         ELSE GREATEST(LEAST(r.wake_at, $3), r.start_at) END
                      FROM queued q WHERE r.id = q.run_id
                      RETURNING r.status IN ('pending', 'running')
                          AND (r.lease_until IS NULL OR r.lease_until <= {NOW_MS}) AS idle),
@@ -383,6 +394,7 @@ pub(super) fn statements(s: &str) -> Statements {
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)
                    AND ($4::text IS NULL OR queue = $4) AND ($5::text IS NULL OR parent_id = $5)
+                   AND ($9::text IS NULL OR version = $9)
                    AND ($6::bigint IS NULL OR created_at >= $6)
                    AND ($7::bigint IS NULL OR created_at < $7)
                    AND ($8::text IS NULL OR (created_at, id) <
@@ -558,7 +570,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  FROM picked WHERE r.id = picked.id
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
-                           r.queue, r.partition_key, r.priority, r.epoch, r.wake_at"
+                           r.queue, r.partition_key, r.priority, r.start_at, r.version,
+                           r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
                 append_ending: format!(
@@ -647,18 +660,19 @@ pub(super) fn statements(s: &str) -> Statements {
                     "INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at,
                           epoch, lease_until, deadline, parent_id, detached, queue,
-                          partition_key, priority)
+                          partition_key, priority, start_at, version)
                      SELECT a.id, a.workflow,
                             CASE WHEN a.lease_until IS NULL THEN 'pending' ELSE 'running' END,
-                            a.input, a.at, a.at, a.at,
+                            a.input, a.at, a.at, GREATEST(a.at, a.start_at),
                             CASE WHEN a.lease_until IS NULL THEN 0 ELSE 1 END,
                             a.lease_until, a.deadline, a.parent_id, a.detached, a.queue,
-                            a.partition_key, a.priority
+                            a.partition_key, a.priority, a.start_at, a.version
                      FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[],
                                  $5::bigint[], $6::bigint[], $7::text[], $8::bool[],
-                                 $9::text[], $10::text[], $11::int[])
+                                 $9::text[], $10::text[], $11::int[], $12::bigint[],
+                                 $13::text[])
                           AS a(id, workflow, input, at, lease_until, deadline, parent_id,
-                               detached, queue, partition_key, priority)
+                               detached, queue, partition_key, priority, start_at, version)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id"
                 ),

@@ -312,6 +312,8 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let ids: Vec<RunId> = (0..40).map(|_| RunId::new()).collect();
     // Each id twice, all at once.
@@ -396,6 +398,8 @@ fn new_run(id: RunId, workflow: &str) -> NewRun {
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }
 }
 
@@ -853,6 +857,8 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }))
     .await
     .unwrap();
@@ -880,6 +886,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
+             ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
              DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks};
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),

@@ -116,9 +116,10 @@ impl Tx for Pg<'_> {
                 .bind(run.priority),
             Some(_) => insert,
         };
+        let insert = insert.bind(run.start_at).bind(&run.version);
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
-        // A run nobody leased: any worker may take it.
-        if inserted && run.lease_until.is_none() {
+        // A run nobody leased: any worker may take it (a delayed one only later).
+        if inserted && run.lease_until.is_none() && !run.delayed() {
             self.announce(vec![NOTE_READY.to_owned()]).await?;
         }
         Ok(inserted)
@@ -144,6 +145,8 @@ impl Tx for Pg<'_> {
         let queues: Vec<Option<&str>> = runs.iter().map(|r| r.queue.as_deref()).collect();
         let keys: Vec<Option<&str>> = runs.iter().map(|r| r.partition_key.as_deref()).collect();
         let priorities: Vec<i32> = runs.iter().map(|r| r.priority).collect();
+        let starts: Vec<Option<i64>> = runs.iter().map(|r| r.start_at).collect();
+        let versions: Vec<Option<&str>> = runs.iter().map(|r| r.version.as_deref()).collect();
         let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
             .bind(&ids)
             .bind(&workflows)
@@ -156,6 +159,8 @@ impl Tx for Pg<'_> {
             .bind(&queues)
             .bind(&keys)
             .bind(&priorities)
+            .bind(&starts)
+            .bind(&versions)
             .fetch_all(&mut *self.conn)
             .await?;
         // An id twice among them was inserted once: the first has it.
@@ -165,7 +170,7 @@ impl Tx for Pg<'_> {
             .iter()
             .map(|run| {
                 let new = inserted.remove(&run.key);
-                ready |= new && run.lease_until.is_none();
+                ready |= new && run.lease_until.is_none() && !run.delayed();
                 new
             })
             .collect();
@@ -232,12 +237,13 @@ impl Tx for Pg<'_> {
                 .bind(&row.partition_key)
                 .bind(row.priority),
         };
+        let query = query.bind(row.start_at).bind(&row.version);
         let (new, admitted, owner, taken) = query.fetch_one(&mut *self.conn).await?;
         if !new {
             return Err(policy::exists(&row.id));
         }
         if admitted {
-            if row.lease_until.is_none() {
+            if row.lease_until.is_none() && !row.delayed() {
                 // Nobody leased it: any worker may take it.
                 self.announce(vec![NOTE_READY.to_owned()]).await?;
             }

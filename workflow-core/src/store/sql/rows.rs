@@ -43,7 +43,7 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token, deadline, parent_id, queue, partition_key, priority`.
+    /// hook_token, deadline, parent_id, queue, partition_key, priority, start_at, version`.
     RunRow {
         id: String,
         workflow: String,
@@ -59,6 +59,8 @@ row! {
         queue: Option<String>,
         partition_key: Option<String>,
         priority: i32,
+        start_at: Option<i64>,
+        version: Option<String>,
     }
 }
 
@@ -88,6 +90,11 @@ impl RunRow {
                 partition_key: self.partition_key,
                 priority: self.priority,
             }),
+            start_at: self
+                .start_at
+                .map(|t| time_of(t, run, "start_at"))
+                .transpose()?,
+            version: self.version,
         })
     }
 }

@@ -54,7 +54,20 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ddl: SCHEMA_V7,
     },
     MIGRATION_8,
+    MIGRATION_9,
 ];
+
+/// Delayed starts and run versions: a run started with `.delay(d)` or `.start_at(t)` keeps
+/// its start (its wake time is set to it at admission), and every run the version of the
+/// build that started it.
+const MIGRATION_9: Migration = Migration {
+    version: 9,
+    name: "each run's start time (delayed starts) and the version of the build that started it",
+    ddl: "
+ALTER TABLE runs ADD COLUMN start_at INTEGER;  -- NULL: from admission on
+ALTER TABLE runs ADD COLUMN version TEXT;      -- NULL: the build named none
+",
+};
 
 /// Schedules: a row per schedule (its definition as JSON, whether it is paused, the next
 /// nominal time its ticks have not been recorded for), and a row per recorded tick, whose

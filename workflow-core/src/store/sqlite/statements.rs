@@ -22,15 +22,18 @@ pub(super) struct SqliteOnly {
 
 pub(super) const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
+    // A delayed run (`?12` start) is due at its start, not at its admission.
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
                                    hook_token, deadline, parent_id, detached, queue,
-                                   partition_key, priority)
-                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                                   partition_key, priority, start_at, version)
+                 VALUES (?1, ?2, 'pending', ?3, ?4, ?4, MAX(?4, COALESCE(?12, ?4)), ?5, ?6, ?7,
+                         ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (id) DO NOTHING",
     insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
                                           wake_at, hook_token, epoch, lease_until, deadline,
-                                          parent_id, detached)
-                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9)
+                                          parent_id, detached, start_at, version)
+                        VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
+                                ?11)
                         ON CONFLICT (id) DO NOTHING",
     claim: "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
             VALUES (?1, ?2, ?3, 1, ?4)
@@ -40,7 +43,8 @@ pub(super) const SQL: Statements = Statements {
             WHERE hooks.active = 0 AND COALESCE(hooks.retain_until, 0) <= excluded.created_at",
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                     hook_token, deadline, parent_id, queue, partition_key, priority
+                     hook_token, deadline, parent_id, queue, partition_key, priority, start_at,
+                     version
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -64,7 +68,7 @@ pub(super) const SQL: Statements = Statements {
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
-                        epoch, wake_at",
+                        start_at, version, epoch, wake_at",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -132,9 +136,11 @@ pub(super) const SQL: Statements = Statements {
                 RETURNING id, epoch",
     // A NULL filter matches everything.
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
-                       hook_token, deadline, parent_id, queue, partition_key, priority
+                       hook_token, deadline, parent_id, queue, partition_key, priority,
+                       start_at, version
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
+                  AND (?9 IS NULL OR version = ?9)
                   AND (?4 IS NULL OR queue = ?4) AND (?5 IS NULL OR parent_id = ?5)
                   AND (?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7)
                   AND (?8 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?8))
@@ -247,14 +253,16 @@ pub(super) const SQL: Statements = Statements {
                      AND (lease_until IS NULL OR lease_until <= ?2)
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
-                             priority, epoch, wake_at",
+                             priority, start_at, version, epoch, wake_at",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
         insert_chunk: "INSERT INTO stream_chunks (run_id, name, idx, attempt, at, value)
                        VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        // A blocked run waits for a build that fits, not for payloads.
-        wake: "UPDATE runs SET wake_at = MIN(wake_at, ?2) WHERE id = ?1 AND status <> 'blocked'",
+        // A blocked run waits for a build that fits, not for payloads; a delayed one for
+        // its start.
+        wake: "UPDATE runs SET wake_at = MAX(MIN(wake_at, ?2), COALESCE(start_at, 0))
+               WHERE id = ?1 AND status <> 'blocked'",
         // A child's end, queued to its parent (`?1`) as a `ChildNotice` (`?3`) under the
         // notice token (`?2`).
         child_notice: "INSERT INTO hook_inbox (run_id, token, payload, at) VALUES (?1, ?2, ?3, ?4)",

@@ -46,13 +46,27 @@ impl Tx for Lite<'_> {
                     detached,
                     run.queue,
                     run.partition_key,
-                    run.priority
+                    run.priority,
+                    run.start_at,
+                    run.version
                 ],
             )?,
             Some(until) => exec(
                 self.0,
                 SQL.insert_leased_run,
-                params![id, wf, input, at, token, until, deadline, parent, detached],
+                params![
+                    id,
+                    wf,
+                    input,
+                    at,
+                    token,
+                    until,
+                    deadline,
+                    parent,
+                    detached,
+                    run.start_at,
+                    run.version
+                ],
             )?,
         };
         Ok(inserted > 0)
@@ -309,7 +323,7 @@ pub(super) fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(14)?, r.get(15)?);
+        let (epoch, wake_at) = (r.get(16)?, r.get(17)?);
         Ok(LeasedRow {
             run,
             epoch,

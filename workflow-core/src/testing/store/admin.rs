@@ -40,6 +40,8 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
                     hook,
                     deadline: None,
                     queue: None,
+                    start_at: None,
+                    version: None,
                 })
                 .await
         );
@@ -174,6 +176,8 @@ async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>
             }),
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();

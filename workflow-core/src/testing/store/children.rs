@@ -36,6 +36,8 @@ pub(super) fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool
             run: parent.run_id,
             detached,
         }),
+        start_at: None,
+        version: None,
     }
 }
 
@@ -95,6 +97,8 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
             }),
             deadline: None,
             parent: None,
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();
@@ -338,6 +342,8 @@ pub async fn an_end_writes_the_same_whatever_its_hint<S: Store>(store: &S) {
                 }),
                 deadline: None,
                 parent: None,
+                start_at: None,
+                version: None,
             })
             .await
             .unwrap();

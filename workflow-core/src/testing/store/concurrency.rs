@@ -177,6 +177,8 @@ pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize)
                         hook: start_hook(&token, None),
                         deadline: None,
                         queue: None,
+                        start_at: None,
+                        version: None,
                     })
                     .await
                     .unwrap();

@@ -59,6 +59,8 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
             hook: start_hook("order:2", None),
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await;
     assert!(
@@ -83,6 +85,8 @@ pub(super) fn hooked_run(token: &str, retain_until: Option<SystemTime>, at: Syst
         hook: start_hook(token, retain_until),
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }
 }
 
@@ -551,6 +555,8 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
         }),
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
     note!(store.create_run(new_run(1, Some("x"), None, 1)).await);

@@ -54,6 +54,7 @@ mod migrations;
 mod queues;
 mod runs;
 mod schedules;
+mod starts;
 mod streams;
 mod support;
 
@@ -115,6 +116,7 @@ pub use schedules::{
     delete_removes_the_schedule_and_its_ticks, pause_and_resume,
     the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
 };
+pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
@@ -272,6 +274,8 @@ macro_rules! __store_conformance_tests {
             a_run_created_with_a_history_replays_it,
             ended_among_names_the_runs_that_are_not_live,
             a_deadline_is_kept_with_the_run,
+            a_delayed_run_waits_for_its_start,
+            lists_runs_by_version,
             stream_chunks_are_numbered_per_stream_and_fenced,
             a_closed_stream_takes_no_more_chunks,
             a_stream_reads_in_pages_from_any_index,

@@ -35,6 +35,8 @@ pub(crate) async fn create_queued<S: Store>(
                     partition_key: key.map(str::to_owned),
                     priority,
                 }),
+                start_at: None,
+                version: None,
             },
             Duration::from_secs(600),
         )
@@ -289,6 +291,8 @@ pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Sto
             hook: None,
             deadline: Some(t(50)),
             queue: Some(QueueEntry::new("d")),
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();

@@ -27,6 +27,8 @@ pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let (admission, lease) = store
         .create_run_leased(run, std::time::Duration::from_millis(1000))
@@ -87,7 +89,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
                 created_at: t(0),
                 hook: None,
                 deadline: None,
-                queue: None,
+                queue: None, start_at: None, version: None,
             })
             .await,
         Err(StoreError::Database(m)) if m.message().contains("already exists")
@@ -707,6 +709,8 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
         hook,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let history = [step_done(t(1), 1), step_done(t(2), 2)];
     store
@@ -759,6 +763,8 @@ pub async fn a_deadline_is_kept_with_the_run<S: Store>(store: &S) {
         hook: None,
         deadline,
         queue: None,
+        start_at: None,
+        version: None,
     };
     let (with, without) = (run(Some(t(5_000))), run(None));
     let (with_id, without_id) = (with.id, without.id);

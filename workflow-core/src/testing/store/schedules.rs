@@ -37,6 +37,8 @@ fn run(at: SystemTime) -> NewRun {
         hook: None,
         deadline: None,
         queue: None,
+        start_at: None,
+        version: None,
     }
 }
 

@@ -60,6 +60,8 @@ pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) 
             hook: None,
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();
@@ -122,6 +124,8 @@ pub(crate) async fn start<S: Store>(
             hook: start_hook(token, retain_until),
             deadline: None,
             queue: None,
+            start_at: None,
+            version: None,
         })
         .await
         .unwrap();

@@ -112,8 +112,8 @@ pub(in crate::store) async fn prune(
 
 /// A [`RunFilter`] as statement arguments, in the order of the `list_runs` statements'
 /// parameters: status, workflow (NULL matches every run), the limit, the queue, the parent,
-/// created at or after (ms), created before (ms), and the cursor run. Inspection, not a hot
-/// path: one statement serves every combination.
+/// created at or after (ms), created before (ms), the cursor run, and the version.
+/// Inspection, not a hot path: one statement serves every combination.
 pub(in crate::store) fn run_filter(f: &RunFilter) -> RunFilterArgs {
     (
         f.status.map(RunStatus::as_str),
@@ -124,6 +124,7 @@ pub(in crate::store) fn run_filter(f: &RunFilter) -> RunFilterArgs {
         f.created_after.map(sql_time),
         f.created_before.map(sql_time),
         f.after.map(|p| p.to_string()),
+        f.version.clone(),
     )
 }
 
@@ -136,6 +137,7 @@ pub(in crate::store) type RunFilterArgs = (
     Option<String>,
     Option<i64>,
     Option<i64>,
+    Option<String>,
     Option<String>,
 );
 

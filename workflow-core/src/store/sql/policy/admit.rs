@@ -33,13 +33,19 @@ pub(in crate::store) struct NewRunRow {
     pub queue: Option<String>,
     pub partition_key: Option<String>,
     pub priority: i32,
+    /// Not begun before then (`start(..).delay(d)`); its wake time is the later of this and
+    /// `created_at`, which the insert statements compute.
+    pub start_at: Option<i64>,
+    /// The version of the build that started it.
+    pub version: Option<String>,
 }
 
 impl NewRunRow {
     /// `run`, leased to the admitting worker for `lease` if given.
     pub fn new(run: NewRun, lease: Option<Duration>) -> Result<Self, StoreError> {
-        // A queued run waits for its slot, which only `acquire` gives.
-        let lease = lease.filter(|_| run.queue.is_none());
+        // A queued run waits for its slot, which only `acquire` gives; a delayed one for
+        // its time.
+        let lease = lease.filter(|_| run.queue.is_none() && !run.delayed());
         let (queue, partition_key, priority) = match run.queue {
             Some(q) => (Some(q.name), q.partition_key, q.priority),
             None => (None, None, 0),
@@ -57,7 +63,15 @@ impl NewRunRow {
             lease_until: lease.map(|l| lease_end(run.created_at, l)),
             deadline: run.deadline.map(sql_time),
             parent: run.parent.map(|p| (p.run.to_string(), p.detached)),
+            start_at: run.start_at.map(sql_time),
+            version: run.version,
         })
+    }
+
+    /// Whether its start lies ahead of its admission: nobody may take it yet, so nobody
+    /// need be told it is ready.
+    pub fn delayed(&self) -> bool {
+        self.start_at.is_some_and(|t| t > self.created_at)
     }
 }
 
