@@ -439,8 +439,9 @@ async fn admit(
     let token = record.hook_token.clone();
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
     // A worker with room for the run leases it at admission (one transaction instead of
-    // admission + acquire) and drives it at once; a queued run waits for its slot instead.
-    let (admission, lease) = if run.queue.is_none() && inner.can_take(&record.workflow) {
+    // admission + acquire) and drives it at once; a queued run too when its queue has room
+    // and nobody waits in it (the store decides), and otherwise waits for its slot.
+    let (admission, lease) = if inner.can_take(&record.workflow) {
         inner
             .store
             .create_run_leased(run, inner.config.lease)
