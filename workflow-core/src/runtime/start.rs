@@ -464,6 +464,7 @@ async fn admit(
     if let Some(until) = retained {
         inner.retained_until(id, until);
     }
+    crate::telemetry::run_started(&record.workflow);
     drive(&inner, record, lease);
     Ok(())
 }
@@ -528,6 +529,7 @@ async fn admit_or_resume(
             if let Some(until) = retained {
                 inner.retained_until(id, until);
             }
+            crate::telemetry::run_started(&record.workflow);
             drive(&inner, record, lease);
             Ok(None)
         }
