@@ -33,8 +33,9 @@ use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
     Admission, Append, ChildNotice, ClaimOutcome, EndHint, Event as Recorded, FailureOutcome,
-    Lease, LeasedRun, NewRun, ParentLink, RunOutcome, StartHook, Store,
+    Lease, LeasedRun, NewRun, ParentLink, RunOutcome, RunStatus, StartHook, Store,
 };
+use crate::telemetry::AttemptOutcome;
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
@@ -210,7 +211,15 @@ impl Driver {
         let run_id = run.id;
         let last_seq = events.last().map_or(0, |e| e.seq);
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
+        let _active = crate::telemetry::ActiveRun::new();
         let replay = Replay::new(events);
+        if let (Some(q), false) = (&run.queue, replay.has_history()) {
+            let waited = host
+                .now()
+                .duration_since(run.created_at)
+                .unwrap_or_default();
+            crate::telemetry::queue_waited(&q.name, waited);
+        }
         // A fresh run without a start token owns no hook yet, so its inbox is empty.
         let fresh = run.hook_token.is_none() && !replay.has_history();
         let ties = if run.parent.is_some() {
@@ -335,6 +344,7 @@ impl Driver {
                     %run_id, error = %e,
                     "run driver stopped on a store error again; the run failed"
                 );
+                crate::telemetry::run_ended(self.ctx.workflow, RunStatus::Failed);
                 self.host.ended(run_id, self.parent, None);
                 false
             }
@@ -648,7 +658,10 @@ impl Driver {
                 .store()
                 .start_child(&self.lease, &child_key, child.clone());
             let e = match started.await {
-                Ok(Admission::Admitted) => return Ok(None),
+                Ok(Admission::Admitted) => {
+                    crate::telemetry::run_started(call.workflow);
+                    return Ok(None);
+                }
                 Ok(Admission::Conflict(owner)) => return Ok(Some(owner)),
                 Err(e) if e.is_transient() => e,
                 Err(e) => return Err(e),
@@ -741,10 +754,13 @@ impl Driver {
             attempt,
         );
         let body = (call.body)(&call.input);
+        let timed_out = Arc::new(AtomicBool::new(false));
+        let timed_out_here = timed_out.clone();
         let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
             // At the deadline the attempt's future is dropped, and the attempt failed.
             Some(limit) => Box::pin(async move {
                 tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
+                    timed_out_here.store(true, Ordering::Relaxed);
                     Err(Error::retryable(format!(
                         "step `{name}` timed out after {}",
                         crate::config::human_duration(limit)
@@ -764,6 +780,7 @@ impl Driver {
             attempt,
         };
         let task = async move {
+            let began = std::time::Instant::now();
             let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
                 // The body encoded the result (`call_step`), checked against the limit.
                 Ok(outcome) => outcome,
@@ -775,6 +792,13 @@ impl Driver {
             if let Err(e) = &outcome {
                 tracing::warn!(error = %e, "step attempt failed");
             }
+            let how = match &outcome {
+                Ok(_) => AttemptOutcome::Ok,
+                Err(_) if timed_out.load(Ordering::Relaxed) => AttemptOutcome::Timeout,
+                Err(e) if e.is_panic() => AttemptOutcome::Panic,
+                Err(_) => AttemptOutcome::Error,
+            };
+            crate::telemetry::step_attempt(name, how, began.elapsed());
             report.send(outcome);
         }
         .instrument(span);
@@ -823,6 +847,13 @@ impl Driver {
             }
         }
         self.last_seq = before + n;
+        if let Some(outcome) = &append.outcome {
+            let status = match outcome {
+                RunOutcome::Completed(_) => RunStatus::Completed,
+                RunOutcome::Failed(_) => RunStatus::Failed,
+            };
+            crate::telemetry::run_ended(self.ctx.workflow, status);
+        }
         Ok(append.outcome)
     }
 

@@ -160,6 +160,11 @@ impl Error {
         self.retry_after_ms.map(Duration::from_millis)
     }
 
+    /// True for a step body's panic, caught and made an error.
+    pub(crate) fn is_panic(&self) -> bool {
+        self.kind == ErrorKind::Panicked
+    }
+
     pub(crate) fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Retryable | ErrorKind::Panicked)
     }

@@ -65,6 +65,7 @@ mod replay;
 mod runtime;
 mod schedule;
 pub mod store;
+pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

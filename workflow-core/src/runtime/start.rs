@@ -508,16 +508,17 @@ async fn admit(
     let token = record.hook_token.clone();
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
     // A worker with room for the run leases it at admission (one transaction instead of
-    // admission + acquire) and drives it at once; a queued run waits for its slot instead.
-    let (admission, lease) =
-        if run.queue.is_none() && !run.delayed() && inner.can_take(&record.workflow) {
-            inner
-                .store
-                .create_run_leased(run, inner.config.lease)
-                .await?
-        } else {
-            (inner.store.create_run(run).await?, None)
-        };
+    // admission + acquire) and drives it at once; a queued run too when its queue has room
+    // and nobody waits in it (the store decides), and otherwise waits for its slot; a
+    // delayed run waits for its time.
+    let (admission, lease) = if !run.delayed() && inner.can_take(&record.workflow) {
+        inner
+            .store
+            .create_run_leased(run, inner.config.lease)
+            .await?
+    } else {
+        (inner.store.create_run(run).await?, None)
+    };
     if let Some(flight) = flight {
         flight.land(match admission {
             Admission::Admitted => id,
@@ -533,6 +534,7 @@ async fn admit(
     if let Some(until) = retained {
         inner.retained_until(id, until);
     }
+    crate::telemetry::run_started(&record.workflow);
     drive(&inner, record, lease);
     Ok(())
 }
@@ -636,6 +638,7 @@ async fn admit_or_resume(
             if let Some(until) = retained {
                 inner.retained_until(id, until);
             }
+            crate::telemetry::run_started(&record.workflow);
             drive(&inner, record, lease);
             Ok(None)
         }

@@ -202,6 +202,12 @@ pub trait RunStore: Send + Sync + 'static {
     /// one transaction instead of two. A run in a queue, or whose start lies after its
     /// admission, is not leased. Stores that cannot do this return no lease (the default)
     /// and the run is acquired as usual.
+    ///
+    /// A queued run is leased so only when it may begin at once without overtaking anyone:
+    /// its queue is declared, no run of it waits to begin, a slot and the rate window are free
+    /// and no run of its partition key holds a slot; it then holds its slot from admission,
+    /// as if an `acquire` had begun it. Otherwise (and on stores that cannot decide this in
+    /// the admission's transaction) it waits for its slot with no lease.
     async fn create_run_leased(
         &self,
         run: NewRun,

@@ -70,12 +70,7 @@ impl RunStore for MemoryStore {
                 continue;
             };
             r.began_at = Some(req.now);
-            let queue = r.record.queue.as_ref().map(|q| q.name.clone());
-            if let Some(q) = queue {
-                if st.queues.get(&q).is_some_and(|d| d.rate_limit.is_some()) {
-                    st.books.entry(q).or_default().begins.push_back(req.now);
-                }
-            }
+            st.count_begin(*id, req.now);
             st.rebook(*id);
         }
         ready.extend(begin);

@@ -284,6 +284,52 @@ impl State {
             .ok_or(StoreError::LeaseLost(lease.run_id))
     }
 
+    /// Whether a run of partition key `key` admitted into queue `queue` at `now` may take a
+    /// slot at once: the queue is declared, none of its runs waits to begin (nobody is
+    /// overtaken), a slot and the rate window are free, and no run of the key holds a slot.
+    fn queue_room(&mut self, queue: &str, key: Option<&str>, now: SystemTime) -> bool {
+        let Some(def) = self.queues.get(queue) else {
+            return false;
+        };
+        let Some(book) = self.books.get_mut(queue) else {
+            return def.concurrency != Some(0) && def.rate_limit.is_none_or(|(n, _)| n > 0);
+        };
+        if !book.waiting.is_empty() {
+            return false;
+        }
+        if def
+            .concurrency
+            .is_some_and(|c| book.holding.len() >= c as usize)
+        {
+            return false;
+        }
+        if let Some((n, period)) = def.rate_limit {
+            if let Some(since) = now.checked_sub(period) {
+                while book.begins.front().is_some_and(|t| *t <= since) {
+                    book.begins.pop_front();
+                }
+            }
+            if book.begins.len() >= n as usize {
+                return false;
+            }
+        }
+        key.is_none_or(|k| !book.held_keys.contains(k))
+    }
+
+    /// Counts run `id`'s begin at `at` in its queue's rate window, if the queue has one.
+    pub(super) fn count_begin(&mut self, id: RunId, at: SystemTime) {
+        let queue = self
+            .runs
+            .get(&id)
+            .and_then(|r| r.record.queue.as_ref())
+            .map(|q| q.name.clone());
+        if let Some(q) = queue {
+            if self.queues.get(&q).is_some_and(|d| d.rate_limit.is_some()) {
+                self.books.entry(q).or_default().begins.push_back(at);
+            }
+        }
+    }
+
     /// Admits `run` (claiming its start token); with `lease`, leased to the caller at once.
     pub(super) fn admit(
         &mut self,
@@ -291,9 +337,18 @@ impl State {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let (id, created_at) = (run.id, run.created_at);
-        // A queued run waits for its slot, which only `acquire` gives; a delayed one for
-        // its time.
-        let lease = lease.filter(|_| run.queue.is_none() && !run.delayed());
+        // A queued run waits for its slot, which `acquire` gives, unless the worker admitting
+        // it would lease it and its queue has room now (as the SQL stores decide it); a delayed
+        // run waits for its time.
+        let begin = lease.is_some()
+            && !run.delayed()
+            && run.hook.is_none()
+            && !self.runs.contains_key(&run.id)
+            && run
+                .queue
+                .as_ref()
+                .is_some_and(|q| self.queue_room(&q.name, q.partition_key.as_deref(), created_at));
+        let lease = lease.filter(|_| !run.delayed() && (run.queue.is_none() || begin));
         let wake_at = run.first_wake();
         if self.runs.contains_key(&run.id) {
             return Err(StoreError::database(format!(
@@ -351,10 +406,13 @@ impl State {
                 blocked_tries: 0,
                 streams: BTreeMap::new(),
                 detached: run.parent.is_some_and(|p| p.detached),
-                began_at: None,
+                began_at: begin.then_some(created_at),
                 slot: Slot::Out,
             },
         );
+        if begin {
+            self.count_begin(id, created_at);
+        }
         self.schedule(id);
         let lease = lease.map(|_| Lease {
             run_id: id,

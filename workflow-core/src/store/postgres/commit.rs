@@ -259,6 +259,7 @@ impl Writer {
             Ok(conn) => conn,
             Err(e) => return write.failed(e),
         };
+        let began = std::time::Instant::now();
         let mut notes = Vec::new();
         let answer = if single {
             let mut conn = conn;
@@ -272,6 +273,7 @@ impl Writer {
         };
         if answer.error().is_none() {
             self.commits.fetch_add(1, Ordering::Relaxed);
+            crate::telemetry::store_commit("postgres", began.elapsed());
             self.announce(notes);
         }
         answer
@@ -320,6 +322,7 @@ impl Writer {
     /// (PostgreSQL detects it and aborts one transaction) costs its batch a redo, not an
     /// error.
     pub(super) async fn in_one_transaction(&self, batch: &[Write]) -> Result<Vec<Answer>, Group> {
+        let began = std::time::Instant::now();
         let begun = match self.stash.conn().await {
             Ok(conn) => conn.begin().await,
             Err(e) => Err(e),
@@ -333,6 +336,7 @@ impl Writer {
             Ok(answers) => match tx.commit().await {
                 Ok(()) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
+                    crate::telemetry::store_commit("postgres", began.elapsed());
                     self.announce(notes);
                     Ok(answers)
                 }

@@ -33,6 +33,14 @@ impl PostgresStore {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
+        if row.queue_lease.is_some() && row.hook.is_none() {
+            // A queued run this worker would lease: its queue's row is locked to decide
+            // whether it begins at once, and a group transaction would hold that lock to its
+            // commit, making every other admission and acquire of the queue wait for it.
+            return self
+                .in_tx_noting(async |pg| policy::admit(pg, &row).await)
+                .await;
+        }
         if row.hook.is_none() {
             // One statement (the insert): committed with whatever other writes are waiting.
             let (write, answer) = Write::admit(row);

@@ -50,6 +50,11 @@ pub(super) struct PgOnly {
     /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
     /// `[0]` waits for a worker, `[1]` is leased to the admitting one.
     pub(super) admit_claiming: [String; 2],
+    /// A queued run admitted holding its slot (see `Tx::admit_begun`), run after its queue's
+    /// row was locked: `$1` id, `$2` workflow, `$3` input, `$4` created at, `$5` lease end,
+    /// `$6` deadline, `$7` parent, `$8` detached, `$9` queue, `$10` partition key, `$11`
+    /// priority, `$12` version. A row when it was inserted.
+    pub(super) insert_begun: String,
 }
 
 /// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
@@ -574,6 +579,38 @@ pub(super) fn statements(s: &str) -> Statements {
                            r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
+                // The queue's row is locked by the statement before (`lock_queue`), so the
+                // counts are read after every other admission or acquire of the queue
+                // committed. Nobody is overtaken: no run of the queue may wait to begin.
+                insert_begun: format!(
+                    "INSERT INTO {s}.runs
+                         (id, workflow, status, input, created_at, updated_at, wake_at,
+                          epoch, lease_until, deadline, parent_id, detached, queue,
+                          partition_key, priority, began_at, version)
+                     SELECT $1, $2, 'running', $3, $4, $4, $4, 1, $5, $6, $7, $8, $9, $10,
+                            $11, $4, $12
+                     FROM {s}.queues q
+                     WHERE q.name = $9
+                       AND NOT EXISTS (SELECT 1 FROM {s}.runs w
+                                       WHERE w.queue = $9 AND w.began_at IS NULL
+                                         AND w.status IN ('pending', 'running', 'blocked'))
+                       AND (q.concurrency IS NULL OR
+                            (SELECT count(*) FROM {s}.runs
+                             WHERE queue = $9 AND began_at IS NOT NULL
+                               AND status IN ('pending', 'running', 'blocked'))
+                            < q.concurrency)
+                       AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
+                            (SELECT count(*) FROM {s}.runs
+                             WHERE queue = $9 AND began_at > $4 - q.rate_period)
+                            < q.rate_limit)
+                       AND ($10::text IS NULL OR NOT EXISTS (
+                            SELECT 1 FROM {s}.runs h
+                            WHERE h.queue = $9 AND h.partition_key = $10
+                              AND h.began_at IS NOT NULL
+                              AND h.status IN ('pending', 'running', 'blocked')))
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING id"
+                ),
                 append_ending: format!(
                     "WITH numbered AS (
                          UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[])

@@ -462,6 +462,37 @@ impl Tx for Pg<'_> {
             .await?)
     }
 
+    /// The queue's row is locked first (the same lock `acquire` takes), so the insert's
+    /// counts come after every other begin of the queue: two statements.
+    async fn admit_begun(&mut self, run: &NewRunRow, until: i64) -> Result<bool, StoreError> {
+        let Some(queue) = &run.queue else {
+            return Ok(false);
+        };
+        if self.lock_queue(queue).await?.is_none() {
+            return Ok(false);
+        }
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let inserted = sqlx::query(&self.sql.dialect.insert_begun)
+            .bind(&run.key)
+            .bind(&run.workflow)
+            .bind(&run.input)
+            .bind(run.created_at)
+            .bind(until)
+            .bind(run.deadline)
+            .bind(parent)
+            .bind(detached)
+            .bind(queue)
+            .bind(&run.partition_key)
+            .bind(run.priority)
+            .bind(&run.version)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(inserted.rows_affected() > 0)
+    }
+
     async fn lock_queue(&mut self, name: &str) -> Result<Option<QueueLimits>, StoreError> {
         Ok(sqlx::query_as(&self.sql.lock_queue)
             .bind(name)

@@ -18,6 +18,7 @@ pub(super) struct SqliteOnly {
     pub(super) record_migration: &'static str,
     pub(super) legacy_meta: &'static str,
     pub(super) ended_among: &'static str,
+    pub(super) insert_begun: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
@@ -277,5 +278,38 @@ pub(super) const SQL: Statements = Statements {
         ended_among: "SELECT value FROM json_each(?1)
                       WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = value
                                         AND status IN ('pending', 'running', 'blocked'))",
+        // A queued run admitted holding its slot, begun now and leased to the admitting
+        // worker (epoch 1) until `?6`, if it may take a slot at once: its queue (`?10`) is
+        // declared, no run of it waits to begin (nobody is overtaken, whatever their priority
+        // or key), a slot is free, the rate window has room, and no run of its partition key
+        // (`?11`) holds a slot. The writer is serial (and `BEGIN IMMEDIATE` between
+        // processes): nothing changes between the check and the insert.
+        insert_begun: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
+                                         wake_at, hook_token, epoch, lease_until, deadline,
+                                         parent_id, detached, queue, partition_key, priority,
+                                         began_at, version)
+                       SELECT ?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
+                              ?11, ?12, ?4, ?13
+                       FROM queues q
+                       WHERE q.name = ?10
+                         AND NOT EXISTS (SELECT 1 FROM runs w INDEXED BY runs_queue_waiting
+                                         WHERE w.queue = ?10 AND w.queue IS NOT NULL
+                                           AND w.began_at IS NULL
+                                           AND w.status IN ('pending', 'running', 'blocked'))
+                         AND (q.concurrency IS NULL OR
+                              (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+                               WHERE queue = ?10 AND began_at IS NOT NULL
+                                 AND status IN ('pending', 'running', 'blocked'))
+                              < q.concurrency)
+                         AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
+                              (SELECT COUNT(*) FROM runs
+                               WHERE queue = ?10 AND began_at > ?4 - q.rate_period)
+                              < q.rate_limit)
+                         AND (?11 IS NULL OR NOT EXISTS (
+                              SELECT 1 FROM runs h INDEXED BY runs_queue_holding
+                              WHERE h.queue = ?10 AND h.partition_key = ?11
+                                AND h.began_at IS NOT NULL
+                                AND h.status IN ('pending', 'running', 'blocked')))
+                       ON CONFLICT (id) DO NOTHING",
     },
 };

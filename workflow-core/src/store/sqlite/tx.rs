@@ -72,6 +72,37 @@ impl Tx for Lite<'_> {
         Ok(inserted > 0)
     }
 
+    async fn admit_begun(&mut self, run: &NewRunRow, until: i64) -> Result<bool, StoreError> {
+        let Some(queue) = &run.queue else {
+            return Ok(false);
+        };
+        let token = run.hook.as_ref().map(|h| &h.0);
+        let (parent, detached) = match &run.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let inserted = exec(
+            self.0,
+            SQL.dialect.insert_begun,
+            params![
+                run.key,
+                run.workflow,
+                run.input,
+                run.created_at,
+                token,
+                until,
+                run.deadline,
+                parent,
+                detached,
+                queue,
+                run.partition_key,
+                run.priority,
+                run.version
+            ],
+        )?;
+        Ok(inserted > 0)
+    }
+
     async fn claim(
         &mut self,
         token: &str,

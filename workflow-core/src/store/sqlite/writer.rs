@@ -199,6 +199,7 @@ pub(super) fn run_batch(
 ) -> Result<(), DatabaseError> {
     let failed =
         |e: rusqlite::Error| database_error(format!("the write transaction failed: {e}"), e);
+    let began = std::time::Instant::now();
     let tx = begin_immediate(conn).map_err(failed)?;
     for job in batch.iter_mut() {
         tx.prepare_cached("SAVEPOINT request")
@@ -219,7 +220,9 @@ pub(super) fn run_batch(
         tx.execute_batch(end).map_err(failed)?;
     }
     // On any error return, dropping `tx` rolls back whatever is left.
-    retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)
+    retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)?;
+    crate::telemetry::store_commit("sqlite", began.elapsed());
+    Ok(())
 }
 
 pub(super) fn begin_immediate(conn: &Connection) -> rusqlite::Result<Transaction<'_>> {

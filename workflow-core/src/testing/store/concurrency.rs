@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::hooks::hooked_run;
-use super::queues::{create_queued, declare};
+use super::queues::{create_queued, create_queued_leased, declare};
 use super::support::{
     acquire, ap, create, hook_payload, lease_one, names, owner, sent, start, start_hook, step_done,
     t,
@@ -504,4 +504,51 @@ pub async fn concurrent_acquirers_never_exceed_a_queue_s_concurrency<S: Store + 
     assert_eq!(leased, 3, "exactly the queue's concurrency began");
     let info = stores[0].list_queues(t(100)).await.unwrap();
     assert_eq!((info[0].occupied, info[0].waiting), (3, 27));
+}
+
+/// Admissions asking for a lease race acquirers on three handles: the runs begun at admission
+/// and by `acquire` together never exceed the queue's concurrency, and every run is counted
+/// once, begun or waiting.
+pub async fn concurrent_leased_admissions_never_exceed_a_queue_s_concurrency<S: Store + Clone>(
+    stores: &[S],
+) {
+    declare(&stores[0], "m", Some(3), None).await;
+    let mut admissions = Vec::new();
+    let mut acquirers = Vec::new();
+    for (n, store) in stores.iter().enumerate() {
+        for i in 0..10u64 {
+            let store = store.clone();
+            let at = t(n as u64 * 10 + i);
+            admissions.push(tokio::spawn(async move {
+                create_queued_leased(&store, "m", None, at)
+                    .await
+                    .1
+                    .is_some()
+            }));
+        }
+        let store = store.clone();
+        acquirers.push(tokio::spawn(async move {
+            acquire(
+                &store,
+                &names(&["orders"]),
+                t(100),
+                Duration::from_secs(600),
+                2,
+            )
+            .await
+            .len()
+        }));
+    }
+    let mut begun = 0;
+    for a in admissions {
+        begun += usize::from(a.await.unwrap());
+    }
+    for a in acquirers {
+        begun += a.await.unwrap();
+    }
+    let info = stores[0].list_queues(t(100)).await.unwrap();
+    let m = info.iter().find(|q| q.def.name == "m").unwrap();
+    assert!(begun <= 3, "{begun} runs began in a queue of concurrency 3");
+    assert_eq!(m.occupied as usize, begun, "every begin holds a slot");
+    assert_eq!(m.occupied + m.waiting, 30, "every run is counted once");
 }

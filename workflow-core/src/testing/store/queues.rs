@@ -11,7 +11,28 @@ use crate::error::Error;
 use crate::ids::RunId;
 use crate::store::*;
 
-/// Admits a run of `orders` at `at` in `queue` with partition key `key` and `priority`.
+/// A run of `orders` at `at` in `queue` with partition key `key` and `priority`.
+fn queued_run(queue: &str, key: Option<&str>, priority: i32, at: SystemTime) -> NewRun {
+    NewRun {
+        parent: None,
+        id: RunId::new(),
+        workflow: "orders".to_owned(),
+        input: json!([]),
+        created_at: at,
+        hook: None,
+        deadline: None,
+        queue: Some(QueueEntry {
+            name: queue.to_owned(),
+            partition_key: key.map(str::to_owned),
+            priority,
+        }),
+        start_at: None,
+        version: None,
+    }
+}
+
+/// Admits a run of `orders` at `at` in `queue` with partition key `key` and `priority`,
+/// waiting for its slot (no worker asked to lease it).
 pub(crate) async fn create_queued<S: Store>(
     store: &S,
     queue: &str,
@@ -19,36 +40,46 @@ pub(crate) async fn create_queued<S: Store>(
     priority: i32,
     at: SystemTime,
 ) -> RunId {
-    let id = RunId::new();
-    let admission = store
-        .create_run_leased(
-            NewRun {
-                parent: None,
-                id,
-                workflow: "orders".to_owned(),
-                input: json!([]),
-                created_at: at,
-                hook: None,
-                deadline: None,
-                queue: Some(QueueEntry {
-                    name: queue.to_owned(),
-                    partition_key: key.map(str::to_owned),
-                    priority,
-                }),
-                start_at: None,
-                version: None,
-            },
-            Duration::from_secs(600),
-        )
+    let run = queued_run(queue, key, priority, at);
+    let id = run.id;
+    let admission = store.create_run(run).await.unwrap();
+    assert_eq!(admission, Admission::Admitted);
+    id
+}
+
+/// Admits a run as [`create_queued`] does, asking for the lease of a worker that would drive
+/// it at once; the lease when the store gave it (the run began at admission).
+pub(crate) async fn create_queued_leased<S: Store>(
+    store: &S,
+    queue: &str,
+    key: Option<&str>,
+    at: SystemTime,
+) -> (RunId, Option<Lease>) {
+    let run = queued_run(queue, key, 0, at);
+    let id = run.id;
+    let (admission, lease) = store
+        .create_run_leased(run, Duration::from_secs(600))
         .await
         .unwrap();
-    // A queued run waits for its slot: never leased at admission.
-    assert_eq!(
-        admission,
-        (Admission::Admitted, None),
-        "a queued run was leased at admission"
-    );
-    id
+    assert_eq!(admission, Admission::Admitted);
+    if let Some(l) = &lease {
+        assert_eq!(
+            (l.run_id, l.epoch),
+            (id, 1),
+            "the admission's lease is epoch 1"
+        );
+    }
+    (id, lease)
+}
+
+/// The occupancy of queue `name` at `now`: (begun and not ended, waiting).
+async fn occupancy<S: Store>(store: &S, name: &str, now: SystemTime) -> (u64, u64) {
+    let queues = store.list_queues(now).await.unwrap();
+    let q = queues
+        .iter()
+        .find(|q| q.def.name == name)
+        .expect("the queue is listed");
+    (q.occupied, q.waiting)
 }
 
 /// Declares queue `name` with the given limits.
@@ -374,4 +405,56 @@ pub async fn a_queued_run_s_updated_at_follows_its_changes_of_state<S: Store>(st
         (ended.status, ended.updated_at),
         (RunStatus::Completed, t(700_010))
     );
+}
+
+/// A worker admitting a queued run begins it at once, holding its slot, exactly when an
+/// `acquire` at that moment would have: the queue is declared, a slot and the rate window
+/// are free, no run of its key holds a slot, and no run waits before it (nobody is
+/// overtaken). Otherwise it waits for its slot with no lease.
+pub async fn a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting<S: Store>(
+    store: &S,
+) {
+    declare(store, "a", Some(2), None).await;
+    let (r1, l1) = create_queued_leased(store, "a", None, t(0)).await;
+    let (r2, l2) = create_queued_leased(store, "a", None, t(1)).await;
+    let l1 = l1.expect("a free slot: the first run begins at admission");
+    assert!(l2.is_some(), "a second free slot: the second run too");
+    let (r3, l3) = create_queued_leased(store, "a", None, t(2)).await;
+    assert_eq!(l3, None, "the queue is full: the third run waits");
+    assert_eq!(occupancy(store, "a", t(3)).await, (2, 1));
+    assert!(
+        acquire_orders(store, t(3)).await.is_empty(),
+        "runs begun at admission hold their slots"
+    );
+    let got = store.get_run(&r1).await.unwrap().unwrap();
+    assert_eq!(got.status, RunStatus::Running);
+    assert_eq!(got.updated_at, t(0));
+
+    // A slot frees while run 3 waits: a new run does not overtake it.
+    complete(store, &l1, t(4)).await;
+    let (_, l4) = create_queued_leased(store, "a", None, t(5)).await;
+    assert_eq!(l4, None, "a run waits before it: the new run waits too");
+    let begun = acquire_orders(store, t(6)).await;
+    assert_eq!(ids_of(&begun), [r3], "the waiting run takes the freed slot");
+    let _ = r2;
+
+    // A partition key holding a slot keeps the key's next run waiting.
+    declare(store, "k", Some(5), None).await;
+    let (_, k1) = create_queued_leased(store, "k", Some("x"), t(10)).await;
+    assert!(k1.is_some(), "an idle key begins at admission");
+    let (_, k2) = create_queued_leased(store, "k", Some("x"), t(11)).await;
+    assert_eq!(k2, None, "the key holds a slot: its next run waits");
+
+    // A full rate window keeps the next run waiting, even with the slot free again.
+    declare(store, "r", None, Some((1, Duration::from_secs(1000)))).await;
+    let (_, r_first) = create_queued_leased(store, "r", None, t(20)).await;
+    let r_first = r_first.expect("an empty window: the run begins at admission");
+    complete(store, &r_first, t(21)).await;
+    let (_, r_next) = create_queued_leased(store, "r", None, t(22)).await;
+    assert_eq!(r_next, None, "the window is full: the next run waits");
+    assert_eq!(occupancy(store, "r", t(23)).await, (0, 1));
+
+    // A queue nobody declared begins nothing, at admission either.
+    let (_, undeclared) = create_queued_leased(store, "nobody-declared", None, t(30)).await;
+    assert_eq!(undeclared, None, "an undeclared queue begins nothing");
 }

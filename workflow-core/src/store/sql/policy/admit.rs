@@ -25,6 +25,9 @@ pub(in crate::store) struct NewRunRow {
     pub hook: Option<(String, Option<i64>)>,
     /// Leased to the admitting worker (epoch 1) until then.
     pub lease_until: Option<i64>,
+    /// A queued run the admitting worker would lease until then, if its queue has room at
+    /// admission ([`Tx::admit_begun`]).
+    pub queue_lease: Option<i64>,
     /// The run fails if it has not ended by then.
     pub deadline: Option<i64>,
     /// The parent that started it with `start_child`, and whether it is detached from it.
@@ -43,8 +46,11 @@ pub(in crate::store) struct NewRunRow {
 impl NewRunRow {
     /// `run`, leased to the admitting worker for `lease` if given.
     pub fn new(run: NewRun, lease: Option<Duration>) -> Result<Self, StoreError> {
-        // A queued run waits for its slot, which only `acquire` gives; a delayed one for
-        // its time.
+        // A queued run holds a slot before it is leased: only `acquire`, or an admission
+        // that finds room in its queue, gives one; a delayed run waits for its time.
+        let queue_lease = lease
+            .filter(|_| run.queue.is_some() && !run.delayed())
+            .map(|l| lease_end(run.created_at, l));
         let lease = lease.filter(|_| run.queue.is_none() && !run.delayed());
         let (queue, partition_key, priority) = match run.queue {
             Some(q) => (Some(q.name), q.partition_key, q.priority),
@@ -61,6 +67,7 @@ impl NewRunRow {
             created_at: sql_time(run.created_at),
             hook: run.hook.map(|h| (h.token, h.retain_until.map(sql_time))),
             lease_until: lease.map(|l| lease_end(run.created_at, l)),
+            queue_lease,
             deadline: run.deadline.map(sql_time),
             parent: run.parent.map(|p| (p.run.to_string(), p.detached)),
             start_at: run.start_at.map(sql_time),
@@ -93,7 +100,9 @@ pub(in crate::store) fn admitted(run: &NewRunRow) -> Admitted {
 
 /// Admits `run`. With a token, the claim goes first: when it loses, nothing at all is
 /// written; the dialect may decide it in one statement ([`Tx::admit_claiming`]). Without
-/// one, the insert alone decides (one statement).
+/// one, the insert alone decides (one statement); a queued run the admitting worker would
+/// lease is inserted begun, holding its slot, when its queue has room ([`Tx::admit_begun`],
+/// the same one statement), and waiting for an `acquire` otherwise (one more).
 pub(in crate::store) async fn admit(
     tx: &mut impl Tx,
     run: &NewRunRow,
@@ -103,6 +112,15 @@ pub(in crate::store) async fn admit(
             return Ok(decided);
         }
         return claim_and_insert(tx, run).await;
+    }
+    if let Some(until) = run.queue_lease {
+        if tx.admit_begun(run, until).await? {
+            let lease = Lease {
+                run_id: run.id,
+                epoch: 1,
+            };
+            return Ok((Admission::Admitted, Some(lease)));
+        }
     }
     if !tx.insert_run(run).await? {
         return Err(exists(&run.id));

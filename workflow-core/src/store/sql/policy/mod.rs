@@ -65,6 +65,23 @@ pub(in crate::store) trait Tx: Sized {
         }
     }
 
+    /// Admits queued run `run` (no token) holding a slot of its queue, begun and leased to
+    /// the admitting worker (epoch 1) until `until`, if the queue has room for it now: a slot
+    /// and the rate window free, no run of its partition key holding one, and no run of the
+    /// queue waiting to begin (nobody is overtaken). True when it was inserted so; false
+    /// when nothing was written (no room, or its id exists: the caller admits it waiting,
+    /// which tells the two apart). A dialect decides it in one statement after whatever lock
+    /// its queue's row needs; one that cannot leaves every queued run to `acquire` (the
+    /// default).
+    fn admit_begun(
+        &mut self,
+        run: &NewRunRow,
+        until: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> {
+        let _ = (run, until);
+        async { Ok(false) }
+    }
+
     /// Claims `token` for `run` at `at` if it is free: no row, or a row neither active nor
     /// retained past `at` (one upsert on the token's primary key). True when claimed.
     fn claim(

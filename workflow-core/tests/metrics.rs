@@ -1,0 +1,284 @@
+//! The metrics of SPEC 15 as an application's recorder receives them: counts after completed,
+//! failed and retried runs on every store, every attempt outcome (`ok`, `error`, `timeout`,
+//! `panic`), histograms with samples, and no run id in any label.
+//!
+//! A recorder is global to the process, so this binary installs one and its one test runs the
+//! stores one after another, reading each store's counts as the difference of two snapshots.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{available, Backend, TestDb};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use workflow_core::prelude::*;
+use workflow_core::telemetry;
+
+/// Failures left for [`m_flaky`] before it succeeds.
+static FLAKY_FAILS: AtomicU32 = AtomicU32::new(0);
+
+#[step]
+async fn m_ok(n: u32) -> Result<u32> {
+    Ok(n + 1)
+}
+
+#[step(max_retries = 3)]
+async fn m_flaky(n: u32) -> Result<u32> {
+    if FLAKY_FAILS
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |f| f.checked_sub(1))
+        .is_ok()
+    {
+        return Err(Error::retryable("not yet"));
+    }
+    Ok(n)
+}
+
+#[step]
+async fn m_fatal(n: u32) -> Result<u32> {
+    Err(Error::fatal(format!("refused {n}")))
+}
+
+#[step(timeout = "50ms", max_retries = 0)]
+async fn m_slow(n: u32) -> Result<u32> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(n)
+}
+
+#[step(max_retries = 0)]
+async fn m_panics(n: u32) -> Result<u32> {
+    if n < 1000 {
+        panic!("step body panicked on purpose");
+    }
+    Ok(n)
+}
+
+/// Completes: two ok attempts, one flaky step that fails twice first.
+#[workflow]
+async fn m_completes(n: u32) -> Result<u32> {
+    let a = m_ok(n).await?;
+    let b = m_flaky(a).await?;
+    Ok(b)
+}
+
+/// Fails: a fatal step, then the run fails with its error.
+#[workflow]
+async fn m_fails(n: u32) -> Result<u32> {
+    m_fatal(n).await
+}
+
+/// Fails after a timed-out attempt and a panicking one, both handled.
+#[workflow]
+async fn m_times_out(n: u32) -> Result<u32> {
+    let slow = m_slow(n).await;
+    let panicked = m_panics(n).await;
+    match (slow, panicked) {
+        (Err(_), Err(_)) => Err(Error::fatal("both failed as planned")),
+        _ => Ok(n),
+    }
+}
+
+fn snapshotter() -> &'static Snapshotter {
+    static S: OnceLock<Snapshotter> = OnceLock::new();
+    S.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("the only recorder of this process");
+        snapshotter
+    })
+}
+
+/// What a snapshot held: counters by (name, sorted labels), histogram sample counts likewise,
+/// and every label value seen.
+#[derive(Default)]
+struct Seen {
+    counters: HashMap<(String, Vec<(String, String)>), u64>,
+    samples: HashMap<(String, Vec<(String, String)>), usize>,
+    label_values: Vec<String>,
+}
+
+fn read() -> Seen {
+    let mut seen = Seen::default();
+    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        seen.label_values
+            .extend(labels.iter().map(|(_, v)| v.clone()));
+        let id = (key.name().to_owned(), labels);
+        match value {
+            DebugValue::Counter(n) => {
+                seen.counters.insert(id, n);
+            }
+            DebugValue::Histogram(v) => {
+                *seen.samples.entry(id).or_default() += v.len();
+            }
+            DebugValue::Gauge(_) => {}
+        }
+    }
+    seen
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn count(seen: &Seen, name: &str, pairs: &[(&str, &str)]) -> u64 {
+    seen.counters
+        .get(&(name.to_owned(), labels(pairs)))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The workflow's registered name as the metrics label it.
+fn name_of(store_name: &str, runs: &[(String, RunStatus)]) -> String {
+    runs.iter()
+        .find(|(w, _)| w.ends_with(store_name))
+        .map(|(w, _)| w.clone())
+        .unwrap_or_default()
+}
+
+async fn exercise(backend: Backend) {
+    let db = TestDb::new(backend);
+    let rt = db.runtime().await;
+    let before = read();
+    FLAKY_FAILS.store(2, Ordering::SeqCst);
+    let ok = rt.start(m_completes, (1,)).await.unwrap();
+    let failed = rt.start(m_fails, (2,)).await.unwrap();
+    let timed = rt.start(m_times_out, (3,)).await.unwrap();
+    let limit = Duration::from_secs(30);
+    let ok_value = tokio::time::timeout(limit, ok.return_value())
+        .await
+        .unwrap();
+    assert_eq!(ok_value.unwrap(), 2);
+    assert!(tokio::time::timeout(limit, failed.return_value())
+        .await
+        .unwrap()
+        .is_err());
+    assert!(tokio::time::timeout(limit, timed.return_value())
+        .await
+        .unwrap()
+        .is_err());
+    let ids = [ok.id(), failed.id(), timed.id()].map(|id| id.to_string());
+    let records = [&ok, &failed, &timed];
+    let mut names = Vec::new();
+    for r in records {
+        let info = r.info().await.unwrap();
+        names.push((info.workflow.clone(), info.status));
+    }
+    let after = read();
+    let delta = |name: &str, pairs: &[(&str, &str)]| {
+        count(&after, name, pairs) - count(&before, name, pairs)
+    };
+    let completes = name_of("m_completes", &names);
+    let fails = name_of("m_fails", &names);
+    let times_out = name_of("m_times_out", &names);
+    for w in [&completes, &fails, &times_out] {
+        assert_eq!(
+            delta(telemetry::RUNS_STARTED, &[("workflow", w)]),
+            1,
+            "{w} started"
+        );
+    }
+    let ended = |w: &str, status: &str| {
+        delta(
+            telemetry::RUNS_ENDED,
+            &[("workflow", w), ("status", status)],
+        )
+    };
+    assert_eq!(ended(&completes, "completed"), 1, "{backend:?}");
+    assert_eq!(ended(&fails, "failed"), 1, "{backend:?}");
+    assert_eq!(ended(&times_out, "failed"), 1, "{backend:?}");
+    assert_eq!(ended(&completes, "failed"), 0, "{backend:?}");
+
+    let step_names: Vec<String> = after
+        .counters
+        .keys()
+        .filter(|(n, _)| n == telemetry::STEP_ATTEMPTS)
+        .flat_map(|(_, l)| {
+            l.iter()
+                .filter(|(k, _)| k == "step")
+                .map(|(_, v)| v.clone())
+        })
+        .collect();
+    let step = |suffix: &str| {
+        step_names
+            .iter()
+            .find(|s| s.ends_with(suffix))
+            .cloned()
+            .unwrap_or_else(|| panic!("no attempts of a step named *{suffix}: {step_names:?}"))
+    };
+    let attempts = |s: &str, outcome: &str| {
+        delta(
+            telemetry::STEP_ATTEMPTS,
+            &[("step", s), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(attempts(&step("m_ok"), "ok"), 1);
+    assert_eq!(attempts(&step("m_flaky"), "error"), 2, "two failed tries");
+    assert_eq!(attempts(&step("m_flaky"), "ok"), 1, "then one that worked");
+    assert_eq!(
+        attempts(&step("m_fatal"), "error"),
+        1,
+        "a fatal error is not retried"
+    );
+    assert_eq!(attempts(&step("m_slow"), "timeout"), 1);
+    assert_eq!(attempts(&step("m_panics"), "panic"), 1);
+
+    for s in ["m_ok", "m_flaky", "m_slow"] {
+        let n = after
+            .samples
+            .get(&(
+                telemetry::STEP_DURATION.to_owned(),
+                labels(&[("step", &step(s))]),
+            ))
+            .copied()
+            .unwrap_or(0);
+        assert!(n > 0, "{s}'s duration histogram has samples");
+    }
+    if backend != Backend::Memory {
+        let store = if backend == Backend::Sqlite {
+            "sqlite"
+        } else {
+            "postgres"
+        };
+        let commits: usize = after
+            .samples
+            .iter()
+            .filter(|((n, l), _)| n == telemetry::STORE_COMMIT && *l == labels(&[("store", store)]))
+            .map(|(_, n)| *n)
+            .sum();
+        assert!(commits > 0, "{store}'s commit histogram has samples");
+    }
+    for v in &after.label_values {
+        assert!(
+            !ids.iter().any(|id| v.contains(id.as_str())),
+            "a label holds a run id: {v}"
+        );
+    }
+    rt.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_outcomes_and_samples_on_every_store_without_run_ids() {
+    snapshotter();
+    for backend in [Backend::Memory, Backend::Sqlite, Backend::Postgres] {
+        if available(backend) {
+            tokio::time::timeout(Duration::from_secs(120), exercise(backend))
+                .await
+                .unwrap_or_else(|_| panic!("{backend:?} took over 120 s"));
+        }
+    }
+}
