@@ -740,7 +740,9 @@ async fn draws() -> Result<(bool, bool)> {
 
 async fn random_and_now_replay_identically(b: Backend) {
     let db = TestDb::new(b);
-    let rt1 = db.runtime_with_lease(Duration::from_millis(300)).await;
+    // Long enough that a heartbeat late on a loaded machine does not let the first runtime
+    // take its own run over (which runs the step again, as a takeover may).
+    let rt1 = db.runtime_with_lease(Duration::from_millis(1000)).await;
     let run = rt1.start(draws, ()).await.unwrap();
     wait_for_event(&rt1, run.id(), |e| {
         matches!(e, Event::TimerScheduled { .. })
