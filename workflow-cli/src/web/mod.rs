@@ -7,6 +7,7 @@
 //! every route: the `Host` check against DNS rebinding, the token, and the security headers.
 
 mod guard;
+mod metrics;
 mod pages;
 mod timeline;
 
@@ -63,6 +64,7 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/api/runs/{id}/streams/{name}", get(api_stream))
         .route("/api/hooks", get(api_hooks))
         .route("/api/queues", get(api_queues))
+        .route("/metrics", get(metrics_text))
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
         .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
         .route("/favicon.ico", get(|| asset("image/svg+xml", ICON)))
@@ -298,6 +300,11 @@ async fn schedule_page(
 async fn queues_page(State(app): Shared) -> Result<Html<String>, WebError> {
     let queues = ops::list_queues(&app.rt).await.map_err(WebError::page)?;
     Ok(Html(pages::queues(&app.database, &queues)))
+}
+
+async fn metrics_text(State(app): Shared) -> Result<Response, WebError> {
+    let text = metrics::render(&app.rt).await.map_err(WebError::api)?;
+    Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
 }
 
 async fn api_queues(State(app): Shared) -> Result<Response, WebError> {

@@ -135,6 +135,17 @@ pub struct PruneStats {
     pub events: u64,
 }
 
+/// How many runs of one workflow are in one status (see [`AdminStore::run_counts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunCount {
+    /// The registered workflow name.
+    pub workflow: String,
+    /// The status they are in.
+    pub status: RunStatus,
+    /// How many.
+    pub runs: u64,
+}
+
 /// Listing and pruning: what inspection tools and operators use; the runtime does not.
 #[async_trait::async_trait]
 pub trait AdminStore: Send + Sync + 'static {
@@ -144,6 +155,16 @@ pub trait AdminStore: Send + Sync + 'static {
         let _ = filter;
         Err(StoreError::database(
             "list_runs is not supported by this store",
+        ))
+    }
+
+    /// How many runs the store holds, by workflow and status, ordered by workflow then status
+    /// (as stored: pruned runs are gone). One aggregate read, whatever the number of runs:
+    /// what `workflow web`'s `/metrics` serves. Stores that cannot count keep this default,
+    /// which refuses.
+    async fn run_counts(&self) -> Result<Vec<RunCount>, StoreError> {
+        Err(StoreError::database(
+            "run_counts is not supported by this store",
         ))
     }
 

@@ -8,10 +8,31 @@ use std::time::SystemTime;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::store::{AdminStore, PruneStats, RunFilter, RunRecord};
+use crate::model::RunStatus;
+use crate::store::{AdminStore, PruneStats, RunCount, RunFilter, RunRecord};
 
 #[async_trait::async_trait]
 impl AdminStore for MemoryStore {
+    async fn run_counts(&self) -> Result<Vec<RunCount>, StoreError> {
+        let st = self.lock();
+        let mut counts = std::collections::BTreeMap::<(&str, &str), (RunStatus, u64)>::new();
+        for r in st.runs.values() {
+            let status = r.record.status;
+            counts
+                .entry((r.record.workflow.as_str(), status.as_str()))
+                .or_insert((status, 0))
+                .1 += 1;
+        }
+        Ok(counts
+            .into_iter()
+            .map(|((workflow, _), (status, runs))| RunCount {
+                workflow: workflow.to_owned(),
+                status,
+                runs,
+            })
+            .collect())
+    }
+
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let st = self.lock();
         let cursor = match filter.after {

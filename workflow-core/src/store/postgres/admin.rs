@@ -8,7 +8,7 @@ use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self};
 use crate::store::sql::rows::RunRow;
-use crate::store::{AdminStore, PruneStats, RunFilter, RunRecord};
+use crate::store::{AdminStore, PruneStats, RunCount, RunFilter, RunRecord};
 
 #[async_trait::async_trait]
 impl AdminStore for PostgresStore {
@@ -16,6 +16,14 @@ impl AdminStore for PostgresStore {
         let mut tx = self.begin().await?;
         let pruned = policy::prune(&mut self.tx(&mut tx), before, now).await;
         settle(tx, pruned).await
+    }
+
+    async fn run_counts(&self) -> Result<Vec<RunCount>, StoreError> {
+        let mut conn = self.conn().await?;
+        let rows = sqlx::query_as(&self.inner.sql.run_counts)
+            .fetch_all(&mut *conn)
+            .await;
+        policy::counted(conn.kept(rows)?)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {

@@ -395,6 +395,10 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.epoch"
             ),
             // A NULL filter matches everything.
+            run_counts: format!(
+                "SELECT workflow, status, count(*) FROM {s}.runs GROUP BY workflow, status
+                 ORDER BY workflow, status"
+            ),
             list_runs: format!(
                 "SELECT {RUN_COLUMNS} FROM {s}.runs
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR workflow = $2)

@@ -71,6 +71,8 @@ pub(super) struct Statements<S, X> {
     pub get_hook: S,
     pub heartbeat: S,
     pub list_runs: S,
+    /// The runs by workflow and status: workflow, status, count.
+    pub run_counts: S,
     pub list_hooks: S,
     /// Deletes the ended runs old enough to prune, returning their ids.
     pub prune_runs: S,

@@ -9,13 +9,24 @@ use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self};
 use crate::store::sql::rows::RunRow;
-use crate::store::{AdminStore, PruneStats, RunFilter, RunRecord};
+use crate::store::{AdminStore, PruneStats, RunCount, RunFilter, RunRecord};
 
 #[async_trait::async_trait]
 impl AdminStore for SqliteStore {
     async fn prune(&self, before: SystemTime, now: SystemTime) -> Result<PruneStats, StoreError> {
         self.write(move |tx| self::now(policy::prune(&mut Lite(tx), before, now)))
             .await
+    }
+
+    async fn run_counts(&self) -> Result<Vec<RunCount>, StoreError> {
+        let rows: Vec<(String, String, i64)> = self
+            .read(|conn| {
+                all(conn, SQL.run_counts, [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+            })
+            .await?;
+        policy::counted(rows)
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {

@@ -136,6 +136,8 @@ pub(super) const SQL: Statements = Statements {
                   AND lease_until IS NOT NULL
                 RETURNING id, epoch",
     // A NULL filter matches everything.
+    run_counts: "SELECT workflow, status, COUNT(*) FROM runs GROUP BY workflow, status
+                 ORDER BY workflow, status",
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                        hook_token, deadline, parent_id, queue, partition_key, priority,
                        start_at, version

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::support::{acquire, ap, create, names, start, step_done, t};
+use super::support::{acquire, ap, create, lease_one, names, start, step_done, t};
 use super::Inspect;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
@@ -442,4 +442,53 @@ pub async fn prune_leaves_no_rows_of_a_pruned_run<S: Store + Inspect>(store: &S)
     for table in tables {
         assert_eq!(store.count(table).await, 0, "{table}");
     }
+}
+
+/// `run_counts` groups every stored run by workflow and status, ordered by workflow then
+/// status, and follows the runs' changes of state.
+pub async fn run_counts_group_runs_by_workflow_and_status<S: Store>(store: &S) {
+    assert_eq!(
+        store.run_counts().await.unwrap(),
+        Vec::new(),
+        "an empty store"
+    );
+    let a = create(store, "orders", t(0)).await;
+    create(store, "orders", t(1)).await;
+    create(store, "hooked", t(2)).await;
+    let count = |w: &str, status, runs| RunCount {
+        workflow: w.to_owned(),
+        status,
+        runs,
+    };
+    let sorted = |mut counts: Vec<RunCount>| {
+        counts.sort_by(|x, y| {
+            (&x.workflow, x.status.as_str()).cmp(&(&y.workflow, y.status.as_str()))
+        });
+        counts
+    };
+    assert_eq!(
+        sorted(store.run_counts().await.unwrap()),
+        [
+            count("hooked", RunStatus::Pending, 1),
+            count("orders", RunStatus::Pending, 2),
+        ]
+    );
+    // Leases the three runs; `a` then completes.
+    let lease = lease_one(store, a, t(3)).await;
+    let end = ap(
+        vec![NewEvent {
+            at: t(4),
+            event: Event::RunCompleted { output: json!(1) },
+        }],
+        Some(RunOutcome::Completed(json!(1))),
+    );
+    store.append(&lease, &end).await.unwrap();
+    assert_eq!(
+        sorted(store.run_counts().await.unwrap()),
+        [
+            count("hooked", RunStatus::Running, 1),
+            count("orders", RunStatus::Completed, 1),
+            count("orders", RunStatus::Running, 1),
+        ]
+    );
 }

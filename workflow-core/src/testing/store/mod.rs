@@ -62,6 +62,7 @@ pub use admin::{
     listing_behaves_like_the_memory_store, lists_only_active_hooks,
     lists_runs_by_time_range_and_cursor, lists_runs_newest_first_with_filters,
     prune_deletes_old_ended_runs_with_what_they_recorded, prune_leaves_no_rows_of_a_pruned_run,
+    run_counts_group_runs_by_workflow_and_status,
 };
 pub use children::{
     a_child_is_started_with_its_record_and_its_end_reaches_the_parent,
@@ -292,6 +293,7 @@ macro_rules! __store_conformance_tests {
             a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
             a_queued_run_s_updated_at_follows_its_changes_of_state,
             a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting,
+            run_counts_group_runs_by_workflow_and_status,
             a_schedule_keeps_its_latest_1000_ticks,
             the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
             pause_and_resume,

@@ -165,3 +165,18 @@ pub(in crate::store) fn hook_filter(f: &HookFilter) -> (Option<String>, Option<S
         sql_id(f.limit),
     )
 }
+
+/// The rows of the `run_counts` statement (workflow, status, count) as counts.
+pub(in crate::store) fn counted(
+    rows: Vec<(String, String, i64)>,
+) -> Result<Vec<crate::store::RunCount>, StoreError> {
+    rows.into_iter()
+        .map(|(workflow, status, n)| {
+            Ok(crate::store::RunCount {
+                status: status_of(&status, &workflow)?,
+                workflow,
+                runs: u64::try_from(n).unwrap_or(0),
+            })
+        })
+        .collect()
+}
