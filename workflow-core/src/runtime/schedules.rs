@@ -13,7 +13,7 @@ use super::{Inner, Runtime};
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
 use crate::payload::PayloadKind;
-use crate::schedule::firing::{due_at, plan, Action};
+use crate::schedule::firing::{due_at, plan, Action, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
     NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome, TickRecord,
@@ -156,11 +156,13 @@ impl Inner {
             .is_some_and(|r| !r.status.is_terminal()))
     }
 
-    /// Fires what is due of `state`'s schedule at `now`; when to look at it again.
+    /// Fires what is due of `state`'s schedule at `now`, for a firing loop up without a stall
+    /// since `up_since`; when to look at it again.
     async fn fire_due(
         self: &Arc<Self>,
         state: ScheduleState,
         now: SystemTime,
+        up_since: Option<SystemTime>,
     ) -> Result<Option<SystemTime>, ScheduleError> {
         let schedule = Schedule::from_def(state.def.clone())?;
         let mut previous = state.last_started.map(|(_, run)| run);
@@ -183,7 +185,7 @@ impl Inner {
                 buffered = None;
             }
         }
-        let plan = plan(&schedule.timing, &state, now);
+        let plan = plan(&schedule.timing, &state, now, up_since);
         for (nominal, action) in plan.due {
             let next = schedule.timing.next_after(nominal).map(millis);
             let outcome = match action {
@@ -240,6 +242,12 @@ impl Inner {
 /// Fires every schedule's due ticks, then sleeps until the next one falls due, a schedule
 /// changes (here at once; elsewhere through the store's notice, or within a second), or the
 /// runtime shuts down.
+///
+/// The loop knows since when it has been up without a stall: from its first look, or from
+/// the first look after it woke more than [`STALLED`] after it meant to. Ticks that fell due
+/// since then were not missed (SPEC 13: a missed tick is one whose time passed while no worker
+/// was up): they start however late, within the catch-up window, whatever the catch-up
+/// policy.
 pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let most = if rt.pushed {
@@ -247,20 +255,30 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     } else {
         LOOK_AGAIN
     };
+    let mut up_since: Option<SystemTime> = None;
+    // When this look was meant to happen (the end of the last sleep).
+    let mut meant: Option<SystemTime> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let mut wait = most;
+        let mut looked = false;
         match rt.store.list_schedules().await {
             Ok(states) => {
+                looked = true;
                 let now = rt.clock.tick().await;
+                let stalled =
+                    meant.is_some_and(|m| now.duration_since(m).unwrap_or_default() > STALLED);
+                if up_since.is_none() || stalled {
+                    up_since = Some(now);
+                }
                 for state in states {
                     if *shutdown.borrow() {
                         return;
                     }
                     let name = state.def.name.clone();
-                    match rt.fire_due(state, now).await {
+                    match rt.fire_due(state, now, up_since).await {
                         Ok(Some(at)) => {
                             let until = at.duration_since(rt.clock.now()).unwrap_or_default();
                             wait = wait.min(until);
@@ -273,6 +291,11 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "reading the schedules failed; retrying"),
+        }
+        if looked {
+            // A loop that cannot read the store is not up: after an outage longer than
+            // STALLED, the ticks of the outage were missed.
+            meant = Some(rt.clock.now() + wait);
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
