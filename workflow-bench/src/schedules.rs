@@ -8,7 +8,8 @@
 //!   thread: the firing loop, the runs it starts and SQLite's writer) divided by the ticks
 //!   fired in the window.
 //! - Idle: 100 hourly schedules, none due: the process's CPU time per second of wall time,
-//!   which is what the firing loop costs while it only looks.
+//!   which is what the firing loop costs while it only looks, next to the same worker without
+//!   schedules (its own poll of the store).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -243,9 +244,10 @@ pub async fn schedules(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
         progress(format!(
             "schedules {s}: {count} hourly schedules idle, {secs} s"
         ));
-        let mut idle = Vec::new();
+        let (mut idle, mut alone) = (Vec::new(), Vec::new());
         for _ in 0..ctx.trials {
             idle.push(idle_trial(ctx, kind, count, secs).await?);
+            alone.push(idle_trial(ctx, kind, 0, secs).await?);
         }
         rep.push(
             Row::new(
@@ -255,6 +257,15 @@ pub async fn schedules(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
                 Unit::Micros,
             )
             .samples(idle),
+        );
+        rep.push(
+            Row::new(
+                "schedules",
+                s,
+                "… the same worker without schedules (its poll alone)",
+                Unit::Micros,
+            )
+            .samples(alone),
         );
     }
     Ok(())
