@@ -18,6 +18,7 @@ mod flows;
 mod report;
 mod scale;
 mod scenarios;
+mod schedules;
 mod stores;
 mod streams;
 
@@ -77,6 +78,10 @@ enum Scenario {
     /// A queue of concurrency 1: from a slot's release to the next queued run's first step.
     #[value(alias = "handoff")]
     QueueHandoff,
+    /// Schedules: a tick's lateness (nominal time → first step), 1,000 every-second schedules
+    /// on one worker (lateness, CPU per tick), and the firing loop's idle CPU.
+    #[value(alias = "schedule")]
+    Schedules,
 }
 
 #[derive(Debug, Parser)]
@@ -154,6 +159,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Children,
             Streams,
             QueueHandoff,
+            Schedules,
             ScaleOut,
             W0,
             W1,
@@ -174,6 +180,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             ScaleOut => &ScaleOut,
             Streams => &Streams,
             QueueHandoff => &QueueHandoff,
+            Schedules => &Schedules,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -194,6 +201,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             ScaleOut => scale::scale_out(ctx, &mut rep).await?,
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
+            Schedules => schedules::schedules(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -287,6 +295,7 @@ mod tests {
             "streams",
             "scale-out",
             "queue handoff",
+            "schedules",
             "W0",
             "W1",
             "W2",

@@ -47,6 +47,14 @@ pub struct Sizes {
     /// Runs and steps per run of each scale-out trial.
     pub scale_runs: usize,
     pub scale_steps: u32,
+    /// Ticks of the one every-second schedule whose lateness is measured.
+    pub schedule_ticks: usize,
+    /// Every-second schedules on one worker, and the seconds they are measured for.
+    pub schedule_many: usize,
+    pub schedule_window: u64,
+    /// Hourly schedules of the idle measurement, and its seconds.
+    pub schedule_idle: usize,
+    pub schedule_idle_secs: u64,
 }
 
 impl Sizes {
@@ -76,6 +84,11 @@ impl Sizes {
             handoff_runs: 200,
             scale_runs: 200,
             scale_steps: 20,
+            schedule_ticks: 60,
+            schedule_many: 1000,
+            schedule_window: 10,
+            schedule_idle: 100,
+            schedule_idle_secs: 10,
         }
     }
 
@@ -105,6 +118,11 @@ impl Sizes {
             handoff_runs: 5,
             scale_runs: 4,
             scale_steps: 2,
+            schedule_ticks: 2,
+            schedule_many: 20,
+            schedule_window: 2,
+            schedule_idle: 5,
+            schedule_idle_secs: 1,
         }
     }
 }

@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt as _;
 use serde_json::Value;
 
 use super::{Inner, Runtime};
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
 use crate::payload::PayloadKind;
-use crate::schedule::firing::{due_at, plan, Action};
+use crate::schedule::firing::{due_at, plan, Action, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
     NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome, TickRecord,
@@ -29,10 +30,33 @@ const LOOK_AGAIN_PUSHED: Duration = Duration::from_secs(10);
 const BUFFERED_POLL: Duration = Duration::from_millis(200);
 /// The most runs one backfill starts.
 const MAX_BACKFILL: usize = 10_000;
+/// How many schedules one look fires at once: their writes reach the store together, where
+/// SQLite's writer and PostgreSQL's committers batch them, instead of one commit after the
+/// other (1,000 every-second schedules took most of a second per look that way).
+const FIRE_AT_ONCE: usize = 64;
 
 /// `t` to the millisecond, as the stores keep it.
 fn millis(t: SystemTime) -> SystemTime {
     from_millis(to_millis(t))
+}
+
+/// What firing a tick did.
+#[derive(Debug, Clone, Copy)]
+enum Fired {
+    /// Recorded it, with the run it started if any.
+    Recorded(Option<RunId>),
+    /// Nothing: the tick had a record already.
+    Exists,
+}
+
+impl Fired {
+    /// The run this call started.
+    fn run(self) -> Option<RunId> {
+        match self {
+            Fired::Recorded(run) => run,
+            Fired::Exists => None,
+        }
+    }
 }
 
 fn checked_name(name: &str) -> Result<(), ScheduleError> {
@@ -98,7 +122,7 @@ impl Inner {
     }
 
     /// Fires the tick of `state`'s schedule at `nominal`: records `outcome`, with a run when
-    /// it is `Started`. The run's id when this call started it.
+    /// it is `Started`, unless the tick has a record already.
     async fn fire(
         &self,
         state: &ScheduleState,
@@ -107,7 +131,7 @@ impl Inner {
         backfill: bool,
         next: Option<SystemTime>,
         replace_runless: bool,
-    ) -> Result<Option<RunId>, ScheduleError> {
+    ) -> Result<Fired, ScheduleError> {
         let now = self.clock.tick().await;
         let run = match outcome {
             TickOutcome::Started => {
@@ -140,9 +164,9 @@ impl Inner {
                     // Any worker, here or elsewhere, may take the run.
                     self.work.notify_one();
                 }
-                Ok(id)
+                Ok(Fired::Recorded(id))
             }
-            TickWrite::Exists => Ok(None),
+            TickWrite::Exists => Ok(Fired::Exists),
             TickWrite::NoSchedule => Err(ScheduleError::NotFound {
                 name: state.def.name.clone(),
             }),
@@ -158,11 +182,13 @@ impl Inner {
             .is_some_and(|r| !r.status.is_terminal()))
     }
 
-    /// Fires what is due of `state`'s schedule at `now`; when to look at it again.
+    /// Fires what is due of `state`'s schedule at `now`, for a firing loop up without a stall
+    /// since `up_since`; when to look at it again.
     async fn fire_due(
         self: &Arc<Self>,
         state: ScheduleState,
         now: SystemTime,
+        up_since: Option<SystemTime>,
     ) -> Result<Option<SystemTime>, ScheduleError> {
         let schedule = Schedule::from_def(state.def.clone())?;
         let mut previous = state.last_started.map(|(_, run)| run);
@@ -181,11 +207,13 @@ impl Inner {
                 let started = self
                     .fire(&state, waiting, TickOutcome::Started, false, None, true)
                     .await?;
-                previous = started.or(previous);
+                previous = started.run().or(previous);
                 buffered = None;
             }
         }
-        let plan = plan(&schedule.timing, &state, now);
+        let plan = plan(&schedule.timing, &state, now, up_since);
+        // The next nominal time the store holds, as far as this call knows.
+        let mut stored_next = state.next;
         for (nominal, action) in plan.due {
             let next = schedule.timing.next_after(nominal).map(millis);
             let outcome = match action {
@@ -211,17 +239,27 @@ impl Inner {
                     }
                 }
             };
-            let started = self
+            let fired = self
                 .fire(&state, nominal, outcome, false, next, false)
                 .await?;
+            // A record written by another call may have moved the next time elsewhere (a
+            // trigger's does not move it).
+            stored_next = match fired {
+                Fired::Recorded(_) => next,
+                Fired::Exists => None,
+            };
             if outcome == TickOutcome::Buffered {
                 buffered = Some(nominal);
                 look_again = Some(now + BUFFERED_POLL);
             }
-            previous = started.or(previous);
+            previous = fired.run().or(previous);
         }
         if let Some(next) = plan.next {
-            self.store.advance_schedule(&state.def.name, next).await?;
+            // Written only when it moves: a loop looking at a schedule with nothing due
+            // writes nothing.
+            if stored_next != Some(next) {
+                self.store.advance_schedule(&state.def.name, next).await?;
+            }
             let at = due_at(&state.def, next);
             look_again = Some(look_again.map_or(at, |l: SystemTime| l.min(at)));
         }
@@ -242,6 +280,12 @@ impl Inner {
 /// Fires every schedule's due ticks, then sleeps until the next one falls due, a schedule
 /// changes (here at once; elsewhere through the store's notice, or within a second), or the
 /// runtime shuts down.
+///
+/// The loop knows since when it has been up without a stall: from its first look, or from
+/// the first look after it woke more than [`STALLED`] after it meant to. Ticks that fell due
+/// since then were not missed (SPEC 13: a missed tick is one whose time passed while no worker
+/// was up): they start however late, within the catch-up window, whatever the catch-up
+/// policy.
 pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let most = if rt.pushed {
@@ -249,20 +293,37 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     } else {
         LOOK_AGAIN
     };
+    let mut up_since: Option<SystemTime> = None;
+    // When this look was meant to happen (the end of the last sleep).
+    let mut meant: Option<SystemTime> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let mut wait = most;
+        let mut looked = false;
         match rt.store.list_schedules().await {
             Ok(states) => {
+                looked = true;
                 let now = rt.clock.tick().await;
-                for state in states {
-                    if *shutdown.borrow() {
-                        return;
-                    }
-                    let name = state.def.name.clone();
-                    match rt.fire_due(state, now).await {
+                let stalled =
+                    meant.is_some_and(|m| now.duration_since(m).unwrap_or_default() > STALLED);
+                if up_since.is_none() || stalled {
+                    up_since = Some(now);
+                }
+                let stopping = &shutdown;
+                let mut fired = futures::stream::iter(states)
+                    .take_while(|_| std::future::ready(!*stopping.borrow()))
+                    .map(|state| {
+                        let rt = &rt;
+                        async move {
+                            let name = state.def.name.clone();
+                            (name, rt.fire_due(state, now, up_since).await)
+                        }
+                    })
+                    .buffer_unordered(FIRE_AT_ONCE);
+                while let Some((name, result)) = fired.next().await {
+                    match result {
                         Ok(Some(at)) => {
                             let until = at.duration_since(rt.clock.now()).unwrap_or_default();
                             wait = wait.min(until);
@@ -273,8 +334,17 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                         }
                     }
                 }
+                drop(fired);
+                if *shutdown.borrow() {
+                    return;
+                }
             }
             Err(e) => tracing::warn!(error = %e, "reading the schedules failed; retrying"),
+        }
+        if looked {
+            // A loop that cannot read the store is not up: after an outage longer than
+            // STALLED, the ticks of the outage were missed.
+            meant = Some(rt.clock.now() + wait);
         }
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -400,7 +470,7 @@ impl Runtime {
                 .inner
                 .fire(&state, nominal, TickOutcome::Started, false, None, false)
                 .await?;
-            if let Some(id) = started {
+            if let Some(id) = started.run() {
                 return Ok(id);
             }
             nominal += Duration::from_millis(1);
@@ -441,7 +511,7 @@ impl Runtime {
                     true,
                 )
                 .await?;
-            started += usize::from(run.is_some());
+            started += usize::from(run.run().is_some());
             at = schedule.timing.next_after(nominal);
         }
         Ok(started)

@@ -2,9 +2,12 @@
 //! state and the time, so it is unit-tested without a store or a clock. The overlap policy,
 //! which depends on whether the previous run has ended, is applied when a tick fires.
 //!
-//! A tick is due once its nominal time plus the schedule's jitter has passed. The latest due
-//! tick is on time when it fell due within [`ON_TIME`]; every other due tick was missed (no
-//! worker was up to fire it) and follows the catch-up policy within the catch-up window.
+//! A tick is due once its nominal time plus the schedule's jitter has passed. A due tick is
+//! missed (SPEC 13: its time passed while no worker on the store was up) unless it fell due
+//! while the worker looking at it was up (at or after the loop's `up_since`: such a tick is
+//! late, not missed, and starts however late, within the catch-up window), or it is the latest
+//! due tick and fell due within [`ON_TIME`] (a worker just up fires the tick of the moment).
+//! Missed ticks follow the catch-up policy within the catch-up window.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -12,8 +15,14 @@ use std::time::{Duration, SystemTime};
 use super::timing::Timing;
 use crate::store::{CatchUp, ScheduleDef, ScheduleState, SkipReason, TICKS_KEPT};
 
-/// How late a firing loop may look at a due tick and still count it as on time.
+/// How late a firing loop that just came up may look at the latest due tick and still count
+/// it as on time.
 pub(crate) const ON_TIME: Duration = Duration::from_secs(2);
+
+/// A firing loop that wakes up more than this after it meant to was as good as down
+/// meanwhile (its process or machine was suspended): the ticks of that span count as missed
+/// and follow the catch-up policy, instead of all starting late.
+pub(crate) const STALLED: Duration = Duration::from_secs(30);
 
 /// The most nominal times one plan walks through: a cron expression ticking every second
 /// and stopped for weeks is caught up over several passes.
@@ -57,9 +66,15 @@ pub(crate) fn due_at(def: &ScheduleDef, nominal: SystemTime) -> SystemTime {
     nominal + jitter_of(def, nominal)
 }
 
-/// The plan for `state` at `now` (see the module docs). Only the latest [`TICKS_KEPT`] due
-/// ticks are in it: older ones would not be kept anyway.
-pub(crate) fn plan(timing: &Timing, state: &ScheduleState, now: SystemTime) -> Plan {
+/// The plan for `state` at `now`, by a firing loop up without a stall since `up_since` (see
+/// the module docs). Only the latest [`TICKS_KEPT`] due ticks are in it: older ones would not
+/// be kept anyway.
+pub(crate) fn plan(
+    timing: &Timing,
+    state: &ScheduleState,
+    now: SystemTime,
+    up_since: Option<SystemTime>,
+) -> Plan {
     let def = &state.def;
     let Some(stored) = state.next else {
         return Plan {
@@ -90,7 +105,7 @@ pub(crate) fn plan(timing: &Timing, state: &ScheduleState, now: SystemTime) -> P
     }
     let due: Vec<SystemTime> = due.into();
     Plan {
-        due: decide(state, &due, now),
+        due: decide(state, &due, now, up_since),
         next: at,
     }
 }
@@ -107,7 +122,12 @@ fn first_from(timing: &Timing, t: SystemTime) -> Option<SystemTime> {
 }
 
 /// The action for each of `due` (oldest first).
-fn decide(state: &ScheduleState, due: &[SystemTime], now: SystemTime) -> Vec<(SystemTime, Action)> {
+fn decide(
+    state: &ScheduleState,
+    due: &[SystemTime],
+    now: SystemTime,
+    up_since: Option<SystemTime>,
+) -> Vec<(SystemTime, Action)> {
     let def = &state.def;
     if state.paused {
         return due
@@ -119,28 +139,40 @@ fn decide(state: &ScheduleState, due: &[SystemTime], now: SystemTime) -> Vec<(Sy
         now.checked_sub(ON_TIME)
             .is_none_or(|s| due_at(def, *t) >= s)
     });
-    let missed = due.len() - usize::from(on_time);
+    let last = due.len().saturating_sub(1);
+    // Fell due while this worker was up: late, not missed.
+    let live = |t: &SystemTime| up_since.is_some_and(|u| due_at(def, *t) >= u);
     let window_start = now.checked_sub(def.catch_up_window);
     let in_window = |t: &SystemTime| window_start.is_none_or(|s| *t >= s);
-    let catch_up = match def.catch_up {
+    let mut catch_up = match def.catch_up {
         CatchUp::None => 0,
         CatchUp::Latest => 1,
         CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
     };
-    // The most recent missed ticks within the window, up to the policy's count, start.
-    let eligible = due[..missed].iter().filter(|t| in_window(t)).count();
-    let first_caught = missed - eligible.min(catch_up);
-    due.iter()
+    // From the latest back: the most recent missed ticks within the window, up to the
+    // policy's count, start.
+    let mut actions: Vec<(SystemTime, Action)> = due
+        .iter()
         .enumerate()
+        .rev()
         .map(|(i, t)| {
-            let action = if i >= missed || (i >= first_caught && in_window(t)) {
+            let action = if i == last && on_time {
+                Action::Fire
+            } else if !in_window(t) {
+                Action::Skip(SkipReason::Missed)
+            } else if live(t) {
+                Action::Fire
+            } else if catch_up > 0 {
+                catch_up -= 1;
                 Action::Fire
             } else {
                 Action::Skip(SkipReason::Missed)
             };
             (*t, action)
         })
-        .collect()
+        .collect();
+    actions.reverse();
+    actions
 }
 
 #[cfg(test)]
@@ -190,10 +222,20 @@ mod tests {
 
     #[test]
     fn an_on_time_tick_fires_and_nothing_else_is_due() {
-        let p = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), s(101));
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::None, 3600, false),
+            s(101),
+            None,
+        );
         assert_eq!(actions(&p), [(100, Action::Fire)]);
         assert_eq!(p.next, Some(s(110)));
-        let p = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), s(99));
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::None, 3600, false),
+            s(99),
+            None,
+        );
         assert_eq!((actions(&p), p.next), (vec![], Some(s(100))));
     }
 
@@ -201,7 +243,12 @@ mod tests {
     fn missed_ticks_follow_the_catch_up_policy() {
         // Stored next 100; back at 141: 100..130 missed, 140 on time.
         let now = s(141);
-        let none = plan(&EVERY_10, &state(100, CatchUp::None, 3600, false), now);
+        let none = plan(
+            &EVERY_10,
+            &state(100, CatchUp::None, 3600, false),
+            now,
+            None,
+        );
         assert_eq!(
             actions(&none),
             [
@@ -212,7 +259,12 @@ mod tests {
                 (140, Action::Fire)
             ]
         );
-        let latest = plan(&EVERY_10, &state(100, CatchUp::Latest, 3600, false), now);
+        let latest = plan(
+            &EVERY_10,
+            &state(100, CatchUp::Latest, 3600, false),
+            now,
+            None,
+        );
         assert_eq!(
             actions(&latest),
             [
@@ -227,6 +279,7 @@ mod tests {
             &EVERY_10,
             &state(100, CatchUp::All { max: 2 }, 3600, false),
             now,
+            None,
         );
         assert_eq!(
             actions(&all),
@@ -249,6 +302,7 @@ mod tests {
             &EVERY_10,
             &state(100, CatchUp::All { max: 10 }, 20, false),
             now,
+            None,
         );
         assert_eq!(
             actions(&all),
@@ -260,13 +314,18 @@ mod tests {
                 (140, Action::Fire)
             ]
         );
-        let latest = plan(&EVERY_10, &state(100, CatchUp::Latest, 3, false), now);
+        let latest = plan(&EVERY_10, &state(100, CatchUp::Latest, 3, false), now, None);
         assert!(actions(&latest).iter().all(|(_, a)| *a == MISSED));
     }
 
     #[test]
     fn a_paused_schedule_skips_every_due_tick() {
-        let p = plan(&EVERY_10, &state(100, CatchUp::Latest, 3600, true), s(121));
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::Latest, 3600, true),
+            s(121),
+            None,
+        );
         let paused = Action::Skip(SkipReason::Paused);
         assert_eq!(actions(&p), [(100, paused), (110, paused), (120, paused)]);
         assert_eq!(p.next, Some(s(130)));
@@ -278,6 +337,7 @@ mod tests {
             &EVERY_10,
             &state(0, CatchUp::Latest, 60, false),
             s(1_000_000),
+            None,
         );
         assert_eq!(p.due.len(), TICKS_KEPT);
         assert_eq!(p.due.last().unwrap(), &(s(1_000_000), Action::Fire));
@@ -291,9 +351,61 @@ mod tests {
         let j = jitter_of(&st.def, s(100));
         assert!(j < Duration::from_secs(5));
         assert_eq!(j, jitter_of(&st.def, s(100)));
-        let before = plan(&EVERY_10, &st, s(100) + j - Duration::from_millis(1));
+        let before = plan(&EVERY_10, &st, s(100) + j - Duration::from_millis(1), None);
         assert!(before.due.is_empty());
-        let after = plan(&EVERY_10, &st, s(100) + j);
+        let after = plan(&EVERY_10, &st, s(100) + j, None);
         assert_eq!(actions(&after), [(100, Action::Fire)]);
+    }
+
+    #[test]
+    fn ticks_due_while_the_worker_was_up_start_late_whatever_the_policy() {
+        // Up since 95, stalled from 101 to 135 (a loop that looked at 101 and again at 135,
+        // not stalled in STALLED's sense): 100 to 130 fell due while it was up. With
+        // `CatchUp::None` they start all the same: they were not missed.
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::None, 3600, false),
+            s(135),
+            Some(s(95)),
+        );
+        assert!(actions(&p).iter().all(|(_, a)| *a == Action::Fire), "{p:?}");
+        // Up since 115 (just came up): 100 and 110 were missed and follow the policy.
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::Latest, 3600, false),
+            s(135),
+            Some(s(115)),
+        );
+        assert_eq!(
+            actions(&p),
+            [
+                (100, MISSED),
+                (110, Action::Fire),
+                (120, Action::Fire),
+                (130, Action::Fire)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_late_tick_beyond_the_catch_up_window_never_starts() {
+        // Up since 95, looking at 145 with a window of 20 s: 100 to 120 are older than the
+        // window; 130 and 140 start.
+        let p = plan(
+            &EVERY_10,
+            &state(100, CatchUp::All { max: 10 }, 20, false),
+            s(145),
+            Some(s(95)),
+        );
+        assert_eq!(
+            actions(&p),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, MISSED),
+                (130, Action::Fire),
+                (140, Action::Fire)
+            ]
+        );
     }
 }

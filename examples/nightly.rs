@@ -3,7 +3,7 @@
 //! three nights, repeated to show it starts nothing twice; the ticks as recorded.
 //!
 //! ```text
-//! cargo run --example scheduled_reports
+//! cargo run --example nightly
 //! ```
 //!
 //! The database is a fresh SQLite file in the temporary directory (`WORKFLOW_DB` overrides
@@ -15,7 +15,7 @@ use workflow_core::prelude::*;
 use workflow_core::TickRecord;
 
 /// The nightly report: the tick says which night it is for.
-#[workflow(name = "scheduled_reports.nightly")]
+#[workflow(name = "nightly.report")]
 pub async fn nightly_report(tick: ScheduleTick) -> Result<String> {
     let night = tick
         .nominal
@@ -29,7 +29,7 @@ pub async fn nightly_report(tick: ScheduleTick) -> Result<String> {
 }
 
 /// The heartbeat: one run per second.
-#[workflow(name = "scheduled_reports.ping")]
+#[workflow(name = "nightly.heartbeat")]
 pub async fn ping(tick: ScheduleTick) -> Result<()> {
     let _ = tick;
     Ok(())
@@ -81,7 +81,7 @@ fn shown_opt(t: Option<SystemTime>) -> String {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = std::env::var("WORKFLOW_DB").map_or_else(
-        |_| std::env::temp_dir().join(format!("scheduled-reports-{}.db", RunId::new())),
+        |_| std::env::temp_dir().join(format!("nightly-{}.db", RunId::new())),
         Into::into,
     );
     let mut builder = Runtime::builder().sqlite(&db);

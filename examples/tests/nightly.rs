@@ -1,9 +1,10 @@
-//! The scheduled reports example: the heartbeat starts one run per second, and a backfill of
-//! the last three nights starts their reports, then none when repeated.
+//! The nightly example (`cargo run --example nightly`): the heartbeat starts one run per
+//! second, and a backfill of the last three nights starts their reports, then none when
+//! repeated.
 
 #[allow(dead_code)]
-#[path = "../scheduled_reports.rs"]
-mod scheduled_reports;
+#[path = "../nightly.rs"]
+mod nightly;
 
 use std::time::Duration;
 
@@ -13,12 +14,12 @@ use workflow_core::{Runtime, TickOutcome};
 async fn the_heartbeat_ticks_and_a_backfill_starts_nothing_twice() {
     let dir = tempfile::tempdir().unwrap();
     let mut builder = Runtime::builder().sqlite(dir.path().join("reports.db"));
-    for s in scheduled_reports::schedules().unwrap() {
+    for s in nightly::schedules().unwrap() {
         builder = builder.schedule(s);
     }
     let rt = builder.build().await.unwrap();
     let (beats, first, again) =
-        tokio::time::timeout(Duration::from_secs(60), scheduled_reports::demo(&rt, 3))
+        tokio::time::timeout(Duration::from_secs(60), nightly::demo(&rt, 3))
             .await
             .expect("the heartbeat ticked in time")
             .unwrap();
