@@ -518,6 +518,21 @@ pub enum RunError {
         /// Why.
         why: String,
     },
+    /// The run has ended (with this status): nothing was sent to it.
+    #[error("run {id} has ended ({status}): nothing was sent to it")]
+    Ended {
+        /// The run.
+        id: RunId,
+        /// How it ended.
+        status: crate::RunStatus,
+    },
+    /// A message is larger than the runtime's `max_payload_bytes`; nothing was written.
+    #[error(transparent)]
+    TooLarge(PayloadTooLarge),
+    /// A message could not be sent as given (an invalid topic, a value that does not
+    /// serialize); nothing was written.
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),

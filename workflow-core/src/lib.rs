@@ -57,6 +57,7 @@ mod driver;
 pub mod error;
 mod history;
 mod ids;
+mod message;
 mod model;
 mod payload;
 mod queue;
@@ -89,11 +90,12 @@ pub use history::{
     ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 pub use ids::{ParseRunIdError, RunId};
+pub use message::{recv, timeout, Elapsed, Recv};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
-    StartOrResume, StreamWriter,
+    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder,
+    SendMessage, Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 pub use store::{
@@ -115,12 +117,13 @@ pub mod prelude {
         RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
+    pub use crate::{recv, timeout, Elapsed, Recv};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
-        AdminStore as _, HookStore as _, QueueStore as _, RunStore as _, ScheduleStore as _,
-        StreamStore as _,
+        AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RunStore as _,
+        ScheduleStore as _, StreamStore as _,
     };
 }
 

@@ -38,6 +38,8 @@ pub(crate) enum PayloadKind<'a> {
     HookPayload { token: &'a str },
     /// A chunk of stream `stream`; its index is known once the store numbered it.
     StreamChunk { stream: &'a str, index: Option<u64> },
+    /// A message sent to a run on topic `topic` (`run.send`).
+    Message { topic: &'a str },
 }
 
 impl<'a> PayloadKind<'a> {
@@ -86,6 +88,7 @@ impl<'a> PayloadKind<'a> {
             PayloadKind::StepResult { step } => format!("the result of step `{step}`"),
             PayloadKind::HookPayload { token } => format!("the payload for hook {token:?}"),
             PayloadKind::StreamChunk { stream, .. } => format!("a chunk for stream {stream:?}"),
+            PayloadKind::Message { topic } => format!("the message on topic {topic:?}"),
         }
     }
 }
@@ -135,6 +138,10 @@ impl PayloadContext<'_> {
                  requested type: {e}",
                 index.map_or_else(|| "?".to_owned(), |i| i.to_string()),
                 run()
+            ),
+            PayloadKind::Message { topic } => format!(
+                "a message sent on topic {topic:?} does not fit `{type_name}`: {e} \
+                 (the raw message is kept in the run's history)"
             ),
         }
     }

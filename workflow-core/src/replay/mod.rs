@@ -18,6 +18,7 @@ mod command;
 mod deliveries;
 mod issue;
 mod keys;
+mod messages;
 mod recorded;
 mod shared;
 mod steps;
@@ -86,6 +87,8 @@ pub(crate) struct Replay<S> {
     due: BTreeSet<(SystemTime, Due)>,
     /// Hook payloads read from the inbox and not yet delivered, in id order.
     inbox: VecDeque<QueuedPayload>,
+    /// Messages read from the inbox and not yet delivered, in id order (`messages.rs`).
+    messages: VecDeque<QueuedPayload>,
     /// The highest inbox id read.
     inbox_seen: u64,
     /// Child starts waiting for their admission, by key.
@@ -115,6 +118,7 @@ impl<S> Replay<S> {
             running: 0,
             due: BTreeSet::new(),
             inbox: VecDeque::new(),
+            messages: VecDeque::new(),
             inbox_seen: 0,
             children: HashMap::new(),
             child_ends: HashMap::new(),

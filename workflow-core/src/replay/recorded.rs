@@ -114,6 +114,14 @@ impl<S> Replay<S> {
                 self.received.insert(payload_id);
                 result(self, Delivered::Payload { token, payload });
             }
+            Event::MessageReceived {
+                topic,
+                payload_id,
+                payload,
+            } => {
+                self.received.insert(payload_id);
+                result(self, Delivered::Message { topic, payload });
+            }
             Event::HookReleased { hook_key, .. } => {
                 if let Some(hook_key) = HookKey::recorded(&hook_key) {
                     self.released.insert(hook_key);

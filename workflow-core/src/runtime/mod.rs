@@ -21,6 +21,7 @@ mod client;
 mod clock;
 mod completed;
 mod flight;
+mod messages;
 mod run;
 mod schedules;
 mod start;
@@ -46,6 +47,7 @@ use crate::store::{Lease, QueueEntry, RunOutcome, Store};
 
 pub use builder::RuntimeBuilder;
 pub use client::{HookInfo, HookRef};
+pub use messages::SendMessage;
 pub use run::Run;
 pub use start::{OrResume, Start, StartOrResume};
 pub use streams::{stream, Chunk, RunStream, StreamWriter};

@@ -83,6 +83,8 @@ pub(super) struct Row {
     pub(super) began_at: Option<SystemTime>,
     /// Where [`State::books`] lists it.
     pub(super) slot: Slot,
+    /// The idempotency keys of the messages sent to it, with each message's inbox id.
+    pub(super) message_keys: HashMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -349,6 +351,7 @@ impl State {
                 detached: run.parent.is_some_and(|p| p.detached),
                 began_at: None,
                 slot: Slot::Out,
+                message_keys: HashMap::new(),
             },
         );
         self.schedule(id);

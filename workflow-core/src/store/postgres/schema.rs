@@ -48,7 +48,23 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ddl: MIGRATION_6,
     },
     MIGRATION_7,
+    MIGRATION_8,
 ];
+
+/// Messages sent to runs by id (see SQLite's migration of the same name).
+const MIGRATION_8: Migration = Migration {
+    version: 8,
+    name: "messages to runs: the topic of an inbox row, and the messages' idempotency keys",
+    ddl: r#"
+ALTER TABLE {schema}.hook_inbox ADD COLUMN topic TEXT;
+CREATE TABLE {schema}.message_keys (
+    run_id     TEXT COLLATE "C" NOT NULL,
+    key        TEXT NOT NULL,
+    payload_id BIGINT NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+"#,
+};
 
 /// Schedules and the records of their ticks (see SQLite's migration of the same name).
 const MIGRATION_7: Migration = Migration {
@@ -85,6 +101,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("queues", 5),
     ("schedules", 7),
     ("schedule_ticks", 7),
+    ("message_keys", 8),
 ];
 
 pub(super) const MIGRATION_1: &str = r#"

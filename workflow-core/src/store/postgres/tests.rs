@@ -762,6 +762,8 @@ async fn concurrent_connects_of_a_new_schema_migrate_once() {
             "hooks",
             "hooks_pkey",
             "hooks_run",
+            "message_keys",
+            "message_keys_pkey",
             "queues",
             "queues_pkey",
             "runs",
@@ -880,7 +882,8 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
-             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks};
+             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys};
+             ALTER TABLE {inbox} DROP COLUMN topic;
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),
             streams = schema.table("streams"),
@@ -888,6 +891,8 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
             queues = schema.table("queues"),
             schedules = schema.table("schedules"),
             ticks = schema.table("schedule_ticks"),
+            keys = schema.table("message_keys"),
+            inbox = schema.table("hook_inbox"),
             migrations = schema.table("workflow_migrations"),
         ))
         .await;

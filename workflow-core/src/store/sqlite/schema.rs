@@ -54,7 +54,26 @@ pub(super) const MIGRATIONS: &[Migration] = &[
         ddl: SCHEMA_V7,
     },
     MIGRATION_8,
+    MIGRATION_9,
 ];
+
+/// Messages sent to runs by id (`run.send`): an inbox row under the message token carries its
+/// topic; a message's idempotency key is a row whose primary key lets one message per run and
+/// key in, kept after the message was delivered (and its inbox row deleted), until the run is
+/// pruned.
+const MIGRATION_9: Migration = Migration {
+    version: 9,
+    name: "messages to runs: the topic of an inbox row, and the messages' idempotency keys",
+    ddl: "
+ALTER TABLE hook_inbox ADD COLUMN topic TEXT;  -- a message's topic; NULL for other rows
+CREATE TABLE message_keys (
+    run_id     TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    payload_id INTEGER NOT NULL,   -- the message's inbox id
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+",
+};
 
 /// Schedules: a row per schedule (its definition as JSON, whether it is paused, the next
 /// nominal time its ticks have not been recorded for), and a row per recorded tick, whose
@@ -94,6 +113,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("queues", 6),
     ("schedules", 8),
     ("schedule_ticks", 8),
+    ("message_keys", 9),
 ];
 
 pub(super) const SCHEMA_V1: &str = "

@@ -555,6 +555,7 @@ async fn a_new_file_gets_every_migration() {
             "hook_inbox_run",
             "hooks",
             "hooks_run",
+            "message_keys",
             "queues",
             "runs",
             "runs_parent",

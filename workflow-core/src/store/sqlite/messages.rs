@@ -1,0 +1,56 @@
+//! [`MessageStore`] on SQLite: the messages' statements and the send, on the writer (one
+//! transaction, which holds the database's write lock: the run's status, the key and the
+//! insert are read and written with nobody in between). What a send decides is the shared
+//! policy's (`store::sql::messages::send_message`).
+
+use rusqlite::params;
+
+use super::statements::SQL as STORE;
+use super::tx::{exec, now, one, Lite};
+use super::SqliteStore;
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::store::sql::messages::{
+    send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
+};
+use crate::store::{MessageStore, NewMessage, SendOutcome};
+
+/// The statements of this file (`MessageSql`).
+const SQL: MessageSql = MessageSql {
+    key: "SELECT payload_id FROM message_keys WHERE run_id = ?1 AND key = ?2",
+    queue: "INSERT INTO hook_inbox (run_id, token, topic, payload, at)
+            VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+    keep_key: "INSERT INTO message_keys (run_id, key, payload_id) VALUES (?1, ?2, ?3)",
+};
+
+impl MessageTx for Lite<'_> {
+    async fn message_key(&mut self, run: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.key, params![run, key], |r| r.get(0))
+    }
+
+    async fn queue_message(&mut self, run: &str, m: &EncodedMessage) -> Result<i64, StoreError> {
+        let args = params![run, MESSAGE_TOKEN, m.topic, m.payload, m.at];
+        let id = one(self.0, SQL.queue, args, |r| r.get(0))?
+            .ok_or_else(|| StoreError::database("the message's insert returned no id"))?;
+        exec(self.0, STORE.dialect.wake, params![run, m.at])?;
+        Ok(id)
+    }
+
+    async fn keep_message_key(&mut self, run: &str, key: &str, id: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.keep_key, params![run, key, id])?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageStore for SqliteStore {
+    async fn send_message(
+        &self,
+        run: &RunId,
+        message: NewMessage,
+    ) -> Result<SendOutcome, StoreError> {
+        let (run, message) = (*run, EncodedMessage::new(&message)?);
+        self.write(move |tx| now(send_message(&mut Lite(tx), &run, &message)))
+            .await
+    }
+}
