@@ -25,7 +25,7 @@ use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
-    ChildKey, Delivered, Delivery, HookKey, Key, Patches, StepCall, StepId, TimerId,
+    ChildKey, Delivered, Delivery, HookKey, Key, Patches, SetId, StepCall, StepId, TimerId,
 };
 
 tokio::task_local! {
@@ -75,6 +75,8 @@ struct Journal {
     hooks: u32,
     /// `start_child` calls so far: the next start's key is `ch_<children>`.
     children: u32,
+    /// `set_event` calls so far: the next call's id is `set_<event_sets>`.
+    event_sets: u32,
     /// Whether a hook handle bound to the start token (or gave it up).
     start_token_used: bool,
     /// Tokens owned by live hook handles: payloads for them are delivered.
@@ -105,7 +107,7 @@ struct Journal {
 fn is_recorded(cmd: &Command) -> bool {
     !matches!(
         cmd,
-        Command::HookRelease { .. } | Command::AwaitChild { .. }
+        Command::HookRelease { .. } | Command::AwaitChild { .. } | Command::SetEvent { .. }
     )
 }
 
@@ -131,6 +133,7 @@ impl RunCtx {
                 timers: 0,
                 hooks: 0,
                 children: 0,
+                event_sets: 0,
                 start_token_used: false,
                 open_tokens: HashSet::new(),
                 abandoned: HashSet::new(),
@@ -249,6 +252,14 @@ impl RunCtx {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+
+    /// Issues the run's next `set_event` call.
+    pub(crate) fn set_event(&self, key: String, value: Value) {
+        let mut j = self.journal();
+        let set_id = SetId(j.event_sets);
+        j.event_sets += 1;
+        j.issued.push(Command::SetEvent { set_id, key, value });
     }
 
     /// Whether a `recv` of `topic` waits for a message not delivered yet: more receivers

@@ -64,6 +64,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
 
+    /// The run published values (`set_event`): wake their readers here.
+    fn published(&self, run: crate::RunId);
+
     /// Whether queue `name` is declared on the store (by this or another runtime).
     fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
 
@@ -833,6 +836,13 @@ impl Driver {
             }
         }
         self.last_seq = before + n;
+        if append
+            .events
+            .iter()
+            .any(|e| matches!(e.event, Event::EventSet { .. }))
+        {
+            self.host.published(self.ctx.run_id);
+        }
         Ok(append.outcome)
     }
 

@@ -135,6 +135,15 @@ pub enum Event {
         /// The child's return value, or its error (a cancelled child: the cancellation).
         result: Result<Value, Error>,
     },
+    /// The workflow published `value` as the latest value of `key` (`set_event`).
+    EventSet {
+        /// The call's id within the run (`set_<n>`): a replay records each call once.
+        set_id: String,
+        /// The key.
+        key: String,
+        /// The value.
+        value: Value,
+    },
     /// A message sent with `run.send(topic, msg)`, delivered to the workflow's
     /// `recv(topic)`.
     MessageReceived {
@@ -170,6 +179,7 @@ impl Event {
             Event::ChildStarted { .. } => "child_started",
             Event::ChildEnded { .. } => "child_ended",
             Event::MessageReceived { .. } => "message_received",
+            Event::EventSet { .. } => "event_set",
         }
     }
 }
@@ -495,6 +505,11 @@ mod tests {
                 topic: s(),
                 payload_id: 1,
                 payload: Value::Null,
+            },
+            Event::EventSet {
+                set_id: s(),
+                key: s(),
+                value: Value::Null,
             },
         ];
         for e in events {

@@ -55,6 +55,7 @@ mod context;
 mod divergence;
 mod driver;
 pub mod error;
+mod event;
 mod history;
 mod ids;
 mod message;
@@ -86,6 +87,7 @@ pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
     PayloadTooLarge, ResumeHookError, RunError, StartError, StoreError,
 };
+pub use event::set_event;
 pub use history::{
     ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
@@ -94,8 +96,8 @@ pub use message::{recv, timeout, Elapsed, Recv};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder,
-    SendMessage, Start, StartOrResume, StreamWriter,
+    stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, Run, RunStream, Runtime,
+    RuntimeBuilder, SendMessage, Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 pub use store::{
@@ -117,7 +119,7 @@ pub mod prelude {
         RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
-    pub use crate::{recv, timeout, Elapsed, Recv};
+    pub use crate::{recv, set_event, timeout, Elapsed, Recv};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.

@@ -40,6 +40,8 @@ pub(crate) enum PayloadKind<'a> {
     StreamChunk { stream: &'a str, index: Option<u64> },
     /// A message sent to a run on topic `topic` (`run.send`).
     Message { topic: &'a str },
+    /// A value a run published under `key` (`set_event`).
+    Event { key: &'a str },
 }
 
 impl<'a> PayloadKind<'a> {
@@ -89,6 +91,7 @@ impl<'a> PayloadKind<'a> {
             PayloadKind::HookPayload { token } => format!("the payload for hook {token:?}"),
             PayloadKind::StreamChunk { stream, .. } => format!("a chunk for stream {stream:?}"),
             PayloadKind::Message { topic } => format!("the message on topic {topic:?}"),
+            PayloadKind::Event { key } => format!("the value of event {key:?}"),
         }
     }
 }
@@ -142,6 +145,10 @@ impl PayloadContext<'_> {
             PayloadKind::Message { topic } => format!(
                 "a message sent on topic {topic:?} does not fit `{type_name}`: {e} \
                  (the raw message is kept in the run's history)"
+            ),
+            PayloadKind::Event { key } => format!(
+                "the value of event {key:?} of run {} does not deserialize into `{type_name}`: {e}",
+                run()
             ),
         }
     }

@@ -313,6 +313,70 @@ async fn timeouts_bound_hooks_and_children(backend: Backend) {
     assert_eq!(run.return_value().await.unwrap(), (true, true));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Events
+
+/// Publishes stage 1, waits for "go", publishes stage 2 and a URL, and ends.
+#[workflow]
+async fn staged() -> Result<u32> {
+    set_event("stage", &1u32)?;
+    recv::<()>("go").await?;
+    set_event("stage", &2u32)?;
+    set_event("url", "https://pay.example/1")?;
+    Ok(2)
+}
+
+/// A reader waits until a key is set and then sees the latest value; `.latest()` answers at
+/// once; a bounded wait on a key never set times out; after the run's end a key it never set
+/// is an error, not a hang; a restart replays the `set_event` calls without recording them
+/// again.
+async fn events_wake_readers_and_the_latest_wins(backend: Backend) {
+    let db = TestDb::new(backend);
+    let lease = Duration::from_millis(500);
+    let first = db.runtime_with_lease(lease).await;
+    let client = client(&db).await;
+    let run = client.start(staged, ()).await.unwrap();
+    assert_eq!(run.event::<u32>("stage").await.unwrap(), 1);
+    assert_eq!(run.event::<String>("url").latest().await.unwrap(), None);
+    let bounded = run
+        .event::<String>("url")
+        .timeout(Duration::from_millis(100))
+        .await;
+    assert!(
+        matches!(bounded, Err(RunError::TimedOut { .. })),
+        "{bounded:?}"
+    );
+
+    // Another worker replays the run (the first set_event is in its history) and goes on.
+    first.shutdown();
+    drop(first);
+    let _second = db.runtime_with_lease(lease).await;
+    let url = {
+        let run = run.clone();
+        tokio::spawn(async move { run.event::<String>("url").await })
+    };
+    run.send("go", ()).await.unwrap();
+    assert_eq!(url.await.unwrap().unwrap(), "https://pay.example/1");
+    assert_eq!(run.return_value().await.unwrap(), 2);
+    assert_eq!(run.event::<u32>("stage").await.unwrap(), 2);
+    let all = run.events().await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all["stage"], 2);
+    let never = run.event::<u32>("never").await;
+    assert!(
+        matches!(&never, Err(RunError::EventNotSet { key, status: RunStatus::Completed, .. }) if key == "never"),
+        "{never:?}"
+    );
+    let sets = history(&client, run.id())
+        .await
+        .iter()
+        .filter(|e| matches!(e.event, Event::EventSet { .. }))
+        .count();
+    assert_eq!(sets, 3, "each set_event is recorded once");
+    let unknown = client.get_run(&RunId::new()).events().await;
+    assert!(matches!(unknown, Err(RunError::NotFound(_))), "{unknown:?}");
+}
+
 on_every_store!(
     messages_keep_send_order_per_topic,
     messages_sent_before_the_run_begins_wait_for_recv,
@@ -322,4 +386,5 @@ on_every_store!(
     a_timed_out_recv_consumes_nothing_and_replay_takes_the_same_side,
     a_message_beats_its_timeout,
     timeouts_bound_hooks_and_children,
+    events_wake_readers_and_the_latest_wins,
 );

@@ -41,7 +41,7 @@ pub(crate) use command::{ChildCall, Command, StepCall};
 use command::{Recorded, RecordedCommand};
 use deliveries::QueuedPayload;
 pub(crate) use deliveries::{Delivered, Delivery};
-pub(crate) use keys::{ChildKey, HookKey, Key, StepId, TimerId};
+pub(crate) use keys::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
 
@@ -69,6 +69,8 @@ pub(crate) struct Replay<S> {
     received: HashSet<u64>,
     /// Hook keys whose release is recorded.
     released: HashSet<HookKey>,
+    /// `set_event` calls recorded.
+    published: HashSet<SetId>,
     /// Hook keys whose token this run claimed (released or not).
     claimed: HashSet<HookKey>,
 
@@ -108,6 +110,7 @@ impl<S> Replay<S> {
             attempts: HashMap::new(),
             received: HashSet::new(),
             released: HashSet::new(),
+            published: HashSet::new(),
             claimed: HashSet::new(),
             waiting: HashSet::new(),
             writes: Vec::new(),

@@ -3,6 +3,7 @@
 //! Each send is one atomic act: the run must exist and not have ended, and a message with an
 //! idempotency key is stored at most once per run and key.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -39,7 +40,22 @@ pub enum SendOutcome {
     NotFound,
 }
 
-/// Messages sent to runs by their id.
+/// What a run published with `set_event`, as [`MessageStore::run_events`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvents {
+    /// The run's status, read with the values.
+    pub status: RunStatus,
+    /// The latest value of each key.
+    pub values: BTreeMap<String, Value>,
+}
+
+/// Messages sent to runs by their id, and the values runs publish.
+///
+/// Publishing has no method of its own: an [`Event::EventSet`] among the events of
+/// [`RunStore::append`] sets its key's latest value in the same act.
+///
+/// [`Event::EventSet`]: super::Event::EventSet
+/// [`RunStore::append`]: super::RunStore::append
 #[async_trait::async_trait]
 pub trait MessageStore: Send + Sync + 'static {
     /// Puts `message` into the inbox of run `run` (read back by [`HookStore::payloads`] as
@@ -55,4 +71,8 @@ pub trait MessageStore: Send + Sync + 'static {
         run: &RunId,
         message: NewMessage,
     ) -> Result<SendOutcome, StoreError>;
+
+    /// The run's status and the latest value of each key it published; `None` for an
+    /// unknown run.
+    async fn run_events(&self, run: &RunId) -> Result<Option<RunEvents>, StoreError>;
 }

@@ -798,6 +798,13 @@ impl workflow_core::store::MessageStore for FailingAdmissions {
     ) -> Result<workflow_core::store::SendOutcome, StoreError> {
         self.inner.send_message(run, message).await
     }
+
+    async fn run_events(
+        &self,
+        run: &RunId,
+    ) -> Result<Option<workflow_core::store::RunEvents>, StoreError> {
+        self.inner.run_events(run).await
+    }
 }
 
 #[async_trait::async_trait]

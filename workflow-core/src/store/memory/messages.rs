@@ -5,7 +5,7 @@
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
-use crate::store::{Inbound, MessageStore, NewMessage, SendOutcome};
+use crate::store::{Inbound, MessageStore, NewMessage, RunEvents, SendOutcome};
 
 #[async_trait::async_trait]
 impl MessageStore for MemoryStore {
@@ -39,5 +39,12 @@ impl MessageStore for MemoryStore {
             row.message_keys.insert(key, id);
         }
         Ok(SendOutcome::Queued(id))
+    }
+
+    async fn run_events(&self, run: &RunId) -> Result<Option<RunEvents>, StoreError> {
+        Ok(self.lock().runs.get(run).map(|row| RunEvents {
+            status: row.record.status,
+            values: row.published.clone(),
+        }))
     }
 }

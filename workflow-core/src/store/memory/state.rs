@@ -85,6 +85,8 @@ pub(super) struct Row {
     pub(super) slot: Slot,
     /// The idempotency keys of the messages sent to it, with each message's inbox id.
     pub(super) message_keys: HashMap<String, u64>,
+    /// The latest value of each key it published (`set_event`).
+    pub(super) published: BTreeMap<String, Value>,
 }
 
 #[derive(Default)]
@@ -352,6 +354,7 @@ impl State {
                 began_at: None,
                 slot: Slot::Out,
                 message_keys: HashMap::new(),
+                published: BTreeMap::new(),
             },
         );
         self.schedule(id);

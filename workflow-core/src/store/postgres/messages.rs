@@ -4,7 +4,7 @@
 //! take turns). What a send decides is the shared policy's
 //! (`store::sql::messages::send_message`); the payload's notice goes out after the commit.
 
-use super::listen::{NOTE_PAYLOAD, NOTE_READY};
+use super::listen::{NOTE_CHUNK, NOTE_PAYLOAD, NOTE_READY};
 use super::schema::quote_ident;
 use super::stash::settle;
 use super::tx::Pg;
@@ -12,9 +12,9 @@ use super::PostgresStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::messages::{
-    send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
+    decode_events, send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
 };
-use crate::store::{MessageStore, NewMessage, SendOutcome};
+use crate::store::{MessageStore, NewMessage, RunEvents, SendOutcome};
 
 /// The statements of this file (`MessageSql`), `{s}` standing for the quoted schema and
 /// `{now}` for the server's clock in ms.
@@ -31,7 +31,31 @@ const SQL: MessageSql = MessageSql {
                  AND (r.lease_until IS NULL OR r.lease_until <= {now}) AS idle)
          SELECT q.id, COALESCE((SELECT idle FROM woken LIMIT 1), FALSE) FROM queued q",
     keep_key: "INSERT INTO {s}.message_keys (run_id, key, payload_id) VALUES ($1, $2, $3)",
+    publish: "INSERT INTO {s}.run_events (run_id, key, value, at) VALUES ($1, $2, $3, $4)
+              ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, at = excluded.at",
+    status: "SELECT status FROM {s}.runs WHERE id = $1",
+    events: "SELECT key, value FROM {s}.run_events WHERE run_id = $1 ORDER BY key",
 };
+
+/// [`Tx::publish_event`](crate::store::sql::policy::Tx::publish_event) on PostgreSQL,
+/// announced to readers in every process as a stream change of the run (after the commit
+/// when the caller collects notices).
+pub(super) async fn publish(
+    tx: &mut Pg<'_>,
+    run: &str,
+    key: &str,
+    value: &str,
+    at: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(&on(SQL.publish, tx.channel))
+        .bind(run)
+        .bind(key)
+        .bind(value)
+        .bind(at)
+        .execute(&mut *tx.conn)
+        .await?;
+    tx.announce(vec![format!("{NOTE_CHUNK}{run}")]).await
+}
 
 /// `sql` for the schema `schema`.
 fn on(sql: &str, schema: &str) -> String {
@@ -90,5 +114,25 @@ impl MessageStore for PostgresStore {
         let sent = settle(tx, sent).await?;
         self.inner.writer.announce(notes);
         Ok(sent)
+    }
+
+    async fn run_events(&self, run: &RunId) -> Result<Option<RunEvents>, StoreError> {
+        let key = run.to_string();
+        let schema = &self.inner.schema;
+        let mut conn = self.conn().await?;
+        let read = async {
+            let status: Option<String> = sqlx::query_scalar(&on(SQL.status, schema))
+                .bind(&key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let values: Vec<(String, String)> = sqlx::query_as(&on(SQL.events, schema))
+                .bind(&key)
+                .fetch_all(&mut *conn)
+                .await?;
+            Ok::<_, sqlx::Error>((status, values))
+        }
+        .await;
+        let (status, values) = conn.kept(read)?;
+        decode_events(&key, status, values)
     }
 }

@@ -54,13 +54,20 @@ pub(super) const MIGRATIONS: &[Migration] = &[
 /// Messages sent to runs by id (see SQLite's migration of the same name).
 const MIGRATION_8: Migration = Migration {
     version: 8,
-    name: "messages to runs: the topic of an inbox row, and the messages' idempotency keys",
+    name: "messages to runs (the topic of an inbox row, idempotency keys); values runs publish",
     ddl: r#"
 ALTER TABLE {schema}.hook_inbox ADD COLUMN topic TEXT;
 CREATE TABLE {schema}.message_keys (
     run_id     TEXT COLLATE "C" NOT NULL,
     key        TEXT NOT NULL,
     payload_id BIGINT NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE {schema}.run_events (
+    run_id TEXT COLLATE "C" NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    at     BIGINT NOT NULL,
     PRIMARY KEY (run_id, key)
 );
 "#,
@@ -102,6 +109,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("schedules", 7),
     ("schedule_ticks", 7),
     ("message_keys", 8),
+    ("run_events", 8),
 ];
 
 pub(super) const MIGRATION_1: &str = r#"

@@ -413,6 +413,7 @@ pub(super) fn statements(s: &str) -> Statements {
                 "streams",
                 "stream_chunks",
                 "message_keys",
+                "run_events",
             ]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
             // One statement, so one round trip and its own transaction: fence (the run's row

@@ -766,6 +766,8 @@ async fn concurrent_connects_of_a_new_schema_migrate_once() {
             "message_keys_pkey",
             "queues",
             "queues_pkey",
+            "run_events",
+            "run_events_pkey",
             "runs",
             "runs_created",
             "runs_parent",
@@ -882,7 +884,8 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN deadline, DROP COLUMN parent_id, DROP COLUMN detached;
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
-             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys};
+             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
+                 {published};
              ALTER TABLE {inbox} DROP COLUMN topic;
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),
@@ -892,6 +895,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
             schedules = schema.table("schedules"),
             ticks = schema.table("schedule_ticks"),
             keys = schema.table("message_keys"),
+            published = schema.table("run_events"),
             inbox = schema.table("hook_inbox"),
             migrations = schema.table("workflow_migrations"),
         ))

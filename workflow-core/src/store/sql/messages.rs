@@ -28,6 +28,33 @@ pub(in crate::store) struct MessageSql {
     pub queue: &'static str,
     /// Records idempotency key `2` of run `1` for message `3`.
     pub keep_key: &'static str,
+    /// Sets run `1`'s latest value of key `2` to `3` (JSON), at `4`.
+    pub publish: &'static str,
+    /// Run `1`'s status.
+    pub status: &'static str,
+    /// Run `1`'s published keys and values (JSON), by key.
+    pub events: &'static str,
+}
+
+/// A run's status and published values as read (`MessageStore::run_events`).
+pub(in crate::store) fn decode_events(
+    run: &str,
+    status: Option<String>,
+    values: Vec<(String, String)>,
+) -> Result<Option<crate::store::RunEvents>, StoreError> {
+    let Some(status) = status else {
+        return Ok(None);
+    };
+    let status = status_of(&status, run)?;
+    let values = values
+        .into_iter()
+        .map(|(k, v)| {
+            let what = format!("event {k:?}");
+            Ok((super::json(&v, run, &what)?, k))
+        })
+        .map(|r: Result<(serde_json::Value, String), StoreError>| r.map(|(v, k)| (k, v)))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(crate::store::RunEvents { status, values }))
 }
 
 /// A message ready for its row, encoded before the transaction.

@@ -77,7 +77,7 @@ pub(super) struct Statements<S, X> {
     pub prune_runs: S,
     /// Deletes the events, inbox payloads, hook rows, streams, stream chunks and message keys
     /// of the runs given as ids.
-    pub prune_records: [S; 6],
+    pub prune_records: [S; 7],
     /// Draws the next index of an open stream (creating the stream); no row when closed.
     /// PostgreSQL's also fences the write, inserts the chunk and announces it: one statement.
     pub append_chunk: S,

@@ -63,13 +63,22 @@ pub(super) const MIGRATIONS: &[Migration] = &[
 /// pruned.
 const MIGRATION_9: Migration = Migration {
     version: 9,
-    name: "messages to runs: the topic of an inbox row, and the messages' idempotency keys",
+    name: "messages to runs (the topic of an inbox row, idempotency keys); values runs publish",
     ddl: "
 ALTER TABLE hook_inbox ADD COLUMN topic TEXT;  -- a message's topic; NULL for other rows
 CREATE TABLE message_keys (
     run_id     TEXT NOT NULL,
     key        TEXT NOT NULL,
     payload_id INTEGER NOT NULL,   -- the message's inbox id
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+-- The latest value of each key a run published (`set_event`), set with the append that
+-- records it.
+CREATE TABLE run_events (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,          -- JSON
+    at     INTEGER NOT NULL,
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 ",
@@ -114,6 +123,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("schedules", 8),
     ("schedule_ticks", 8),
     ("message_keys", 9),
+    ("run_events", 9),
 ];
 
 pub(super) const SCHEMA_V1: &str = "

@@ -155,6 +155,7 @@ pub(super) const SQL: Statements = Statements {
         "DELETE FROM streams WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM stream_chunks WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM message_keys WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM run_events WHERE run_id IN (SELECT value FROM json_each(?1))",
     ],
     // After the fence (`append` of no events). The stream's row is the counter: a closed
     // stream's row is not updated, so no row.

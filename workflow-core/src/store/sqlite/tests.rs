@@ -557,6 +557,7 @@ async fn a_new_file_gets_every_migration() {
             "hooks_run",
             "message_keys",
             "queues",
+            "run_events",
             "runs",
             "runs_parent",
             "runs_queue_begun",

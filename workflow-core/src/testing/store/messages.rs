@@ -188,3 +188,52 @@ pub async fn concurrent_sends_with_one_key_store_one<S: Store + Clone>(stores: &
     );
     assert_eq!(stores[1].payloads(&run, 0).await.unwrap().len(), 1);
 }
+
+/// A value published by an append (`EventSet` among its events) is the key's latest value,
+/// also when the append ends the run; the latest per key wins; an unknown run reads `None`.
+pub async fn published_values_keep_the_latest_per_key<S: Store>(store: &S) {
+    let run = create(store, "orders", t(0)).await;
+    assert!(store.run_events(&RunId::new()).await.unwrap().is_none());
+    let read = store
+        .run_events(&run)
+        .await
+        .unwrap()
+        .expect("the run exists");
+    assert_eq!(read.status, RunStatus::Pending);
+    assert!(read.values.is_empty());
+
+    let lease = lease_one(store, run, t(1)).await;
+    let set = |n: u32, key: &str, value: Value| NewEvent {
+        at: t(2),
+        event: Event::EventSet {
+            set_id: format!("set_{n}"),
+            key: key.to_owned(),
+            value,
+        },
+    };
+    let first = vec![
+        set(0, "progress", json!(10)),
+        set(1, "url", json!("https://pay.example/1")),
+        set(2, "progress", json!(60)),
+    ];
+    store.append(&lease, &ap(first, None)).await.unwrap();
+    let read = store.run_events(&run).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Running);
+    assert_eq!(
+        read.values.into_iter().collect::<Vec<_>>(),
+        [
+            ("progress".to_owned(), json!(60)),
+            ("url".to_owned(), json!("https://pay.example/1")),
+        ]
+    );
+    // The run's last write publishes too.
+    let last = ap(
+        vec![set(3, "progress", json!(100))],
+        Some(RunOutcome::Completed(json!(null))),
+    );
+    store.append(&lease, &last).await.unwrap();
+    let read = store.run_events(&run).await.unwrap().unwrap();
+    assert_eq!(read.status, RunStatus::Completed);
+    assert_eq!(read.values["progress"], json!(100));
+    assert_eq!(read.values.len(), 2);
+}

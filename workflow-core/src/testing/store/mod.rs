@@ -91,7 +91,7 @@ pub use hooks::{
 pub use messages::{
     a_message_to_an_unknown_or_ended_run_writes_nothing,
     an_idempotency_key_stores_one_message_per_run, concurrent_sends_with_one_key_store_one,
-    messages_are_queued_in_order_and_wake_the_run,
+    messages_are_queued_in_order_and_wake_the_run, published_values_keep_the_latest_per_key,
 };
 pub use queues::{
     a_partition_key_runs_one_at_a_time_in_start_order,
@@ -299,6 +299,7 @@ macro_rules! __store_conformance_tests {
             messages_are_queued_in_order_and_wake_the_run,
             a_message_to_an_unknown_or_ended_run_writes_nothing,
             an_idempotency_key_stores_one_message_per_run,
+            published_values_keep_the_latest_per_key,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
