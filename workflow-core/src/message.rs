@@ -146,22 +146,55 @@ pub struct Elapsed(());
 
 /// Waits for `fut` at most `d`: `Err(Elapsed)` if `d` passes first (and `fut` is dropped).
 ///
-/// Inside a workflow the deadline is a durable timer (recorded like a [`sleep`]
-/// (crate::sleep)), and whichever of the two was recorded first wins, on every replay too. It
-/// bounds any durable wait: [`recv`], a hook's `recv`, `child.result()`, a step. The loser
+/// Inside a workflow the deadline is a durable timer (recorded like a
+/// [`sleep`](crate::sleep)), and whichever of the two was recorded first wins, on every
+/// replay too. It bounds any durable wait: [`recv`], a hook's `recv`, `child.result()`, a
+/// step. The loser
 /// consumes nothing: a message not taken by a timed-out `recv` waits for the next one.
 /// Outside a workflow it is `tokio::time::timeout`.
+///
+/// An approval with a deadline, its status published for whoever asks:
 ///
 /// ```
 /// use workflow_core::prelude::*;
 ///
-/// #[workflow]
-/// async fn approval(id: String) -> Result<String> {
-///     match timeout(Duration::from_secs(86_400), recv::<String>("approval")).await {
-///         Ok(by) => Ok(format!("{id} approved by {}", by?)),
-///         Err(Elapsed { .. }) => Ok(format!("{id} escalated")),
-///     }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// pub struct Approval { by: String }
+///
+/// #[step]
+/// async fn escalate(expense: String) -> Result<String> {
+///     Ok(format!("{expense} sent to the finance team"))  // a page, an email, a ticket
 /// }
+///
+/// #[workflow]
+/// async fn expense(id: String, deadline_ms: u64) -> Result<String> {
+///     set_event("status", "waiting for approval")?;             // readers see it at once
+///     let wait = Duration::from_millis(deadline_ms);
+///     let outcome = match timeout(wait, recv::<Approval>("approval")).await {
+///         Ok(approval) => format!("{id} approved by {}", approval?.by),
+///         Err(Elapsed { .. }) => escalate(id).await?,           // the deadline passed first
+///     };
+///     set_event("status", &outcome)?;
+///     Ok(outcome)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// let rt = Runtime::builder().in_memory().build().await?;
+///
+/// // Approved in time (an HTTP route would do this with the run id from its URL).
+/// let run = rt.start(expense, ("e-1".to_string(), 86_400_000)).await?;
+/// let status: String = run.event::<String>("status").await?;  // waits until it is set
+/// assert_eq!(status, "waiting for approval");
+/// run.send("approval", Approval { by: "ana".into() }).idempotency_key("req-1").await?;
+/// assert_eq!(run.return_value().await?, "e-1 approved by ana");
+///
+/// // Nobody answers: the durable deadline escalates.
+/// let late = rt.start(expense, ("e-2".to_string(), 100)).await?;
+/// assert_eq!(late.return_value().await?, "e-2 sent to the finance team");
+/// assert_eq!(late.events().await?["status"], "e-2 sent to the finance team");
+/// # Ok(())
+/// # }
 /// ```
 pub async fn timeout<F: Future>(d: Duration, fut: F) -> Result<F::Output, Elapsed> {
     if current().is_none() {
