@@ -160,6 +160,18 @@ pub async fn run_with_events(
     let mut detail =
         RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
     detail.streams = streams(rt, id).await?;
+    detail.published = published(rt, id).await?;
+    detail.waiting_messages = store
+        .payloads(&id, 0)
+        .await?
+        .into_iter()
+        .filter_map(|e| match e.what {
+            workflow_core::store::Inbound::Message { topic, payload } => {
+                Some((e.id, topic, payload))
+            }
+            _ => None,
+        })
+        .collect();
     Ok((detail, events.into_iter().map(EventView::new).collect()))
 }
 
