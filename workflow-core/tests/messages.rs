@@ -6,9 +6,11 @@
 
 mod common;
 
+use std::collections::BTreeSet;
+use std::io::Write as _;
 use std::time::Duration;
 
-use common::{Backend, TestDb};
+use common::{bounded, Backend, Place, TestDb, Worker};
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, EventRecord};
 use workflow_core::RunError;
@@ -388,3 +390,149 @@ on_every_store!(
     timeouts_bound_hooks_and_children,
     events_wake_readers_and_the_latest_wins,
 );
+
+// ---------------------------------------------------------------------------------------------
+// A storm of senders in other processes
+
+/// Waits for the number of distinct messages to expect on "count", then receives them on
+/// "storm": their keys, in the order received.
+#[workflow]
+async fn storm_sink() -> Result<Vec<String>> {
+    let n = recv::<u32>("count").await?;
+    let mut keys = Vec::new();
+    for _ in 0..n {
+        keys.push(recv::<String>("storm").await?);
+    }
+    Ok(keys)
+}
+
+/// The sender processes: `WF_SENDS` sends to run `WF_RUN` on "storm", each with a random key
+/// of 1,500 (so some repeat within and across processes) as both its idempotency key and
+/// its message; prints each key it sent on a `KEY` line, then `DONE`.
+#[test]
+#[ignore = "entry point of the sender processes the storm spawns"]
+fn child_main() {
+    if !Worker::is_child() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = Place::from_env()
+            .builder()
+            .worker(false)
+            .build()
+            .await
+            .expect("the sender's runtime builds");
+        let run: RunId = std::env::var("WF_RUN").unwrap().parse().unwrap();
+        let sends: u32 = std::env::var("WF_SENDS").unwrap().parse().unwrap();
+        let run = client.get_run(&run);
+        let mut out = std::io::stdout().lock();
+        for _ in 0..sends {
+            let key = format!("k{}", rand_key());
+            run.send("storm", &key)
+                .idempotency_key(&key)
+                .await
+                .expect("a send in the storm");
+            writeln!(out, "KEY {key}").unwrap();
+        }
+        writeln!(out, "DONE").unwrap();
+        out.flush().unwrap();
+    });
+}
+
+/// A key of 1,500, from the process's own random state (no workflow, so no determinism
+/// needed).
+fn rand_key() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    (h.finish() % 1_500) as u32
+}
+
+/// 8 processes × 500 sends to one run with random idempotency keys (some repeated): the run
+/// receives exactly the distinct keys, each once, in commit order (increasing inbox ids).
+fn storm_of_senders(place: Place) {
+    const PROCESSES: usize = 8;
+    const SENDS: u32 = 500;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (worker, run) = rt.block_on(async {
+        let worker = place
+            .builder()
+            .poll_interval(Duration::from_millis(20))
+            .build()
+            .await
+            .unwrap();
+        let run = worker.start(storm_sink, ()).await.unwrap();
+        (worker, run)
+    });
+    let run_id = run.id().to_string();
+    let sends = SENDS.to_string();
+    let mut env: Vec<(&str, String)> = place.env();
+    env.push(("WF_RUN", run_id));
+    env.push(("WF_SENDS", sends));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let senders: Vec<Worker> = (0..PROCESSES).map(|_| Worker::spawn(&env)).collect();
+    let mut sent = Vec::new();
+    for s in &senders {
+        loop {
+            let line = s.line("", Duration::from_secs(120));
+            if line.ends_with("DONE") {
+                break;
+            }
+            if let Some(key) = line.split("KEY ").nth(1) {
+                sent.push(key.to_owned());
+            }
+        }
+    }
+    assert_eq!(sent.len(), PROCESSES * SENDS as usize);
+    let distinct: BTreeSet<String> = sent.iter().cloned().collect();
+    let received = rt.block_on(bounded(async {
+        run.send("count", distinct.len() as u32).await.unwrap();
+        run.return_value().await.unwrap()
+    }));
+    let got: BTreeSet<String> = received.iter().cloned().collect();
+    assert_eq!(got.len(), received.len(), "a key was received twice");
+    assert_eq!(
+        got, distinct,
+        "the run received other keys than the distinct ones sent"
+    );
+    let ids = rt.block_on(async { received_ids(&history(&worker, run.id()).await) });
+    let storm_ids = &ids[1..];
+    assert!(
+        storm_ids.windows(2).all(|w| w[0] < w[1]),
+        "not received in commit order"
+    );
+    println!(
+        "storm on {}: {PROCESSES} processes x {SENDS} sends, {} distinct keys received once each, \
+         in commit order",
+        place.name(),
+        distinct.len()
+    );
+    for mut s in senders {
+        s.wait_exit(Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn a_storm_of_senders_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    storm_of_senders(Place::Sqlite {
+        path: dir.path().join("wf.db"),
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_storm_of_senders_on_postgres() {
+    let Some(url) = common::postgres_url() else {
+        return;
+    };
+    let db = TestDb::new(Backend::Postgres);
+    let schema = db.schema.clone();
+    storm_of_senders(Place::Postgres { url, schema });
+}
