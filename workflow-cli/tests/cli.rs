@@ -1074,11 +1074,12 @@ async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
         .fails(2, "unknown time zone `Mars/Olympus`");
 }
 
-/// Publishes what it receives on "say", then ends with it.
+/// Publishes what it receives on "say", waits for "end", then ends with what it heard.
 #[workflow]
 async fn cli_listener() -> workflow_core::Result<String> {
     let said: String = workflow_core::recv("say").await?;
     workflow_core::set_event("heard", &said)?;
+    workflow_core::recv::<()>("end").await?;
     Ok(said)
 }
 
@@ -1099,6 +1100,7 @@ async fn send_delivers_messages_and_events_lists_published_values(b: Backend) {
     .await
     .json();
     assert_eq!(again, json!({"run_id": id, "topic": "say"}));
+    cli(db, &["send", &id, "end", "null"]).await.ok();
     until_status(&f.rt, run.id(), RunStatus::Completed).await;
     assert_eq!(run.return_value().await.unwrap(), "hello");
 
