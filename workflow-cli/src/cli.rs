@@ -115,10 +115,14 @@ pub enum Command {
         /// The run's id.
         id: String,
     },
-    /// Show a run's event history.
+    /// Show a run's event history; with --published, the latest value of each key the run
+    /// published with `set_event`.
     Events {
         /// The run's id.
         run_id: String,
+        /// Show the values the run published (`set_event`), one per key, instead.
+        #[arg(long)]
+        published: bool,
     },
     /// List open hooks (the tokens `resume` can reach).
     Hooks {
@@ -183,6 +187,18 @@ pub enum Command {
         token: String,
         /// The payload as JSON, e.g. '{"approved": true}'; `-` reads it from standard input.
         payload: String,
+    },
+    /// Send a JSON message to run RUN_ID on TOPIC, for its workflow's `recv(topic)`.
+    Send {
+        /// The run's id.
+        run_id: String,
+        /// The topic.
+        topic: String,
+        /// The message as JSON, e.g. '{"by": "ana"}'; `-` reads it from standard input.
+        payload: String,
+        /// An idempotency key: at most one message per run and key is stored.
+        #[arg(long, value_name = "K")]
+        key: Option<String>,
     },
     /// Delete runs that ended (completed, failed, cancelled) longer ago than --older-than,
     /// with their events, payloads and released hooks. Runs that have not ended, and runs
@@ -305,7 +321,8 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             status.as_deref().map(ops::parse_status).transpose()?;
         }
         Command::Run { id }
-        | Command::Events { run_id: id }
+        | Command::Events { run_id: id, .. }
+        | Command::Send { run_id: id, .. }
         | Command::Cancel { run_id: id }
         | Command::Retry { run_id: id }
         | Command::Fork { run_id: id, .. }
@@ -329,7 +346,9 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         _ => {}
     }
     let payload = match &cli.command {
-        Command::Resume { payload, .. } => Some(ops::parse_payload(&read_payload(payload)?)?),
+        Command::Resume { payload, .. } | Command::Send { payload, .. } => {
+            Some(ops::parse_payload(&read_payload(payload)?)?)
+        }
         _ => None,
     };
     let rt = connect::open(target).await?;
@@ -437,7 +456,26 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             }
             Ok(run_text(&detail))
         }
-        Command::Events { run_id } => {
+        Command::Events {
+            run_id,
+            published: true,
+        } => {
+            let id = ops::parse_run_id(&run_id)?;
+            let values = ops::published(&rt, id).await?;
+            if json {
+                return to_json(&values);
+            }
+            let mut t = Table::new(["KEY", "VALUE"]);
+            for (key, value) in &values {
+                t.row(vec![key.clone(), text::json_line(value, 120)]);
+            }
+            Ok(if t.is_empty() {
+                format!("run {id} published no events\n")
+            } else {
+                t.to_string()
+            })
+        }
+        Command::Events { run_id, .. } => {
             let events = ops::events(&rt, ops::parse_run_id(&run_id)?).await?;
             if json {
                 return to_json(&events);
@@ -608,6 +646,20 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             Ok(format!(
                 "delivered to run {} (hook {:?})\n",
                 done.run_id, done.token
+            ))
+        }
+        Command::Send {
+            run_id, topic, key, ..
+        } => {
+            let id = ops::parse_run_id(&run_id)?;
+            let payload = payload.unwrap_or_default();
+            let done = ops::send(&rt, id, &topic, payload, key).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(format!(
+                "sent to run {} on topic {:?}\n",
+                done.run_id, done.topic
             ))
         }
         Command::Prune { older_than } => {

@@ -70,7 +70,9 @@ impl From<workflow_core::RunError> for CliError {
             workflow_core::RunError::NotFound(id) => not_found(id),
             workflow_core::RunError::Store(e) => e.into(),
             refused @ (workflow_core::RunError::NotRetryable { .. }
-            | workflow_core::RunError::CannotFork { .. }) => CliError::Refused(refused.to_string()),
+            | workflow_core::RunError::CannotFork { .. }
+            | workflow_core::RunError::Ended { .. }
+            | workflow_core::RunError::TooLarge(_)) => CliError::Refused(refused.to_string()),
             other => CliError::Other(other.to_string()),
         }
     }

@@ -160,6 +160,18 @@ pub async fn run_with_events(
     let mut detail =
         RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
     detail.streams = streams(rt, id).await?;
+    detail.published = published(rt, id).await?;
+    detail.waiting_messages = store
+        .payloads(&id, 0)
+        .await?
+        .into_iter()
+        .filter_map(|e| match e.what {
+            workflow_core::store::Inbound::Message { topic, payload } => {
+                Some((e.id, topic, payload))
+            }
+            _ => None,
+        })
+        .collect();
     Ok((detail, events.into_iter().map(EventView::new).collect()))
 }
 
@@ -286,6 +298,43 @@ pub async fn cancel(rt: &Runtime, id: RunId) -> Result<Cancelled, CliError> {
             status,
         },
     })
+}
+
+/// Where `send` delivered a message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sent {
+    pub run_id: RunId,
+    pub topic: String,
+}
+
+/// `run.send(topic, payload)`, with an idempotency key if given.
+pub async fn send(
+    rt: &Runtime,
+    id: RunId,
+    topic: &str,
+    payload: Value,
+    key: Option<String>,
+) -> Result<Sent, CliError> {
+    let mut send = rt.get_run(&id).send(topic, payload);
+    if let Some(k) = key {
+        send = send.idempotency_key(k);
+    }
+    match send.await {
+        Ok(()) => Ok(Sent {
+            run_id: id,
+            topic: topic.to_owned(),
+        }),
+        Err(workflow_core::RunError::InvalidMessage(why)) => Err(CliError::Usage(why)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The latest value of each key the run published (`set_event`).
+pub async fn published(
+    rt: &Runtime,
+    id: RunId,
+) -> Result<std::collections::BTreeMap<String, Value>, CliError> {
+    Ok(rt.get_run(&id).events().await?)
 }
 
 /// Where `resume` delivered a payload.

@@ -26,6 +26,7 @@ on_both_stores!(
     run_links_parents_and_children,
     stream_prints_and_follows_a_run_s_chunks,
     tz_shows_times_in_a_zone_across_a_dst_change,
+    send_delivers_messages_and_events_lists_published_values,
 );
 
 /// Waits on a hook, then returns what it received.
@@ -1073,4 +1074,58 @@ async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
     cli(db, &["--tz", "Mars/Olympus", "runs"])
         .await
         .fails(2, "unknown time zone `Mars/Olympus`");
+}
+
+/// Publishes what it receives on "say", waits for "end", then ends with what it heard.
+#[workflow]
+async fn cli_listener() -> workflow_core::Result<String> {
+    let said: String = workflow_core::recv("say").await?;
+    workflow_core::set_event("heard", &said)?;
+    workflow_core::recv::<()>("end").await?;
+    Ok(said)
+}
+
+async fn send_delivers_messages_and_events_lists_published_values(b: Backend) {
+    let f = fixture(b).await;
+    let db = &f.store;
+    let run = f.rt.start(cli_listener, ()).await.unwrap();
+    let id = run.id().to_string();
+    let out = cli(db, &["send", &id, "say", r#""hello""#, "--key", "k1"])
+        .await
+        .ok();
+    assert_eq!(out, format!("sent to run {id} on topic \"say\"\n"));
+    // A repeat of the key stores nothing, and says so by succeeding.
+    let again = cli(
+        db,
+        &["send", &id, "say", r#""again""#, "--key", "k1", "--json"],
+    )
+    .await
+    .json();
+    assert_eq!(again, json!({"run_id": id, "topic": "say"}));
+    cli(db, &["send", &id, "end", "null"]).await.ok();
+    until_status(&f.rt, run.id(), RunStatus::Completed).await;
+    assert_eq!(run.return_value().await.unwrap(), "hello");
+
+    let v = cli(db, &["events", &id, "--published", "--json"])
+        .await
+        .json();
+    assert_eq!(v, json!({"heard": "hello"}));
+    let table = cli(db, &["events", &id, "--published"]).await.ok();
+    assert!(row(&table, "heard").contains("\"hello\""), "{table}");
+    let quiet = cli(db, &["events", &f.completed.to_string(), "--published"])
+        .await
+        .ok();
+    assert!(quiet.contains("published no events"), "{quiet}");
+
+    cli(db, &["send", &id, "say", r#""late""#])
+        .await
+        .fails(4, "has ended (completed)");
+    let absent = RunId::new().to_string();
+    cli(db, &["send", &absent, "say", "1"])
+        .await
+        .fails(1, &format!("run {absent} not found"));
+    cli(db, &["send", &id, "say", "not json"])
+        .await
+        .fails(2, "JSON");
+    cli(db, &["send", &id, "", "1"]).await.fails(2, "topic");
 }

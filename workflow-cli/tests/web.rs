@@ -22,6 +22,7 @@ on_both_stores!(
     a_divergence_is_escaped,
     parent_and_child_pages_link_to_each_other,
     the_run_page_shows_its_streams,
+    the_run_page_shows_events_and_waiting_messages,
     queues_show_their_limits_occupancy_and_positions,
     the_runs_page_pages_through_older_runs,
     schedule_pages_list_schedules_and_link_ticks_to_runs,
@@ -774,4 +775,44 @@ async fn schedule_pages_list_schedules_and_link_ticks_to_runs(b: Backend) {
     assert!(body.contains(r#"data-outcome="started""#), "{body}");
     let missing = get(web.addr, "/schedules/nope", &host);
     assert_eq!(missing.status, 404, "{missing:?}");
+}
+
+/// Publishes a stage, then waits for "go".
+#[workflow_core::workflow]
+async fn publishing() -> workflow_core::Result<()> {
+    workflow_core::set_event("stage", "<b>one</b>")?;
+    workflow_core::recv::<()>("go").await
+}
+
+/// The run page shows the values the run published and the messages no `recv` took yet,
+/// escaped; a message taken leaves the list.
+async fn the_run_page_shows_events_and_waiting_messages(b: Backend) {
+    let f = fixture(b).await;
+    let run = f.rt.start(publishing, ()).await.unwrap();
+    assert_eq!(run.event::<String>("stage").await.unwrap(), "<b>one</b>");
+    run.send("later", "<i>not now</i>").await.unwrap();
+    let id = run.id();
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    assert_eq!(page.status, 200);
+    let body = page.body;
+    assert!(body.contains("<h2>Events</h2>"), "{body}");
+    assert!(body.contains(r#"<tr data-key="stage">"#), "{body}");
+    assert!(body.contains("&lt;b&gt;one&lt;/b&gt;"), "{body}");
+    assert!(body.contains("<h2>Waiting messages</h2>"), "{body}");
+    assert!(body.contains("&lt;i&gt;not now&lt;/i&gt;"), "{body}");
+    assert!(!body.contains("<i>not now"), "{body}");
+
+    run.send("go", ()).await.unwrap();
+    run.return_value().await.unwrap();
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    assert!(page.body.contains("<h2>Events</h2>"), "{}", page.body);
+    assert!(
+        page.body.contains("<h2>Waiting messages</h2>"),
+        "a message no recv took stays listed: {}",
+        page.body
+    );
+    let taken = f.rt.store().payloads(&id, 0).await.unwrap();
+    assert_eq!(taken.len(), 1, "only the message on `later` waits");
 }

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, HookError, StartError, NO_RUNTIME};
+use crate::error::{Error, HookError, RunError, StartError, NO_RUNTIME};
 use crate::ids::RunId;
 use crate::registry::{IntoWorkflow, WorkflowDef};
 use crate::runtime::{current_runtime, HookInfo, HookRef, Run, Runtime, Start};
@@ -45,4 +45,17 @@ pub async fn resume_hook<P: serde::Serialize>(
 pub async fn get_hook_by_token(token: impl AsRef<str>) -> Result<HookInfo, HookError> {
     let rt = current_runtime().ok_or(HookError::NoRuntime)?;
     rt.get_hook_by_token(token).await
+}
+
+/// [`Run::send`] on the current runtime: sends `msg` to run `run` on `topic` (e.g. a step
+/// telling another run something). Await the returned builder, which takes
+/// `.idempotency_key(k)`; a step's id ([`step_metadata`](crate::step_metadata)) makes a good
+/// key, so the step's retries send the message once.
+pub fn send<M: serde::Serialize>(
+    run: &RunId,
+    topic: impl Into<String>,
+    msg: M,
+) -> Result<crate::runtime::SendMessage, RunError> {
+    let rt = current_runtime().ok_or_else(|| RunError::InvalidMessage(NO_RUNTIME.to_owned()))?;
+    Ok(rt.get_run(run).send(topic, msg))
 }

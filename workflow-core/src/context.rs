@@ -25,7 +25,7 @@ use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
-    ChildKey, Delivered, Delivery, HookKey, Key, Patches, StepCall, StepId, TimerId,
+    ChildKey, Delivered, Delivery, HookKey, Key, Patches, SetId, StepCall, StepId, TimerId,
 };
 
 tokio::task_local! {
@@ -75,6 +75,8 @@ struct Journal {
     hooks: u32,
     /// `start_child` calls so far: the next start's key is `ch_<children>`.
     children: u32,
+    /// `set_event` calls so far: the next call's id is `set_<event_sets>`.
+    event_sets: u32,
     /// Whether a hook handle bound to the start token (or gave it up).
     start_token_used: bool,
     /// Tokens owned by live hook handles: payloads for them are delivered.
@@ -83,6 +85,13 @@ struct Journal {
     abandoned: HashSet<HookKey>,
     /// Delivered, not yet received payloads per token.
     payloads: HashMap<String, VecDeque<Value>>,
+    /// Delivered, not yet received messages per topic (`message.rs`).
+    messages: HashMap<String, VecDeque<Value>>,
+    /// The `recv` futures waiting per topic, by their number, with their wakers: a message
+    /// of a topic is delivered only while more of them wait than messages are buffered.
+    receivers: HashMap<String, HashMap<u64, Waker>>,
+    /// The number of the next `recv` future.
+    next_receiver: u64,
     issued: Vec<Command>,
     /// Commands matched against the history or recorded (releases aside) taken by the
     /// driver so far: with those still in `issued`, the position of the next one.
@@ -98,7 +107,7 @@ struct Journal {
 fn is_recorded(cmd: &Command) -> bool {
     !matches!(
         cmd,
-        Command::HookRelease { .. } | Command::AwaitChild { .. }
+        Command::HookRelease { .. } | Command::AwaitChild { .. } | Command::SetEvent { .. }
     )
 }
 
@@ -124,10 +133,14 @@ impl RunCtx {
                 timers: 0,
                 hooks: 0,
                 children: 0,
+                event_sets: 0,
                 start_token_used: false,
                 open_tokens: HashSet::new(),
                 abandoned: HashSet::new(),
                 payloads: HashMap::new(),
+                messages: HashMap::new(),
+                receivers: HashMap::new(),
+                next_receiver: 0,
                 issued: Vec::new(),
                 taken: 0,
                 patches,
@@ -220,10 +233,84 @@ impl RunCtx {
                         .push_back(payload);
                     j.waiters.remove(&Key::Payload(token))
                 }
+                Delivered::Message { topic, payload } => {
+                    // Every receiver of the topic polls again; the first polled takes it.
+                    let wakers: Vec<Waker> = j
+                        .receivers
+                        .get(&topic)
+                        .map(|r| r.values().cloned().collect())
+                        .unwrap_or_default();
+                    j.messages.entry(topic).or_default().push_back(payload);
+                    drop(j);
+                    for w in wakers {
+                        w.wake();
+                    }
+                    return;
+                }
             }
         };
         if let Some(w) = waker {
             w.wake();
+        }
+    }
+
+    /// Issues the run's next `set_event` call.
+    pub(crate) fn set_event(&self, key: String, value: Value) {
+        let mut j = self.journal();
+        let set_id = SetId(j.event_sets);
+        j.event_sets += 1;
+        j.issued.push(Command::SetEvent { set_id, key, value });
+    }
+
+    /// Whether a `recv` of `topic` waits for a message not delivered yet: more receivers
+    /// wait than messages of the topic are buffered.
+    pub(crate) fn wants_message(&self, topic: &str) -> bool {
+        let j = self.journal();
+        let waiting = j.receivers.get(topic).map_or(0, HashMap::len);
+        waiting > j.messages.get(topic).map_or(0, VecDeque::len)
+    }
+
+    /// Whether any `recv` waits.
+    pub(crate) fn receiving(&self) -> bool {
+        self.journal().receivers.values().any(|r| !r.is_empty())
+    }
+
+    /// The number of a new `recv` future.
+    pub(crate) fn new_receiver(&self) -> u64 {
+        let mut j = self.journal();
+        j.next_receiver += 1;
+        j.next_receiver
+    }
+
+    /// Receiver `receiver` of `topic` takes the next delivered message, or else waits with
+    /// `waker`.
+    pub(crate) fn take_message(&self, topic: &str, receiver: u64, waker: &Waker) -> Option<Value> {
+        let mut j = self.journal();
+        match j.messages.get_mut(topic).and_then(VecDeque::pop_front) {
+            Some(v) => {
+                if let Some(r) = j.receivers.get_mut(topic) {
+                    r.remove(&receiver);
+                }
+                Some(v)
+            }
+            None => {
+                j.receivers
+                    .entry(topic.to_owned())
+                    .or_default()
+                    .insert(receiver, waker.clone());
+                None
+            }
+        }
+    }
+
+    /// Receiver `receiver` of `topic` no longer waits (it resolved or was dropped).
+    pub(crate) fn stop_receiving(&self, topic: &str, receiver: u64) {
+        let mut j = self.journal();
+        if let Some(r) = j.receivers.get_mut(topic) {
+            r.remove(&receiver);
+            if r.is_empty() {
+                j.receivers.remove(topic);
+            }
         }
     }
 

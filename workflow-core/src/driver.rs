@@ -65,6 +65,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
 
+    /// The run published values (`set_event`): wake their readers here.
+    fn published(&self, run: crate::RunId);
+
     /// Whether queue `name` is declared on the store (by this or another runtime).
     fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
 
@@ -197,6 +200,9 @@ pub(crate) struct Driver {
     /// What the leased run's record says of the ties its end must update (parent, queue,
     /// start token); the hooks it holds are the replay's to say.
     ties: EndHint,
+    /// The inbox was not read since the run began here (a fresh run skips that read: only
+    /// messages sent before it began can be there, read once a `recv` waits).
+    inbox_unread: bool,
 }
 
 impl Driver {
@@ -220,7 +226,8 @@ impl Driver {
                 .unwrap_or_default();
             crate::telemetry::queue_waited(&q.name, waited);
         }
-        // A fresh run without a start token owns no hook yet, so its inbox is empty.
+        // A fresh run without a start token owns no hook yet, so its inbox holds at most
+        // messages, read when the workflow first waits for one.
         let fresh = run.hook_token.is_none() && !replay.has_history();
         let ties = if run.parent.is_some() {
             EndHint::Child
@@ -257,6 +264,7 @@ impl Driver {
             own_children: HashSet::new(),
             shared_children: HashMap::new(),
             ties,
+            inbox_unread: true,
         };
         let result = AssertUnwindSafe(
             async {
@@ -413,12 +421,13 @@ impl Driver {
         }
     }
 
-    /// Reads new entries (hook payloads, children's ends) from the run's inbox.
+    /// Reads new entries (hook payloads, children's ends, messages) from the run's inbox.
     async fn fetch_payloads(&mut self) -> Result<(), StoreError> {
         let (run, seen) = (self.ctx.run_id, self.replay.inbox_seen());
         let fresh = self
             .retry(|| self.host.store().payloads(&run, seen))
             .await?;
+        self.inbox_unread = false;
         self.replay.add_inbox(fresh);
         Ok(())
     }
@@ -481,10 +490,18 @@ impl Driver {
                 continue;
             }
             self.read_shared_child_ends().await?;
+            // A run that started without reading its inbox reads it once a `recv` waits:
+            // messages may have been sent before it began.
+            if self.inbox_unread && self.ctx.receiving() {
+                self.fetch_payloads().await?;
+            }
             if self
                 .replay
                 .deliver_payload(|token| self.ctx.is_open(token), self.host.now())
                 || self.replay.deliver_child_end(self.host.now())
+                || self
+                    .replay
+                    .deliver_message(|topic| self.ctx.wants_message(topic), self.host.now())
             {
                 self.deliver_ready();
                 continue;
@@ -854,6 +871,13 @@ impl Driver {
             };
             crate::telemetry::run_ended(self.ctx.workflow, status);
         }
+        if append
+            .events
+            .iter()
+            .any(|e| matches!(e.event, Event::EventSet { .. }))
+        {
+            self.host.published(self.ctx.run_id);
+        }
         Ok(append.outcome)
     }
 
@@ -958,6 +982,11 @@ impl Driver {
     /// Writes what is pending and gives the run back until `wake_at` (or its next payload).
     async fn evict(&mut self, wake_at: SystemTime) -> Result<Stop, StoreError> {
         self.flush().await?;
+        // The release wakes the run at once for entries above `seen`: messages sent before
+        // the run began, which no `recv` waits for yet, must not count as news.
+        if self.inbox_unread {
+            self.fetch_payloads().await?;
+        }
         let seen = self.replay.inbox_seen();
         self.retry(|| self.host.store().release(&self.lease, wake_at, seen))
             .await?;

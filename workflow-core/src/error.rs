@@ -523,6 +523,42 @@ pub enum RunError {
         /// Why.
         why: String,
     },
+    /// The run has ended (with this status): nothing was sent to it.
+    #[error("run {id} has ended ({status}): nothing was sent to it")]
+    Ended {
+        /// The run.
+        id: RunId,
+        /// How it ended.
+        status: crate::RunStatus,
+    },
+    /// A message is larger than the runtime's `max_payload_bytes`; nothing was written.
+    #[error(transparent)]
+    TooLarge(PayloadTooLarge),
+    /// The run ended without publishing the awaited event key.
+    #[error("run {id} ended ({status}) without setting event {key:?}")]
+    EventNotSet {
+        /// The run.
+        id: RunId,
+        /// The key.
+        key: String,
+        /// How it ended.
+        status: crate::RunStatus,
+    },
+    /// A wait bounded with `.timeout(d)` ran out.
+    #[error("waited {waited:?} on run {id} in vain")]
+    TimedOut {
+        /// The run.
+        id: RunId,
+        /// How long.
+        waited: std::time::Duration,
+    },
+    /// A stored value does not fit the requested type.
+    #[error("{0}")]
+    Payload(String),
+    /// A message could not be sent as given (an invalid topic, a value that does not
+    /// serialize); nothing was written.
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),

@@ -135,6 +135,26 @@ pub enum Event {
         /// The child's return value, or its error (a cancelled child: the cancellation).
         result: Result<Value, Error>,
     },
+    /// The workflow published `value` as the latest value of `key` (`set_event`).
+    EventSet {
+        /// The call's id within the run (`set_<n>`): a replay records each call once.
+        set_id: String,
+        /// The key.
+        key: String,
+        /// The value.
+        value: Value,
+    },
+    /// A message sent with `run.send(topic, msg)`, delivered to the workflow's
+    /// `recv(topic)`.
+    MessageReceived {
+        /// The topic it was sent on.
+        topic: String,
+        /// The message's id in the store's inbox (commit order).
+        payload_id: u64,
+        /// The message as sent (kept raw for inspection, even if it does not fit the type
+        /// `recv` asked for).
+        payload: Value,
+    },
 }
 
 impl Event {
@@ -158,6 +178,8 @@ impl Event {
             Event::RunRetried => "run_retried",
             Event::ChildStarted { .. } => "child_started",
             Event::ChildEnded { .. } => "child_ended",
+            Event::MessageReceived { .. } => "message_received",
+            Event::EventSet { .. } => "event_set",
         }
     }
 }
@@ -167,9 +189,9 @@ impl Event {
     /// write that records it takes the payload out of the inbox.
     pub fn delivered_payload(&self) -> Option<u64> {
         match self {
-            Event::HookReceived { payload_id, .. } | Event::ChildEnded { payload_id, .. } => {
-                Some(*payload_id)
-            }
+            Event::HookReceived { payload_id, .. }
+            | Event::ChildEnded { payload_id, .. }
+            | Event::MessageReceived { payload_id, .. } => Some(*payload_id),
             _ => None,
         }
     }
@@ -360,6 +382,13 @@ pub(crate) fn fork_history(
                     from_step + 1
                 ))
             }
+            Event::MessageReceived { topic, .. } if e.seq < cut => {
+                return Err(format!(
+                    "the run received a message on topic {topic:?} before step {}; messages \
+                     go to the original run only, so fork from an earlier step",
+                    from_step + 1
+                ))
+            }
             Event::ChildStarted { child_id, .. } if e.seq < cut => children.insert(*child_id),
             Event::ChildEnded { child_id, .. } => e.seq < cut && children.contains(child_id),
             _ => false,
@@ -471,6 +500,16 @@ mod tests {
                 child_id: RunId::new(),
                 payload_id: 1,
                 result: Ok(Value::Null),
+            },
+            Event::MessageReceived {
+                topic: s(),
+                payload_id: 1,
+                payload: Value::Null,
+            },
+            Event::EventSet {
+                set_id: s(),
+                key: s(),
+                value: Value::Null,
             },
         ];
         for e in events {

@@ -55,8 +55,10 @@ mod context;
 mod divergence;
 mod driver;
 pub mod error;
+mod event;
 mod history;
 mod ids;
+mod message;
 mod model;
 mod payload;
 mod queue;
@@ -86,15 +88,17 @@ pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
     PayloadTooLarge, ResumeHookError, RunError, StartError, StoreError,
 };
+pub use event::set_event;
 pub use history::{
     ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT, HISTORY_FORMAT_VERSION,
 };
 pub use ids::{ParseRunIdError, RunId};
+pub use message::{recv, timeout, Elapsed, Recv};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    stream, Chunk, HookInfo, HookRef, OrResume, Run, RunStream, Runtime, RuntimeBuilder, Start,
-    StartOrResume, StreamWriter,
+    stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, Run, RunStream, Runtime,
+    RuntimeBuilder, SendMessage, Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 pub use store::{
@@ -116,12 +120,13 @@ pub mod prelude {
         RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
+    pub use crate::{recv, set_event, timeout, Elapsed, Recv};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
-        AdminStore as _, HookStore as _, QueueStore as _, RunStore as _, ScheduleStore as _,
-        StreamStore as _,
+        AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RunStore as _,
+        ScheduleStore as _, StreamStore as _,
     };
 }
 

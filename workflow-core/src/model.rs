@@ -219,7 +219,7 @@ pub enum RunOutcome {
 }
 
 /// An entry of a run's inbox, as [`HookStore::payloads`] reads it: a payload sent to one of
-/// the run's hooks, or the end of one of its children.
+/// the run's hooks, the end of one of its children, or a message sent to the run.
 ///
 /// [`HookStore::payloads`]: crate::store::HookStore::payloads
 #[derive(Debug, Clone, PartialEq)]
@@ -244,6 +244,14 @@ pub enum Inbound {
     },
     /// A child of the run ended.
     ChildEnded(ChildNotice),
+    /// A message sent to the run with `run.send(topic, msg)`, for the workflow's
+    /// `recv(topic)`.
+    Message {
+        /// The topic it was sent on.
+        topic: String,
+        /// As sent.
+        payload: Value,
+    },
 }
 
 /// A child run's end, as its parent's inbox holds it (see [`RunStore::start_child`]).

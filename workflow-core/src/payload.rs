@@ -38,6 +38,10 @@ pub(crate) enum PayloadKind<'a> {
     HookPayload { token: &'a str },
     /// A chunk of stream `stream`; its index is known once the store numbered it.
     StreamChunk { stream: &'a str, index: Option<u64> },
+    /// A message sent to a run on topic `topic` (`run.send`).
+    Message { topic: &'a str },
+    /// A value a run published under `key` (`set_event`).
+    Event { key: &'a str },
 }
 
 impl<'a> PayloadKind<'a> {
@@ -86,6 +90,8 @@ impl<'a> PayloadKind<'a> {
             PayloadKind::StepResult { step } => format!("the result of step `{step}`"),
             PayloadKind::HookPayload { token } => format!("the payload for hook {token:?}"),
             PayloadKind::StreamChunk { stream, .. } => format!("a chunk for stream {stream:?}"),
+            PayloadKind::Message { topic } => format!("the message on topic {topic:?}"),
+            PayloadKind::Event { key } => format!("the value of event {key:?}"),
         }
     }
 }
@@ -134,6 +140,14 @@ impl PayloadContext<'_> {
                 "chunk {} of stream {stream:?} of run {} does not deserialize into the \
                  requested type: {e}",
                 index.map_or_else(|| "?".to_owned(), |i| i.to_string()),
+                run()
+            ),
+            PayloadKind::Message { topic } => format!(
+                "a message sent on topic {topic:?} does not fit `{type_name}`: {e} \
+                 (the raw message is kept in the run's history)"
+            ),
+            PayloadKind::Event { key } => format!(
+                "the value of event {key:?} of run {} does not deserialize into `{type_name}`: {e}",
                 run()
             ),
         }

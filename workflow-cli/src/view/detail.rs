@@ -179,6 +179,11 @@ pub struct RunDetail {
     /// The run's streams by name, each with its last chunks (filled by `ops`, which reads
     /// them from the store beside the history).
     pub streams: Vec<StreamView>,
+    /// The latest value of each key the run published with `set_event` (filled by `ops`).
+    pub published: std::collections::BTreeMap<String, Value>,
+    /// Messages sent to the run that no `recv` took yet: inbox id, topic, message (filled by
+    /// `ops`).
+    pub waiting_messages: Vec<(u64, String, Value)>,
     /// The time the views were computed at (open bars end there).
     pub as_of: Time,
 }
@@ -509,6 +514,8 @@ impl RunDetail {
             marks,
             children,
             streams: Vec::new(),
+            published: std::collections::BTreeMap::new(),
+            waiting_messages: Vec::new(),
             as_of: now,
         }
     }

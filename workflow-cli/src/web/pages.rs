@@ -377,6 +377,7 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
         (children_section(d))
         (hooks_section(d))
         (streams_section(d))
+        (talk_section(d))
         (steps_section(d))
         (timers_section(d))
         section {
@@ -533,6 +534,46 @@ fn hooks_section(d: &RunDetail) -> Markup {
                                         (resume_form(&h.token, &format!("/runs/{}", d.run.id)))
                                     }
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the run published with `set_event` (latest value per key) and the messages sent to
+/// it that no `recv` took yet.
+fn talk_section(d: &RunDetail) -> Markup {
+    html! {
+        @if !d.published.is_empty() {
+            section id="published" {
+                h2 { "Events" }
+                table {
+                    thead { tr { th { "Key" } th { "Latest value" } } }
+                    tbody {
+                        @for (key, value) in &d.published {
+                            tr data-key=(key) {
+                                td class="mono" { (key) }
+                                td class="mono" { (text::json_line(value, 200)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !d.waiting_messages.is_empty() {
+            section id="waiting-messages" {
+                h2 { "Waiting messages" }
+                table {
+                    thead { tr { th { "#" } th { "Topic" } th { "Message" } } }
+                    tbody {
+                        @for (id, topic, value) in &d.waiting_messages {
+                            tr data-message=(id) {
+                                td class="mono" { (id) }
+                                td class="mono" { (topic) }
+                                td class="mono" { (text::json_line(value, 200)) }
                             }
                         }
                     }

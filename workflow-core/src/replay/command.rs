@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::{ChildKey, HookKey, Key, StepId, TimerId};
+use super::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
 use crate::ids::RunId;
 
 /// A command the workflow issued. `S` is how the driver runs the step's body; the core only
@@ -41,6 +41,16 @@ pub(crate) enum Command<S> {
     },
     /// Start a child run.
     StartChild(ChildCall),
+    /// Publish `value` as the latest value of `key` (`set_event`). Not matched against the
+    /// history: recorded once per call, skipped when the history has it.
+    SetEvent {
+        /// The call's id within the run.
+        set_id: SetId,
+        /// The key.
+        key: String,
+        /// The value.
+        value: Value,
+    },
     /// Wait for a child run's end (`child.result()`). Not a recorded command: the end is
     /// recorded when it is delivered, like a payload.
     AwaitChild {
@@ -83,6 +93,7 @@ impl<S> Command<S> {
                 format!("child run of `{}` ({})", call.workflow, call.child_key)
             }
             Command::AwaitChild { child_id } => format!("the end of child run {child_id}"),
+            Command::SetEvent { set_id, key, .. } => format!("set_event {key:?} ({set_id})"),
         }
     }
 }

@@ -53,6 +53,8 @@ pub(crate) enum Delivered {
         child_id: RunId,
         result: Result<Value, Error>,
     },
+    /// A message sent to the run on `topic`, for a `recv(topic)`.
+    Message { topic: String, payload: Value },
 }
 
 impl Delivered {
@@ -62,22 +64,23 @@ impl Delivered {
             Delivered::Step { step_id, .. } => Some(Key::Step(step_id.clone())),
             Delivered::Timer { timer_id } => Some(Key::Timer(*timer_id)),
             Delivered::Registration { hook_key, .. } => Some(Key::Hook(*hook_key)),
-            Delivered::Payload { .. } => None,
+            Delivered::Payload { .. } | Delivered::Message { .. } => None,
             Delivered::ChildStarted { child_key, .. } => Some(Key::Child(*child_key)),
             Delivered::ChildEnded { child_id, .. } => Some(Key::ChildEnd(*child_id)),
         }
     }
 }
 
-/// A hook payload read from the run's inbox, waiting for a hook that owns its token.
+/// A hook payload read from the run's inbox, waiting for a hook that owns its token (or a
+/// message waiting for a `recv` of its topic, which `token` then holds).
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct QueuedPayload {
     /// Its inbox id (global commit order).
-    id: u64,
-    /// The token it was sent to.
-    token: String,
+    pub(super) id: u64,
+    /// The token it was sent to (a message: its topic).
+    pub(super) token: String,
     /// As sent.
-    payload: Value,
+    pub(super) payload: Value,
 }
 
 impl<S> Replay<S> {
@@ -212,6 +215,11 @@ impl<S> Replay<S> {
                 Inbound::ChildEnded(notice) => {
                     self.child_ends.insert(notice.child, (id, notice.result()));
                 }
+                Inbound::Message { topic, payload } => self.messages.push_back(QueuedPayload {
+                    id,
+                    token: topic,
+                    payload,
+                }),
             }
         }
     }

@@ -23,6 +23,19 @@ impl<S> Replay<S> {
                     self.issue_patch(patch_id, now)?;
                     continue;
                 }
+                Command::SetEvent { set_id, key, value } => {
+                    if self.published.insert(set_id) {
+                        self.writes.push(NewEvent {
+                            at: now,
+                            event: Event::EventSet {
+                                set_id: set_id.to_string(),
+                                key,
+                                value,
+                            },
+                        });
+                    }
+                    continue;
+                }
                 Command::AwaitChild { child_id } => {
                     // Delivered from the history when recorded there; otherwise recorded
                     // when its end arrives ([`Replay::deliver_child_end`]).
@@ -108,9 +121,10 @@ impl<S> Replay<S> {
             Command::Timer { timer_id, .. } => Key::Timer(*timer_id),
             Command::HookRegister { hook_key, .. } => Key::Hook(*hook_key),
             Command::StartChild(call) => Key::Child(call.child_key),
-            Command::HookRelease { .. } | Command::Patch { .. } | Command::AwaitChild { .. } => {
-                return Ok(())
-            }
+            Command::HookRelease { .. }
+            | Command::Patch { .. }
+            | Command::AwaitChild { .. }
+            | Command::SetEvent { .. } => return Ok(()),
         };
         let (replayed, recorded_fire_at) = match self.match_recorded(&cmd)? {
             Some(rec) => match rec.what {
@@ -169,7 +183,10 @@ impl<S> Replay<S> {
                 self.children.insert(child_key, call);
                 self.effects.push_back(Effect::StartChild { child_key });
             }
-            Command::HookRelease { .. } | Command::Patch { .. } | Command::AwaitChild { .. } => {}
+            Command::HookRelease { .. }
+            | Command::Patch { .. }
+            | Command::AwaitChild { .. }
+            | Command::SetEvent { .. } => {}
         }
         Ok(())
     }

@@ -99,6 +99,11 @@ numbered_id!(
     ChildKey,
     "ch_"
 );
+numbered_id!(
+    /// The run's `n`-th `set_event` call (`set_<n>`).
+    SetId,
+    "set_"
+);
 
 /// What the workflow waits on: the key a result is delivered under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -18,6 +18,7 @@ mod command;
 mod deliveries;
 mod issue;
 mod keys;
+mod messages;
 mod recorded;
 mod shared;
 mod steps;
@@ -40,7 +41,7 @@ pub(crate) use command::{ChildCall, Command, StepCall};
 use command::{Recorded, RecordedCommand};
 use deliveries::QueuedPayload;
 pub(crate) use deliveries::{Delivered, Delivery};
-pub(crate) use keys::{ChildKey, HookKey, Key, StepId, TimerId};
+pub(crate) use keys::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
 
@@ -68,6 +69,8 @@ pub(crate) struct Replay<S> {
     received: HashSet<u64>,
     /// Hook keys whose release is recorded.
     released: HashSet<HookKey>,
+    /// `set_event` calls recorded.
+    published: HashSet<SetId>,
     /// Hook keys whose token this run claimed (released or not).
     claimed: HashSet<HookKey>,
 
@@ -86,6 +89,8 @@ pub(crate) struct Replay<S> {
     due: BTreeSet<(SystemTime, Due)>,
     /// Hook payloads read from the inbox and not yet delivered, in id order.
     inbox: VecDeque<QueuedPayload>,
+    /// Messages read from the inbox and not yet delivered, in id order (`messages.rs`).
+    messages: VecDeque<QueuedPayload>,
     /// The highest inbox id read.
     inbox_seen: u64,
     /// Child starts waiting for their admission, by key.
@@ -105,6 +110,7 @@ impl<S> Replay<S> {
             attempts: HashMap::new(),
             received: HashSet::new(),
             released: HashSet::new(),
+            published: HashSet::new(),
             claimed: HashSet::new(),
             waiting: HashSet::new(),
             writes: Vec::new(),
@@ -115,6 +121,7 @@ impl<S> Replay<S> {
             running: 0,
             due: BTreeSet::new(),
             inbox: VecDeque::new(),
+            messages: VecDeque::new(),
             inbox_seen: 0,
             children: HashMap::new(),
             child_ends: HashMap::new(),

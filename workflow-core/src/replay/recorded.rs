@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::{
     Attempts, ChildKey, Delivered, Delivery, HookKey, Key, Recorded, RecordedCommand, Replay,
-    StepId, TimerId,
+    SetId, StepId, TimerId,
 };
 use crate::history::{from_millis, Event, EventRecord};
 
@@ -113,6 +113,19 @@ impl<S> Replay<S> {
             } => {
                 self.received.insert(payload_id);
                 result(self, Delivered::Payload { token, payload });
+            }
+            Event::MessageReceived {
+                topic,
+                payload_id,
+                payload,
+            } => {
+                self.received.insert(payload_id);
+                result(self, Delivered::Message { topic, payload });
+            }
+            Event::EventSet { set_id, .. } => {
+                if let Some(set_id) = SetId::recorded(&set_id) {
+                    self.published.insert(set_id);
+                }
             }
             Event::HookReleased { hook_key, .. } => {
                 if let Some(hook_key) = HookKey::recorded(&hook_key) {

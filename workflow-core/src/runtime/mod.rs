@@ -20,7 +20,9 @@ mod builder;
 mod client;
 mod clock;
 mod completed;
+mod events;
 mod flight;
+mod messages;
 mod run;
 mod schedules;
 mod start;
@@ -46,6 +48,8 @@ use crate::store::{Lease, QueueEntry, RunOutcome, Store};
 
 pub use builder::RuntimeBuilder;
 pub use client::{HookInfo, HookRef};
+pub use events::{EventRead, LatestEvent};
+pub use messages::SendMessage;
 pub use run::Run;
 pub use start::{OrResume, Start, StartOrResume};
 pub use streams::{stream, Chunk, RunStream, StreamWriter};
@@ -496,6 +500,10 @@ impl Host for Inner {
 
     fn admitted(&self) {
         self.work.notify_one();
+    }
+
+    fn published(&self, run: RunId) {
+        self.stream_changed(run);
     }
 
     fn queue_known<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

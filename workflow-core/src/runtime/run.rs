@@ -24,8 +24,8 @@ use crate::store::{
 /// A handle on one run. `T` is the workflow's return type (`serde_json::Value` from
 /// [`Runtime::get_run`]; [`Run::typed`] changes it).
 pub struct Run<T = Value> {
-    id: RunId,
-    rt: Runtime,
+    pub(super) id: RunId,
+    pub(super) rt: Runtime,
     _t: PhantomData<fn() -> T>,
 }
 

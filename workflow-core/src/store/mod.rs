@@ -5,6 +5,7 @@
 //!
 //! - [`RunStore`] ([`runs`]): runs, their histories, leases, children.
 //! - [`HookStore`] ([`hooks`]): hook tokens and the inbox.
+//! - [`MessageStore`] ([`messages`]): messages sent to runs by id, through the inbox.
 //! - [`StreamStore`] ([`streams`]): streams of chunks.
 //! - [`QueueStore`] ([`queues`]): queue limits and occupancy.
 //! - [`AdminStore`] ([`admin`]): listing and pruning.
@@ -27,6 +28,7 @@ pub use crate::model::{
 
 mod admin;
 mod hooks;
+mod messages;
 mod queues;
 mod runs;
 mod schedules;
@@ -34,6 +36,7 @@ mod streams;
 
 pub use admin::*;
 pub use hooks::*;
+pub use messages::*;
 pub use queues::*;
 pub use runs::*;
 pub use schedules::*;
@@ -69,8 +72,12 @@ pub mod sqlite;
 /// What a store decides without a caller's time (a run woken at once by a payload) it
 /// decides on that same clock.
 pub trait Store:
-    RunStore + HookStore + StreamStore + QueueStore + AdminStore + ScheduleStore
+    RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore
 {
 }
 
-impl<S: RunStore + HookStore + StreamStore + QueueStore + AdminStore + ScheduleStore> Store for S {}
+impl<
+        S: RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore,
+    > Store for S
+{
+}

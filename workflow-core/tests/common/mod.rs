@@ -790,6 +790,24 @@ impl HookStore for FailingAdmissions {
 }
 
 #[async_trait::async_trait]
+impl workflow_core::store::MessageStore for FailingAdmissions {
+    async fn send_message(
+        &self,
+        run: &RunId,
+        message: workflow_core::store::NewMessage,
+    ) -> Result<workflow_core::store::SendOutcome, StoreError> {
+        self.inner.send_message(run, message).await
+    }
+
+    async fn run_events(
+        &self,
+        run: &RunId,
+    ) -> Result<Option<workflow_core::store::RunEvents>, StoreError> {
+        self.inner.run_events(run).await
+    }
+}
+
+#[async_trait::async_trait]
 impl StreamStore for FailingAdmissions {
     async fn append_chunk(
         &self,

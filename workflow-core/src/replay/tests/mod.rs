@@ -206,6 +206,7 @@ mod children;
 mod divergence;
 mod ends;
 mod hooks;
+mod messages;
 mod patches;
 mod steps;
 mod timers;

@@ -10,6 +10,7 @@ mod admin;
 mod hooks;
 #[cfg(any(test, feature = "testing"))]
 mod inspect;
+mod messages;
 mod queues;
 mod runs;
 mod schedules;

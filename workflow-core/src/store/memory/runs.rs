@@ -111,6 +111,9 @@ impl RunStore for MemoryStore {
             if let Some(payload_id) = e.event.delivered_payload() {
                 received.push(payload_id);
             }
+            if let Event::EventSet { key, value, .. } = &e.event {
+                row.published.insert(key.clone(), value.clone());
+            }
             row.push(e.at, e.event.clone());
         }
 

@@ -83,6 +83,10 @@ pub(super) struct Row {
     pub(super) began_at: Option<SystemTime>,
     /// Where [`State::books`] lists it.
     pub(super) slot: Slot,
+    /// The idempotency keys of the messages sent to it, with each message's inbox id.
+    pub(super) message_keys: HashMap<String, u64>,
+    /// The latest value of each key it published (`set_event`).
+    pub(super) published: BTreeMap<String, Value>,
 }
 
 #[derive(Default)]
@@ -408,6 +412,8 @@ impl State {
                 detached: run.parent.is_some_and(|p| p.detached),
                 began_at: begin.then_some(created_at),
                 slot: Slot::Out,
+                message_keys: HashMap::new(),
+                published: BTreeMap::new(),
             },
         );
         if begin {

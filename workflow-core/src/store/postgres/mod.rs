@@ -35,6 +35,7 @@ mod admin;
 mod commit;
 mod hooks;
 mod listen;
+mod messages;
 mod queues;
 mod runs;
 mod schedules;

@@ -49,6 +49,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     },
     MIGRATION_7,
     MIGRATION_8,
+    MIGRATION_9,
 ];
 
 /// Delayed starts and run versions (see SQLite's migration of the same name).
@@ -59,6 +60,28 @@ const MIGRATION_8: Migration = Migration {
 ALTER TABLE {schema}.runs
     ADD COLUMN start_at BIGINT,   -- NULL: from admission on
     ADD COLUMN version TEXT;      -- NULL: the build named none
+"#,
+};
+
+/// Messages sent to runs by id (see SQLite's migration of the same name).
+const MIGRATION_9: Migration = Migration {
+    version: 9,
+    name: "messages to runs (the topic of an inbox row, idempotency keys); values runs publish",
+    ddl: r#"
+ALTER TABLE {schema}.hook_inbox ADD COLUMN topic TEXT;
+CREATE TABLE {schema}.message_keys (
+    run_id     TEXT COLLATE "C" NOT NULL,
+    key        TEXT NOT NULL,
+    payload_id BIGINT NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE {schema}.run_events (
+    run_id TEXT COLLATE "C" NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    at     BIGINT NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
 "#,
 };
 
@@ -97,6 +120,8 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("queues", 5),
     ("schedules", 7),
     ("schedule_ticks", 7),
+    ("message_keys", 8),
+    ("run_events", 8),
 ];
 
 pub(super) const MIGRATION_1: &str = r#"

@@ -369,7 +369,7 @@ pub(super) fn statements(s: &str) -> Statements {
                  SELECT q.id, q.run_id, (SELECT count(*) FROM notes) FROM queued q"
             ),
             payloads: format!(
-                "SELECT id, token, payload FROM {s}.hook_inbox
+                "SELECT id, token, topic, payload FROM {s}.hook_inbox
                  WHERE run_id = $1 AND id > $2 ORDER BY id"
             ),
             payloads_since: format!(
@@ -427,7 +427,15 @@ pub(super) fn statements(s: &str) -> Statements {
                                    WHERE h.run_id = r.id AND h.retain_until > $2)
                  RETURNING id"
             ),
-            prune_records: ["events", "hook_inbox", "hooks", "streams", "stream_chunks"]
+            prune_records: [
+                "events",
+                "hook_inbox",
+                "hooks",
+                "streams",
+                "stream_chunks",
+                "message_keys",
+                "run_events",
+            ]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
             // One statement, so one round trip and its own transaction: fence (the run's row
             // stays locked to the end, so no end or cancel of the run interleaves), draw the

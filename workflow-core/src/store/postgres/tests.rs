@@ -766,8 +766,12 @@ async fn concurrent_connects_of_a_new_schema_migrate_once() {
             "hooks",
             "hooks_pkey",
             "hooks_run",
+            "message_keys",
+            "message_keys_pkey",
             "queues",
             "queues_pkey",
+            "run_events",
+            "run_events_pkey",
             "runs",
             "runs_created",
             "runs_parent",
@@ -887,7 +891,9 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
              ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
-             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks};
+             DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
+                 {published};
+             ALTER TABLE {inbox} DROP COLUMN topic;
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),
             streams = schema.table("streams"),
@@ -895,6 +901,9 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
             queues = schema.table("queues"),
             schedules = schema.table("schedules"),
             ticks = schema.table("schedule_ticks"),
+            keys = schema.table("message_keys"),
+            published = schema.table("run_events"),
+            inbox = schema.table("hook_inbox"),
             migrations = schema.table("workflow_migrations"),
         ))
         .await;

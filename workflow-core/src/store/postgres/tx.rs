@@ -373,6 +373,16 @@ impl Tx for Pg<'_> {
         Ok(deleted)
     }
 
+    async fn publish_event(
+        &mut self,
+        run: &str,
+        key: &str,
+        value: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        super::messages::publish(self, run, key, value, at).await
+    }
+
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
         let query = sqlx::query(&self.sql.forget_payloads).bind(run).bind(ids);
         query.execute(&mut *self.conn).await?;

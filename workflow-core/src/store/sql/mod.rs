@@ -11,6 +11,7 @@
 //! the same in both.
 
 pub(super) mod batch;
+pub(super) mod messages;
 pub(super) mod migrations;
 pub(super) mod policy;
 pub(super) mod rows;
@@ -76,9 +77,9 @@ pub(super) struct Statements<S, X> {
     pub list_hooks: S,
     /// Deletes the ended runs old enough to prune, returning their ids.
     pub prune_runs: S,
-    /// Deletes the events, inbox payloads, hook rows, streams and stream chunks of the runs
-    /// given as ids.
-    pub prune_records: [S; 5],
+    /// Deletes the events, inbox payloads, hook rows, streams, stream chunks and message keys
+    /// of the runs given as ids.
+    pub prune_records: [S; 7],
     /// Draws the next index of an open stream (creating the stream); no row when closed.
     /// PostgreSQL's also fences the write, inserts the chunk and announces it: one statement.
     pub append_chunk: S,

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::messages::MESSAGE_TOKEN;
 use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of, CHILD_NOTICE_TOKEN};
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -156,21 +157,29 @@ impl HookRow {
 }
 
 row! {
-    /// A `hook_inbox` row of one run: `id, token, payload`.
+    /// A `hook_inbox` row of one run: `id, token, topic, payload`.
     PayloadRow {
         id: i64,
         token: String,
+        topic: Option<String>,
         payload: String,
     }
 }
 
 impl PayloadRow {
     /// The inbox entry of run `run`: a child's end when the row holds one under
-    /// [`CHILD_NOTICE_TOKEN`], a hook's payload otherwise.
+    /// [`CHILD_NOTICE_TOKEN`], a message under [`MESSAGE_TOKEN`], a hook's payload otherwise.
     pub fn decode(self, run: &str) -> Result<InboxEntry, StoreError> {
         let what = format!("payload {}", self.id);
         let what = if self.token == CHILD_NOTICE_TOKEN {
             Inbound::ChildEnded(json(&self.payload, run, &what)?)
+        } else if self.token == MESSAGE_TOKEN {
+            Inbound::Message {
+                payload: json(&self.payload, run, &what)?,
+                topic: self
+                    .topic
+                    .ok_or_else(|| corrupt(run, &what, "a message without a topic"))?,
+            }
         } else {
             Inbound::Hook {
                 payload: json(&self.payload, run, &what)?,

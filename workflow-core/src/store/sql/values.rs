@@ -83,6 +83,8 @@ pub(in crate::store) struct EncodedEvents {
     pub data: Vec<String>,
     /// The inbox ids of the payloads these events deliver (`HookReceived`).
     pub received: Vec<i64>,
+    /// The values these events publish (`EventSet`): key and JSON.
+    pub published: Vec<(String, String)>,
 }
 
 impl EncodedEvents {
@@ -94,6 +96,10 @@ impl EncodedEvents {
             out.data.push(to_json(&e.event, "an event")?);
             if let Some(payload_id) = e.event.delivered_payload() {
                 out.received.push(sql_id(payload_id));
+            }
+            if let crate::store::Event::EventSet { key, value, .. } = &e.event {
+                out.published
+                    .push((key.clone(), to_json(value, "a published value")?));
             }
         }
         Ok(out)
@@ -177,12 +183,18 @@ impl EncodedAppend {
     /// True when the append ends the run and does nothing else but add events (no payload
     /// delivered, no token given up by itself): the usual last write of a run.
     pub fn plain_end(&self) -> bool {
-        self.end.is_some() && self.events.received.is_empty() && self.release_tokens.is_empty()
+        self.end.is_some()
+            && self.events.received.is_empty()
+            && self.events.published.is_empty()
+            && self.release_tokens.is_empty()
     }
 
     /// True when the append only adds events (no payload delivered, no tokens released, no
     /// end).
     pub fn events_only(&self) -> bool {
-        self.events.received.is_empty() && self.release_tokens.is_empty() && self.end.is_none()
+        self.events.received.is_empty()
+            && self.events.published.is_empty()
+            && self.release_tokens.is_empty()
+            && self.end.is_none()
     }
 }

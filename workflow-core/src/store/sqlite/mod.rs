@@ -18,6 +18,7 @@
 
 mod admin;
 mod hooks;
+mod messages;
 mod queues;
 mod readers;
 mod runs;

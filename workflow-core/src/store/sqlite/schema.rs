@@ -55,6 +55,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     },
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 ];
 
 /// Delayed starts and run versions: a run started with `.delay(d)` or `.start_at(t)` keeps
@@ -66,6 +67,33 @@ const MIGRATION_9: Migration = Migration {
     ddl: "
 ALTER TABLE runs ADD COLUMN start_at INTEGER;  -- NULL: from admission on
 ALTER TABLE runs ADD COLUMN version TEXT;      -- NULL: the build named none
+",
+};
+
+/// Messages sent to runs by id (`run.send`): an inbox row under the message token carries its
+/// topic; a message's idempotency key is a row whose primary key lets one message per run and
+/// key in, kept after the message was delivered (and its inbox row deleted), until the run is
+/// pruned.
+const MIGRATION_10: Migration = Migration {
+    version: 10,
+    name: "messages to runs (the topic of an inbox row, idempotency keys); values runs publish",
+    ddl: "
+ALTER TABLE hook_inbox ADD COLUMN topic TEXT;  -- a message's topic; NULL for other rows
+CREATE TABLE message_keys (
+    run_id     TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    payload_id INTEGER NOT NULL,   -- the message's inbox id
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+-- The latest value of each key a run published (`set_event`), set with the append that
+-- records it.
+CREATE TABLE run_events (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,          -- JSON
+    at     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
 ",
 };
 
@@ -107,6 +135,8 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("queues", 6),
     ("schedules", 8),
     ("schedule_ticks", 8),
+    ("message_keys", 9),
+    ("run_events", 9),
 ];
 
 pub(super) const SCHEMA_V1: &str = "

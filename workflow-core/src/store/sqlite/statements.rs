@@ -124,7 +124,8 @@ pub(super) const SQL: Statements = Statements {
     resume: "INSERT INTO hook_inbox (run_id, token, payload, at)
              SELECT run_id, token, ?2, ?3 FROM hooks WHERE token = ?1 AND active = 1
              RETURNING id, run_id",
-    payloads: "SELECT id, token, payload FROM hook_inbox WHERE run_id = ?1 AND id > ?2 ORDER BY id",
+    payloads: "SELECT id, token, topic, payload FROM hook_inbox
+               WHERE run_id = ?1 AND id > ?2 ORDER BY id",
     payloads_since: "SELECT id, run_id FROM hook_inbox WHERE id > ?1 ORDER BY id LIMIT ?2",
     last_payload_id: "SELECT COALESCE(MAX(id), 0) FROM hook_inbox",
     get_hook: "SELECT token, run_id, created_at FROM hooks WHERE token = ?1 AND active = 1",
@@ -162,6 +163,8 @@ pub(super) const SQL: Statements = Statements {
         "DELETE FROM hooks WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM streams WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM stream_chunks WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM message_keys WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM run_events WHERE run_id IN (SELECT value FROM json_each(?1))",
     ],
     // After the fence (`append` of no events). The stream's row is the counter: a closed
     // stream's row is not updated, so no row.

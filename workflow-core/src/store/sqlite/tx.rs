@@ -188,6 +188,16 @@ impl Tx for Lite<'_> {
         deleted.into_iter().map(|n| Ok(n? as u64)).collect()
     }
 
+    async fn publish_event(
+        &mut self,
+        run: &str,
+        key: &str,
+        value: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        super::messages::publish(self, run, key, value, at)
+    }
+
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
         let ids = to_json(&ids, "payload ids")?;
         exec(self.0, SQL.forget_payloads, params![run, ids])?;

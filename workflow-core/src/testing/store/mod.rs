@@ -49,6 +49,7 @@ mod children;
 mod concurrency;
 mod damage;
 mod hooks;
+mod messages;
 #[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod migrations;
 mod queues;
@@ -89,6 +90,11 @@ pub use hooks::{
     admit_or_resume_admits_resumes_or_conflicts, claims_releases_and_retention,
     delivered_payloads_leave_the_inbox, hooks_behave_like_the_memory_store,
     release_wakes_a_run_with_unseen_payloads, run_end_and_cancel_release_tokens,
+};
+pub use messages::{
+    a_message_to_an_unknown_or_ended_run_writes_nothing,
+    an_idempotency_key_stores_one_message_per_run, concurrent_sends_with_one_key_store_one,
+    messages_are_queued_in_order_and_wake_the_run, published_values_keep_the_latest_per_key,
 };
 pub use queues::{
     a_partition_key_runs_one_at_a_time_in_start_order,
@@ -299,8 +305,13 @@ macro_rules! __store_conformance_tests {
             pause_and_resume,
             a_backfill_replaces_a_run_less_record_once,
             delete_removes_the_schedule_and_its_ticks,
+            messages_are_queued_in_order_and_wake_the_run,
+            a_message_to_an_unknown_or_ended_run_writes_nothing,
+            an_idempotency_key_stores_one_message_per_run,
+            published_values_keep_the_latest_per_key,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
+            concurrent_sends_with_one_key_store_one,
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_leased_admissions_never_exceed_a_queue_s_concurrency,

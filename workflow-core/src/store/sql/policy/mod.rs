@@ -162,6 +162,16 @@ pub(in crate::store) trait Tx: Sized {
         now: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Sets `value` (JSON) as run `run`'s latest value of `key` (`run_events`), and announces
+    /// it to readers where the dialect can (see `store::sql::messages`).
+    fn publish_event(
+        &mut self,
+        run: &str,
+        key: &str,
+        value: &str,
+        at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
     /// Takes payloads `ids`, which an append delivered, out of the run's inbox.
     fn forget_payloads(
         &mut self,

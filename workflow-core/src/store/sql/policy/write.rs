@@ -42,6 +42,9 @@ pub(in crate::store) async fn append(
     if !write.events.received.is_empty() {
         tx.forget_payloads(&run, &write.events.received).await?;
     }
+    for (key, value) in &write.events.published {
+        tx.publish_event(&run, key, value, write.now).await?;
+    }
     if !write.release_tokens.is_empty() {
         tx.release_tokens(&run, Some(&write.release_tokens), write.now)
             .await?;

@@ -1,0 +1,142 @@
+//! Talking to a running run from outside it: [`Run::send`] and its builder [`SendMessage`].
+//! A send is one store act ([`MessageStore::send_message`]) that also makes the run due; the
+//! run's driver here hears of it at once, other processes by the store's notice or poll.
+//!
+//! [`MessageStore::send_message`]: crate::store::MessageStore::send_message
+
+use std::future::IntoFuture;
+
+use serde_json::Value;
+
+use super::Run;
+use crate::error::RunError;
+use crate::message::invalid_name;
+use crate::payload::{PayloadError, PayloadKind};
+use crate::registry::BoxFuture;
+use crate::store::{NewMessage, SendOutcome};
+
+impl<T> Run<T> {
+    /// Sends `msg` to the run on `topic`, for its workflow's [`recv`](crate::recv). Await the
+    /// returned builder; once it resolves the message is durable, and the run receives it
+    /// exactly once, after every message sent on the topic before it.
+    ///
+    /// Messages sent before the workflow calls `recv` wait for it. With
+    /// [`.idempotency_key(k)`](SendMessage::idempotency_key) at most one message per run and
+    /// key is stored, whatever the number of sends (a repeat with another payload is a no-op:
+    /// the first stays).
+    ///
+    /// Errors, with nothing stored: [`RunError::NotFound`] for an unknown run,
+    /// [`RunError::Ended`] for a run that ended, [`RunError::TooLarge`] over
+    /// `max_payload_bytes`, [`RunError::InvalidMessage`] for an invalid topic (empty, over
+    /// 1 KiB, control characters) or a value that does not serialize.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[workflow]
+    /// async fn tally(n: u32) -> Result<u32> {
+    ///     let mut sum = 0;
+    ///     for _ in 0..n {
+    ///         sum += recv::<u32>("add").await?;
+    ///     }
+    ///     Ok(sum)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// let run = rt.start(tally, (2,)).await?;
+    /// run.send("add", 40).idempotency_key("first").await?;
+    /// run.send("add", 99).idempotency_key("first").await?; // a no-op: the key was used
+    /// run.send("add", 2).await?;
+    /// assert_eq!(run.return_value().await?, 42);
+    /// assert!(matches!(run.send("add", 1).await, Err(workflow_core::RunError::Ended { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn send<M: serde::Serialize>(&self, topic: impl Into<String>, msg: M) -> SendMessage {
+        let topic = topic.into();
+        let cx = PayloadKind::Message { topic: &topic }.of(self.id);
+        let payload = self.rt.inner.config.payloads.encode(&msg, cx);
+        SendMessage {
+            run: Run::new(self.id, self.rt.clone()),
+            topic,
+            payload,
+            key: None,
+        }
+    }
+}
+
+/// A pending [`Run::send`]; await it.
+#[must_use = "a message is sent only when the send is awaited"]
+pub struct SendMessage {
+    run: Run<Value>,
+    topic: String,
+    /// The message as encoded for the store, or why it cannot be.
+    payload: Result<Value, PayloadError>,
+    key: Option<String>,
+}
+
+impl std::fmt::Debug for SendMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendMessage")
+            .field("run", &self.run.id)
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendMessage {
+    /// At most one message per run and `key` is stored: a later send with the same key (and
+    /// any payload) stores nothing and succeeds.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+impl IntoFuture for SendMessage {
+    type Output = Result<(), RunError>;
+    type IntoFuture = BoxFuture<'static, Self::Output>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let id = self.run.id;
+            if let Some(why) = invalid_name("message topic", &self.topic) {
+                return Err(RunError::InvalidMessage(why));
+            }
+            if let Some(why) = self
+                .key
+                .as_deref()
+                .and_then(|k| invalid_name("message idempotency key", k))
+            {
+                return Err(RunError::InvalidMessage(why));
+            }
+            let payload = match self.payload {
+                Ok(p) => p,
+                Err(PayloadError::TooLarge(e)) => return Err(RunError::TooLarge(e)),
+                Err(e) => return Err(RunError::InvalidMessage(e.to_string())),
+            };
+            let inner = &self.run.rt.inner;
+            let message = NewMessage {
+                topic: self.topic,
+                payload,
+                idempotency_key: self.key,
+                at: inner.clock.tick().await,
+            };
+            match inner.store.send_message(&id, message).await? {
+                SendOutcome::Queued(_) => {
+                    // Not driven here: evicted (now acquirable), or driven elsewhere.
+                    if !inner.payload_arrived(&id) {
+                        inner.work.notify_one();
+                    }
+                    Ok(())
+                }
+                SendOutcome::Duplicate(_) => Ok(()),
+                SendOutcome::Ended(status) => Err(RunError::Ended { id, status }),
+                SendOutcome::NotFound => Err(RunError::NotFound(id)),
+            }
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! [`MessageStore`] on SQLite: the messages' statements and the send, on the writer (one
+//! transaction, which holds the database's write lock: the run's status, the key and the
+//! insert are read and written with nobody in between). What a send decides is the shared
+//! policy's (`store::sql::messages::send_message`).
+
+use rusqlite::params;
+
+use super::statements::SQL as STORE;
+use super::tx::{all, exec, now, one, Lite};
+use super::SqliteStore;
+use crate::error::StoreError;
+use crate::ids::RunId;
+use crate::store::sql::messages::{
+    decode_events, send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
+};
+use crate::store::{MessageStore, NewMessage, RunEvents, SendOutcome};
+
+/// The statements of this file (`MessageSql`).
+const SQL: MessageSql = MessageSql {
+    key: "SELECT payload_id FROM message_keys WHERE run_id = ?1 AND key = ?2",
+    queue: "INSERT INTO hook_inbox (run_id, token, topic, payload, at)
+            VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
+    keep_key: "INSERT INTO message_keys (run_id, key, payload_id) VALUES (?1, ?2, ?3)",
+    publish: "INSERT INTO run_events (run_id, key, value, at) VALUES (?1, ?2, ?3, ?4)
+              ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, at = excluded.at",
+    status: "SELECT status FROM runs WHERE id = ?1",
+    events: "SELECT key, value FROM run_events WHERE run_id = ?1 ORDER BY key",
+};
+
+/// [`Tx::publish_event`](crate::store::sql::policy::Tx::publish_event) on SQLite: readers
+/// in other processes see it at their next poll.
+pub(super) fn publish(
+    tx: &mut Lite<'_>,
+    run: &str,
+    key: &str,
+    value: &str,
+    at: i64,
+) -> Result<(), StoreError> {
+    exec(tx.0, SQL.publish, params![run, key, value, at])?;
+    Ok(())
+}
+
+impl MessageTx for Lite<'_> {
+    async fn message_key(&mut self, run: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.key, params![run, key], |r| r.get(0))
+    }
+
+    async fn queue_message(&mut self, run: &str, m: &EncodedMessage) -> Result<i64, StoreError> {
+        let args = params![run, MESSAGE_TOKEN, m.topic, m.payload, m.at];
+        let id = one(self.0, SQL.queue, args, |r| r.get(0))?
+            .ok_or_else(|| StoreError::database("the message's insert returned no id"))?;
+        exec(self.0, STORE.dialect.wake, params![run, m.at])?;
+        Ok(id)
+    }
+
+    async fn keep_message_key(&mut self, run: &str, key: &str, id: i64) -> Result<(), StoreError> {
+        exec(self.0, SQL.keep_key, params![run, key, id])?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageStore for SqliteStore {
+    async fn send_message(
+        &self,
+        run: &RunId,
+        message: NewMessage,
+    ) -> Result<SendOutcome, StoreError> {
+        let (run, message) = (*run, EncodedMessage::new(&message)?);
+        self.write(move |tx| now(send_message(&mut Lite(tx), &run, &message)))
+            .await
+    }
+
+    async fn run_events(&self, run: &RunId) -> Result<Option<RunEvents>, StoreError> {
+        let run = run.to_string();
+        self.read(move |conn| {
+            let status = one(conn, SQL.status, [&run], |r| r.get(0))?;
+            let values = all(conn, SQL.events, [&run], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            decode_events(&run, status, values)
+        })
+        .await
+    }
+}
