@@ -81,7 +81,7 @@ pub use context::{
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
     WorkflowMetadata,
 };
-pub use crypto::{KeyError, Keys};
+pub use crypto::{Codec, KeyError, Keys, PayloadContext};
 pub use divergence::{Divergence, DivergenceKind};
 pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::crypto::places::Slot;
-use crate::crypto::{self, Binding, Keyring, OpenError, Subject};
+use crate::crypto::{self, Binding, Keyring, OpenError, SharedCodec, Subject};
 use crate::error::{Error, PayloadTooLarge};
 use crate::history::Event;
 use crate::ids::RunId;
@@ -244,6 +244,8 @@ pub(crate) struct Payloads {
     max_bytes: usize,
     /// `RuntimeBuilder::encryption`: with keys, every payload is stored sealed.
     keys: Option<Keyring>,
+    /// `RuntimeBuilder::codec`: applied to every payload's bytes, before encryption.
+    codec: Option<SharedCodec>,
 }
 
 impl Default for Payloads {
@@ -251,6 +253,7 @@ impl Default for Payloads {
         Payloads {
             max_bytes: 8 << 20,
             keys: None,
+            codec: None,
         }
     }
 }
@@ -268,6 +271,50 @@ impl Payloads {
         self
     }
 
+    /// The same, with `codec` applied to every payload's bytes (before encryption).
+    pub(crate) fn with_codec(mut self, codec: SharedCodec) -> Self {
+        self.codec = Some(codec);
+        self
+    }
+
+    /// Whether stored payloads are transformed (encrypted, or a codec's), so wrapped in an
+    /// envelope.
+    fn transforms(&self) -> bool {
+        self.keys.is_some() || self.codec.is_some()
+    }
+
+    /// `bytes` as stored for `binding`: the codec's, then sealed when keys are set.
+    fn wrap_bytes(&self, bytes: Vec<u8>, binding: &Binding<'_>) -> Value {
+        let (bytes, coded) = match &self.codec {
+            Some(c) => (
+                c.0.encode(&bytes, &crypto::PayloadContext::new(binding)),
+                true,
+            ),
+            None => (bytes, false),
+        };
+        match &self.keys {
+            Some(ring) => crypto::seal(ring, &bytes, binding, coded),
+            None => crypto::wrap(&bytes),
+        }
+    }
+
+    /// The reverse of [`Payloads::wrap_bytes`].
+    fn unwrap_bytes(&self, value: &Value, binding: &Binding<'_>) -> Result<Vec<u8>, OpenError> {
+        let (bytes, coded) = crypto::open(self.keys.as_ref(), value, binding)?;
+        if !coded {
+            return Ok(bytes);
+        }
+        let Some(codec) = &self.codec else {
+            return Err(OpenError::Malformed(
+                "it was stored through a `Codec` this runtime was not given".to_owned(),
+            ));
+        };
+        codec
+            .0
+            .decode(&bytes, &crypto::PayloadContext::new(binding))
+            .map_err(|e| OpenError::Malformed(format!("the codec could not decode it: {e}")))
+    }
+
     /// The keys, when encryption is on.
     pub(crate) fn keys(&self) -> Option<&Keyring> {
         self.keys.as_ref()
@@ -275,23 +322,21 @@ impl Payloads {
 
     /// `value` sealed for `binding` when encryption is on; as it is otherwise.
     pub(crate) fn seal_at(&self, value: Value, binding: &Binding<'_>) -> Value {
-        match &self.keys {
-            Some(ring) => {
-                // A `Value` always serializes.
-                let bytes = serde_json::to_vec(&value).unwrap_or_default();
-                crypto::seal(ring, &bytes, binding)
-            }
-            None => value,
+        if !self.transforms() {
+            return value;
         }
+        // A `Value` always serializes.
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
+        self.wrap_bytes(bytes, binding)
     }
 
     /// The plaintext of `value` stored for `binding`: a sealed value opened, a plain one as it
     /// is (stored before encryption was turned on; `workflow rekey` seals those).
     pub(crate) fn open_at(&self, value: Value, binding: &Binding<'_>) -> Result<Value, OpenError> {
-        if crypto::sealed_key(&value).is_none() {
+        if !crypto::is_sealed(&value) {
             return Ok(value);
         }
-        let bytes = crypto::open(self.keys.as_ref(), &value, binding)?;
+        let bytes = self.unwrap_bytes(&value, binding)?;
         serde_json::from_slice(&bytes).map_err(|e| OpenError::Malformed(e.to_string()))
     }
 
@@ -304,7 +349,7 @@ impl Payloads {
         let Some(sealed) = error.sealed_message() else {
             return Ok(error);
         };
-        let bytes = crypto::open(self.keys.as_ref(), sealed, binding)?;
+        let bytes = self.unwrap_bytes(sealed, binding)?;
         Ok(error.with_opened_message(String::from_utf8_lossy(&bytes).into_owned()))
     }
 
@@ -393,9 +438,10 @@ impl Payloads {
     /// "encrypted (key <id>)" to anyone without the keys; its kind and retry hint stay
     /// readable (the runtime decides retries on them).
     pub(crate) fn seal_error(&self, error: Error, binding: &Binding<'_>) -> Error {
+        // A codec alone (compression) leaves error messages as they are.
         match &self.keys {
             Some(ring) if error.sealed_message().is_none() => {
-                let sealed = crypto::seal(ring, error.message().as_bytes(), binding);
+                let sealed = self.wrap_bytes(error.message().as_bytes().to_vec(), binding);
                 error.with_sealed_message(sealed, ring.current())
             }
             _ => error,
@@ -409,7 +455,7 @@ impl Payloads {
         let Some(sealed) = error.sealed_message() else {
             return error;
         };
-        let message = match crypto::open(self.keys.as_ref(), sealed, binding) {
+        let message = match self.unwrap_bytes(sealed, binding) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             // It says "encrypted (key <id>)", and opens where the key is given.
             Err(OpenError::MissingKey(_)) => return error,
@@ -448,7 +494,7 @@ impl Payloads {
                 }));
             }
         }
-        if self.keys.is_none() {
+        if !self.transforms() {
             return Ok(value);
         }
         let binding = cx.binding().map_err(|cause| PayloadError::Serialize {
@@ -474,7 +520,7 @@ impl Payloads {
         value: &Value,
         cx: PayloadContext<'_>,
     ) -> Result<T, PayloadError> {
-        if crypto::sealed_key(value).is_some() {
+        if crypto::is_sealed(value) {
             return self.decode(value.clone(), cx);
         }
         T::deserialize(value).map_err(|e| mismatch::<T>(cx, &e))
@@ -487,7 +533,7 @@ impl Payloads {
         cx: PayloadContext<'_>,
         deserialize: impl FnOnce(Value) -> Result<T, serde_json::Error>,
     ) -> Result<T, PayloadError> {
-        let value = if crypto::sealed_key(&value).is_some() {
+        let value = if crypto::is_sealed(&value) {
             let sealed = |cause| PayloadError::Sealed {
                 what: cx.kind.what(),
                 cause,

@@ -12,6 +12,7 @@ use common::{until_status, Backend, TestDb};
 use futures::TryStreamExt;
 use workflow_core::prelude::*;
 use workflow_core::store::RunFilter;
+use workflow_core::{Codec, PayloadContext};
 
 /// Written into every kind of payload; must never reach the store in the clear.
 const MARKER: &str = "Zq7-confidential-marker";
@@ -349,7 +350,102 @@ async fn runs_under_an_old_key_wait_for_a_worker_with_it(backend: Backend) {
     assert!(!stored_text(&db, &rt_ba).await.contains(MARKER));
 }
 
+/// XORs every byte (as easy to check as compression, and it hides the marker too), and notes
+/// the kinds of payload it was given.
+struct Xor;
+
+fn kinds_seen() -> &'static std::sync::Mutex<std::collections::BTreeSet<String>> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<std::collections::BTreeSet<String>>> =
+        std::sync::OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
+impl Codec for Xor {
+    fn encode(&self, bytes: &[u8], cx: &PayloadContext<'_>) -> Vec<u8> {
+        kinds_seen().lock().unwrap().insert(cx.kind().to_owned());
+        assert!(cx.run().is_some() != cx.hook_token().is_some(), "{cx:?}");
+        bytes.iter().map(|b| b ^ 0x5a).collect()
+    }
+    fn decode(&self, bytes: &[u8], _: &PayloadContext<'_>) -> Result<Vec<u8>, String> {
+        Ok(bytes.iter().map(|b| b ^ 0x5a).collect())
+    }
+}
+
+/// A codec composed with encryption: applied before sealing, undone after opening, on every
+/// kind of payload; a runtime without the codec says so instead of misreading; a codec alone
+/// stores its bytes in a keyless envelope.
+async fn a_codec_composes_with_encryption(backend: Backend) {
+    let db = TestDb::new(backend);
+    let rt = db
+        .builder()
+        .encryption(keys_a())
+        .codec(Xor)
+        .poll_interval(Duration::from_millis(20))
+        .retry_backoff(Duration::from_millis(10))
+        .build()
+        .await
+        .unwrap();
+    let token = format!("codec-{}", RunId::new());
+    let run = rt
+        .start(sealed_all, (MARKER.to_owned(), token.clone()))
+        .await
+        .unwrap();
+    resume(&rt, &token, format!("{MARKER}-hook")).await;
+    assert_eq!(
+        run.return_value().await.unwrap(),
+        format!("{MARKER}-result|ok|{MARKER}-step-error|{MARKER}-hook")
+    );
+    let chunks: Vec<Chunk<String>> = run.stream("chunks").try_collect().await.unwrap();
+    assert_eq!(chunks[0].value, format!("{MARKER}-chunk"));
+    let seen = kinds_seen().lock().unwrap().clone();
+    for kind in [
+        "input",
+        "output",
+        "step_input",
+        "step_result",
+        "step_error",
+        "hook_payload",
+        "stream_chunk",
+    ] {
+        assert!(seen.contains(kind), "the codec saw no {kind}: {seen:?}");
+    }
+    let stored = rt.store().get_run(&run.id()).await.unwrap().unwrap();
+    assert_eq!(stored.input["coded"], 1, "{}", stored.input);
+    assert_eq!(stored.input["key"], "key-A");
+    assert!(!stored_text(&db, &rt).await.contains(MARKER));
+
+    let without_codec = runtime(&db, keys_a(), false).await;
+    let err = without_codec
+        .get_run(&run.id())
+        .typed::<String>()
+        .return_value()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("`Codec`"), "{err}");
+
+    // A codec alone: a keyless envelope, read back through the codec.
+    let plain = TestDb::new(backend);
+    let rt = plain
+        .builder()
+        .codec(Xor)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let failing = rt
+        .start(sealed_failing, (MARKER.to_owned(),))
+        .await
+        .unwrap();
+    let err = failing.return_value().await.unwrap_err();
+    assert_eq!(err.to_string(), format!("{MARKER}-run-error"));
+    let stored = rt.store().get_run(&failing.id()).await.unwrap().unwrap();
+    assert_eq!(stored.input["coded"], 1, "{}", stored.input);
+    assert!(stored.input.get("key").is_none(), "{}", stored.input);
+    assert!(!stored.input.to_string().contains(MARKER));
+}
+
 on_every_store!(
+    a_codec_composes_with_encryption,
     a_marker_in_every_payload_is_nowhere_in_the_store,
     a_payload_moved_to_another_run_does_not_decrypt,
     runs_under_an_old_key_wait_for_a_worker_with_it,

@@ -52,8 +52,9 @@ impl Binding<'_> {
         }
     }
 
-    fn associated_data(&self, key_id: &str) -> Vec<u8> {
+    fn associated_data(&self, key_id: &str, coded: bool) -> Vec<u8> {
         let mut ad = b"workflow-rs/sealed/v1".to_vec();
+        ad.push(u8::from(coded));
         for part in [
             &self.subject_bytes()[..],
             self.kind.as_bytes(),
@@ -101,8 +102,9 @@ impl std::fmt::Display for OpenError {
     }
 }
 
-/// `plaintext` sealed under the current key for `binding`.
-pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>) -> Value {
+/// `plaintext` sealed under the current key for `binding`; `coded`: its bytes are a
+/// [`Codec`](super::Codec)'s (said in the envelope and bound by the associated data).
+pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, coded: bool) -> Value {
     let key_id = ring.current();
     // The current key is in the ring by construction.
     let key = ring
@@ -110,7 +112,7 @@ pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>) -> V
         .unwrap_or_default();
     let nonce: [u8; NONCE_BYTES] = rand::random();
     let cipher = XChaCha20Poly1305::new(&key.into());
-    let ad = binding.associated_data(key_id);
+    let ad = binding.associated_data(key_id, coded);
     // Encryption with a valid key fails only for inputs over 256 GiB, far over any payload
     // limit; an empty ciphertext would then fail to open rather than leak.
     let data = cipher
@@ -122,28 +124,46 @@ pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>) -> V
             },
         )
         .unwrap_or_default();
-    let mut m = Map::with_capacity(4);
+    let mut m = Map::with_capacity(5);
     m.insert(MARKER.to_owned(), Value::from(VERSION));
+    if coded {
+        m.insert("coded".to_owned(), Value::from(1));
+    }
     m.insert("key".to_owned(), Value::from(key_id));
     m.insert("nonce".to_owned(), Value::from(B64.encode(nonce)));
     m.insert("data".to_owned(), Value::from(B64.encode(data)));
     Value::Object(m)
 }
 
-/// The key id of `value` when it is an envelope.
+/// `bytes` of a [`Codec`](super::Codec), without encryption: an envelope with no key.
+pub(crate) fn wrap(bytes: &[u8]) -> Value {
+    let mut m = Map::with_capacity(3);
+    m.insert(MARKER.to_owned(), Value::from(VERSION));
+    m.insert("coded".to_owned(), Value::from(1));
+    m.insert("data".to_owned(), Value::from(B64.encode(bytes)));
+    Value::Object(m)
+}
+
+/// Whether `value` is an envelope (sealed, or a codec's bytes).
+pub(crate) fn is_sealed(value: &Value) -> bool {
+    value.as_object().is_some_and(|m| m.contains_key(MARKER))
+}
+
+/// The key id of `value` when it is an encrypted envelope.
 pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
     let m = value.as_object()?;
     m.get(MARKER)?;
-    m.get("key").and_then(Value::as_str).or(Some(""))
+    m.get("key").and_then(Value::as_str)
 }
 
 /// The plaintext of envelope `value` sealed for `binding`, opened with `ring` (`None`: no
-/// keys were given, so every envelope names a missing key).
+/// keys were given, so every encrypted envelope names a missing key), and whether its bytes
+/// are a codec's.
 pub(crate) fn open(
     ring: Option<&Keyring>,
     value: &Value,
     binding: &Binding<'_>,
-) -> Result<Vec<u8>, OpenError> {
+) -> Result<(Vec<u8>, bool), OpenError> {
     let m = value
         .as_object()
         .ok_or_else(|| OpenError::Malformed("not an object".to_owned()))?;
@@ -158,6 +178,14 @@ pub(crate) fn open(
             .and_then(Value::as_str)
             .ok_or_else(|| OpenError::Malformed(format!("no `{name}`")))
     };
+    let coded = m.contains_key("coded");
+    if !m.contains_key("key") {
+        // A codec's bytes, not encrypted.
+        let data = B64
+            .decode(field("data")?)
+            .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
+        return Ok((data, coded));
+    }
     let key_id = field("key")?;
     let Some(key) = ring.and_then(|r| r.data_key(key_id, &binding.subject_bytes())) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
@@ -175,7 +203,7 @@ pub(crate) fn open(
         .decode(field("data")?)
         .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
     let cipher = XChaCha20Poly1305::new(&key.into());
-    let ad = binding.associated_data(key_id);
+    let ad = binding.associated_data(key_id, coded);
     cipher
         .decrypt(
             XNonce::from_slice(&nonce),
@@ -184,6 +212,7 @@ pub(crate) fn open(
                 aad: &ad,
             },
         )
+        .map(|plain| (plain, coded))
         .map_err(|_| OpenError::Unauthentic {
             key: key_id.to_owned(),
         })
@@ -208,12 +237,12 @@ mod tests {
             place,
         };
         let b = at(Subject::Run(run), "step_result", "s-1");
-        let v = seal(&r, b"secret marker", &b);
+        let v = seal(&r, b"secret marker", &b, false);
         assert_eq!(sealed_key(&v), Some("k1"));
         assert!(!v.to_string().contains("secret"), "{v}");
-        assert_eq!(open(Some(&r), &v, &b).unwrap(), b"secret marker");
+        assert_eq!(open(Some(&r), &v, &b).unwrap().0, b"secret marker");
         // Two seals of one value differ (fresh nonces).
-        assert_ne!(seal(&r, b"secret marker", &b), v);
+        assert_ne!(seal(&r, b"secret marker", &b, false), v);
         for wrong in [
             at(Subject::Run(other), "step_result", "s-1"),
             at(Subject::Run(run), "step_input", "s-1"),
@@ -257,13 +286,27 @@ mod tests {
             kind: "input",
             place: "",
         };
-        let v = seal(&ring("a", 1), b"x", &b);
+        let v = seal(&ring("a", 1), b"x", &b, false);
         let rotated = Keys::new()
             .current("b", [2; 32])
             .old("a", [1; 32])
             .ring()
             .unwrap();
-        assert_eq!(open(Some(&rotated), &v, &b).unwrap(), b"x");
-        assert_eq!(sealed_key(&seal(&rotated, b"x", &b)), Some("b"));
+        assert_eq!(open(Some(&rotated), &v, &b).unwrap().0, b"x");
+        assert_eq!(sealed_key(&seal(&rotated, b"x", &b, false)), Some("b"));
+        // The codec flag is bound: an envelope stripped of it does not open.
+        let mut coded = seal(&rotated, b"x", &b, true);
+        assert_eq!(
+            open(Some(&rotated), &coded, &b).unwrap(),
+            (b"x".to_vec(), true)
+        );
+        coded.as_object_mut().unwrap().remove("coded");
+        assert!(matches!(
+            open(Some(&rotated), &coded, &b),
+            Err(OpenError::Unauthentic { .. })
+        ));
+        let plain = wrap(b"y");
+        assert!(is_sealed(&plain) && sealed_key(&plain).is_none());
+        assert_eq!(open(None, &plain, &b).unwrap(), (b"y".to_vec(), true));
     }
 }

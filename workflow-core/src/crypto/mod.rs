@@ -3,10 +3,13 @@
 //! which values are sealed and where each belongs (its [`Binding`]); this module only seals
 //! bytes for a binding and opens them again.
 
+mod codec;
 mod envelope;
 mod keys;
 pub(crate) mod places;
 
-pub(crate) use envelope::{open, seal, sealed_key, Binding, OpenError, Subject};
+pub(crate) use codec::SharedCodec;
+pub use codec::{Codec, PayloadContext};
+pub(crate) use envelope::{is_sealed, open, seal, sealed_key, wrap, Binding, OpenError, Subject};
 pub(crate) use keys::Keyring;
 pub use keys::{KeyError, Keys};

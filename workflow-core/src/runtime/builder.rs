@@ -143,6 +143,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Applies `codec` to every payload's serialized bytes before it is stored (and before
+    /// encryption, when [`RuntimeBuilder::encryption`] is set too); see [`Codec`](crate::Codec).
+    /// Every runtime on the store needs the same codec to read what it wrote.
+    pub fn codec(mut self, codec: impl crate::Codec) -> Self {
+        let codec = crate::crypto::SharedCodec(Arc::new(codec));
+        self.config.payloads = self.config.payloads.with_codec(codec);
+        self
+    }
+
     /// Declares a queue, which bounds how many of its runs run at once: at `build` its limits are stored, replacing any earlier
     /// declaration of the same name, and every worker on the store enforces them. Runs enter
     /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
