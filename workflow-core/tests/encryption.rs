@@ -444,7 +444,54 @@ async fn a_codec_composes_with_encryption(backend: Backend) {
     assert!(!stored.input.to_string().contains(MARKER));
 }
 
+/// A payload sent by a client whose current key the worker lacks: the run is blocked (its
+/// history unchanged, the payload undelivered) with an error naming the key, and a worker
+/// with that key completes it.
+async fn a_hook_payload_under_an_unknown_key_blocks_its_run(backend: Backend) {
+    let db = TestDb::new(backend);
+    let token = format!("inbox-{}", RunId::new());
+    let rt_a = runtime(&db, keys_a(), true).await;
+    let run = rt_a
+        .start(sealed_all, (MARKER.to_owned(), token.clone()))
+        .await
+        .unwrap();
+    let id = run.id();
+    let client_c = runtime(
+        &db,
+        Keys::new().current("key-C", [0xc3; 32]).old("key-A", KEY_A),
+        false,
+    )
+    .await;
+    resume(&client_c, &token, format!("{MARKER}-hook")).await;
+    let blocked = until_status(&rt_a, id, RunStatus::Blocked).await;
+    let why = blocked.error.expect("a blocked run says why").to_string();
+    assert!(why.contains("key \"key-C\""), "{why}");
+    let events = rt_a.store().events(&id).await.unwrap();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.event, workflow_core::store::Event::HookReceived { .. })),
+        "the payload was not delivered: {events:?}"
+    );
+    rt_a.shutdown();
+
+    let rt_c = runtime(
+        &db,
+        Keys::new().current("key-C", [0xc3; 32]).old("key-A", KEY_A),
+        true,
+    )
+    .await;
+    let out = rt_c
+        .get_run(&id)
+        .typed::<String>()
+        .return_value()
+        .await
+        .unwrap();
+    assert!(out.ends_with(&format!("|{MARKER}-hook")), "{out}");
+}
+
 on_every_store!(
+    a_hook_payload_under_an_unknown_key_blocks_its_run,
     a_codec_composes_with_encryption,
     a_marker_in_every_payload_is_nowhere_in_the_store,
     a_payload_moved_to_another_run_does_not_decrypt,
