@@ -110,6 +110,10 @@ struct Cli {
     /// of their medians. The revision is built once into target/bench-compare/.
     #[arg(long, value_name = "REV")]
     against: Option<String>,
+    /// Encrypt every payload (SPEC 18: XChaCha20-Poly1305 with a per-run key), to compare
+    /// with the same figures without.
+    #[arg(long)]
+    encrypt: bool,
     /// Pairs to run with `--against`.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pairs: u32,
@@ -136,6 +140,9 @@ impl Cli {
         }
         if self.quick {
             args.push("--quick".to_owned());
+        }
+        if self.encrypt {
+            args.push("--encrypt".to_owned());
         }
         args
     }
@@ -214,12 +221,17 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
 
 fn title(cli: &Cli) -> String {
     format!(
-        "workflow-bench {} — {} trial(s) per figure{}; figure: median (min .. max) over trials; \
+        "workflow-bench {}{} — {} trial(s) per figure{}; figure: median (min .. max) over trials; \
          × commit: the median ÷ the baseline SQLite commit (rates: time per item ÷ commit)",
         cli.scenario
             .to_possible_value()
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default(),
+        if cli.encrypt {
+            " (payloads encrypted)"
+        } else {
+            ""
+        },
         cli.trials,
         if cli.quick {
             ", QUICK sizes (not measurements)"
@@ -242,6 +254,7 @@ async fn main() -> BoxResult<()> {
             args: cli.forwarded(),
         });
     }
+    stores::ENCRYPT.store(cli.encrypt, std::sync::atomic::Ordering::Relaxed);
     let ctx = Ctx {
         trials: cli.trials as usize,
         pg_url: cli.postgres.clone().filter(|u| !u.is_empty()),

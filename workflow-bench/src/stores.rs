@@ -2,12 +2,15 @@
 //! afterwards) for PostgreSQL, a new store for memory.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use workflow_core::store::memory::MemoryStore;
-use workflow_core::{Runtime, RuntimeBuilder};
+use workflow_core::{Keys, Runtime, RuntimeBuilder};
 
 use crate::BoxResult;
+
+/// `--encrypt`: every runtime the trials build seals its payloads (SPEC 18) with one key.
+pub static ENCRYPT: AtomicBool = AtomicBool::new(false);
 
 /// A store the scenarios can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -87,6 +90,15 @@ impl Fresh {
     /// A builder for a runtime on this database; each `build()` opens the store anew (for
     /// memory: shares the one in-process store, as a restarted process would share a file).
     pub fn builder(&self) -> RuntimeBuilder {
+        let b = self.store_builder();
+        if ENCRYPT.load(Ordering::Relaxed) {
+            b.encryption(Keys::new().current("bench", [7u8; 32]))
+        } else {
+            b
+        }
+    }
+
+    fn store_builder(&self) -> RuntimeBuilder {
         let b = Runtime::builder();
         match self.kind {
             StoreKind::Memory => b.store(self.memory.clone().unwrap_or_default()),

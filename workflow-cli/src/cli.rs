@@ -54,6 +54,11 @@ pub struct Cli {
         value_name = "NAME"
     )]
     pub schema: String,
+    /// The payload encryption keys (SPEC 18), a file of `current <id> <key>` and
+    /// `old <id> <key>` lines: payloads are shown decrypted. Without them an encrypted payload
+    /// shows as "encrypted (key <id>)".
+    #[arg(long, global = true, env = "WORKFLOW_KEYS", value_name = "FILE")]
+    pub keys: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -164,6 +169,10 @@ pub enum Command {
         /// Write it to FILE instead of standard output.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// Write encrypted payloads decrypted (needs --keys); by default they stay encrypted,
+        /// as stored.
+        #[arg(long)]
+        decrypt: bool,
     },
     /// Print a run's stream NAME, a chunk per line: its index, the attempt of the step that
     /// wrote it and its value as JSON (--json: a JSON object per line). With --follow, wait
@@ -305,6 +314,15 @@ fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
     out
 }
 
+/// The keys of `--keys FILE` (or `WORKFLOW_KEYS`).
+fn read_keys(path: &std::path::Path) -> Result<workflow_core::Keys, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::Usage(format!("cannot read the keys file {}: {e}", path.display()))
+    })?;
+    workflow_core::Keys::parse(&text)
+        .map_err(|e| CliError::Usage(format!("the keys file {}: {e}", path.display())))
+}
+
 /// Runs the command; returns what to print on standard output.
 pub async fn run(cli: Cli) -> Result<String, CliError> {
     text::set_zone(cli.tz.clone());
@@ -351,7 +369,16 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         }
         _ => None,
     };
-    let rt = connect::open(target).await?;
+    let keys = match &cli.keys {
+        Some(path) => Some(read_keys(path)?),
+        None => None,
+    };
+    if matches!(cli.command, Command::Export { decrypt: true, .. }) && keys.is_none() {
+        return Err(CliError::Usage(
+            "--decrypt needs the keys: pass --keys FILE (or set WORKFLOW_KEYS)".to_owned(),
+        ));
+    }
+    let rt = connect::open(target, keys).await?;
     let json = cli.json;
     match cli.command {
         Command::Runs {
@@ -565,9 +592,13 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             // The id alone, so that `new=$(workflow fork ..)` works.
             Ok(format!("{}\n", done.run_id))
         }
-        Command::Export { run_id, output } => {
+        Command::Export {
+            run_id,
+            output,
+            decrypt,
+        } => {
             let id = ops::parse_run_id(&run_id)?;
-            let history = ops::export(&rt, id).await?;
+            let history = ops::export(&rt, id, decrypt).await?;
             let Some(path) = output else {
                 return to_json(&history);
             };

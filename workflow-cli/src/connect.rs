@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use workflow_core::Runtime;
+use workflow_core::{Keys, Runtime};
 
 use crate::error::CliError;
 
@@ -185,7 +185,8 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// A runtime on `target` that executes nothing: it only reads and acts on runs.
-pub async fn open(target: &Target) -> Result<Runtime, CliError> {
+/// With `keys`, it reads encrypted payloads.
+pub async fn open(target: &Target, keys: Option<Keys>) -> Result<Runtime, CliError> {
     let builder = match target {
         Target::Sqlite(path) => {
             // Opening a missing file would create an empty store and report nothing wrong.
@@ -208,6 +209,10 @@ pub async fn open(target: &Target) -> Result<Runtime, CliError> {
                     .to_owned(),
             ))
         }
+    };
+    let builder = match keys {
+        Some(keys) => builder.encryption(keys),
+        None => builder,
     };
     let built = tokio::time::timeout(CONNECT_TIMEOUT, builder.worker(false).build()).await;
     match built {

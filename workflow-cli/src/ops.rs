@@ -92,8 +92,15 @@ pub fn parse_age(s: &str) -> Result<Duration, CliError> {
         .ok_or_else(|| invalid("too large"))
 }
 
+/// The runs `filter` lists, every payload opened with the keys given (`--keys`) or shown as
+/// "encrypted (key <id>)".
+async fn runs(rt: &Runtime, filter: RunFilter) -> Result<Vec<workflow_core::RunRecord>, CliError> {
+    let runs = rt.runs(filter).await?;
+    Ok(runs.into_iter().map(|r| rt.reveal_record(r)).collect())
+}
+
 pub async fn list_runs(rt: &Runtime, filter: &RunFilter) -> Result<Vec<RunSummary>, CliError> {
-    let runs = rt.runs(filter.clone()).await?;
+    let runs = runs(rt, filter.clone()).await?;
     Ok(runs.into_iter().map(RunSummary::new).collect())
 }
 
@@ -117,16 +124,16 @@ pub async fn queue_runs(
         .into_iter()
         .find(|q| q.name == name)
         .ok_or_else(|| CliError::NotFound(format!("no queue {name:?} is declared")))?;
-    let waiting = rt
-        .runs(
-            RunFilter::new()
-                .queue(name)
-                .status(RunStatus::Pending)
-                .limit(usize::try_from(queue.waiting).unwrap_or(usize::MAX).max(1)),
-        )
-        .await?;
+    let waiting = runs(
+        rt,
+        RunFilter::new()
+            .queue(name)
+            .status(RunStatus::Pending)
+            .limit(usize::try_from(queue.waiting).unwrap_or(usize::MAX).max(1)),
+    )
+    .await?;
     let numbered = positions(waiting.into_iter().map(RunSummary::new).collect());
-    let runs = rt.runs(filter.clone()).await?;
+    let runs = runs(rt, filter.clone()).await?;
     let runs = runs
         .into_iter()
         .map(|r| {
@@ -152,11 +159,12 @@ pub async fn run_with_events(
     rt: &Runtime,
     id: RunId,
 ) -> Result<(RunDetail, Vec<EventView>), CliError> {
-    let run = rt.get_run(&id).info().await?;
+    let run = rt.reveal_record(rt.get_run(&id).info().await?);
     let store = rt.store();
-    let events = store.events(&id).await?;
+    let mut events = store.events(&id).await?;
+    rt.reveal_history(id, &mut events);
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
-    let children = rt.runs(RunFilter::new().parent(id).limit(10_000)).await?;
+    let children = runs(rt, RunFilter::new().parent(id).limit(10_000)).await?;
     let mut detail =
         RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
     detail.streams = streams(rt, id).await?;
@@ -185,7 +193,11 @@ pub async fn streams(rt: &Runtime, id: RunId) -> Result<Vec<StreamView>, CliErro
             .read_stream(&id, &s.name, from, StreamView::RECENT as usize)
             .await?;
         views.push(StreamView {
-            recent: page.chunks.into_iter().map(chunk_view).collect(),
+            recent: page
+                .chunks
+                .into_iter()
+                .map(|c| chunk_view(rt, id, &s.name, c))
+                .collect(),
             name: s.name,
             chunks: s.len,
             closed: s.closed,
@@ -194,7 +206,13 @@ pub async fn streams(rt: &Runtime, id: RunId) -> Result<Vec<StreamView>, CliErro
     Ok(views)
 }
 
-fn chunk_view(c: workflow_core::store::StoredChunk) -> ChunkView {
+fn chunk_view(
+    rt: &Runtime,
+    run: RunId,
+    stream: &str,
+    mut c: workflow_core::store::StoredChunk,
+) -> ChunkView {
+    rt.reveal_chunk(run, stream, &mut c.value);
     ChunkView {
         index: c.index,
         attempt: c.attempt,
@@ -227,7 +245,7 @@ pub async fn chunks(
         if let Some(last) = page.chunks.last() {
             next = last.index + 1;
         }
-        out.extend(page.chunks.into_iter().map(chunk_view));
+        out.extend(page.chunks.into_iter().map(|c| chunk_view(rt, id, name, c)));
         if got < want || out.len() >= limit {
             return Ok(out);
         }
@@ -264,7 +282,8 @@ pub async fn follow(
 pub async fn events(rt: &Runtime, id: RunId) -> Result<Vec<EventView>, CliError> {
     // An unknown run has no history either; say which it is.
     rt.get_run(&id).info().await?;
-    let events = rt.store().events(&id).await?;
+    let mut events = rt.store().events(&id).await?;
+    rt.reveal_history(id, &mut events);
     Ok(events.into_iter().map(EventView::new).collect())
 }
 
@@ -414,8 +433,14 @@ pub async fn fork(rt: &Runtime, id: RunId, from_step: usize) -> Result<Forked, C
 /// The run's history as the versioned JSON `workflow_core::testing::replay` reads, typed so
 /// that it prints in the documented field order (`format` and `version` first; a `Value`'s
 /// keys would come out sorted, with the events first).
-pub async fn export(rt: &Runtime, id: RunId) -> Result<ExportedHistory, CliError> {
-    let v = rt.get_run(&id).export().await?;
+/// Payloads stay encrypted as stored unless `decrypt` (`--decrypt`, with `--keys`).
+pub async fn export(rt: &Runtime, id: RunId, decrypt: bool) -> Result<ExportedHistory, CliError> {
+    let run = rt.get_run(&id);
+    let v = if decrypt {
+        run.export_decrypted().await?
+    } else {
+        run.export().await?
+    };
     serde_json::from_value(v)
         .map_err(|e| CliError::Other(format!("cannot read the exported history: {e}")))
 }

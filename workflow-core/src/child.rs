@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::context::{current, invalid_token, mismatched_delivery, Command, Ready, RunCtx};
+use crate::crypto::places;
 use crate::error::{Error, HookConflictError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
@@ -159,7 +160,9 @@ impl<W: WorkflowDef> IntoFuture for StartChild<W> {
                     W::NAME
                 )));
             };
-            let cx = PayloadKind::ChildInput { workflow: W::NAME }.of(ctx.run_id);
+            // The child's id is chosen here, with the call: its arguments are sealed for it.
+            let child_id = RunId::new();
+            let cx = PayloadKind::ChildInput { workflow: W::NAME }.of(child_id);
             let input = ctx
                 .payloads
                 .seal(self.input, cx)
@@ -171,6 +174,7 @@ impl<W: WorkflowDef> IntoFuture for StartChild<W> {
             ctx.issue(Command::StartChild(ChildCall {
                 child_key,
                 workflow: W::NAME,
+                child_id,
                 input,
                 hook: self.hook.clone(),
                 timeout: self.timeout,
@@ -231,7 +235,10 @@ impl<T: DeserializeOwned> Child<T> {
     pub async fn result(self) -> Result<T, Error> {
         self.ctx.issue(Command::AwaitChild { child_id: self.id });
         let value = match self.ctx.wait(Key::ChildEnd(self.id)).await {
-            Ready::ChildEnded(result) => result?,
+            Ready::ChildEnded(result) => {
+                let binding = places::of_run(self.id, places::ERROR, "");
+                result.map_err(|e| self.ctx.payloads.open_error(e, &binding))?
+            }
             _ => return Err(mismatched_delivery("Child::result")),
         };
         self.ctx

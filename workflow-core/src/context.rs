@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::crypto::places;
 use crate::error::{Error, HookConflictError};
 use crate::history::after;
 use crate::ids::RunId;
@@ -384,32 +385,37 @@ where
     let Some(ctx) = current() else {
         return body(args).await;
     };
+    // The id first (without counting the call yet): it is where the arguments are sealed.
+    let id = {
+        let j = ctx.journal();
+        let n = j.step_counters.get(def.name).copied().unwrap_or(0);
+        StepId::new(&ctx.run_id, def.name, n)
+    };
+    let place: Arc<str> = id.to_string().into();
     let input = ctx
         .payloads
         .encode(
             &args,
-            PayloadKind::StepInput { step: def.name }.of(ctx.run_id),
+            PayloadKind::StepInput { step: def.name }
+                .of(ctx.run_id)
+                .at(&place),
         )
         .map_err(PayloadError::fatal)?;
-    let id = {
-        let mut j = ctx.journal();
-        let n = j.step_counters.entry(def.name).or_insert(0);
-        let id = StepId::new(&ctx.run_id, def.name, *n);
-        *n += 1;
-        id
-    };
+    *ctx.journal().step_counters.entry(def.name).or_insert(0) += 1;
     let name = def.name;
     let (run, payloads) = (ctx.run_id, ctx.payloads.clone());
     // Each attempt decodes the recorded input (not a copy of it). A result too large to
     // record fails the attempt for good: retrying would produce it again.
+    let at = place.clone();
     let exec: StepExec = Arc::new(move |input: &Value| {
-        let args = payloads.decode_ref::<A>(input, PayloadKind::StepInput { step: name }.of(run));
+        let cx = PayloadKind::StepInput { step: name }.of(run).at(&at);
+        let args = payloads.decode_ref::<A>(input, cx);
         let fut = args.map(&body).map_err(PayloadError::fatal);
-        let payloads = payloads.clone();
+        let (payloads, at) = (payloads.clone(), at.clone());
         Box::pin(async move {
             let out = fut?.await?;
             payloads
-                .encode(&out, PayloadKind::StepResult { step: name }.of(run))
+                .encode(&out, PayloadKind::StepResult { step: name }.of(run).at(&at))
                 .map_err(PayloadError::fatal)
         })
     });
@@ -422,10 +428,15 @@ where
         body: exec,
     }));
     let value = match ctx.wait(Key::Step(id)).await {
-        Ready::Step(result) => result?,
+        Ready::Step(result) => {
+            let binding = places::of_run(ctx.run_id, places::STEP_ERROR, &place);
+            result.map_err(|e| ctx.payloads.open_error(e, &binding))?
+        }
         _ => return Err(mismatched_delivery(name)),
     };
-    let cx = PayloadKind::StepResult { step: name }.of(ctx.run_id);
+    let cx = PayloadKind::StepResult { step: name }
+        .of(ctx.run_id)
+        .at(&place);
     ctx.payloads.decode(value, cx).map_err(PayloadError::fatal)
 }
 

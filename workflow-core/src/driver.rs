@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
+use crate::crypto::places;
 use crate::error::{Error, StoreError};
 use crate::history::{after, never, Event, NewEvent};
 use crate::ids::RunId;
@@ -203,6 +204,9 @@ pub(crate) struct Driver {
     /// The inbox was not read since the run began here (a fresh run skips that read: only
     /// messages sent before it began can be there, read once a `recv` waits).
     inbox_unread: bool,
+    /// A key the run's inbox holds payloads sealed with and this process lacks: the run is
+    /// blocked at the next turn of its loop.
+    missing_key: Option<String>,
 }
 
 impl Driver {
@@ -213,8 +217,18 @@ impl Driver {
         reg: &'static WorkflowRegistration,
         signals: Signals,
     ) {
-        let LeasedRun { run, lease, events } = leased;
+        let LeasedRun {
+            run,
+            lease,
+            mut events,
+        } = leased;
         let run_id = run.id;
+        let missing_key = places::missing_key(
+            host.config().payloads.keys(),
+            run_id,
+            &run.input,
+            events.iter_mut().map(|e| &mut e.event),
+        );
         let last_seq = events.last().map_or(0, |e| e.seq);
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
         let _active = crate::telemetry::ActiveRun::new();
@@ -265,14 +279,21 @@ impl Driver {
             shared_children: HashMap::new(),
             ties,
             inbox_unread: true,
+            missing_key: None,
         };
         let result = AssertUnwindSafe(
             async {
                 if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
                     return d.time_out().await;
                 }
+                if let Some(key) = missing_key.or_else(|| d.missing_key.take()) {
+                    return d.block_for_key(&key).await;
+                }
                 if !fresh {
                     d.fetch_payloads().await?;
+                }
+                if let Some(key) = d.missing_key.take() {
+                    return d.block_for_key(&key).await;
                 }
                 match (reg.run)(&d.ctx.payloads, run_id, run.input) {
                     Ok(fut) => {
@@ -428,6 +449,12 @@ impl Driver {
             .retry(|| self.host.store().payloads(&run, seen))
             .await?;
         self.inbox_unread = false;
+        let keys = self.ctx.payloads.keys();
+        if let Some(key) = places::missing_key_in_inbox(keys, &fresh) {
+            // Nothing of it is delivered: the run blocks before it moves on.
+            self.missing_key = Some(key);
+            return Ok(());
+        }
         self.replay.add_inbox(fresh);
         Ok(())
     }
@@ -443,6 +470,9 @@ impl Driver {
         });
         let waker = Waker::from(flag.clone());
         loop {
+            if let Some(key) = self.missing_key.take() {
+                return self.block_for_key(&key).await;
+            }
             // Poll to quiescence.
             let polled = loop {
                 flag.woken.store(false, Ordering::Release);
@@ -466,6 +496,7 @@ impl Driver {
                 return self.diverge(d).await;
             }
             if let Some(result) = polled {
+                let result = result.map_err(|e| self.seal_run_error(e));
                 return match self.replay.returned(result, now) {
                     Ok(end) => {
                         let outcome = self.write(end).await?;
@@ -550,10 +581,16 @@ impl Driver {
                 Some(done) = self.done_rx.recv() => {
                     self.attempts.remove(&done.step_id);
                     let backoff = self.host.config().backoff(done.attempt);
+                    // Every error an attempt recorded is sealed (a step's message, a panic's).
+                    let place = done.step_id.to_string();
+                    let binding = places::of_run(self.ctx.run_id, places::STEP_ERROR, &place);
+                    let outcome = done
+                        .outcome
+                        .map_err(|e| self.ctx.payloads.seal_error(e, &binding));
                     self.replay.attempt_finished(
                         &done.step_id,
                         done.attempt,
-                        done.outcome,
+                        outcome,
                         self.host.now(),
                         backoff,
                     );
@@ -603,7 +640,7 @@ impl Driver {
                         continue;
                     };
                     let at = self.host.now();
-                    let child_id = RunId::new();
+                    let child_id = call.child_id;
                     if let Some(q) = &call.queue {
                         let name = q.name.clone();
                         if !self.retry(|| self.host.queue_known(&name)).await? {
@@ -963,6 +1000,8 @@ impl Driver {
 
     /// Fails a run whose recorded arguments do not fit this binary's workflow.
     async fn fail_at_start(&mut self, error: Error) -> Result<Stop, StoreError> {
+        // It may quote the arguments.
+        let error = self.seal_run_error(error);
         let at = self.host.now();
         let writes = Writes {
             events: vec![NewEvent {
@@ -977,6 +1016,35 @@ impl Driver {
         let outcome = self.write(writes).await?;
         self.host.ended(self.ctx.run_id, self.parent, outcome);
         Ok(Stop::Ended)
+    }
+
+    /// `error`, ending the run, with its message sealed when encryption is on.
+    fn seal_run_error(&self, error: Error) -> Error {
+        let binding = places::of_run(self.ctx.run_id, places::ERROR, "");
+        self.ctx.payloads.seal_error(error, &binding)
+    }
+
+    /// Blocks the run, before anything of it is replayed, because a payload of its record or
+    /// history is sealed with key `key`, which this process was not given: nothing is written
+    /// and nothing decoded; a worker that has the key takes it (workers retry blocked runs when
+    /// they start, with backoff, and on `retry()`).
+    async fn block_for_key(&mut self, key: &str) -> Result<Stop, StoreError> {
+        let error = Error::fatal(format!(
+            "run {} (workflow `{}`) holds payloads encrypted with key {key:?}, which this \
+             worker was not given; the run is blocked, unchanged, until a worker with that key \
+             takes it (give it with `Keys::old({key:?}, key)`, or `workflow rekey` the store)",
+            self.ctx.run_id, self.ctx.workflow
+        ));
+        tracing::error!(run_id = %self.ctx.run_id, "{error}");
+        let at = self
+            .retry(|| {
+                self.host
+                    .store()
+                    .block(&self.lease, &error, self.host.now())
+            })
+            .await?;
+        tracing::info!(run_id = %self.ctx.run_id, retry_at = ?at, "run blocked");
+        Ok(Stop::Blocked)
     }
 
     /// Writes what is pending and gives the run back until `wake_at` (or its next payload).

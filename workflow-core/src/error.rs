@@ -56,6 +56,10 @@ pub struct Error {
     /// Boxed: most errors are not divergences, and it would double the size of every `Result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     divergence: Option<Box<Divergence>>,
+    /// The message, sealed (payload encryption, SPEC 18): `message` then only says
+    /// "encrypted (key <id>)" until the runtime opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed: Option<Box<serde_json::Value>>,
 }
 
 impl Error {
@@ -66,7 +70,33 @@ impl Error {
             retry_after_ms: None,
             hook_conflict: None,
             divergence: None,
+            sealed: None,
         }
+    }
+
+    /// The sealed envelope of the message, when it is sealed.
+    pub(crate) fn sealed_message(&self) -> Option<&serde_json::Value> {
+        self.sealed.as_deref()
+    }
+
+    /// The same error with its message sealed in `envelope` under key `key`.
+    pub(crate) fn with_sealed_message(mut self, envelope: serde_json::Value, key: &str) -> Self {
+        self.message = format!("encrypted (key {key})");
+        self.sealed = Some(Box::new(envelope));
+        self
+    }
+
+    /// The same error with its sealed message replaced by `message`.
+    pub(crate) fn with_opened_message(mut self, message: String) -> Self {
+        self.message = message;
+        self.sealed = None;
+        self
+    }
+
+    /// True when the message is sealed (payload encryption) and was not opened: it reads
+    /// "encrypted (key <id>)".
+    pub fn is_encrypted(&self) -> bool {
+        self.sealed.is_some()
     }
 
     /// An error that is never retried (the seeds' `FatalError`).
@@ -597,6 +627,9 @@ pub enum BuildError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The keys given to `RuntimeBuilder::encryption` are not usable; the message names the key.
+    #[error(transparent)]
+    Keys(#[from] crate::crypto::KeyError),
     /// A schedule given to `RuntimeBuilder::schedule` could not be stored.
     #[error(transparent)]
     Schedule(#[from] ScheduleError),

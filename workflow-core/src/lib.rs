@@ -52,6 +52,7 @@ pub mod api;
 mod child;
 mod config;
 mod context;
+mod crypto;
 mod divergence;
 mod driver;
 pub mod error;
@@ -83,6 +84,7 @@ pub use context::{
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
     WorkflowMetadata,
 };
+pub use crypto::{Codec, KeyError, Keys, PayloadContext};
 pub use divergence::{Divergence, DivergenceKind};
 pub use error::{
     BuildError, DatabaseError, Error, ErrorKind, HookConflictError, HookError, HookNotFoundError,
@@ -116,8 +118,8 @@ pub mod prelude {
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
-        Hook, HookConflict, HookConflictError, HookError, HookRef, Queue, Result, Run, RunFilter,
-        RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
+        Hook, HookConflict, HookConflictError, HookError, HookRef, Keys, Queue, Result, Run,
+        RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
     pub use crate::{recv, set_event, timeout, Elapsed, Recv};

@@ -16,8 +16,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::crypto::places::Slot;
+use crate::crypto::{self, Binding, Keyring, OpenError, SharedCodec, Subject};
 use crate::error::{Error, PayloadTooLarge};
+use crate::history::Event;
 use crate::ids::RunId;
+use crate::model::RunRecord;
 
 /// What a payload is, with the names its errors quote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +54,7 @@ impl<'a> PayloadKind<'a> {
         PayloadContext {
             kind: self,
             run: Some(run),
+            place: "",
         }
     }
 
@@ -59,6 +64,7 @@ impl<'a> PayloadKind<'a> {
         PayloadContext {
             kind: self,
             run: None,
+            place: "",
         }
     }
 
@@ -102,9 +108,43 @@ impl<'a> PayloadKind<'a> {
 pub(crate) struct PayloadContext<'a> {
     pub(crate) kind: PayloadKind<'a>,
     pub(crate) run: Option<RunId>,
+    /// Where in the run, when the kind alone does not say: a step's id.
+    pub(crate) place: &'a str,
 }
 
-impl PayloadContext<'_> {
+impl<'a> PayloadContext<'a> {
+    /// The same, at `place` within the run (a step's arguments and result: the step's id).
+    pub(crate) fn at(mut self, place: &'a str) -> Self {
+        self.place = place;
+        self
+    }
+
+    /// Where a sealed payload of this context belongs (see [`crate::crypto::places`]): its
+    /// run and place; a hook payload belongs to its token, since it is sent before any run is
+    /// known to own it. A run's arguments and output are the same payload to the parent that
+    /// starts a child and awaits its end as to the child itself, so they share a binding.
+    fn binding(&self) -> Result<Binding<'a>, String> {
+        use crypto::places as k;
+        let (kind, place) = match self.kind {
+            PayloadKind::WorkflowInput { .. } | PayloadKind::ChildInput { .. } => (k::INPUT, ""),
+            PayloadKind::WorkflowOutput { .. } | PayloadKind::ChildResult => (k::OUTPUT, ""),
+            PayloadKind::StepInput { .. } => (k::STEP_INPUT, self.place),
+            PayloadKind::StepResult { .. } => (k::STEP_RESULT, self.place),
+            PayloadKind::HookPayload { token } => return Ok(k::hook_payload(token)),
+            PayloadKind::StreamChunk { stream, .. } => (k::STREAM_CHUNK, stream),
+            PayloadKind::Message { topic } => (k::MESSAGE, topic),
+            PayloadKind::Event { key } => (k::EVENT, key),
+        };
+        let run = self
+            .run
+            .ok_or_else(|| format!("{} has no run to be sealed for", self.kind.what()))?;
+        Ok(Binding {
+            subject: Subject::Run(run),
+            kind,
+            place,
+        })
+    }
+
     /// Why a stored value does not decode into `type_name`, in the words each kind has used
     /// since it was recorded.
     fn mismatch(&self, type_name: &str, e: &serde_json::Error) -> String {
@@ -173,6 +213,14 @@ pub(crate) enum PayloadError {
     TooLarge(PayloadTooLarge),
     /// The stored value does not fit the requested type; the whole message.
     Mismatch(String),
+    /// The value is sealed (encrypted) and did not open: its key is missing, or it was not
+    /// sealed for this place.
+    Sealed {
+        /// The value, as [`PayloadTooLarge::what`] names it.
+        what: String,
+        /// Why it did not open.
+        cause: OpenError,
+    },
 }
 
 impl std::fmt::Display for PayloadError {
@@ -183,6 +231,7 @@ impl std::fmt::Display for PayloadError {
             }
             PayloadError::TooLarge(e) => e.fmt(f),
             PayloadError::Mismatch(m) => f.write_str(m),
+            PayloadError::Sealed { what, cause } => write!(f, "{what} could not be read: {cause}"),
         }
     }
 }
@@ -202,17 +251,26 @@ impl PayloadError {
     }
 }
 
-/// How one runtime stores payloads: the size limit every bounded payload is checked against.
+/// How one runtime stores payloads: the size limit every bounded payload is checked against,
+/// and the keys that seal every payload when encryption is on (SPEC 18).
 /// Cheap to clone; the driver of each run holds a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct Payloads {
     /// `max_payload_bytes`.
     max_bytes: usize,
+    /// `RuntimeBuilder::encryption`: with keys, every payload is stored sealed.
+    keys: Option<Keyring>,
+    /// `RuntimeBuilder::codec`: applied to every payload's bytes, before encryption.
+    codec: Option<SharedCodec>,
 }
 
 impl Default for Payloads {
     fn default() -> Self {
-        Payloads { max_bytes: 8 << 20 }
+        Payloads {
+            max_bytes: 8 << 20,
+            keys: None,
+            codec: None,
+        }
     }
 }
 
@@ -221,6 +279,205 @@ impl Payloads {
     pub(crate) fn with_max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes;
         self
+    }
+
+    /// The same, sealing every payload with `keys`' current key and opening with any of them.
+    pub(crate) fn with_keys(mut self, keys: Keyring) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// The same, with `codec` applied to every payload's bytes (before encryption).
+    pub(crate) fn with_codec(mut self, codec: SharedCodec) -> Self {
+        self.codec = Some(codec);
+        self
+    }
+
+    /// Whether stored payloads are transformed (encrypted, or a codec's), so wrapped in an
+    /// envelope.
+    fn transforms(&self) -> bool {
+        self.keys.is_some() || self.codec.is_some()
+    }
+
+    /// `bytes` as stored for `binding`: the codec's, then sealed when keys are set.
+    fn wrap_bytes(&self, bytes: Vec<u8>, binding: &Binding<'_>) -> Value {
+        let (bytes, coded) = match &self.codec {
+            Some(c) => (
+                c.0.encode(&bytes, &crypto::PayloadContext::new(binding)),
+                true,
+            ),
+            None => (bytes, false),
+        };
+        match &self.keys {
+            Some(ring) => crypto::seal(ring, &bytes, binding, coded),
+            None => crypto::wrap(&bytes),
+        }
+    }
+
+    /// The reverse of [`Payloads::wrap_bytes`].
+    fn unwrap_bytes(&self, value: &Value, binding: &Binding<'_>) -> Result<Vec<u8>, OpenError> {
+        let (bytes, coded) = crypto::open(self.keys.as_ref(), value, binding)?;
+        if !coded {
+            return Ok(bytes);
+        }
+        let Some(codec) = &self.codec else {
+            return Err(OpenError::Malformed(
+                "it was stored through a `Codec` this runtime was not given".to_owned(),
+            ));
+        };
+        codec
+            .0
+            .decode(&bytes, &crypto::PayloadContext::new(binding))
+            .map_err(|e| OpenError::Malformed(format!("the codec could not decode it: {e}")))
+    }
+
+    /// The keys, when encryption is on.
+    pub(crate) fn keys(&self) -> Option<&Keyring> {
+        self.keys.as_ref()
+    }
+
+    /// `value` sealed for `binding` when encryption is on; as it is otherwise.
+    pub(crate) fn seal_at(&self, value: Value, binding: &Binding<'_>) -> Value {
+        if !self.transforms() {
+            return value;
+        }
+        // A `Value` always serializes.
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
+        self.wrap_bytes(bytes, binding)
+    }
+
+    /// The plaintext of `value` stored for `binding`: a sealed value opened, a plain one as it
+    /// is (stored before encryption was turned on; `workflow rekey` seals those).
+    pub(crate) fn open_at(&self, value: Value, binding: &Binding<'_>) -> Result<Value, OpenError> {
+        if !crypto::is_sealed(&value) {
+            return Ok(value);
+        }
+        let bytes = self.unwrap_bytes(&value, binding)?;
+        serde_json::from_slice(&bytes).map_err(|e| OpenError::Malformed(e.to_string()))
+    }
+
+    /// `error` with its message opened, or why it does not open.
+    pub(crate) fn try_open_error(
+        &self,
+        error: Error,
+        binding: &Binding<'_>,
+    ) -> Result<Error, OpenError> {
+        let Some(sealed) = error.sealed_message() else {
+            return Ok(error);
+        };
+        let bytes = self.unwrap_bytes(sealed, binding)?;
+        Ok(error.with_opened_message(String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Opens every payload and error message of `event` of run `from` (see
+    /// [`crypto::places::visit_event`]), or says why one does not open.
+    pub(crate) fn open_event(&self, from: RunId, event: &mut Event) -> Result<(), OpenError> {
+        let mut result = Ok(());
+        crypto::places::visit_event(from, event, |b, slot| {
+            let opened = match slot {
+                Slot::Value(v) => self.open_at(v.clone(), &b).map(|p| *v = p),
+                Slot::Error(e) => self.try_open_error(e.clone(), &b).map(|p| *e = p),
+            };
+            if let Err(e) = opened {
+                result = Err(e);
+            }
+        });
+        result
+    }
+
+    /// Seals every payload and error message of `event`, as run `to`'s, under the current key
+    /// (a no-op without keys).
+    pub(crate) fn seal_event(&self, to: RunId, event: &mut Event) {
+        if self.keys.is_none() {
+            return;
+        }
+        crypto::places::visit_event(to, event, |b, slot| match slot {
+            Slot::Value(v) => *v = self.seal_at(std::mem::take(v), &b),
+            Slot::Error(e) => *e = self.seal_error(e.clone(), &b),
+        });
+    }
+
+    /// `value` stored for `from`, sealed again for `to` under the current key.
+    pub(crate) fn reseal_at(
+        &self,
+        value: Value,
+        from: &Binding<'_>,
+        to: &Binding<'_>,
+    ) -> Result<Value, OpenError> {
+        let plain = self.open_at(value, from)?;
+        Ok(self.seal_at(plain, to))
+    }
+
+    /// For tools that show stored data: `value`, stored for `binding`, opened; one that does
+    /// not open becomes the text "encrypted (key <id>)" (its key is missing) or
+    /// "unreadable (key <id>)" (it was not sealed for this place).
+    pub(crate) fn reveal_at(&self, value: &mut Value, binding: &Binding<'_>) {
+        match self.open_at(value.clone(), binding) {
+            Ok(v) => *value = v,
+            Err(OpenError::MissingKey(id)) => *value = Value::from(format!("encrypted (key {id})")),
+            Err(OpenError::Unauthentic { key }) => {
+                *value = Value::from(format!("unreadable (key {key})"))
+            }
+            Err(OpenError::Malformed(_)) => {}
+        }
+    }
+
+    /// [`Payloads::reveal_at`] of every payload and error message of `event` of run `run`.
+    pub(crate) fn reveal_event(&self, run: RunId, event: &mut Event) {
+        crypto::places::visit_event(run, event, |b, slot| match slot {
+            Slot::Value(v) => self.reveal_at(v, &b),
+            Slot::Error(e) => *e = self.open_error(e.clone(), &b),
+        });
+    }
+
+    /// `run`'s record with its arguments, output and error opened where they open (a value
+    /// under a missing key stays sealed; its error message says which key).
+    pub(crate) fn open_record(&self, mut run: RunRecord) -> RunRecord {
+        use crypto::places::{of_run, ERROR, INPUT, OUTPUT};
+        let id = run.id;
+        if let Ok(v) = self.open_at(run.input.clone(), &of_run(id, INPUT, "")) {
+            run.input = v;
+        }
+        if let Some(out) = run.output.take() {
+            run.output = Some(
+                self.open_at(out.clone(), &of_run(id, OUTPUT, ""))
+                    .unwrap_or(out),
+            );
+        }
+        run.error = run
+            .error
+            .map(|e| self.open_error(e, &of_run(id, ERROR, "")));
+        run
+    }
+
+    /// `error`'s message sealed for `binding` when encryption is on: its message then reads
+    /// "encrypted (key <id>)" to anyone without the keys; its kind and retry hint stay
+    /// readable (the runtime decides retries on them).
+    pub(crate) fn seal_error(&self, error: Error, binding: &Binding<'_>) -> Error {
+        // A codec alone (compression) leaves error messages as they are.
+        match &self.keys {
+            Some(ring) if error.sealed_message().is_none() => {
+                let sealed = self.wrap_bytes(error.message().as_bytes().to_vec(), binding);
+                error.with_sealed_message(sealed, ring.current())
+            }
+            _ => error,
+        }
+    }
+
+    /// `error` with its message opened (see [`Payloads::seal_error`]). A message under a
+    /// missing key stays sealed (it reads "encrypted (key <id>)"); one that does not open
+    /// otherwise is replaced by why.
+    pub(crate) fn open_error(&self, error: Error, binding: &Binding<'_>) -> Error {
+        let Some(sealed) = error.sealed_message() else {
+            return error;
+        };
+        let message = match self.unwrap_bytes(sealed, binding) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            // It says "encrypted (key <id>)", and opens where the key is given.
+            Err(OpenError::MissingKey(_)) => return error,
+            Err(e) => format!("the error message could not be read: {e}"),
+        };
+        error.with_opened_message(message)
     }
 
     /// `value` serialized for the store as `cx`, checked against the limit.
@@ -253,7 +510,14 @@ impl Payloads {
                 }));
             }
         }
-        Ok(value)
+        if !self.transforms() {
+            return Ok(value);
+        }
+        let binding = cx.binding().map_err(|cause| PayloadError::Serialize {
+            what: cx.kind.what(),
+            cause,
+        })?;
+        Ok(self.seal_at(value, &binding))
     }
 
     /// The stored `value` of `cx` read as a `T`.
@@ -272,6 +536,9 @@ impl Payloads {
         value: &Value,
         cx: PayloadContext<'_>,
     ) -> Result<T, PayloadError> {
+        if crypto::is_sealed(value) {
+            return self.decode(value.clone(), cx);
+        }
         T::deserialize(value).map_err(|e| mismatch::<T>(cx, &e))
     }
 
@@ -282,6 +549,16 @@ impl Payloads {
         cx: PayloadContext<'_>,
         deserialize: impl FnOnce(Value) -> Result<T, serde_json::Error>,
     ) -> Result<T, PayloadError> {
+        let value = if crypto::is_sealed(&value) {
+            let sealed = |cause| PayloadError::Sealed {
+                what: cx.kind.what(),
+                cause,
+            };
+            let binding = cx.binding().map_err(|e| sealed(OpenError::Malformed(e)))?;
+            self.open_at(value, &binding).map_err(sealed)?
+        } else {
+            value
+        };
         deserialize(value).map_err(|e| mismatch::<T>(cx, &e))
     }
 }

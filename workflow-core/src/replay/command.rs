@@ -66,6 +66,9 @@ pub(crate) struct ChildCall {
     pub(crate) child_key: ChildKey,
     /// The child's registered workflow.
     pub(crate) workflow: &'static str,
+    /// The id the child is admitted with when this call is live (a replayed start keeps the
+    /// recorded one): chosen with the call, because the arguments are sealed for it.
+    pub(crate) child_id: crate::ids::RunId,
     /// Its serialized argument tuple.
     pub(crate) input: Value,
     /// The token its admission claims (`.hook(token)`).

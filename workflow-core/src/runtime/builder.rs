@@ -15,6 +15,7 @@ use super::schedules::schedule_loop;
 use super::worker::{heartbeat_loop, notice_loop, worker_loop};
 use super::{Inner, Runtime};
 use crate::config::Config;
+use crate::crypto::Keys;
 use crate::error::BuildError;
 use crate::ids::RunId;
 use crate::queue::Queue;
@@ -40,6 +41,7 @@ pub struct RuntimeBuilder {
     config: Config,
     queues: Vec<Queue>,
     schedules: Vec<Schedule>,
+    keys: Option<Keys>,
     #[cfg(feature = "postgres")]
     schema: String,
 }
@@ -160,6 +162,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Encrypts every payload this runtime stores (SPEC 18): new payloads are sealed with the
+    /// current key of `keys`, stored ones open with any of its keys. `build()` checks the keys
+    /// (32 bytes each, one current key, ids given once) and names the key at fault. Clients
+    /// built with `.worker(false)` need the keys too, to read what the runs store. See
+    /// [`Keys`].
+    pub fn encryption(mut self, keys: Keys) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// Applies `codec` to every payload's serialized bytes before it is stored (and before
+    /// encryption, when [`RuntimeBuilder::encryption`] is set too); see [`Codec`](crate::Codec).
+    /// Every runtime on the store needs the same codec to read what it wrote.
+    pub fn codec(mut self, codec: impl crate::Codec) -> Self {
+        let codec = crate::crypto::SharedCodec(Arc::new(codec));
+        self.config.payloads = self.config.payloads.with_codec(codec);
+        self
+    }
+
     /// Declares a queue, which bounds how many of its runs run at once: at `build` its limits are stored, replacing any earlier
     /// declaration of the same name, and every worker on the store enforces them. Runs enter
     /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
@@ -198,7 +219,10 @@ impl RuntimeBuilder {
 
     /// Opens the store, registers every workflow and step linked into the binary and, unless
     /// disabled, starts the worker. Must be called inside a tokio runtime.
-    pub async fn build(self) -> Result<Runtime, BuildError> {
+    pub async fn build(mut self) -> Result<Runtime, BuildError> {
+        if let Some(keys) = &self.keys {
+            self.config.payloads = self.config.payloads.with_keys(keys.ring()?);
+        }
         let mut workflows = HashMap::new();
         for reg in inventory::iter::<WorkflowRegistration> {
             if workflows.insert(reg.name, reg).is_some() {
@@ -304,6 +328,7 @@ impl Runtime {
             config: Config::default(),
             queues: Vec::new(),
             schedules: Vec::new(),
+            keys: None,
             #[cfg(feature = "postgres")]
             schema: "workflow".to_owned(),
         }

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::{Run, Runtime, Start};
 use crate::context::invalid_token;
+use crate::crypto::places;
 use crate::error::{HookError, HookNotFoundError, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
@@ -81,7 +82,37 @@ impl Runtime {
     /// # }
     /// ```
     pub async fn runs(&self, filter: RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        self.inner.store.list_runs(&filter).await
+        let runs = self.inner.store.list_runs(&filter).await?;
+        let payloads = &self.inner.config.payloads;
+        Ok(runs.into_iter().map(|r| payloads.open_record(r)).collect())
+    }
+
+    /// For tools that show what a store holds (the `workflow` CLI and dashboard): `run`'s
+    /// record with every payload opened with this runtime's keys
+    /// ([`RuntimeBuilder::encryption`](crate::RuntimeBuilder::encryption)); a payload that does
+    /// not open reads "encrypted (key <id>)" instead (an error's message already does).
+    pub fn reveal_record(&self, run: RunRecord) -> RunRecord {
+        let payloads = &self.inner.config.payloads;
+        let mut run = payloads.open_record(run);
+        let input = places::of_run(run.id, places::INPUT, "");
+        payloads.reveal_at(&mut run.input, &input);
+        if let Some(out) = &mut run.output {
+            payloads.reveal_at(out, &places::of_run(run.id, places::OUTPUT, ""));
+        }
+        run
+    }
+
+    /// [`Runtime::reveal_record`] for the events of `run`'s history.
+    pub fn reveal_history(&self, run: RunId, events: &mut [crate::store::EventRecord]) {
+        for e in events {
+            self.inner.config.payloads.reveal_event(run, &mut e.event);
+        }
+    }
+
+    /// [`Runtime::reveal_record`] for a chunk of `run`'s stream `stream`.
+    pub fn reveal_chunk(&self, run: RunId, stream: &str, value: &mut Value) {
+        let binding = places::of_run(run, places::STREAM_CHUNK, stream);
+        self.inner.config.payloads.reveal_at(value, &binding);
     }
 
     /// Sends `payload` to the run whose active hook owns `token`. The payload is durable once

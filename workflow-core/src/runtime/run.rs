@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Inner, RunStream, Runtime, Waiting};
+use crate::crypto::places;
 use crate::error::{Error, RunError, StoreError};
 use crate::history::{
     fork_history, to_millis, ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT,
@@ -65,6 +66,12 @@ impl<T> Run<T> {
 
     /// The run as stored.
     pub async fn info(&self) -> Result<RunRecord, RunError> {
+        let run = self.stored().await?;
+        Ok(self.rt.inner.config.payloads.open_record(run))
+    }
+
+    /// The run's record as stored: sealed payloads stay sealed.
+    async fn stored(&self) -> Result<RunRecord, RunError> {
         self.rt
             .inner
             .store
@@ -188,16 +195,38 @@ impl<T> Run<T> {
     /// original's children: cancelling the copy does not cancel them.
     pub async fn fork(&self, from_step: usize) -> Result<Run<T>, RunError> {
         let inner = &self.rt.inner;
-        let run = self.info().await?;
-        let events = inner.store.events(&self.id).await?;
+        let run = self.stored().await?;
+        let mut events = inner.store.events(&self.id).await?;
         let id = RunId::new();
-        let history = fork_history(&events, from_step, &self.id, &id)
+        // Sealed payloads belong to their run and place (step ids change in the copy): opened
+        // as the original's, then sealed again for the copy.
+        let payloads = &inner.config.payloads;
+        let unreadable = |e: crate::crypto::OpenError| RunError::CannotFork {
+            id: self.id,
+            why: format!("a payload of its history could not be read: {e}"),
+        };
+        for e in &mut events {
+            payloads
+                .open_event(self.id, &mut e.event)
+                .map_err(unreadable)?;
+        }
+        let mut history = fork_history(&events, from_step, &self.id, &id)
             .map_err(|why| RunError::CannotFork { id: self.id, why })?;
+        for e in &mut history {
+            payloads.seal_event(id, &mut e.event);
+        }
+        let input = payloads
+            .reseal_at(
+                run.input,
+                &places::of_run(self.id, places::INPUT, ""),
+                &places::of_run(id, places::INPUT, ""),
+            )
+            .map_err(unreadable)?;
         let new = NewRun {
             parent: None,
             id,
             workflow: run.workflow,
-            input: run.input,
+            input,
             created_at: inner.clock.tick().await,
             hook: None,
             deadline: None,
@@ -216,8 +245,35 @@ impl<T> Run<T> {
     /// `workflow_core::testing::replay` to check a new build against it, or keep it as a
     /// test fixture. `workflow export <id>` writes the same.
     pub async fn export(&self) -> Result<Value, RunError> {
-        let run = self.info().await?;
-        let events = self.rt.inner.store.events(&self.id).await?;
+        self.export_in(false).await
+    }
+
+    /// [`Run::export`] with every encrypted payload opened with the runtime's keys (SPEC 18;
+    /// `workflow export --decrypt`): an error, naming the key, if one does not open.
+    pub async fn export_decrypted(&self) -> Result<Value, RunError> {
+        self.export_in(true).await
+    }
+
+    async fn export_in(&self, decrypt: bool) -> Result<Value, RunError> {
+        // As stored: sealed payloads stay sealed unless `decrypt`.
+        let mut run = self.stored().await?;
+        let mut events = self.rt.inner.store.events(&self.id).await?;
+        if decrypt {
+            let payloads = &self.rt.inner.config.payloads;
+            let unreadable = |e: crate::crypto::OpenError| {
+                RunError::Store(StoreError::Corrupt(format!(
+                    "cannot decrypt the history of run {}: a payload {e}",
+                    self.id
+                )))
+            };
+            let input = places::of_run(self.id, places::INPUT, "");
+            run.input = payloads.open_at(run.input, &input).map_err(unreadable)?;
+            for e in &mut events {
+                payloads
+                    .open_event(self.id, &mut e.event)
+                    .map_err(unreadable)?;
+            }
+        }
         let history = ExportedHistory {
             format: HISTORY_FORMAT.to_owned(),
             version: HISTORY_FORMAT_VERSION,
@@ -282,7 +338,15 @@ impl<T: DeserializeOwned> Run<T> {
             let told = seen.filter(|end| !earlier.as_ref().is_some_and(|e| Arc::ptr_eq(e, end)));
             match told.as_deref() {
                 Some(RunOutcome::Completed(v)) => return self.decode(v.clone()),
-                Some(RunOutcome::Failed(e)) => return Err(e.clone()),
+                Some(RunOutcome::Failed(e)) => {
+                    let binding = places::of_run(self.id, places::ERROR, "");
+                    return Err(self
+                        .rt
+                        .inner
+                        .config
+                        .payloads
+                        .open_error(e.clone(), &binding));
+                }
                 None => read = true,
             }
         }

@@ -2,7 +2,8 @@
 //! needs to hold its own code to the contracts this crate's code is held to.
 //!
 //! - [`store`]: the store conformance suite, for authors of a [`Store`](crate::store::Store).
-//! - [`replay()`]: replay tests of workflow code against exported run histories.
+//! - [`replay()`]: replay tests of workflow code against exported run histories
+//!   ([`replay_with_keys()`] for encrypted ones).
 //!
 //! Enable it for tests only:
 //!
@@ -14,4 +15,4 @@
 mod replay;
 pub mod store;
 
-pub use replay::{replay, ReplayError};
+pub use replay::{replay, replay_with_keys, ReplayError};

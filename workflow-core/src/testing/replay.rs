@@ -126,6 +126,51 @@ impl From<Divergence> for ReplayError {
 /// run in flight does); the first divergence otherwise, naming the event, what the history
 /// expects and what the code did.
 pub fn replay<Args, W: IntoWorkflow<Args>>(wf: W, history: &Value) -> Result<(), ReplayError> {
+    replay_in(wf, history, Payloads::default())
+}
+
+/// [`replay()`] of a history whose payloads are encrypted (SPEC 18): `keys` open them, as they
+/// open them for a runtime built with `.encryption(keys)`. A payload under a key `keys` lacks
+/// is a [`ReplayError::Mismatch`] naming that key.
+///
+/// ```
+/// use workflow_core::prelude::*;
+/// use workflow_core::testing::{replay, replay_with_keys};
+///
+/// #[step]
+/// async fn double(n: u64) -> Result<u64> { Ok(n * 2) }
+///
+/// #[workflow]
+/// async fn doubled(n: u64) -> Result<u64> { double(n).await }
+///
+/// # #[tokio::main] async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// let keys = Keys::new().current("k1", [3u8; 32]);
+/// let rt = Runtime::builder().in_memory().encryption(keys.clone()).build().await?;
+/// let run = rt.start(doubled, (21,)).await?;
+/// run.return_value().await?;
+/// let history = run.export().await?;
+///
+/// replay_with_keys(doubled, &history, &keys)?;
+/// let err = replay(doubled, &history).unwrap_err();
+/// assert!(err.to_string().contains("\"k1\""), "{err}");
+/// # Ok(()) }
+/// ```
+pub fn replay_with_keys<Args, W: IntoWorkflow<Args>>(
+    wf: W,
+    history: &Value,
+    keys: &crate::Keys,
+) -> Result<(), ReplayError> {
+    let ring = keys
+        .ring()
+        .map_err(|e| ReplayError::Invalid(e.to_string()))?;
+    replay_in(wf, history, Payloads::default().with_keys(ring))
+}
+
+fn replay_in<Args, W: IntoWorkflow<Args>>(
+    wf: W,
+    history: &Value,
+    payloads: Payloads,
+) -> Result<(), ReplayError> {
     let _ = wf;
     let reg = WorkflowRegistration::of::<W::Def>();
     let history = ExportedHistory::from_json(history).map_err(ReplayError::Invalid)?;
@@ -135,13 +180,26 @@ pub fn replay<Args, W: IntoWorkflow<Args>>(wf: W, history: &Value) -> Result<(),
             history.run.workflow, reg.name
         )));
     }
-    let mut core: Replay<StepExec> = Replay::new(history.records());
+    let mut records = history.records();
+    let missing = crate::crypto::places::missing_key(
+        payloads.keys(),
+        history.run.id,
+        &history.run.input,
+        records.iter_mut().map(|e| &mut e.event),
+    );
+    if let Some(key) = missing {
+        return Err(ReplayError::Mismatch(format!(
+            "the history holds payloads encrypted with key {key:?}: replay it with \
+             `replay_with_keys` and that key"
+        )));
+    }
+    let mut core: Replay<StepExec> = Replay::new(records);
     let ctx = RunCtx::new(
         history.run.id,
         reg.name,
         from_millis(history.run.created_at_ms),
         history.run.hook_token.clone(),
-        Payloads::default().with_max_bytes(usize::MAX),
+        payloads.with_max_bytes(usize::MAX),
         core.patches(),
     );
     let body = (reg.run)(&ctx.payloads, history.run.id, history.run.input.clone())

@@ -8,6 +8,7 @@ fn start_child(child_key: &str, workflow: &'static str) -> Command<()> {
         queue: None,
         child_key: child_key.into(),
         workflow,
+        child_id: RunId::new(),
         input: json!([]),
         hook: None,
         timeout: None,

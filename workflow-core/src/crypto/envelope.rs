@@ -1,0 +1,312 @@
+//! The envelope a sealed payload is stored in: a JSON object, because every store keeps
+//! payloads as JSON values, that readers recognise by its reserved marker:
+//!
+//! ```json
+//! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
+//! ```
+//!
+//! The cipher is XChaCha20-Poly1305 (its 192-bit nonces are drawn at random without any risk
+//! of reuse), under the data key of the payload's subject (see [`Keyring::data_key`]); the
+//! associated data binds the ciphertext to its subject, its kind, its place and its key id, so
+//! a ciphertext moved anywhere else fails to open.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use serde_json::{Map, Value};
+
+use super::keys::Keyring;
+use crate::ids::RunId;
+
+/// The marker field of an envelope, and its version.
+pub(crate) const MARKER: &str = "$wf_sealed";
+const VERSION: u64 = 1;
+const NONCE_BYTES: usize = 24;
+
+/// Whom a payload belongs to: the data key is derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subject<'a> {
+    /// A run's own payload.
+    Run(RunId),
+    /// A payload sent to a hook token before any run is known to own it.
+    Token(&'a str),
+}
+
+/// Where a payload belongs: what the associated data of its ciphertext says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Binding<'a> {
+    /// The run (or token) it belongs to.
+    pub(crate) subject: Subject<'a>,
+    /// What it is (`input`, `step_result`, ...).
+    pub(crate) kind: &'static str,
+    /// Its place within the subject (a step id, a stream name); empty when the kind has one.
+    pub(crate) place: &'a str,
+}
+
+impl Binding<'_> {
+    fn subject_bytes(&self) -> Vec<u8> {
+        match self.subject {
+            Subject::Run(run) => format!("run:{run}").into_bytes(),
+            Subject::Token(token) => format!("hook:{token}").into_bytes(),
+        }
+    }
+
+    fn associated_data(&self, key_id: &str, coded: bool) -> Vec<u8> {
+        let mut ad = b"workflow-rs/sealed/v1".to_vec();
+        ad.push(u8::from(coded));
+        for part in [
+            &self.subject_bytes()[..],
+            self.kind.as_bytes(),
+            self.place.as_bytes(),
+            key_id.as_bytes(),
+        ] {
+            // Length-prefixed: no two bindings share a byte string.
+            ad.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            ad.extend_from_slice(part);
+        }
+        ad
+    }
+}
+
+/// Why an envelope did not open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OpenError {
+    /// It was sealed with key `id`, which this process was not given.
+    MissingKey(String),
+    /// The key is there but the ciphertext does not open: it belongs to another run or
+    /// place, or it was altered.
+    Unauthentic {
+        /// The key it names.
+        key: String,
+    },
+    /// It carries the marker but is not a well-formed envelope.
+    Malformed(String),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::MissingKey(id) => write!(
+                f,
+                "it is encrypted with key {id:?}, which this process was not given (add it to \
+                 `Keys` with `.old({id:?}, key)`)"
+            ),
+            OpenError::Unauthentic { key } => write!(
+                f,
+                "it does not decrypt with key {key:?}: it was not written for this run and \
+                 place, or it was altered"
+            ),
+            OpenError::Malformed(why) => write!(f, "it is not a well-formed sealed payload: {why}"),
+        }
+    }
+}
+
+/// `plaintext` sealed under the current key for `binding`; `coded`: its bytes are a
+/// [`Codec`](super::Codec)'s (said in the envelope and bound by the associated data).
+pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, coded: bool) -> Value {
+    let key_id = ring.current();
+    // The current key is in the ring by construction.
+    let key = ring
+        .data_key(key_id, &binding.subject_bytes())
+        .unwrap_or_default();
+    let nonce: [u8; NONCE_BYTES] = rand::random();
+    let cipher = XChaCha20Poly1305::new(&key.into());
+    let ad = binding.associated_data(key_id, coded);
+    // Encryption with a valid key fails only for inputs over 256 GiB, far over any payload
+    // limit; an empty ciphertext would then fail to open rather than leak.
+    let data = cipher
+        .encrypt(
+            XNonce::from_slice(&nonce),
+            Payload {
+                msg: plaintext,
+                aad: &ad,
+            },
+        )
+        .unwrap_or_default();
+    let mut m = Map::with_capacity(5);
+    m.insert(MARKER.to_owned(), Value::from(VERSION));
+    if coded {
+        m.insert("coded".to_owned(), Value::from(1));
+    }
+    m.insert("key".to_owned(), Value::from(key_id));
+    m.insert("nonce".to_owned(), Value::from(B64.encode(nonce)));
+    m.insert("data".to_owned(), Value::from(B64.encode(data)));
+    Value::Object(m)
+}
+
+/// `bytes` of a [`Codec`](super::Codec), without encryption: an envelope with no key.
+pub(crate) fn wrap(bytes: &[u8]) -> Value {
+    let mut m = Map::with_capacity(3);
+    m.insert(MARKER.to_owned(), Value::from(VERSION));
+    m.insert("coded".to_owned(), Value::from(1));
+    m.insert("data".to_owned(), Value::from(B64.encode(bytes)));
+    Value::Object(m)
+}
+
+/// Whether `value` is an envelope (sealed, or a codec's bytes).
+pub(crate) fn is_sealed(value: &Value) -> bool {
+    value.as_object().is_some_and(|m| m.contains_key(MARKER))
+}
+
+/// The key id of `value` when it is an encrypted envelope.
+pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
+    let m = value.as_object()?;
+    m.get(MARKER)?;
+    m.get("key").and_then(Value::as_str)
+}
+
+/// The plaintext of envelope `value` sealed for `binding`, opened with `ring` (`None`: no
+/// keys were given, so every encrypted envelope names a missing key), and whether its bytes
+/// are a codec's.
+pub(crate) fn open(
+    ring: Option<&Keyring>,
+    value: &Value,
+    binding: &Binding<'_>,
+) -> Result<(Vec<u8>, bool), OpenError> {
+    let m = value
+        .as_object()
+        .ok_or_else(|| OpenError::Malformed("not an object".to_owned()))?;
+    if m.get(MARKER).and_then(Value::as_u64) != Some(VERSION) {
+        return Err(OpenError::Malformed(format!(
+            "unknown version {}",
+            m.get(MARKER).unwrap_or(&Value::Null)
+        )));
+    }
+    let field = |name: &str| {
+        m.get(name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| OpenError::Malformed(format!("no `{name}`")))
+    };
+    let coded = m.contains_key("coded");
+    if !m.contains_key("key") {
+        // A codec's bytes, not encrypted.
+        let data = B64
+            .decode(field("data")?)
+            .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
+        return Ok((data, coded));
+    }
+    let key_id = field("key")?;
+    let Some(key) = ring.and_then(|r| r.data_key(key_id, &binding.subject_bytes())) else {
+        return Err(OpenError::MissingKey(key_id.to_owned()));
+    };
+    let nonce = B64
+        .decode(field("nonce")?)
+        .map_err(|e| OpenError::Malformed(format!("nonce: {e}")))?;
+    if nonce.len() != NONCE_BYTES {
+        return Err(OpenError::Malformed(format!(
+            "a nonce of {} bytes",
+            nonce.len()
+        )));
+    }
+    let data = B64
+        .decode(field("data")?)
+        .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
+    let cipher = XChaCha20Poly1305::new(&key.into());
+    let ad = binding.associated_data(key_id, coded);
+    cipher
+        .decrypt(
+            XNonce::from_slice(&nonce),
+            Payload {
+                msg: &data,
+                aad: &ad,
+            },
+        )
+        .map(|plain| (plain, coded))
+        .map_err(|_| OpenError::Unauthentic {
+            key: key_id.to_owned(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::Keys;
+
+    fn ring(id: &str, byte: u8) -> Keyring {
+        Keys::new().current(id, [byte; 32]).ring().unwrap()
+    }
+
+    #[test]
+    fn a_sealed_payload_opens_only_where_it_was_sealed() {
+        let (run, other) = (RunId::new(), RunId::new());
+        let r = ring("k1", 1);
+        let at = |subject, kind, place| Binding {
+            subject,
+            kind,
+            place,
+        };
+        let b = at(Subject::Run(run), "step_result", "s-1");
+        let v = seal(&r, b"secret marker", &b, false);
+        assert_eq!(sealed_key(&v), Some("k1"));
+        assert!(!v.to_string().contains("secret"), "{v}");
+        assert_eq!(open(Some(&r), &v, &b).unwrap().0, b"secret marker");
+        // Two seals of one value differ (fresh nonces).
+        assert_ne!(seal(&r, b"secret marker", &b, false), v);
+        for wrong in [
+            at(Subject::Run(other), "step_result", "s-1"),
+            at(Subject::Run(run), "step_input", "s-1"),
+            at(Subject::Run(run), "step_result", "s-2"),
+            at(Subject::Token("s-1"), "step_result", "s-1"),
+        ] {
+            assert_eq!(
+                open(Some(&r), &v, &wrong),
+                Err(OpenError::Unauthentic { key: "k1".into() }),
+                "{wrong:?}"
+            );
+        }
+        // The same id with another key: does not open either.
+        assert!(matches!(
+            open(Some(&ring("k1", 2)), &v, &b),
+            Err(OpenError::Unauthentic { .. })
+        ));
+        // A missing key is named.
+        let err = open(Some(&ring("k2", 1)), &v, &b).unwrap_err();
+        assert_eq!(err, OpenError::MissingKey("k1".into()));
+        assert!(err.to_string().contains("key \"k1\""), "{err}");
+        assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
+        // A flipped ciphertext byte is caught.
+        let mut bad = v.clone();
+        let data = B64.decode(bad["data"].as_str().unwrap()).unwrap();
+        let mut data = data;
+        data[0] ^= 1;
+        bad["data"] = Value::from(B64.encode(data));
+        assert!(matches!(
+            open(Some(&r), &bad, &b),
+            Err(OpenError::Unauthentic { .. })
+        ));
+        assert_eq!(sealed_key(&Value::from("plain")), None);
+    }
+
+    #[test]
+    fn an_old_key_still_opens_what_it_sealed() {
+        let run = RunId::new();
+        let b = Binding {
+            subject: Subject::Run(run),
+            kind: "input",
+            place: "",
+        };
+        let v = seal(&ring("a", 1), b"x", &b, false);
+        let rotated = Keys::new()
+            .current("b", [2; 32])
+            .old("a", [1; 32])
+            .ring()
+            .unwrap();
+        assert_eq!(open(Some(&rotated), &v, &b).unwrap().0, b"x");
+        assert_eq!(sealed_key(&seal(&rotated, b"x", &b, false)), Some("b"));
+        // The codec flag is bound: an envelope stripped of it does not open.
+        let mut coded = seal(&rotated, b"x", &b, true);
+        assert_eq!(
+            open(Some(&rotated), &coded, &b).unwrap(),
+            (b"x".to_vec(), true)
+        );
+        coded.as_object_mut().unwrap().remove("coded");
+        assert!(matches!(
+            open(Some(&rotated), &coded, &b),
+            Err(OpenError::Unauthentic { .. })
+        ));
+        let plain = wrap(b"y");
+        assert!(is_sealed(&plain) && sealed_key(&plain).is_none());
+        assert_eq!(open(None, &plain, &b).unwrap(), (b"y".to_vec(), true));
+    }
+}

@@ -1,0 +1,158 @@
+//! Where each sealed value of a run belongs: the kind and place its [`Binding`] names, for the
+//! payloads sealed through [`crate::payload`] and for every value a history holds. One table,
+//! so that what the runtime seals and what a reader (the CLI, a fork, `workflow rekey`) opens
+//! can never disagree.
+
+use serde_json::Value;
+
+use super::envelope::{Binding, Subject};
+use crate::error::Error;
+use crate::history::Event;
+use crate::ids::RunId;
+
+/// A run's arguments (also as its parent started it).
+pub(crate) const INPUT: &str = "input";
+/// A run's return value (also as its parent reads it).
+pub(crate) const OUTPUT: &str = "output";
+/// The message of a run's error (also as its parent reads it).
+pub(crate) const ERROR: &str = "error";
+/// A step's arguments; the place is the step id.
+pub(crate) const STEP_INPUT: &str = "step_input";
+/// A step's result; the place is the step id.
+pub(crate) const STEP_RESULT: &str = "step_result";
+/// The message of a step's error (of any attempt); the place is the step id.
+pub(crate) const STEP_ERROR: &str = "step_error";
+/// A payload sent to a hook token.
+pub(crate) const HOOK_PAYLOAD: &str = "hook_payload";
+/// A chunk of a run's stream; the place is the stream's name.
+pub(crate) const STREAM_CHUNK: &str = "stream_chunk";
+/// A message sent to a run (`run.send`); the place is its topic.
+pub(crate) const MESSAGE: &str = "message";
+/// A value a run published (`set_event`); the place is its key.
+pub(crate) const EVENT: &str = "event";
+
+/// A payload sent to `token`: bound to the token, since it is sealed before any run is known
+/// to own it (the store finds the owner in the same transaction that keeps the payload).
+pub(crate) fn hook_payload(token: &str) -> Binding<'_> {
+    Binding {
+        subject: Subject::Token(token),
+        kind: HOOK_PAYLOAD,
+        place: token,
+    }
+}
+
+/// Value `kind` of run `run` at `place`.
+pub(crate) fn of_run<'a>(run: RunId, kind: &'static str, place: &'a str) -> Binding<'a> {
+    Binding {
+        subject: Subject::Run(run),
+        kind,
+        place,
+    }
+}
+
+/// A sealed or sealable value inside a history, as [`visit_event`] hands it out.
+pub(crate) enum Slot<'e> {
+    /// A payload.
+    Value(&'e mut Value),
+    /// An error, whose message may be sealed.
+    Error(&'e mut Error),
+}
+
+/// Calls `f` with every payload and error of `event` of run `run`, and where each belongs.
+pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Binding<'_>, Slot<'_>)) {
+    match event {
+        Event::StepScheduled { step_id, input, .. } => {
+            f(of_run(run, STEP_INPUT, step_id), Slot::Value(input))
+        }
+        Event::StepAttemptFailed { step_id, error, .. } => {
+            f(of_run(run, STEP_ERROR, step_id), Slot::Error(error))
+        }
+        Event::StepCompleted { step_id, result } => match result {
+            Ok(v) => f(of_run(run, STEP_RESULT, step_id), Slot::Value(v)),
+            Err(e) => f(of_run(run, STEP_ERROR, step_id), Slot::Error(e)),
+        },
+        Event::RunCompleted { output } => f(of_run(run, OUTPUT, ""), Slot::Value(output)),
+        Event::RunFailed { error } => f(of_run(run, ERROR, ""), Slot::Error(error)),
+        Event::HookReceived { token, payload, .. } => f(hook_payload(token), Slot::Value(payload)),
+        Event::MessageReceived { topic, payload, .. } => {
+            f(of_run(run, MESSAGE, topic), Slot::Value(payload))
+        }
+        Event::EventSet { key, value, .. } => f(of_run(run, EVENT, key), Slot::Value(value)),
+        Event::ChildEnded {
+            child_id, result, ..
+        } => match result {
+            Ok(v) => f(of_run(*child_id, OUTPUT, ""), Slot::Value(v)),
+            Err(e) => f(of_run(*child_id, ERROR, ""), Slot::Error(e)),
+        },
+        Event::StepAttemptStarted { .. }
+        | Event::TimerScheduled { .. }
+        | Event::TimerFired { .. }
+        | Event::RunCancelled
+        | Event::HookRegistered { .. }
+        | Event::HookReleased { .. }
+        | Event::PatchMarked { .. }
+        | Event::RunRetried
+        | Event::ChildStarted { .. } => {}
+    }
+}
+
+/// The id of the key `value` (a payload, or an error's sealed message) was sealed with.
+pub(crate) fn slot_key<'s>(slot: &'s Slot<'_>) -> Option<&'s str> {
+    match slot {
+        Slot::Value(v) => super::sealed_key(v),
+        Slot::Error(e) => e.sealed_message().and_then(super::sealed_key),
+    }
+}
+
+/// The id of the first key, not among `keys`, that run `run`'s arguments or history were
+/// sealed with: a run that holds one cannot be replayed here.
+pub(crate) fn missing_key<'e>(
+    keys: Option<&super::Keyring>,
+    run: RunId,
+    input: &Value,
+    events: impl IntoIterator<Item = &'e mut Event>,
+) -> Option<String> {
+    let missing = |id: &str| !keys.is_some_and(|k| k.has(id));
+    if let Some(id) = super::sealed_key(input).filter(|id| missing(id)) {
+        return Some(id.to_owned());
+    }
+    let mut found = None;
+    for event in events {
+        visit_event(run, event, |_, slot| {
+            if found.is_none() {
+                found = slot_key(&slot).filter(|id| missing(id)).map(str::to_owned);
+            }
+        });
+        if found.is_some() {
+            break;
+        }
+    }
+    found
+}
+
+/// The same for entries of a run's inbox (payloads sent to its hooks, its children's ends).
+pub(crate) fn missing_key_in_inbox<'e>(
+    keys: Option<&super::Keyring>,
+    entries: impl IntoIterator<Item = &'e crate::model::InboxEntry>,
+) -> Option<String> {
+    use crate::model::Inbound;
+    let missing = |id: &str| !keys.is_some_and(|k| k.has(id));
+    entries.into_iter().find_map(|entry| {
+        let key = match &entry.what {
+            Inbound::Hook { payload, .. } | Inbound::Message { payload, .. } => {
+                super::sealed_key(payload)
+            }
+            Inbound::ChildEnded(notice) => notice
+                .output
+                .as_ref()
+                .and_then(super::sealed_key)
+                .or_else(|| {
+                    notice
+                        .error
+                        .as_ref()
+                        .and_then(|e| e.sealed_message().and_then(super::sealed_key))
+                }),
+        };
+        key.filter(|id| missing(id)).map(str::to_owned)
+    })
+}
