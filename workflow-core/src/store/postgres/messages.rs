@@ -4,7 +4,7 @@
 //! take turns). What a send decides is the shared policy's
 //! (`store::sql::messages::send_message`); the payload's notice goes out after the commit.
 
-use super::listen::{NOTE_CHUNK, NOTE_PAYLOAD, NOTE_READY};
+use super::listen::{NOTE_PAYLOAD, NOTE_READY};
 use super::schema::quote_ident;
 use super::stash::settle;
 use super::tx::Pg;
@@ -31,31 +31,9 @@ const SQL: MessageSql = MessageSql {
                  AND (r.lease_until IS NULL OR r.lease_until <= {now}) AS idle)
          SELECT q.id, COALESCE((SELECT idle FROM woken LIMIT 1), FALSE) FROM queued q",
     keep_key: "INSERT INTO {s}.message_keys (run_id, key, payload_id) VALUES ($1, $2, $3)",
-    publish: "INSERT INTO {s}.run_events (run_id, key, value, at) VALUES ($1, $2, $3, $4)
-              ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, at = excluded.at",
     status: "SELECT status FROM {s}.runs WHERE id = $1",
     events: "SELECT key, value FROM {s}.run_events WHERE run_id = $1 ORDER BY key",
 };
-
-/// [`Tx::publish_event`](crate::store::sql::policy::Tx::publish_event) on PostgreSQL,
-/// announced to readers in every process as a stream change of the run (after the commit
-/// when the caller collects notices).
-pub(super) async fn publish(
-    tx: &mut Pg<'_>,
-    run: &str,
-    key: &str,
-    value: &str,
-    at: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(&on(SQL.publish, tx.channel))
-        .bind(run)
-        .bind(key)
-        .bind(value)
-        .bind(at)
-        .execute(&mut *tx.conn)
-        .await?;
-    tx.announce(vec![format!("{NOTE_CHUNK}{run}")]).await
-}
 
 /// `sql` for the schema `schema`.
 fn on(sql: &str, schema: &str) -> String {

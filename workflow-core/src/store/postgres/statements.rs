@@ -55,6 +55,8 @@ pub(super) struct PgOnly {
     /// `$6` deadline, `$7` parent, `$8` detached, `$9` queue, `$10` partition key, `$11`
     /// priority, `$12` version. A row when it was inserted.
     pub(super) insert_begun: String,
+    /// Run `$1`'s latest value of key `$2` is `$3` (JSON), set at `$4` (`Tx::publish_event`).
+    pub(super) publish_event: String,
 }
 
 /// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
@@ -591,6 +593,11 @@ pub(super) fn statements(s: &str) -> Statements {
                            r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
+                publish_event: format!(
+                    "INSERT INTO {s}.run_events (run_id, key, value, at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
+                                                             at = excluded.at"
+                ),
                 // The queue's row is locked by the statement before (`lock_queue`), so the
                 // counts are read after every other admission or acquire of the queue
                 // committed. Nobody is overtaken: no run of the queue may wait to begin.

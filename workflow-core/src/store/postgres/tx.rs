@@ -380,7 +380,15 @@ impl Tx for Pg<'_> {
         value: &str,
         at: i64,
     ) -> Result<(), StoreError> {
-        super::messages::publish(self, run, key, value, at).await
+        sqlx::query(&self.sql.dialect.publish_event)
+            .bind(run)
+            .bind(key)
+            .bind(value)
+            .bind(at)
+            .execute(&mut *self.conn)
+            .await?;
+        // Readers in every process wait on the run's stream notices.
+        self.announce(vec![format!("{NOTE_CHUNK}{run}")]).await
     }
 
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {

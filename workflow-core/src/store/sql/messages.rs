@@ -14,9 +14,7 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{NewMessage, SendOutcome};
 
-/// The `hook_inbox.token` of a message. Hook tokens with control characters are refused, so
-/// no hook can own or send to it.
-pub(in crate::store) const MESSAGE_TOKEN: &str = "\u{1}message";
+pub(in crate::store) use super::MESSAGE_TOKEN;
 
 /// The statements each dialect writes for messages (its `messages.rs`), side by side.
 pub(in crate::store) struct MessageSql {
@@ -28,8 +26,6 @@ pub(in crate::store) struct MessageSql {
     pub queue: &'static str,
     /// Records idempotency key `2` of run `1` for message `3`.
     pub keep_key: &'static str,
-    /// Sets run `1`'s latest value of key `2` to `3` (JSON), at `4`.
-    pub publish: &'static str,
     /// Run `1`'s status.
     pub status: &'static str,
     /// Run `1`'s published keys and values (JSON), by key.

@@ -28,6 +28,10 @@ pub(super) use values::*;
 /// [`Inbound::ChildEnded`]: crate::store::Inbound::ChildEnded
 pub(crate) const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
 
+/// The `hook_inbox.token` of a message sent with `run.send`. Hook tokens with control
+/// characters are refused, so no hook can own or send to it.
+pub(in crate::store) const MESSAGE_TOKEN: &str = "\u{1}message";
+
 /// Every statement the shared layer and the stores run, one field per statement, so that
 /// each dialect's table (SQLite's `&'static str`s, PostgreSQL's strings with the schema
 /// spelled in) has the same entries and the two read side by side. `X` holds the

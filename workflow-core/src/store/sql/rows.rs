@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::messages::MESSAGE_TOKEN;
+use super::MESSAGE_TOKEN;
 use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of, CHILD_NOTICE_TOKEN};
 use crate::error::StoreError;
 use crate::ids::RunId;

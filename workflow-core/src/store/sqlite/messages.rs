@@ -21,24 +21,9 @@ const SQL: MessageSql = MessageSql {
     queue: "INSERT INTO hook_inbox (run_id, token, topic, payload, at)
             VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id",
     keep_key: "INSERT INTO message_keys (run_id, key, payload_id) VALUES (?1, ?2, ?3)",
-    publish: "INSERT INTO run_events (run_id, key, value, at) VALUES (?1, ?2, ?3, ?4)
-              ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, at = excluded.at",
     status: "SELECT status FROM runs WHERE id = ?1",
     events: "SELECT key, value FROM run_events WHERE run_id = ?1 ORDER BY key",
 };
-
-/// [`Tx::publish_event`](crate::store::sql::policy::Tx::publish_event) on SQLite: readers
-/// in other processes see it at their next poll.
-pub(super) fn publish(
-    tx: &mut Lite<'_>,
-    run: &str,
-    key: &str,
-    value: &str,
-    at: i64,
-) -> Result<(), StoreError> {
-    exec(tx.0, SQL.publish, params![run, key, value, at])?;
-    Ok(())
-}
 
 impl MessageTx for Lite<'_> {
     async fn message_key(&mut self, run: &str, key: &str) -> Result<Option<i64>, StoreError> {

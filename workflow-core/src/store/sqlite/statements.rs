@@ -19,6 +19,7 @@ pub(super) struct SqliteOnly {
     pub(super) legacy_meta: &'static str,
     pub(super) ended_among: &'static str,
     pub(super) insert_begun: &'static str,
+    pub(super) publish_event: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
@@ -316,5 +317,10 @@ pub(super) const SQL: Statements = Statements {
                                 AND h.began_at IS NOT NULL
                                 AND h.status IN ('pending', 'running', 'blocked')))
                        ON CONFLICT (id) DO NOTHING",
+        // Run `?1`'s latest value of key `?2` is `?3` (JSON), set at `?4`: readers in other
+        // processes see it at their next poll.
+        publish_event: "INSERT INTO run_events (run_id, key, value, at) VALUES (?1, ?2, ?3, ?4)
+                        ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
+                                                                at = excluded.at",
     },
 };

@@ -195,7 +195,12 @@ impl Tx for Lite<'_> {
         value: &str,
         at: i64,
     ) -> Result<(), StoreError> {
-        super::messages::publish(self, run, key, value, at)
+        exec(
+            self.0,
+            SQL.dialect.publish_event,
+            params![run, key, value, at],
+        )?;
+        Ok(())
     }
 
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {

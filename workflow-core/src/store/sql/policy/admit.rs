@@ -76,7 +76,8 @@ impl NewRunRow {
     }
 
     /// Whether its start lies ahead of its admission: nobody may take it yet, so nobody
-    /// need be told it is ready.
+    /// need be told it is ready. (Only PostgreSQL announces ready runs.)
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub fn delayed(&self) -> bool {
         self.start_at.is_some_and(|t| t > self.created_at)
     }

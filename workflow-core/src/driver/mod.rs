@@ -28,23 +28,23 @@ use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
-use crate::history::{after, never, Event, NewEvent};
+use crate::history::{never, Event};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
-use crate::replay::{ChildCall, Divergence, Effect, End, HookKey, Replay, StepId, Writes};
+use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
-    Admission, Append, ChildNotice, ClaimOutcome, EndHint, Event as Recorded, FailureOutcome,
-    Lease, LeasedRun, NewRun, ParentLink, RunOutcome, RunStatus, StartHook, Store,
+    Append, ClaimOutcome, EndHint, Event as Recorded, Lease, LeasedRun, RunOutcome, RunStatus,
+    Store,
 };
 use crate::telemetry::AttemptOutcome;
+
+mod children;
+mod stops;
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(5);
-/// The longest wait between two reads of a shared child's record (see
-/// [`Driver::read_shared_child_ends`]); the first wait is the poll interval.
-const SHARED_CHILD_READ_MAX: Duration = Duration::from_secs(60);
 
 /// What a driver needs from the runtime hosting it, and nothing more.
 pub(crate) trait Host: Send + Sync + 'static {
@@ -346,48 +346,6 @@ impl Driver {
         d.host.left(&d.lease, evicted);
     }
 
-    /// Records that this try at the run ended on store error `e`, which is not transient (a
-    /// run the store keeps refusing must end): the store gives the run back for a later try,
-    /// or fails it after the last. Whether the run was given back.
-    async fn failed_try(&self, e: StoreError) -> bool {
-        let run_id = self.ctx.run_id;
-        let cause = Error::fatal(format!("store error: {e}"));
-        let recorded = self
-            .retry(|| {
-                self.host
-                    .store()
-                    .record_failure(&self.lease, &cause, self.host.now())
-            })
-            .await;
-        match recorded {
-            Ok(FailureOutcome::Retrying { tries, at }) => {
-                let due_in = at.duration_since(self.host.now()).unwrap_or_default();
-                tracing::warn!(
-                    %run_id, error = %e, tries, ?due_in,
-                    "run driver stopped on a store error; the run is tried again later"
-                );
-                true
-            }
-            Ok(FailureOutcome::Failed) => {
-                tracing::error!(
-                    %run_id, error = %e,
-                    "run driver stopped on a store error again; the run failed"
-                );
-                crate::telemetry::run_ended(self.ctx.workflow, RunStatus::Failed);
-                self.host.ended(run_id, self.parent, None);
-                false
-            }
-            Err(why) => {
-                tracing::warn!(
-                    %run_id, error = %e, record_error = %why,
-                    "run driver stopped on a store error, and could not record it; the lease \
-                     will expire"
-                );
-                false
-            }
-        }
-    }
-
     /// Calls the store until the call does not fail on a transient error, waiting between
     /// tries while the lease is kept (the heartbeat goes on renewing it). Returns the
     /// transient error if the driver is told to stop meanwhile.
@@ -669,78 +627,6 @@ impl Driver {
         Ok(false)
     }
 
-    /// Admits child `child_id` of `call` with its `ChildStarted` event; the owner of its
-    /// token when it was taken (and no child was admitted). After a transient error, the
-    /// history tells whether the start committed before it is tried again.
-    async fn start_child(
-        &self,
-        call: ChildCall,
-        child_id: RunId,
-        at: SystemTime,
-    ) -> Result<Option<RunId>, StoreError> {
-        // The store and the history know the key as text.
-        let child_key = call.child_key.to_string();
-        let child = NewRun {
-            queue: call.queue,
-            id: child_id,
-            workflow: call.workflow.to_owned(),
-            input: call.input,
-            created_at: at,
-            hook: call.hook.map(|token| StartHook {
-                token,
-                retain_until: None,
-            }),
-            // Its own timeout replaces the parent's deadline; an attached child without one
-            // ends by the parent's deadline (the same instant); a detached one inherits nothing.
-            deadline: match call.timeout {
-                Some(d) => (d != Duration::MAX).then(|| crate::history::after(at, d)),
-                None if call.detached => None,
-                None => self.deadline.map(|(at, _)| at),
-            },
-            parent: Some(ParentLink {
-                run: self.ctx.run_id,
-                detached: call.detached,
-            }),
-            start_at: None,
-            // The build that starts the child, which is the one driving its parent now.
-            version: self.host.config().version.clone(),
-        };
-        let mut tries = 0;
-        loop {
-            let started = self
-                .host
-                .store()
-                .start_child(&self.lease, &child_key, child.clone());
-            let e = match started.await {
-                Ok(Admission::Admitted) => {
-                    crate::telemetry::run_started(call.workflow);
-                    return Ok(None);
-                }
-                Ok(Admission::Conflict(owner)) => return Ok(Some(owner)),
-                Err(e) if e.is_transient() => e,
-                Err(e) => return Err(e),
-            };
-            self.back_off(e, &mut tries).await?;
-            let run_id = self.ctx.run_id;
-            let events = self.retry(|| self.host.store().events(&run_id)).await?;
-            match events.last() {
-                Some(e) if e.seq == self.last_seq + 1 => {
-                    return match &e.event {
-                        Recorded::ChildStarted {
-                            child_key: recorded,
-                            child_id: id,
-                            conflict,
-                            ..
-                        } if *recorded == child_key && *id == child_id => Ok(*conflict),
-                        _ => Err(StoreError::LeaseLost(run_id)),
-                    };
-                }
-                last if last.map_or(0, |e| e.seq) == self.last_seq => {}
-                _ => return Err(StoreError::LeaseLost(run_id)),
-            }
-        }
-    }
-
     /// Claims `token` for hook `hook_key`. After a transient error, the history tells whether
     /// the claim committed (its `HookRegistered` event holds the decision) before it is tried
     /// again.
@@ -916,171 +802,6 @@ impl Driver {
             self.host.published(self.ctx.run_id);
         }
         Ok(append.outcome)
-    }
-
-    /// Reads the records of the awaited children whose ends do not come to this run's inbox:
-    /// a fork's copy shares the children its original started before the cut, and their
-    /// ends go to the original. An ended one's end is handed to the core (delivered and
-    /// recorded like one from the inbox); one still running is read again later, the wait
-    /// doubling from the poll interval up to [`SHARED_CHILD_READ_MAX`]. A child whose end
-    /// comes from the history, or whose record names this run as its parent, is never read.
-    async fn read_shared_child_ends(&mut self) -> Result<(), StoreError> {
-        let unread = self.replay.unread_child_ends();
-        self.shared_children.retain(|c, _| unread.contains(c));
-        for child in unread {
-            if self.own_children.contains(&child) {
-                continue;
-            }
-            let now = self.host.now();
-            let wait = match self.shared_children.get(&child) {
-                Some((next, _)) if *next > now => continue,
-                Some((_, wait)) => *wait,
-                None => self.host.config().poll_interval,
-            };
-            let record = self.retry(|| self.host.store().get_run(&child)).await?;
-            let result = match record {
-                Some(r) if r.parent == Some(self.ctx.run_id) => {
-                    self.own_children.insert(child);
-                    continue;
-                }
-                Some(r) if r.status.is_terminal() => ChildNotice {
-                    child,
-                    status: r.status,
-                    output: r.output,
-                    error: r.error,
-                }
-                .result(),
-                Some(_) => {
-                    let next = (
-                        after(now, wait),
-                        wait.saturating_mul(2).min(SHARED_CHILD_READ_MAX),
-                    );
-                    self.shared_children.insert(child, next);
-                    continue;
-                }
-                None => Err(Error::fatal(format!(
-                    "child run {child} is not in the store (pruned?), so its end is unknown"
-                ))),
-            };
-            self.shared_children.remove(&child);
-            self.replay.child_end_read(child, result);
-        }
-        Ok(())
-    }
-
-    /// Fails the run at its deadline (`start(..).timeout(d)`); its attempts are dropped when
-    /// the driver stops.
-    async fn time_out(&mut self) -> Result<Stop, StoreError> {
-        let timeout = self.deadline.map(|(_, d)| d).unwrap_or_default();
-        let error = Error::fatal(format!(
-            "run {} timed out after {}: its deadline passed",
-            self.ctx.run_id,
-            crate::config::human_duration(timeout)
-        ));
-        tracing::warn!(run_id = %self.ctx.run_id, "{error}");
-        for (_, attempt) in self.attempts.drain() {
-            attempt.abort();
-        }
-        self.replay.take_writes();
-        let outcome = self
-            .write(Writes {
-                events: vec![NewEvent {
-                    at: self.host.now(),
-                    event: Event::RunFailed {
-                        error: error.clone(),
-                    },
-                }],
-                releases: Vec::new(),
-                end: Some(End::Failed(error)),
-            })
-            .await?;
-        self.host.ended(self.ctx.run_id, self.parent, outcome);
-        Ok(Stop::Ended)
-    }
-
-    /// Fails a run whose recorded arguments do not fit this binary's workflow.
-    async fn fail_at_start(&mut self, error: Error) -> Result<Stop, StoreError> {
-        // It may quote the arguments.
-        let error = self.seal_run_error(error);
-        let at = self.host.now();
-        let writes = Writes {
-            events: vec![NewEvent {
-                at,
-                event: Event::RunFailed {
-                    error: error.clone(),
-                },
-            }],
-            releases: Vec::new(),
-            end: Some(End::Failed(error)),
-        };
-        let outcome = self.write(writes).await?;
-        self.host.ended(self.ctx.run_id, self.parent, outcome);
-        Ok(Stop::Ended)
-    }
-
-    /// `error`, ending the run, with its message sealed when encryption is on.
-    fn seal_run_error(&self, error: Error) -> Error {
-        let binding = places::of_run(self.ctx.run_id, places::ERROR, "");
-        self.ctx.payloads.seal_error(error, &binding)
-    }
-
-    /// Blocks the run, before anything of it is replayed, because a payload of its record or
-    /// history is sealed with key `key`, which this process was not given: nothing is written
-    /// and nothing decoded; a worker that has the key takes it (workers retry blocked runs when
-    /// they start, with backoff, and on `retry()`).
-    async fn block_for_key(&mut self, key: &str) -> Result<Stop, StoreError> {
-        let error = Error::fatal(format!(
-            "run {} (workflow `{}`) holds payloads encrypted with key {key:?}, which this \
-             worker was not given; the run is blocked, unchanged, until a worker with that key \
-             takes it (give it with `Keys::old({key:?}, key)`, or `workflow rekey` the store)",
-            self.ctx.run_id, self.ctx.workflow
-        ));
-        tracing::error!(run_id = %self.ctx.run_id, "{error}");
-        let at = self
-            .retry(|| {
-                self.host
-                    .store()
-                    .block(&self.lease, &error, self.host.now())
-            })
-            .await?;
-        tracing::info!(run_id = %self.ctx.run_id, retry_at = ?at, "run blocked");
-        Ok(Stop::Blocked)
-    }
-
-    /// Writes what is pending and gives the run back until `wake_at` (or its next payload).
-    async fn evict(&mut self, wake_at: SystemTime) -> Result<Stop, StoreError> {
-        self.flush().await?;
-        // The release wakes the run at once for entries above `seen`: messages sent before
-        // the run began, which no `recv` waits for yet, must not count as news.
-        if self.inbox_unread {
-            self.fetch_payloads().await?;
-        }
-        let seen = self.replay.inbox_seen();
-        self.retry(|| self.host.store().release(&self.lease, wake_at, seen))
-            .await?;
-        Ok(Stop::Evicted)
-    }
-
-    /// Blocks the run without touching its history: it waits for a build whose code
-    /// fits, tried again when a worker starts, with backoff, or on `retry()`.
-    async fn diverge(&mut self, divergence: Divergence) -> Result<Stop, StoreError> {
-        let msg = format!(
-            "replay of run {} (workflow `{}`) diverged from its recorded history: {divergence}; \
-             the code changed under a running workflow. The run is blocked until a build whose \
-             code fits its history picks it up (or `retry()`); nothing was written.",
-            self.ctx.run_id, self.ctx.workflow
-        );
-        tracing::error!(run_id = %self.ctx.run_id, "{msg}");
-        let error = Error::diverged_at(msg, divergence);
-        let at = self
-            .retry(|| {
-                self.host
-                    .store()
-                    .block(&self.lease, &error, self.host.now())
-            })
-            .await?;
-        tracing::info!(run_id = %self.ctx.run_id, retry_at = ?at, "run blocked");
-        Ok(Stop::Blocked)
     }
 }
 
