@@ -17,6 +17,7 @@ mod connect;
 mod error;
 mod ops;
 mod schedules;
+mod show;
 mod text;
 mod view;
 mod web;

@@ -1,0 +1,248 @@
+//! How the command line prints a run's detail and a queue's runs for people (`workflow run`,
+//! `workflow runs --queue`); `--json` prints the same views as JSON instead.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use crate::text::{self, Table};
+use crate::view::{AttemptOutcome, QueueView, QueuedRun, RunDetail, Time};
+
+/// `workflow runs --queue`: the queue's limits and occupancy, then its runs with the waiting
+/// ones' positions.
+pub fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
+    let mut out = format!(
+        "queue {}: {}; {} waiting\n",
+        text::printable(&queue.name, false),
+        queue.limits(),
+        queue.waiting
+    );
+    let now = Time(SystemTime::now());
+    let mut t = Table::new([
+        "RUN", "WORKFLOW", "STATUS", "POSITION", "KEY", "PRIORITY", "CREATED",
+    ]);
+    for r in runs {
+        let entry = r.run.queue.as_ref();
+        t.row(vec![
+            r.run.id.to_string(),
+            r.run.workflow.clone(),
+            r.run.status_text(now),
+            r.position.map(|p| p.to_string()).unwrap_or_default(),
+            entry
+                .and_then(|q| q.partition_key.clone())
+                .unwrap_or_default(),
+            entry.map_or(0, |q| q.priority).to_string(),
+            r.run.created_at.to_string(),
+        ]);
+    }
+    if t.is_empty() {
+        out.push_str("no runs\n");
+    } else {
+        out.push_str(&t.to_string());
+    }
+    out
+}
+
+/// `workflow run <id>` for people.
+pub fn run_text(d: &RunDetail) -> String {
+    let r = &d.run;
+    let mut out = String::new();
+    // One line per field, whatever the store holds: a newline in an error must not forge a field.
+    let mut field = |name: &str, value: &str| {
+        let _ = writeln!(out, "{name:<10} {}", text::printable(value, false));
+    };
+    field("run", &r.id.to_string());
+    field("workflow", &r.workflow);
+    field("status", &r.status_text(d.as_of));
+    field("created", &r.created_at.to_string());
+    if let Some(t) = r.start_at {
+        field("starts", &t.to_string());
+    }
+    if let Some(v) = &r.version {
+        field("version", v);
+    }
+    if r.status.is_terminal() {
+        field("ended", &r.updated_at.to_string());
+        field(
+            "duration",
+            &text::duration_ms(r.duration_ms.unwrap_or_default()),
+        );
+    } else {
+        field("age", &text::duration_ms(r.created_at.until(d.as_of)));
+    }
+    if let Some(token) = &r.hook_token {
+        field("token", token);
+    }
+    if let Some(parent) = &r.parent {
+        field("parent", &parent.to_string());
+    }
+    if let Some(q) = &r.queue {
+        let mut place = format!("{}, priority {}", q.name, q.priority);
+        if let Some(k) = &q.partition_key {
+            let _ = write!(place, ", key {k}");
+        }
+        field("queue", &place);
+    }
+    field("input", &r.input.to_string());
+    if let Some(output) = &r.output {
+        field("output", &output.to_string());
+    }
+    if let Some(div) = &d.divergence {
+        // The reason the run stands still, first: on call, this is what one needs to read.
+        field("blocked", &div.message);
+        if let Some(n) = div.event {
+            field("  event", &n.to_string());
+        }
+        if let Some(e) = &div.expected {
+            field("  expected", e);
+        }
+        if let Some(f) = &div.found {
+            field("  found", f);
+        }
+        field(
+            "  then",
+            &format!(
+                "deploy code that fits (guard the change with `patched()`), then \
+                 `workflow retry {id}`; or `workflow fork {id} --from-step N`",
+                id = r.id
+            ),
+        );
+    } else if let Some(error) = &r.error {
+        field("error", &format!("{:?}: {error}", error.kind()));
+    }
+    if !d.waiting_on.is_empty() {
+        let _ = writeln!(out, "waiting on");
+        for w in &d.waiting_on {
+            let _ = writeln!(out, "  - {}", text::printable(w, false));
+        }
+    }
+
+    if !d.children.is_empty() {
+        let _ = writeln!(out, "\nchildren");
+        let mut t = Table::new(["  CHILD", "WORKFLOW", "STATUS", "DETAILS"]);
+        for c in &d.children {
+            let status = match (c.status, c.conflict) {
+                (_, Some(_)) => "not started".to_owned(),
+                _ if c.refused.is_some() => "not started".to_owned(),
+                (Some(s), _) => s.as_str().to_owned(),
+                (None, _) => "pruned".to_owned(),
+            };
+            let details = match (&c.conflict, &c.output, &c.error) {
+                (Some(owner), _, _) => format!("token owned by run {owner}"),
+                _ if c.refused.is_some() => c.refused.clone().unwrap_or_default(),
+                (_, Some(v), _) => format!("received ok={}", text::json_line(v, 60)),
+                (_, _, Some(e)) => format!("received error: {}", text::cut(&e.to_string(), 80)),
+                _ => c.child_key.clone(),
+            };
+            t.row(vec![
+                format!(
+                    "  {}",
+                    c.child_id.map(|id| id.to_string()).unwrap_or_default()
+                ),
+                c.workflow.clone(),
+                status,
+                details,
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+
+    let _ = writeln!(out, "\nsteps");
+    if d.steps.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAILS"]);
+        for s in &d.steps {
+            let details = match (&s.output, &s.error) {
+                (Some(v), _) => format!("ok={}", text::json_line(v, 60)),
+                (_, Some(e)) => format!("error: {}", text::cut(&e.to_string(), 80)),
+                _ => s.step_id.clone(),
+            };
+            t.row(vec![
+                format!("  {}", s.label()),
+                s.status.as_str().to_owned(),
+                s.attempts.len().to_string(),
+                s.duration_ms.map(text::duration_ms).unwrap_or_default(),
+                details,
+            ]);
+            // A lone attempt that went well adds nothing to the step's own row.
+            let plain = s.attempts.len() == 1 && s.attempts[0].outcome == AttemptOutcome::Ok;
+            for a in s.attempts.iter().filter(|_| !plain) {
+                let outcome = a.outcome.as_str();
+                let mut details = format!("started {}", a.started_at);
+                if let Some(e) = &a.error {
+                    let _ = write!(details, "; {}", text::cut(&e.to_string(), 60));
+                }
+                if let Some(at) = a.retry_at {
+                    let _ = write!(details, "; retry at {at}");
+                }
+                t.row(vec![
+                    format!("    attempt {}", a.attempt),
+                    outcome.to_owned(),
+                    String::new(),
+                    a.duration_ms.map(text::duration_ms).unwrap_or_else(|| {
+                        format!("{}+", text::duration_ms(a.started_at.until(d.as_of)))
+                    }),
+                    details,
+                ]);
+            }
+        }
+        out.push_str(&t.to_string());
+    }
+
+    let _ = writeln!(out, "\nsleeps");
+    if d.timers.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  TIMER", "STATUS", "SCHEDULED", "UNTIL", "FIRED"]);
+        for tm in &d.timers {
+            t.row(vec![
+                format!("  {}", tm.timer_id),
+                tm.status.as_str().to_owned(),
+                tm.scheduled_at.to_string(),
+                tm.fire_at.to_string(),
+                tm.fired_at.map(|t| t.to_string()).unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+
+    let _ = writeln!(out, "\nhooks");
+    if d.hooks.is_empty() {
+        let _ = writeln!(out, "  none");
+    } else {
+        let mut t = Table::new(["  TOKEN", "STATE", "SINCE", "PAYLOADS"]);
+        for h in &d.hooks {
+            let state = match (h.conflict, h.active) {
+                (Some(owner), _) => format!("conflict (owned by run {owner})"),
+                (None, true) => "open".to_owned(),
+                (None, false) => "released".to_owned(),
+            };
+            t.row(vec![
+                format!("  {}", h.token),
+                state,
+                h.registered_at.to_string(),
+                h.payloads.len().to_string(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+
+    // Only runs that wrote to a stream have the section (`workflow stream` prints one).
+    if !d.streams.is_empty() {
+        let _ = writeln!(out, "\nstreams");
+        let mut t = Table::new(["  STREAM", "STATE", "CHUNKS", "LAST"]);
+        for s in &d.streams {
+            t.row(vec![
+                format!("  {}", s.name),
+                if s.closed { "closed" } else { "open" }.to_owned(),
+                s.chunks.to_string(),
+                s.recent
+                    .last()
+                    .map(|c| text::json_line(&c.value, 60))
+                    .unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+    out
+}
