@@ -114,6 +114,12 @@ struct Cli {
     /// with the same figures without.
     #[arg(long)]
     encrypt: bool,
+    /// Install what a production service runs with: a Prometheus metrics recorder
+    /// (metrics-exporter-prometheus, no listener) and a `tracing` subscriber at INFO writing to
+    /// a sink, so every metric and span the runtime emits is recorded and formatted. To compare
+    /// with the same figures without (issue 29's overhead pair).
+    #[arg(long)]
+    telemetry: bool,
     /// Pairs to run with `--against`.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pairs: u32,
@@ -143,6 +149,9 @@ impl Cli {
         }
         if self.encrypt {
             args.push("--encrypt".to_owned());
+        }
+        if self.telemetry {
+            args.push("--telemetry".to_owned());
         }
         args
     }
@@ -227,10 +236,11 @@ fn title(cli: &Cli) -> String {
             .to_possible_value()
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default(),
-        if cli.encrypt {
-            " (payloads encrypted)"
-        } else {
-            ""
+        match (cli.encrypt, cli.telemetry) {
+            (true, true) => " (payloads encrypted, metrics and tracing recorded)",
+            (true, false) => " (payloads encrypted)",
+            (false, true) => " (metrics and tracing recorded)",
+            (false, false) => "",
         },
         cli.trials,
         if cli.quick {
@@ -255,6 +265,11 @@ async fn main() -> BoxResult<()> {
         });
     }
     stores::ENCRYPT.store(cli.encrypt, std::sync::atomic::Ordering::Relaxed);
+    let metrics = if cli.telemetry {
+        Some(install_telemetry()?)
+    } else {
+        None
+    };
     let ctx = Ctx {
         trials: cli.trials as usize,
         pg_url: cli.postgres.clone().filter(|u| !u.is_empty()),
@@ -268,7 +283,27 @@ async fn main() -> BoxResult<()> {
     let rep = run(cli.scenario, &ctx).await?;
     println!();
     print!("{}", rep.render(&title(&cli)));
+    if let Some(handle) = metrics {
+        // Proof the recorder saw the runtime's metrics (not a figure of the table).
+        let rendered = handle.render();
+        let series = rendered
+            .lines()
+            .filter(|l| l.starts_with("workflow_"))
+            .count();
+        println!("telemetry: {series} workflow_* series recorded");
+    }
     Ok(())
+}
+
+/// The recorder and subscriber of `--telemetry`: metrics are aggregated as a Prometheus
+/// exporter would (histograms included), spans are built and formatted into a sink.
+fn install_telemetry() -> BoxResult<metrics_exporter_prometheus::PrometheusHandle> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::sink)
+        .try_init()?;
+    Ok(handle)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::http::{dashboard, get};
 use common::{blocked_run, fixture, Backend};
-use workflow_core::store::{QueueDef, RunFilter};
+use workflow_core::store::{NewRun, QueueDef, QueueEntry, RunFilter};
+use workflow_core::RunId;
 
 on_both_stores!(metrics_show_the_store_s_runs_queues_and_schedules);
 
@@ -38,6 +39,32 @@ async fn metrics_show_the_store_s_runs_queues_and_schedules(b: Backend) {
             concurrency: Some(2),
             rate_limit: None,
         }])
+        .await
+        .unwrap();
+    // A run waiting in a queue no worker here serves (its workflow is not registered): the
+    // queue's oldest waiting age counts from its admission, 30 s ago.
+    f.rt.store()
+        .define_queues(&[QueueDef {
+            name: "held".to_owned(),
+            concurrency: Some(1),
+            rate_limit: None,
+        }])
+        .await
+        .unwrap();
+    let admitted = SystemTime::now() - Duration::from_secs(30);
+    f.rt.store()
+        .create_run(NewRun {
+            parent: None,
+            id: RunId::new(),
+            workflow: "elsewhere::not_here".to_owned(),
+            input: serde_json::json!([]),
+            created_at: admitted,
+            hook: None,
+            deadline: None,
+            queue: Some(QueueEntry::new("held")),
+            start_at: None,
+            version: None,
+        })
         .await
         .unwrap();
     let hourly = workflow_core::Schedule::every("hourly", metrics_tick, Duration::from_secs(3600));
@@ -81,6 +108,14 @@ async fn metrics_show_the_store_s_runs_queues_and_schedules(b: Backend) {
     assert_eq!(
         s[r#"workflow_queue_running{queue="mail \"out\""}"#], 0.0,
         "{text}"
+    );
+
+    assert_eq!(s[r#"workflow_queue_waiting{queue="held"}"#], 1.0, "{text}");
+    let age = s[r#"workflow_queue_oldest_waiting_age_seconds{queue="held"}"#];
+    assert!((29.0..3600.0).contains(&age), "{age}: {text}");
+    assert!(
+        !text.contains(r#"workflow_queue_oldest_waiting_age_seconds{queue="mail"#),
+        "a queue where none waits has no age: {text}"
     );
 
     let next = s[r#"workflow_schedule_next_tick_timestamp_seconds{schedule="hourly"}"#];

@@ -65,6 +65,12 @@ pub const ACTIVE_RUNS: &str = "workflow_active_runs";
 pub const QUEUE_WAIT: &str = "workflow_queue_wait_seconds";
 /// Histogram (seconds): how long one commit of the store took, by `store`.
 pub const STORE_COMMIT: &str = "workflow_store_commit_seconds";
+/// Histogram (seconds): how long a driver took to replay a run's recorded history, from
+/// the run's lease to its first live decision (runs with no history are not replays).
+pub const REPLAY: &str = "workflow_replay_seconds";
+/// Counter: schedule ticks this process recorded, by `schedule` and `outcome` (`started`,
+/// `buffered`, `skipped:overlap`, `skipped:paused`, `skipped:missed`).
+pub const SCHEDULE_TICKS: &str = "workflow_schedule_ticks_total";
 
 /// A run of `workflow` was admitted.
 pub(crate) fn run_started(workflow: &str) {
@@ -110,6 +116,18 @@ pub(crate) fn queue_waited(queue: &str, waited: Duration) {
 /// A commit of store `store` (`sqlite`, `postgres`) took `took`.
 pub(crate) fn store_commit(store: &'static str, took: Duration) {
     metrics::histogram!(STORE_COMMIT, "store" => store).record(took.as_secs_f64());
+}
+
+/// A driver replayed a run's recorded history in `took`.
+pub(crate) fn replayed(took: Duration) {
+    metrics::histogram!(REPLAY).record(took.as_secs_f64());
+}
+
+/// A tick of schedule `schedule` was recorded with `outcome` (as `TickOutcome::as_str`
+/// spells it).
+pub(crate) fn schedule_tick(schedule: &str, outcome: &'static str) {
+    metrics::counter!(SCHEDULE_TICKS, "schedule" => schedule.to_owned(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// Counts a run as driven here from its creation to its drop ([`ACTIVE_RUNS`]).

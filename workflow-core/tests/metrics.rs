@@ -55,6 +55,21 @@ async fn m_panics(n: u32) -> Result<u32> {
     Ok(n)
 }
 
+/// One step, then a wait for a message: driven by one runtime up to the wait, replayed by
+/// the next.
+#[workflow]
+async fn m_waits(n: u32) -> Result<u32> {
+    let a = m_ok(n).await?;
+    let b = recv::<u32>("go").await?;
+    Ok(a + b)
+}
+
+/// A scheduled workflow, triggered by hand.
+#[workflow]
+async fn m_tick(tick: ScheduleTick) -> Result<bool> {
+    Ok(tick.backfill)
+}
+
 /// Completes: two ok attempts, one flaky step that fails twice first.
 #[workflow]
 async fn m_completes(n: u32) -> Result<u32> {
@@ -152,8 +167,29 @@ fn name_of(store_name: &str, runs: &[(String, RunStatus)]) -> String {
 
 async fn exercise(backend: Backend) {
     let db = TestDb::new(backend);
-    let rt = db.runtime().await;
     let before = read();
+    // A run whose step is recorded by a runtime that then stops: the next one replays it.
+    // A short lease: the stopped runtime's lease expires soon for the next one.
+    let first = db.runtime_with_lease(Duration::from_secs(1)).await;
+    let waits = first.start(m_waits, (10,)).await.unwrap().id();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let events = first.store().events(&waits).await.unwrap();
+            if events
+                .iter()
+                .any(|e| matches!(e.event, workflow_core::store::Event::StepCompleted { .. }))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first runtime records the step");
+    first.shutdown();
+    drop(first);
+    let rt = db.runtime().await;
+    rt.get_run(&waits).send("go", 5u32).await.unwrap();
     FLAKY_FAILS.store(2, Ordering::SeqCst);
     let ok = rt.start(m_completes, (1,)).await.unwrap();
     let failed = rt.start(m_fails, (2,)).await.unwrap();
@@ -171,7 +207,23 @@ async fn exercise(backend: Backend) {
         .await
         .unwrap()
         .is_err());
-    let ids = [ok.id(), failed.id(), timed.id()].map(|id| id.to_string());
+    rt.create_schedule(workflow_core::Schedule::every(
+        "m-hourly",
+        m_tick,
+        Duration::from_secs(3600),
+    ))
+    .await
+    .unwrap();
+    let ticked = rt.trigger_schedule("m-hourly").await.unwrap();
+    tokio::time::timeout(limit, rt.get_run(&ticked).typed::<bool>().return_value())
+        .await
+        .expect("the triggered run ends")
+        .unwrap();
+    let resumed = tokio::time::timeout(limit, rt.get_run(&waits).typed::<u32>().return_value())
+        .await
+        .expect("the replayed run ends");
+    assert_eq!(resumed.unwrap(), 16);
+    let ids = [ok.id(), failed.id(), timed.id(), waits].map(|id| id.to_string());
     let records = [&ok, &failed, &timed];
     let mut names = Vec::new();
     for r in records {
@@ -226,7 +278,11 @@ async fn exercise(backend: Backend) {
             &[("step", s), ("outcome", outcome)],
         )
     };
-    assert_eq!(attempts(&step("m_ok"), "ok"), 1);
+    assert_eq!(
+        attempts(&step("m_ok"), "ok"),
+        2,
+        "m_completes's and m_waits's (not again when m_waits is replayed)"
+    );
     assert_eq!(attempts(&step("m_flaky"), "error"), 2, "two failed tries");
     assert_eq!(attempts(&step("m_flaky"), "ok"), 1, "then one that worked");
     assert_eq!(
@@ -262,6 +318,20 @@ async fn exercise(backend: Backend) {
             .sum();
         assert!(commits > 0, "{store}'s commit histogram has samples");
     }
+    assert_eq!(
+        delta(
+            telemetry::SCHEDULE_TICKS,
+            &[("schedule", "m-hourly"), ("outcome", "started")]
+        ),
+        1,
+        "{backend:?}: the triggered tick"
+    );
+    let replays = after
+        .samples
+        .get(&(telemetry::REPLAY.to_owned(), Vec::new()))
+        .copied()
+        .unwrap_or(0);
+    assert!(replays > 0, "{backend:?}: the replay histogram has samples");
     for v in &after.label_values {
         assert!(
             !ids.iter().any(|id| v.contains(id.as_str())),

@@ -1,7 +1,8 @@
 //! `GET /metrics`: the store's state in the Prometheus text exposition format (0.0.4), for a
 //! Prometheus server to scrape beside the applications' own metrics. Every value is read from
 //! the store at the scrape, so any process pointed at the database serves the same numbers:
-//! runs by workflow and status, blocked runs, queue depths, schedules' next ticks.
+//! runs by workflow and status, blocked runs, queue depths and their oldest waiting run's age,
+//! schedules' next ticks.
 
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -9,7 +10,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use workflow_core::{RunStatus, Runtime};
 
 use crate::error::CliError;
-use crate::ops;
 
 /// The `Content-Type` of the exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -17,7 +17,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The text served at `/metrics`.
 pub async fn render(rt: &Runtime) -> Result<String, CliError> {
     let counts = rt.store().run_counts().await?;
-    let queues = ops::list_queues(rt).await?;
+    let now = rt.store().now().await?.unwrap_or_else(SystemTime::now);
+    let queues = rt.store().list_queues(now).await?;
     let schedules = rt.schedules().await?;
     let mut out = Exposition::default();
 
@@ -47,7 +48,7 @@ pub async fn render(rt: &Runtime) -> Result<String, CliError> {
     for q in &queues {
         out.sample(
             "workflow_queue_waiting",
-            &[("queue", &q.name)],
+            &[("queue", &q.def.name)],
             q.waiting as f64,
         );
     }
@@ -58,9 +59,23 @@ pub async fn render(rt: &Runtime) -> Result<String, CliError> {
     for q in &queues {
         out.sample(
             "workflow_queue_running",
-            &[("queue", &q.name)],
+            &[("queue", &q.def.name)],
             q.occupied as f64,
         );
+    }
+    out.family(
+        "workflow_queue_oldest_waiting_age_seconds",
+        "How long the queue's longest-waiting run has waited since its admission (absent when \
+         none waits).",
+    );
+    for q in &queues {
+        if let Some(oldest) = q.oldest_waiting {
+            out.sample(
+                "workflow_queue_oldest_waiting_age_seconds",
+                &[("queue", &q.def.name)],
+                now.duration_since(oldest).unwrap_or_default().as_secs_f64(),
+            );
+        }
     }
 
     out.family(

@@ -207,6 +207,9 @@ pub(crate) struct Driver {
     /// A key the run's inbox holds payloads sealed with and this process lacks: the run is
     /// blocked at the next turn of its loop.
     missing_key: Option<String>,
+    /// When the driver began to replay a recorded history, until the replay caught up
+    /// (`workflow_replay_seconds`); `None` for a run without history, and once caught up.
+    replay_began: Option<std::time::Instant>,
 }
 
 impl Driver {
@@ -232,6 +235,7 @@ impl Driver {
         let last_seq = events.last().map_or(0, |e| e.seq);
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
         let _active = crate::telemetry::ActiveRun::new();
+        let replay_began = std::time::Instant::now();
         let replay = Replay::new(events);
         if let (Some(q), false) = (&run.queue, replay.has_history()) {
             let waited = host
@@ -280,7 +284,11 @@ impl Driver {
             ties,
             inbox_unread: true,
             missing_key: None,
+            replay_began: None,
         };
+        if d.replay.has_history() {
+            d.replay_began = Some(replay_began);
+        }
         let result = AssertUnwindSafe(
             async {
                 if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
@@ -472,6 +480,9 @@ impl Driver {
                 }
                 Some(Err(d)) => return self.diverge(d).await,
                 None => {}
+            }
+            if let Some(began) = self.replay_began.take() {
+                crate::telemetry::replayed(began.elapsed());
             }
             // Live: make what the core decided durable, then act on it.
             self.flush().await?;

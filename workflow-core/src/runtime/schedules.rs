@@ -160,6 +160,7 @@ impl Inner {
             .await?;
         match written {
             TickWrite::Recorded => {
+                crate::telemetry::schedule_tick(&state.def.name, outcome.as_str());
                 if id.is_some() {
                     // Any worker, here or elsewhere, may take the run.
                     self.work.notify_one();

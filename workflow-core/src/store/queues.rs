@@ -30,6 +30,9 @@ pub struct QueueInfo {
     pub waiting: u64,
     /// Runs begun within the last rate window (0 without a rate limit).
     pub begun_in_window: u64,
+    /// When the queue's longest-waiting run (of those counted in `waiting`) was admitted;
+    /// `None` when none waits.
+    pub oldest_waiting: Option<SystemTime>,
 }
 
 /// Queue declarations and occupancy. Stores without queues keep the defaults.

@@ -54,6 +54,7 @@ impl QueueStore for MemoryStore {
                     def: def.clone(),
                     occupied: book.map_or(0, |b| b.holding.len() as u64),
                     waiting: book.map_or(0, |b| b.waiting.len() as u64),
+                    oldest_waiting: book.and_then(|b| b.waiting.iter().map(|w| w.1).min()),
                     begun_in_window: match (book, def.rate_limit) {
                         (Some(b), Some(_)) => b
                             .begins

@@ -508,7 +508,10 @@ pub(super) fn statements(s: &str) -> Statements {
                         AND status IN ('pending', 'running', 'blocked')) AS waiting,
                      (SELECT count(*) FROM {s}.runs
                       WHERE q.rate_period IS NOT NULL AND queue = q.name
-                        AND began_at > $1 - q.rate_period) AS begun_in_window
+                        AND began_at > $1 - q.rate_period) AS begun_in_window,
+                     (SELECT min(created_at) FROM {s}.runs
+                      WHERE queue = q.name AND began_at IS NULL
+                        AND status IN ('pending', 'running', 'blocked')) AS oldest_waiting
                  FROM {s}.queues q ORDER BY q.name"
             ),
             // `$1` now. The window's oldest begin leaves it at `began_at + rate_period`.

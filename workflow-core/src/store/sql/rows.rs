@@ -393,7 +393,7 @@ fn skip_run(run: &str, e: &StoreError) {
 
 row! {
     /// A `queues` row with its occupancy: `name, concurrency, rate_limit, rate_period,
-    /// occupied, waiting, begun_in_window`.
+    /// occupied, waiting, begun_in_window, oldest_waiting`.
     QueueRow {
         name: String,
         concurrency: Option<i64>,
@@ -402,6 +402,7 @@ row! {
         occupied: i64,
         waiting: i64,
         begun_in_window: i64,
+        oldest_waiting: Option<i64>,
     }
 }
 
@@ -424,7 +425,12 @@ impl QueueRow {
             )),
             _ => None,
         };
+        let oldest_waiting = self
+            .oldest_waiting
+            .map(|ms| time_of(ms, "-", "oldest waiting run"))
+            .transpose()?;
         Ok(QueueInfo {
+            oldest_waiting,
             occupied: self.occupied.unsigned_abs(),
             waiting: self.waiting.unsigned_abs(),
             begun_in_window: self.begun_in_window.unsigned_abs(),

@@ -196,7 +196,10 @@ pub(super) const SQL: Statements = Statements {
                             AND status IN ('pending', 'running', 'blocked')),
                          (SELECT COUNT(*) FROM runs
                           WHERE q.rate_period IS NOT NULL AND queue = q.name
-                            AND began_at > ?1 - q.rate_period)
+                            AND began_at > ?1 - q.rate_period),
+                         (SELECT MIN(created_at) FROM runs
+                          WHERE queue = q.name AND began_at IS NULL
+                            AND status IN ('pending', 'running', 'blocked'))
                   FROM queues q ORDER BY q.name",
     // `?1` now. The window's oldest begin leaves it at `began_at + rate_period`.
     queue_opening: "SELECT MIN(opening) FROM (

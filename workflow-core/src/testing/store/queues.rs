@@ -203,6 +203,12 @@ pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
         None,
         "none began yet"
     );
+    let info = store.list_queues(t(5)).await.unwrap();
+    assert_eq!(
+        info[0].oldest_waiting,
+        Some(t(0)),
+        "the first admitted waits longest: {info:?}"
+    );
     let first = acquire_orders(store, t(10)).await;
     assert_eq!(ids_of(&first), runs[..2]);
     for r in &first {
@@ -236,6 +242,11 @@ pub async fn a_queue_s_rate_window_counts_begins<S: Store>(store: &S) {
         "{r:?}"
     );
     assert_eq!(r.def.rate_limit, Some((2, Duration::from_millis(1000))));
+    assert_eq!(
+        r.oldest_waiting,
+        Some(t(4)),
+        "the begun runs no longer wait: {r:?}"
+    );
 }
 
 /// Runs of one partition key begin one at a time, in start order; other keys and runs
