@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hkdf::Hkdf;
 use sha2::Sha256;
@@ -176,6 +176,7 @@ impl Keys {
         Ok(Keyring(Arc::new(Ring {
             current: current.clone(),
             keys,
+            derived: Mutex::new(HashMap::new()),
         })))
     }
 }
@@ -234,7 +235,14 @@ pub enum KeyError {
 struct Ring {
     current: String,
     keys: HashMap<String, [u8; KEY_BYTES]>,
+    /// Data keys derived lately, by (key id, subject): a run's payloads are sealed and
+    /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
+    /// Emptied when it reaches [`DERIVED_KEPT`] entries.
+    derived: Mutex<HashMap<(String, Vec<u8>), [u8; KEY_BYTES]>>,
 }
+
+/// At most this many derived data keys are kept (about 100 KiB).
+const DERIVED_KEPT: usize = 1024;
 
 /// Checked keys, cheap to clone: the current key's id and every key by id.
 #[derive(Clone)]
@@ -267,10 +275,27 @@ impl Keyring {
     /// under another's. `None` when key `id` was not given.
     pub(crate) fn data_key(&self, id: &str, subject: &[u8]) -> Option<[u8; KEY_BYTES]> {
         let key = self.0.keys.get(id)?;
+        let cache_key = (id.to_owned(), subject.to_vec());
+        // A poisoned cache only held derived keys: they are derived again.
+        if let Some(k) = self
+            .0
+            .derived
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&cache_key).copied())
+        {
+            return Some(k);
+        }
         let hk = Hkdf::<Sha256>::new(Some(b"workflow-rs payload key v1"), key);
         let mut out = [0u8; KEY_BYTES];
         // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so expand cannot fail.
         hk.expand(subject, &mut out).ok()?;
+        if let Ok(mut cache) = self.0.derived.lock() {
+            if cache.len() >= DERIVED_KEPT {
+                cache.clear();
+            }
+            cache.insert(cache_key, out);
+        }
         Some(out)
     }
 }
@@ -341,6 +366,12 @@ mod tests {
             .unwrap();
         let k = |id, s: &str| ring.data_key(id, s.as_bytes()).unwrap();
         assert_eq!(k("a", "run:1"), k("a", "run:1"));
+        // Derived afresh once the cache was emptied: the same key.
+        let first = k("a", "run:1");
+        for i in 0..=DERIVED_KEPT {
+            k("a", &format!("run:x{i}"));
+        }
+        assert_eq!(k("a", "run:1"), first);
         assert_ne!(k("a", "run:1"), k("a", "run:2"));
         assert_ne!(k("a", "run:1"), k("b", "run:1"));
         assert!(ring.data_key("c", b"run:1").is_none());
