@@ -6,6 +6,7 @@
 //! them: a page on any site can make a browser post to `127.0.0.1`. [`guard`] stands in front of
 //! every route: the `Host` check against DNS rebinding, the token, and the security headers.
 
+mod activity;
 mod guard;
 mod metrics;
 mod pages;
@@ -65,6 +66,7 @@ pub fn router(rt: Runtime, target: &Target, local: SocketAddr, token: Option<Str
         .route("/api/hooks", get(api_hooks))
         .route("/api/queues", get(api_queues))
         .route("/metrics", get(metrics_text))
+        .route("/activity", get(activity_page))
         .route("/assets/style.css", get(|| asset("text/css", STYLE)))
         .route("/assets/app.js", get(|| asset("text/javascript", SCRIPT)))
         .route("/favicon.ico", get(|| asset("image/svg+xml", ICON)))
@@ -300,6 +302,11 @@ async fn schedule_page(
 async fn queues_page(State(app): Shared) -> Result<Html<String>, WebError> {
     let queues = ops::list_queues(&app.rt).await.map_err(WebError::page)?;
     Ok(Html(pages::queues(&app.database, &queues)))
+}
+
+async fn activity_page(State(app): Shared) -> Result<Html<String>, WebError> {
+    let activity = activity::gather(&app.rt).await.map_err(WebError::page)?;
+    Ok(Html(pages::activity(&app.database, &activity)))
 }
 
 async fn metrics_text(State(app): Shared) -> Result<Response, WebError> {

@@ -10,6 +10,7 @@ use maud::{html, Markup, PreEscaped};
 use workflow_core::store::RunFilter;
 use workflow_core::{RunId, RunStatus};
 
+use super::activity::{self, Activity};
 use super::timeline;
 use crate::schedules::{ScheduleDetail, ScheduleView};
 use crate::text;
@@ -62,6 +63,7 @@ fn layout(title: &str, nav: &str, database: &str, banner: Banner<'_>, body: Mark
                         (tab("/hooks", "hooks", "Hooks"))
                         (tab("/queues", "queues", "Queues"))
                         (tab("/schedules", "schedules", "Schedules"))
+                        (tab("/activity", "activity", "Activity"))
                     }
                     span class="db" title="database" { (database) }
                     label class="live" { input type="checkbox" id="live-toggle" checked; " live" }
@@ -235,6 +237,17 @@ pub fn queues(database: &str, queues: &[QueueView]) -> String {
         }
     };
     layout("Queues", "queues", database, Banner::None, body)
+}
+
+/// Runs per minute and step latencies ([`activity`]).
+pub fn activity(database: &str, a: &Activity) -> String {
+    layout(
+        "Activity",
+        "activity",
+        database,
+        Banner::None,
+        activity::body(a),
+    )
 }
 
 pub fn schedules(database: &str, schedules: &[ScheduleView]) -> String {
