@@ -924,6 +924,26 @@ impl workflow_core::store::ScheduleStore for FailingAdmissions {
 }
 
 #[async_trait::async_trait]
+impl workflow_core::store::RekeyStore for FailingAdmissions {
+    async fn sealed_rows(
+        &self,
+        table: workflow_core::store::PayloadTable,
+        after: Option<&workflow_core::store::SealedAt>,
+        limit: usize,
+    ) -> Result<Vec<workflow_core::store::SealedRow>, StoreError> {
+        self.inner.sealed_rows(table, after, limit).await
+    }
+
+    async fn replace_sealed(
+        &self,
+        row: &workflow_core::store::SealedRow,
+        value: &workflow_core::store::SealedValue,
+    ) -> Result<bool, StoreError> {
+        self.inner.replace_sealed(row, value).await
+    }
+}
+
+#[async_trait::async_trait]
 impl AdminStore for FailingAdmissions {
     async fn prune(
         &self,
