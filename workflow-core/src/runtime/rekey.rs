@@ -241,7 +241,7 @@ impl Runtime {
     ///     .encryption(Keys::new().current("2025-06", [1u8; 32]))
     ///     .build()
     ///     .await?;
-    /// let run = old.start(greet, "ana".to_string()).await?;
+    /// let run = old.start(greet, ("ana".to_string(),)).await?;
     /// run.return_value().await?;
     /// old.shutdown();
     ///

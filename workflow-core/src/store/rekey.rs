@@ -135,6 +135,42 @@ pub struct SealedRow {
 /// changed it: what `workflow rekey` ([`Runtime::rekey`](crate::Runtime::rekey)) is made of.
 /// Safe beside live workers: a row that changed after it was read (a delivered inbox entry, a
 /// run that ended, a value published again) is left as the other writer left it.
+///
+/// ```
+/// use serde_json::json;
+/// use workflow_core::store::memory::MemoryStore;
+/// use workflow_core::store::{NewRun, PayloadTable, RekeyStore, RunStore, SealedValue};
+/// use workflow_core::RunId;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), workflow_core::StoreError> {
+/// let store = MemoryStore::new();
+/// let id = RunId::new();
+/// let sealed = json!({"$wf_sealed": 1, "key": "old", "nonce": "..", "data": ".."});
+/// store
+///     .create_run(NewRun {
+///         id,
+///         workflow: "orders".into(),
+///         input: sealed,
+///         created_at: std::time::SystemTime::now(),
+///         hook: None,
+///         deadline: None,
+///         parent: None,
+///         queue: None,
+///         start_at: None,
+///         version: None,
+///     })
+///     .await?;
+/// let rows = store.sealed_rows(PayloadTable::Runs, None, 100).await?;
+/// assert_eq!(rows.len(), 1);
+/// let new = SealedValue::Value(json!({"$wf_sealed": 1, "key": "new", "nonce": "..", "data": ".."}));
+/// assert!(store.replace_sealed(&rows[0], &new).await?);
+/// // The row no longer holds what was read: a second replacement writes nothing.
+/// assert!(!store.replace_sealed(&rows[0], &new).await?);
+/// assert_eq!(store.get_run(&id).await?.unwrap().input["key"], "new");
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait::async_trait]
 pub trait RekeyStore: Send + Sync + 'static {
     /// At most `limit` rows of `table` whose stored JSON holds the envelope marker
