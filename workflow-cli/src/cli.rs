@@ -217,6 +217,17 @@ pub enum Command {
         #[arg(long, value_name = "AGE")]
         older_than: String,
     },
+    /// Re-encrypt every stored payload sealed under an old key with the current key of
+    /// --keys (required), so the old keys can go. Safe beside live workers; a rerun after an
+    /// interruption goes on, and on a done store rewrites nothing.
+    Rekey {
+        /// Rows read per page.
+        #[arg(long, value_name = "N")]
+        batch: Option<usize>,
+        /// Stop after rewriting N rows (a rerun goes on).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+    },
     /// Serve the dashboard: runs, a timeline per run, cancel and resume buttons.
     Web {
         /// Where to listen: IP:PORT (an IPv6 address in brackets), or an IP alone for port
@@ -341,6 +352,11 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
     if matches!(cli.command, Command::Export { decrypt: true, .. }) && keys.is_none() {
         return Err(CliError::Usage(
             "--decrypt needs the keys: pass --keys FILE (or set WORKFLOW_KEYS)".to_owned(),
+        ));
+    }
+    if matches!(cli.command, Command::Rekey { .. }) && keys.is_none() {
+        return Err(CliError::Usage(
+            "rekey needs the keys: pass --keys FILE (or set WORKFLOW_KEYS)".to_owned(),
         ));
     }
     let rt = connect::open(target, keys).await?;
@@ -657,6 +673,13 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                 "sent to run {} on topic {:?}\n",
                 done.run_id, done.topic
             ))
+        }
+        Command::Rekey { batch, limit } => {
+            let done = ops::rekey(&rt, batch, limit).await?;
+            if json {
+                return to_json(&done);
+            }
+            Ok(show::rekey_text(&done))
         }
         Command::Prune { older_than } => {
             let done = ops::prune(&rt, ops::parse_age(&older_than)?).await?;

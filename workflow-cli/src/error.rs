@@ -77,3 +77,14 @@ impl From<workflow_core::RunError> for CliError {
         }
     }
 }
+
+impl From<workflow_core::RekeyError> for CliError {
+    fn from(e: workflow_core::RekeyError) -> Self {
+        match e {
+            workflow_core::RekeyError::Store(e) => e.into(),
+            workflow_core::RekeyError::NoKeys => CliError::Usage(e.to_string()),
+            // A missing key or an unreadable payload: nothing past it was changed.
+            other => CliError::Refused(other.to_string()),
+        }
+    }
+}

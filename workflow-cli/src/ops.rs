@@ -396,6 +396,54 @@ pub async fn prune(rt: &Runtime, older_than: Duration) -> Result<Pruned, CliErro
     })
 }
 
+/// What `rekey` did, per kind of payload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rekeyed {
+    /// The current key's id, which every rewritten payload is now sealed with.
+    pub key: String,
+    /// Payloads sealed again under it.
+    pub rewritten: u64,
+    /// Payloads already under it.
+    pub already_current: u64,
+    /// Rows written back.
+    pub rows: u64,
+    /// Rows a live worker changed meanwhile, left for a rerun.
+    pub changed: u64,
+    /// Whether it stopped at --limit before the end.
+    pub stopped_early: bool,
+    /// By kind: (kind, rewritten, already current).
+    pub kinds: Vec<(String, u64, u64)>,
+}
+
+/// Seals every payload under an old key again under the current one (`workflow rekey`).
+pub async fn rekey(
+    rt: &Runtime,
+    batch: Option<usize>,
+    limit: Option<u64>,
+) -> Result<Rekeyed, CliError> {
+    let mut options = workflow_core::RekeyOptions::new();
+    if let Some(b) = batch {
+        options = options.batch(b);
+    }
+    if let Some(l) = limit {
+        options = options.limit(l);
+    }
+    let report = rt.rekey(options).await?;
+    Ok(Rekeyed {
+        rewritten: report.rewritten(),
+        already_current: report.current(),
+        rows: report.rows_rewritten,
+        changed: report.changed,
+        stopped_early: report.stopped_early,
+        kinds: report
+            .kinds
+            .iter()
+            .map(|(k, c)| ((*k).to_owned(), c.rewritten, c.current))
+            .collect(),
+        key: report.key,
+    })
+}
+
 /// What `retry` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Retried {

@@ -246,3 +246,33 @@ pub fn run_text(d: &RunDetail) -> String {
     }
     out
 }
+
+/// What `workflow rekey` did, for people: the totals, then a line per kind of payload.
+pub fn rekey_text(done: &crate::ops::Rekeyed) -> String {
+    let mut out = format!(
+        "rewritten {} payloads in {} rows under key {}; {} already current\n",
+        done.rewritten, done.rows, done.key, done.already_current
+    );
+    let mut t = Table::new(["KIND", "REWRITTEN", "ALREADY CURRENT"]);
+    for (kind, rewritten, current) in &done.kinds {
+        t.row(vec![
+            kind.clone(),
+            rewritten.to_string(),
+            current.to_string(),
+        ]);
+    }
+    if !t.is_empty() {
+        out.push_str(&t.to_string());
+    }
+    if done.changed > 0 {
+        out.push_str(&format!(
+            "{} rows changed under a live worker meanwhile and were left as it wrote them: \
+             run `workflow rekey` again\n",
+            done.changed
+        ));
+    }
+    if done.stopped_early {
+        out.push_str("stopped at --limit: run `workflow rekey` again to go on\n");
+    }
+    out
+}

@@ -99,8 +99,9 @@ pub use message::{recv, timeout, Elapsed, Recv};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
 pub use runtime::{
-    stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, Run, RunStream, Runtime,
-    RuntimeBuilder, SendMessage, Start, StartOrResume, StreamWriter,
+    stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, RekeyCount, RekeyError,
+    RekeyOptions, RekeyReport, Run, RunStream, Runtime, RuntimeBuilder, SendMessage, Start,
+    StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 pub use store::{
@@ -127,8 +128,8 @@ pub mod prelude {
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
-        AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RunStore as _,
-        ScheduleStore as _, StreamStore as _,
+        AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RekeyStore as _,
+        RunStore as _, ScheduleStore as _, StreamStore as _,
     };
 }
 

@@ -251,6 +251,17 @@ impl PayloadError {
     }
 }
 
+/// What [`Payloads::rekey_slot`] did with one payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rekeyed {
+    /// Sealed under another key; now under the current one.
+    Rewritten,
+    /// Already under the current key.
+    Current,
+    /// Not encrypted (stored before encryption was on, or a codec's bytes alone): left.
+    Plain,
+}
+
 /// How one runtime stores payloads: the size limit every bounded payload is checked against,
 /// and the keys that seal every payload when encryption is on (SPEC 18).
 /// Cheap to clone; the driver of each run holds a copy.
@@ -347,7 +358,7 @@ impl Payloads {
     }
 
     /// The plaintext of `value` stored for `binding`: a sealed value opened, a plain one as it
-    /// is (stored before encryption was turned on; `workflow rekey` seals those).
+    /// is (stored before encryption was turned on; `workflow rekey` leaves those as they are).
     pub(crate) fn open_at(&self, value: Value, binding: &Binding<'_>) -> Result<Value, OpenError> {
         if !crypto::is_sealed(&value) {
             return Ok(value);
@@ -406,6 +417,38 @@ impl Payloads {
     ) -> Result<Value, OpenError> {
         let plain = self.open_at(value, from)?;
         Ok(self.seal_at(plain, to))
+    }
+
+    /// `slot`, stored for `binding`, sealed again under the current key when it is sealed
+    /// under another (`workflow rekey`): what it did, or why it does not open. The bytes are
+    /// moved as they are, a codec's included, so no codec is needed here.
+    pub(crate) fn rekey_slot(
+        &self,
+        binding: &Binding<'_>,
+        slot: Slot<'_>,
+    ) -> Result<Rekeyed, OpenError> {
+        let Some(ring) = &self.keys else {
+            return Ok(Rekeyed::Plain);
+        };
+        let envelope = match &slot {
+            Slot::Value(v) => &**v,
+            Slot::Error(e) => match e.sealed_message() {
+                Some(m) => m,
+                None => return Ok(Rekeyed::Plain),
+            },
+        };
+        match crypto::sealed_key(envelope) {
+            None => return Ok(Rekeyed::Plain),
+            Some(id) if id == ring.current() => return Ok(Rekeyed::Current),
+            Some(_) => {}
+        }
+        let (bytes, coded) = crypto::open(Some(ring), envelope, binding)?;
+        let sealed = crypto::seal(ring, &bytes, binding, coded);
+        match slot {
+            Slot::Value(v) => *v = sealed,
+            Slot::Error(e) => *e = e.clone().with_sealed_message(sealed, ring.current()),
+        }
+        Ok(Rekeyed::Rewritten)
     }
 
     /// For tools that show stored data: `value`, stored for `binding`, opened; one that does

@@ -96,6 +96,30 @@ pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Bindi
     }
 }
 
+/// Calls `f` with every payload and error of inbox entry `what` of run `run` (not yet
+/// delivered: a hook payload is bound to its token, a message to the run and its topic, a
+/// child's end to the child), and where each belongs.
+pub(crate) fn visit_inbound(
+    run: RunId,
+    what: &mut crate::model::Inbound,
+    mut f: impl FnMut(Binding<'_>, Slot<'_>),
+) {
+    use crate::model::Inbound;
+    match what {
+        Inbound::Hook { token, payload } => f(hook_payload(token), Slot::Value(payload)),
+        Inbound::Message { topic, payload } => f(of_run(run, MESSAGE, topic), Slot::Value(payload)),
+        Inbound::ChildEnded(notice) => {
+            let child = notice.child;
+            if let Some(v) = notice.output.as_mut() {
+                f(of_run(child, OUTPUT, ""), Slot::Value(v));
+            }
+            if let Some(e) = notice.error.as_mut() {
+                f(of_run(child, ERROR, ""), Slot::Error(e));
+            }
+        }
+    }
+}
+
 /// The id of the key `value` (a payload, or an error's sealed message) was sealed with.
 pub(crate) fn slot_key<'s>(slot: &'s Slot<'_>) -> Option<&'s str> {
     match slot {

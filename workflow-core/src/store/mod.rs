@@ -9,6 +9,7 @@
 //! - [`StreamStore`] ([`streams`]): streams of chunks.
 //! - [`QueueStore`] ([`queues`]): queue limits and occupancy.
 //! - [`AdminStore`] ([`admin`]): listing and pruning.
+//! - [`RekeyStore`] ([`rekey`]): reading and rewriting the rows that hold sealed payloads.
 //! - [`ScheduleStore`] ([`schedules`]): schedules and the records of their ticks.
 //!
 //! [`Store`] is all of them together, implemented for every type that has them; the runtime
@@ -30,6 +31,7 @@ mod admin;
 mod hooks;
 mod messages;
 mod queues;
+mod rekey;
 mod runs;
 mod schedules;
 mod streams;
@@ -38,6 +40,7 @@ pub use admin::*;
 pub use hooks::*;
 pub use messages::*;
 pub use queues::*;
+pub use rekey::*;
 pub use runs::*;
 pub use schedules::*;
 pub use streams::*;
@@ -72,12 +75,26 @@ pub mod sqlite;
 /// What a store decides without a caller's time (a run woken at once by a payload) it
 /// decides on that same clock.
 pub trait Store:
-    RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore
+    RunStore
+    + HookStore
+    + MessageStore
+    + StreamStore
+    + QueueStore
+    + AdminStore
+    + ScheduleStore
+    + RekeyStore
 {
 }
 
 impl<
-        S: RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore,
+        S: RunStore
+            + HookStore
+            + MessageStore
+            + StreamStore
+            + QueueStore
+            + AdminStore
+            + ScheduleStore
+            + RekeyStore,
     > Store for S
 {
 }

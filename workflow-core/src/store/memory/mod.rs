@@ -12,6 +12,7 @@ mod hooks;
 mod inspect;
 mod messages;
 mod queues;
+mod rekey;
 mod runs;
 mod schedules;
 mod state;

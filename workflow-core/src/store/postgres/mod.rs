@@ -37,6 +37,7 @@ mod hooks;
 mod listen;
 mod messages;
 mod queues;
+mod rekey;
 mod runs;
 mod schedules;
 mod schema;

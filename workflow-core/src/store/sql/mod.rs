@@ -14,6 +14,7 @@ pub(super) mod batch;
 pub(super) mod messages;
 pub(super) mod migrations;
 pub(super) mod policy;
+pub(super) mod rekey;
 pub(super) mod rows;
 pub(super) mod schedules;
 mod values;

@@ -21,6 +21,7 @@ mod hooks;
 mod messages;
 mod queues;
 mod readers;
+mod rekey;
 mod runs;
 mod schedules;
 mod schema;

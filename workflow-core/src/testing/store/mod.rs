@@ -53,6 +53,7 @@ mod messages;
 #[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod migrations;
 mod queues;
+mod rekey;
 mod runs;
 mod schedules;
 mod starts;
@@ -105,6 +106,7 @@ pub use queues::{
     a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
     an_undeclared_queue_begins_nothing,
 };
+pub use rekey::sealed_rows_are_paged_and_replaced_only_while_unchanged;
 pub use runs::{
     a_blocked_run_waits_with_its_divergence_until_woken_or_retried,
     a_deadline_is_kept_with_the_run, a_release_starts_the_count_of_failed_tries_again,
@@ -309,6 +311,7 @@ macro_rules! __store_conformance_tests {
             a_message_to_an_unknown_or_ended_run_writes_nothing,
             an_idempotency_key_stores_one_message_per_run,
             published_values_keep_the_latest_per_key,
+            sealed_rows_are_paged_and_replaced_only_while_unchanged,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
