@@ -490,7 +490,7 @@ impl Driver {
                 || self.replay.deliver_child_end(self.host.now())
                 || self
                     .replay
-                    .deliver_message(|topic| self.ctx.wants_message(topic), self.host.now())
+                    .deliver_message(|m| self.ctx.wants_message(m), self.host.now())
             {
                 self.deliver_ready();
                 continue;
@@ -797,7 +797,12 @@ impl Driver {
         if append
             .events
             .iter()
-            .any(|e| matches!(e.event, Event::EventSet { .. }))
+            .any(|e| {
+                matches!(
+                    e.event,
+                    Event::EventSet { .. } | Event::RequestReplied { .. }
+                )
+            })
         {
             self.host.published(self.ctx.run_id);
         }

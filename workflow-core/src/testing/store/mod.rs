@@ -53,6 +53,7 @@ mod messages;
 #[cfg(all(test, any(feature = "sqlite", feature = "postgres")))]
 mod migrations;
 mod queues;
+mod requests;
 mod runs;
 mod schedules;
 mod starts;
@@ -95,6 +96,10 @@ pub use messages::{
     a_message_to_an_unknown_or_ended_run_writes_nothing,
     an_idempotency_key_stores_one_message_per_run, concurrent_sends_with_one_key_store_one,
     messages_are_queued_in_order_and_wake_the_run, published_values_keep_the_latest_per_key,
+};
+pub use requests::{
+    a_request_is_refused_or_deduplicated_without_writing,
+    concurrent_requests_with_one_key_store_one, requests_are_queued_and_keep_their_first_reply,
 };
 pub use queues::{
     a_partition_key_runs_one_at_a_time_in_start_order,
@@ -309,9 +314,12 @@ macro_rules! __store_conformance_tests {
             a_message_to_an_unknown_or_ended_run_writes_nothing,
             an_idempotency_key_stores_one_message_per_run,
             published_values_keep_the_latest_per_key,
+            requests_are_queued_and_keep_their_first_reply,
+            a_request_is_refused_or_deduplicated_without_writing,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
+            concurrent_requests_with_one_key_store_one,
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_leased_admissions_never_exceed_a_queue_s_concurrency,
