@@ -98,10 +98,7 @@ async fn request_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
     let mut lat = Vec::new();
     for seq in 0..count {
         let t = Instant::now();
-        let got: u64 = run
-            .request::<u64, u64>("echo", seq)
-            .timeout(limit)
-            .await?;
+        let got: u64 = run.request::<u64, u64>("echo", seq).timeout(limit).await?;
         lat.push(us(t.elapsed()));
         if got != seq {
             return Err(format!("request {seq} got the reply {got}").into());
@@ -157,15 +154,13 @@ pub async fn messages(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
             request.push(percentile(&request_trial(ctx, kind).await?, 50.0));
             burst.push(burst_trial(ctx, kind).await?);
         }
-        let mut row = Row::new("messages", s, "send → recv in-process: p50", Unit::Micros)
-            .samples(send);
+        let mut row =
+            Row::new("messages", s, "send → recv in-process: p50", Unit::Micros).samples(send);
         if kind == Sqlite {
             row = row.target(Target::AtMost(500.0));
         }
         rep.push(row);
-        rep.push(
-            Row::new("messages", s, "request → reply: p50", Unit::Micros).samples(request),
-        );
+        rep.push(Row::new("messages", s, "request → reply: p50", Unit::Micros).samples(request));
         rep.push(
             Row::new(
                 "messages",

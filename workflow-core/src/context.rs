@@ -26,8 +26,7 @@ use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
-    ChildKey, Delivered, Delivery, HookKey, Key, Mailbox, Patches, SetId, StepCall, StepId,
-    TimerId,
+    ChildKey, Delivered, Delivery, HookKey, Key, Mailbox, Patches, SetId, StepCall, StepId, TimerId,
 };
 
 tokio::task_local! {
@@ -255,7 +254,10 @@ impl RunCtx {
                         .get(&mailbox)
                         .map(|r| r.values().cloned().collect())
                         .unwrap_or_default();
-                    j.messages.entry(mailbox).or_default().push_back((id, payload));
+                    j.messages
+                        .entry(mailbox)
+                        .or_default()
+                        .push_back((id, payload));
                     drop(j);
                     for w in wakers {
                         w.wake();
@@ -279,12 +281,7 @@ impl RunCtx {
 
     /// Issues the reply to request `request_id`, unless the workflow replied to it before
     /// in this execution: then `false`, and nothing is issued.
-    pub(crate) fn reply(
-        &self,
-        request_id: u64,
-        name: String,
-        reply: Result<Value, Error>,
-    ) -> bool {
+    pub(crate) fn reply(&self, request_id: u64, name: String, reply: Result<Value, Error>) -> bool {
         let mut j = self.journal();
         if !j.replied.insert(request_id) {
             return false;

@@ -97,9 +97,9 @@ pub use history::{
 };
 pub use ids::{ParseRunIdError, RunId};
 pub use message::{recv, timeout, Elapsed, Recv};
-pub use request::{requests, NextRequest, Request, Requests};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
+pub use request::{requests, NextRequest, Request, Requests};
 pub use runtime::{
     stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, Run, RunStream, Runtime,
     RuntimeBuilder, SendMessage, SendRequest, Start, StartOrResume, StreamWriter,

@@ -146,7 +146,10 @@ async fn a_request_gets_its_reply(backend: Backend) {
         let run = run.clone();
         tokio::spawn(async move { run.request::<&str, String>("ask", "hi").await })
     };
-    until_recorded(&rt, run.id(), |e| matches!(e, Event::RequestReceived { .. })).await;
+    until_recorded(&rt, run.id(), |e| {
+        matches!(e, Event::RequestReceived { .. })
+    })
+    .await;
     run.send("go", ()).await.unwrap();
     assert_eq!(caller.await.unwrap().unwrap(), "re: hi");
     let second = run.return_value().await.unwrap();
@@ -194,12 +197,19 @@ async fn requests_arrive_in_order_once_across_a_restart(backend: Backend) {
     }
     drop(second);
     assert_eq!(replies, (0..N).map(|n| 2 * n).collect::<Vec<_>>());
-    assert_eq!(run.return_value().await.unwrap(), (0..N).collect::<Vec<_>>());
+    assert_eq!(
+        run.return_value().await.unwrap(),
+        (0..N).collect::<Vec<_>>()
+    );
     let events = history(&client, run.id()).await;
     let ids = received_ids(&events);
     assert_eq!(ids.len(), N as usize);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "not in send order");
-    assert_eq!(replied_ids(&events), ids, "each request replied to once, in order");
+    assert_eq!(
+        replied_ids(&events),
+        ids,
+        "each request replied to once, in order"
+    );
 }
 
 /// A caller that timed out leaves its request with the run; a later request with the same
@@ -218,7 +228,10 @@ async fn an_idempotency_key_returns_the_first_reply(backend: Backend) {
         matches!(timed_out, Err(RunError::TimedOut { .. })),
         "{timed_out:?}"
     );
-    until_recorded(&rt, run.id(), |e| matches!(e, Event::RequestReceived { .. })).await;
+    until_recorded(&rt, run.id(), |e| {
+        matches!(e, Event::RequestReceived { .. })
+    })
+    .await;
     run.send("go", ()).await.unwrap();
     let again = run
         .request::<&str, String>("ask", "second")
@@ -272,7 +285,13 @@ async fn refused_or_unanswered_requests_fail_the_caller(backend: Backend) {
     let after_end = rt.store().last_payload_id().await.unwrap();
     let sent = run.request::<u32, u32>("ask", 8).await;
     assert!(
-        matches!(sent, Err(RunError::Ended { status: RunStatus::Completed, .. })),
+        matches!(
+            sent,
+            Err(RunError::Ended {
+                status: RunStatus::Completed,
+                ..
+            })
+        ),
         "{sent:?}"
     );
     assert_eq!(rt.store().last_payload_id().await.unwrap(), after_end);
@@ -367,7 +386,11 @@ fn a_killed_worker_s_request_is_answered_by_another(place: Place) {
         assert_eq!(caller.await.unwrap().unwrap(), "re: hello");
         run.return_value().await.unwrap();
         let events = history(&client, run.id()).await;
-        assert_eq!(received_ids(&events).len(), 1, "the request was received twice");
+        assert_eq!(
+            received_ids(&events).len(),
+            1,
+            "the request was received twice"
+        );
         assert_eq!(replied_ids(&events).len(), 1);
         println!(
             "request across a SIGKILL on {}: the caller got the reply of the second worker",

@@ -794,16 +794,12 @@ impl Driver {
             };
             crate::telemetry::run_ended(self.ctx.workflow, status);
         }
-        if append
-            .events
-            .iter()
-            .any(|e| {
-                matches!(
-                    e.event,
-                    Event::EventSet { .. } | Event::RequestReplied { .. }
-                )
-            })
-        {
+        if append.events.iter().any(|e| {
+            matches!(
+                e.event,
+                Event::EventSet { .. } | Event::RequestReplied { .. }
+            )
+        }) {
             self.host.published(self.ctx.run_id);
         }
         Ok(append.outcome)

@@ -219,16 +219,20 @@ impl<S> Replay<S> {
                 Inbound::ChildEnded(notice) => {
                     self.child_ends.insert(notice.child, (id, notice.result()));
                 }
-                Inbound::Message { topic, payload } => self.messages.push_back(super::QueuedMessage {
-                    id,
-                    mailbox: super::Mailbox::Topic(topic),
-                    payload,
-                }),
-                Inbound::Request { name, payload } => self.messages.push_back(super::QueuedMessage {
-                    id,
-                    mailbox: super::Mailbox::Requests(name),
-                    payload,
-                }),
+                Inbound::Message { topic, payload } => {
+                    self.messages.push_back(super::QueuedMessage {
+                        id,
+                        mailbox: super::Mailbox::Topic(topic),
+                        payload,
+                    })
+                }
+                Inbound::Request { name, payload } => {
+                    self.messages.push_back(super::QueuedMessage {
+                        id,
+                        mailbox: super::Mailbox::Requests(name),
+                        payload,
+                    })
+                }
             }
         }
     }

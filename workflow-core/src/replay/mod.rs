@@ -40,10 +40,10 @@ pub(crate) use crate::divergence::Divergence;
 pub(crate) use command::{ChildCall, Command, StepCall};
 use command::{Recorded, RecordedCommand};
 use deliveries::QueuedPayload;
-pub(crate) use messages::Mailbox;
-use messages::QueuedMessage;
 pub(crate) use deliveries::{Delivered, Delivery};
 pub(crate) use keys::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
+pub(crate) use messages::Mailbox;
+use messages::QueuedMessage;
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
 

@@ -136,8 +136,7 @@ pub trait MessageStore: Send + Sync + 'static {
 
     /// The run's status and the reply to its request `id`, if recorded; `None` for an unknown
     /// run. The status is read first, so a run seen ended shows a reply it gave.
-    async fn request_reply(&self, run: &RunId, id: u64)
-        -> Result<Option<ReplyState>, StoreError>;
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError>;
 
     /// The requests sent to the run, by id (replied or not).
     async fn run_requests(&self, run: &RunId) -> Result<Vec<RequestRecord>, StoreError>;

@@ -105,7 +105,10 @@ fn a_recorded_message_is_replayed_and_not_delivered_again() {
 #[test]
 fn requests_have_their_own_mailbox_and_one_recorded_reply() {
     let mut r = History::default().replay();
-    r.add_inbox([message(3, "review", json!(1)), request(4, "review", json!(2))]);
+    r.add_inbox([
+        message(3, "review", json!(1)),
+        request(4, "review", json!(2)),
+    ]);
     let wanted = Mailbox::Requests("review".into());
     assert!(r.deliver_message(|m| *m == wanted, t(2)));
     let writes = r.take_writes();

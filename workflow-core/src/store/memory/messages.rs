@@ -97,11 +97,7 @@ impl MessageStore for MemoryStore {
         Ok(SendOutcome::Queued(id))
     }
 
-    async fn request_reply(
-        &self,
-        run: &RunId,
-        id: u64,
-    ) -> Result<Option<ReplyState>, StoreError> {
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError> {
         Ok(self.lock().runs.get(run).map(|row| ReplyState {
             status: row.record.status,
             reply: row.requests.get(&id).and_then(|r| r.reply.clone()),

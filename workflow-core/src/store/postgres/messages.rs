@@ -162,11 +162,7 @@ impl MessageStore for PostgresStore {
         Ok(sent)
     }
 
-    async fn request_reply(
-        &self,
-        run: &RunId,
-        id: u64,
-    ) -> Result<Option<ReplyState>, StoreError> {
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError> {
         let key = run.to_string();
         let schema = &self.inner.schema;
         let mut conn = self.conn().await?;

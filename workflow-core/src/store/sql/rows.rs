@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::{MESSAGE_TOKEN, REQUEST_TOKEN};
 use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of, CHILD_NOTICE_TOKEN};
+use super::{MESSAGE_TOKEN, REQUEST_TOKEN};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{

@@ -27,7 +27,8 @@ const SQL: MessageSql = MessageSql {
     status: "SELECT status FROM runs WHERE id = ?1",
     events: "SELECT key, value FROM run_events WHERE run_id = ?1 ORDER BY key",
     request_key: "SELECT id FROM run_requests WHERE run_id = ?1 AND key = ?2",
-    keep_request: "INSERT INTO run_requests (run_id, id, name, key, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    keep_request:
+        "INSERT INTO run_requests (run_id, id, name, key, at) VALUES (?1, ?2, ?3, ?4, ?5)",
     reply: "SELECT reply FROM run_requests WHERE run_id = ?1 AND id = ?2",
     requests: "SELECT id, name, key, at, reply IS NOT NULL FROM run_requests WHERE run_id = ?1
                ORDER BY id",
@@ -102,11 +103,7 @@ impl MessageStore for SqliteStore {
             .await
     }
 
-    async fn request_reply(
-        &self,
-        run: &RunId,
-        id: u64,
-    ) -> Result<Option<ReplyState>, StoreError> {
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError> {
         let run = run.to_string();
         self.read(move |conn| {
             // The status first: a run seen ended shows the reply it recorded before its end.

@@ -97,10 +97,6 @@ pub use messages::{
     an_idempotency_key_stores_one_message_per_run, concurrent_sends_with_one_key_store_one,
     messages_are_queued_in_order_and_wake_the_run, published_values_keep_the_latest_per_key,
 };
-pub use requests::{
-    a_request_is_refused_or_deduplicated_without_writing,
-    concurrent_requests_with_one_key_store_one, requests_are_queued_and_keep_their_first_reply,
-};
 pub use queues::{
     a_partition_key_runs_one_at_a_time_in_start_order,
     a_queue_begins_higher_priority_first_then_start_order,
@@ -109,6 +105,10 @@ pub use queues::{
     a_queued_run_s_updated_at_follows_its_changes_of_state,
     a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
     an_undeclared_queue_begins_nothing,
+};
+pub use requests::{
+    a_request_is_refused_or_deduplicated_without_writing,
+    concurrent_requests_with_one_key_store_one, requests_are_queued_and_keep_their_first_reply,
 };
 pub use runs::{
     a_blocked_run_waits_with_its_divergence_until_woken_or_retried,

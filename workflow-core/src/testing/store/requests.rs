@@ -32,7 +32,11 @@ async fn queued<S: Store>(store: &S, run: RunId, r: NewRequest) -> u64 {
 }
 
 /// The reply to request `id` of `run` as recorded, with the run's status.
-async fn reply<S: Store>(store: &S, run: RunId, id: u64) -> (RunStatus, Option<Result<Value, Error>>) {
+async fn reply<S: Store>(
+    store: &S,
+    run: RunId,
+    id: u64,
+) -> (RunStatus, Option<Result<Value, Error>>) {
     let state = store
         .request_reply(&run, id)
         .await
@@ -76,7 +80,12 @@ pub async fn requests_are_queued_and_keep_their_first_reply<S: Store>(store: &S)
     let lease_for = Duration::from_secs(600);
     assert!(acquire(store, &wf, t(5), lease_for, 10).await.is_empty());
 
-    let a = queued(store, run, request("review", json!({"amount": 40}), None, 10)).await;
+    let a = queued(
+        store,
+        run,
+        request("review", json!({"amount": 40}), None, 10),
+    )
+    .await;
     let m = store
         .send_message(
             &run,
@@ -89,11 +98,19 @@ pub async fn requests_are_queued_and_keep_their_first_reply<S: Store>(store: &S)
         )
         .await
         .unwrap();
-    let b = queued(store, run, request("review", json!({"amount": 9}), Some("k"), 12)).await;
+    let b = queued(
+        store,
+        run,
+        request("review", json!({"amount": 9}), Some("k"), 12),
+    )
+    .await;
     let SendOutcome::Queued(m) = m else {
         panic!("the message was not queued: {m:?}")
     };
-    assert!(a < m && m < b, "ids {a}, {m}, {b} do not grow in send order");
+    assert!(
+        a < m && m < b,
+        "ids {a}, {m}, {b} do not grow in send order"
+    );
     let inbox: Vec<(u64, Inbound)> = store
         .payloads(&run, 0)
         .await
@@ -131,7 +148,12 @@ pub async fn requests_are_queued_and_keep_their_first_reply<S: Store>(store: &S)
     assert_eq!(
         listed
             .iter()
-            .map(|r| (r.id, r.name.as_str(), r.idempotency_key.as_deref(), r.replied))
+            .map(|r| (
+                r.id,
+                r.name.as_str(),
+                r.idempotency_key.as_deref(),
+                r.replied
+            ))
             .collect::<Vec<_>>(),
         [(a, "review", None, false), (b, "review", Some("k"), false)]
     );
@@ -176,10 +198,21 @@ pub async fn requests_are_queued_and_keep_their_first_reply<S: Store>(store: &S)
     );
     let (status, b_reply) = reply(store, run, b).await;
     assert_eq!(status, RunStatus::Completed);
-    let error = b_reply.expect("b's reply").expect_err("b's reply is an error");
+    let error = b_reply
+        .expect("b's reply")
+        .expect_err("b's reply is an error");
     assert_eq!(error.to_string(), "does not fit");
-    assert!(store.run_requests(&run).await.unwrap().iter().all(|r| r.replied));
-    assert!(store.request_reply(&RunId::new(), a).await.unwrap().is_none());
+    assert!(store
+        .run_requests(&run)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.replied));
+    assert!(store
+        .request_reply(&RunId::new(), a)
+        .await
+        .unwrap()
+        .is_none());
 }
 
 /// A request to an unknown run or one that ended writes nothing and says why; a request with
@@ -209,9 +242,15 @@ pub async fn a_request_is_refused_or_deduplicated_without_writing<S: Store>(stor
     let keyed = store.send_request(&run, request("ask", json!(4), Some("req-42"), 5));
     assert_eq!(keyed.await.unwrap(), SendOutcome::Duplicate(first));
     let fresh = store.send_request(&run, request("ask", json!(5), Some("req-43"), 6));
-    assert_eq!(fresh.await.unwrap(), SendOutcome::Ended(RunStatus::Completed));
+    assert_eq!(
+        fresh.await.unwrap(),
+        SendOutcome::Ended(RunStatus::Completed)
+    );
     let keyless = store.send_request(&run, request("ask", json!(6), None, 7));
-    assert_eq!(keyless.await.unwrap(), SendOutcome::Ended(RunStatus::Completed));
+    assert_eq!(
+        keyless.await.unwrap(),
+        SendOutcome::Ended(RunStatus::Completed)
+    );
     assert_eq!(store.last_payload_id().await.unwrap(), after_end);
     assert_eq!(store.run_requests(&run).await.unwrap().len(), 1);
     assert_eq!(reply(store, run, first).await, (RunStatus::Completed, None));
@@ -219,7 +258,10 @@ pub async fn a_request_is_refused_or_deduplicated_without_writing<S: Store>(stor
     let cancelled = create(store, "orders", t(0)).await;
     store.cancel(&cancelled, t(8)).await.unwrap();
     let sent = store.send_request(&cancelled, request("ask", json!(1), None, 9));
-    assert_eq!(sent.await.unwrap(), SendOutcome::Ended(RunStatus::Cancelled));
+    assert_eq!(
+        sent.await.unwrap(),
+        SendOutcome::Ended(RunStatus::Cancelled)
+    );
     assert!(store.run_requests(&cancelled).await.unwrap().is_empty());
     assert_eq!(store.last_payload_id().await.unwrap(), after_end);
 }
