@@ -1,7 +1,15 @@
-//! A store that fails on purpose ([`FailingAdmissions`]), for tests of what the runtime does
-//! when the store refuses a write; moved out of `mod.rs` to keep files under 1,000 lines.
+//! A store for tests of what the runtime does when the store fails: [`FailingAdmissions`]
+//! passes every call to another store, except the failures a test sets.
+#![allow(dead_code)]
 
-use super::*;
+use std::time::{Duration, SystemTime};
+
+use workflow_core::store::{
+    AcquireRequest, AdminStore, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord,
+    FailureOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, LeasedRun, NewEvent,
+    NewRun, Notice, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
+};
+use workflow_core::{RunId, StoreError};
 
 /// How [`FailingAdmissions::fail_appends`] makes an append fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

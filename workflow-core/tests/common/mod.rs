@@ -9,12 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::store::memory::MemoryStore;
-use workflow_core::store::{
-    AcquireRequest, AdminStore, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, LeasedRun, NewEvent,
-    NewRun, Notice, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
-};
-use workflow_core::{RunId, Runtime, StartError, StoreError};
+use workflow_core::store::Store;
+use workflow_core::{RunId, Runtime, StartError};
 
 mod failing;
 pub use failing::*;
