@@ -1,7 +1,9 @@
 //! Talking to a running run (SPEC 14): how long a message takes from `run.send` to the
 //! workflow's `recv` in the sender's own runtime (p50), how long a `run.request` takes to get
-//! the workflow's reply (p50), and how many messages per second one run takes in when eight
-//! senders send to it at once. On SQLite and PostgreSQL (and memory, for reference).
+//! the workflow's reply (p50) in the caller's runtime and from a client process whose run
+//! another process drives (this binary re-executed, as the streams scenario's writer), and how
+//! many messages per second one run takes in when eight senders send to it at once. On SQLite
+//! and PostgreSQL (and memory, in-process only, for reference).
 //!
 //! Sizes: the payloads of the hook latency scenario (`hooks_live`) for the two latencies, the
 //! chunks of the streams scenario (`stream_chunks`) for the burst.
@@ -14,6 +16,7 @@ use crate::flows::probe;
 use crate::report::{percentile, Report, Row, Target, Unit};
 use crate::scenarios::{progress, Ctx};
 use crate::stores::StoreKind;
+use crate::streams::Writer;
 use crate::BoxResult;
 
 /// Messages (and requests) discarded at the start of each trial (the run's first pick-up).
@@ -88,11 +91,17 @@ async fn send_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
     Ok(lat.split_off(WARM_UP))
 }
 
-/// `run.request` → its reply, in the sender's runtime: µs per round trip.
-async fn request_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
+/// `run.request` → its reply: µs per round trip, the caller in the runtime that drives the
+/// run, or (`remote`) a client while a worker process drives it.
+async fn request_trial(ctx: &Ctx, kind: StoreKind, remote: bool) -> BoxResult<Vec<f64>> {
     let count = ctx.sizes.hooks_live + WARM_UP as u64;
     let fresh = ctx.fresh(kind).await?;
-    let rt = fresh.builder().build().await?;
+    let rt = fresh.builder().worker(!remote).build().await?;
+    let worker = if remote {
+        Some(Writer::spawn(&fresh)?)
+    } else {
+        None
+    };
     let run = rt.start(echo, (count,)).await?;
     let limit = Duration::from_secs(60);
     let mut lat = Vec::new();
@@ -105,6 +114,7 @@ async fn request_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
         }
     }
     run.return_value().await?;
+    drop(worker);
     rt.shutdown();
     fresh.cleanup().await?;
     Ok(lat.split_off(WARM_UP))
@@ -148,10 +158,13 @@ pub async fn messages(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     for kind in ctx.stores(&[Memory, Sqlite, Postgres], rep) {
         let s = kind.name();
         progress(format!("messages {s}"));
-        let (mut send, mut request, mut burst) = (vec![], vec![], vec![]);
+        let (mut send, mut request, mut remote, mut burst) = (vec![], vec![], vec![], vec![]);
         for _ in 0..ctx.trials {
             send.push(percentile(&send_trial(ctx, kind).await?, 50.0));
-            request.push(percentile(&request_trial(ctx, kind).await?, 50.0));
+            request.push(percentile(&request_trial(ctx, kind, false).await?, 50.0));
+            if kind != Memory {
+                remote.push(percentile(&request_trial(ctx, kind, true).await?, 50.0));
+            }
             burst.push(burst_trial(ctx, kind).await?);
         }
         let mut row =
@@ -160,7 +173,31 @@ pub async fn messages(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
             row = row.target(Target::AtMost(500.0));
         }
         rep.push(row);
-        rep.push(Row::new("messages", s, "request → reply: p50", Unit::Micros).samples(request));
+        rep.push(
+            Row::new(
+                "messages",
+                s,
+                "request → reply, same runtime: p50",
+                Unit::Micros,
+            )
+            .samples(request),
+        );
+        if !remote.is_empty() {
+            let how = if kind == Postgres {
+                "LISTEN/NOTIFY"
+            } else {
+                "poll interval"
+            };
+            rep.push(
+                Row::new(
+                    "messages",
+                    s,
+                    format!("request → reply, run driven by another process ({how}): p50"),
+                    Unit::Micros,
+                )
+                .samples(remote),
+            );
+        }
         rep.push(
             Row::new(
                 "messages",
