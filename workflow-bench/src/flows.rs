@@ -187,7 +187,7 @@ pub mod probe {
         *lock(&PROGRESSED)
     }
 
-    pub(super) fn observed(seq: u64) {
+    pub(crate) fn observed(seq: u64) {
         if let Some(tx) = lock(&OBSERVER).as_ref() {
             let _ = tx.send((seq, Instant::now()));
         }

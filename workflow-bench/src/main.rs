@@ -15,6 +15,7 @@
 
 mod compare;
 mod flows;
+mod messages;
 mod report;
 mod scale;
 mod scenarios;
@@ -82,6 +83,10 @@ enum Scenario {
     /// on one worker (lateness, CPU per tick), and the firing loop's idle CPU.
     #[value(alias = "schedule")]
     Schedules,
+    /// Talking to a running run: send → recv p50 in-process, request → reply p50, messages/s
+    /// from eight senders into one run.
+    #[value(alias = "message")]
+    Messages,
 }
 
 #[derive(Debug, Parser)]
@@ -176,6 +181,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams,
             QueueHandoff,
             Schedules,
+            Messages,
             ScaleOut,
             W0,
             W1,
@@ -197,6 +203,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => &Streams,
             QueueHandoff => &QueueHandoff,
             Schedules => &Schedules,
+            Messages => &Messages,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -218,6 +225,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             Schedules => schedules::schedules(ctx, &mut rep).await?,
+            Messages => messages::messages(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -344,6 +352,7 @@ mod tests {
             "scale-out",
             "queue handoff",
             "schedules",
+            "messages",
             "W0",
             "W1",
             "W2",

@@ -12,8 +12,8 @@ use workflow_core::{ExportedHistory, HookError, RunId, RunStatus, Runtime};
 pub use crate::error::not_found;
 use crate::error::CliError;
 use crate::view::{
-    positions, ChunkView, EventView, HookSummary, QueueView, QueuedRun, RunDetail, RunSummary,
-    StreamView,
+    positions, ChunkView, EventView, HookSummary, OpenRequest, QueueView, QueuedRun, RunDetail,
+    RunSummary, StreamView,
 };
 
 /// The time on the store's clock (on PostgreSQL the server's, which the workers time their
@@ -178,6 +178,25 @@ pub async fn run_with_events(
                 Some((e.id, topic, payload))
             }
             _ => None,
+        })
+        .collect();
+    let received: std::collections::HashSet<u64> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            workflow_core::store::Event::RequestReceived { payload_id, .. } => Some(*payload_id),
+            _ => None,
+        })
+        .collect();
+    detail.open_requests = store
+        .run_requests(&id)
+        .await?
+        .into_iter()
+        .filter(|r| !r.replied)
+        .map(|r| OpenRequest {
+            received: received.contains(&r.id),
+            id: r.id,
+            name: r.name,
+            key: r.idempotency_key,
         })
         .collect();
     Ok((detail, events.into_iter().map(EventView::new).collect()))

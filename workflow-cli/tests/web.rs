@@ -23,6 +23,7 @@ on_both_stores!(
     parent_and_child_pages_link_to_each_other,
     the_run_page_shows_its_streams,
     the_run_page_shows_events_and_waiting_messages,
+    the_run_page_shows_open_requests,
     queues_show_their_limits_occupancy_and_positions,
     the_runs_page_pages_through_older_runs,
     schedule_pages_list_schedules_and_link_ticks_to_runs,
@@ -815,4 +816,86 @@ async fn the_run_page_shows_events_and_waiting_messages(b: Backend) {
     );
     let taken = f.rt.store().payloads(&id, 0).await.unwrap();
     assert_eq!(taken.len(), 1, "only the message on `later` waits");
+}
+
+/// Takes one request "<review>", waits for "go", and replies.
+#[workflow_core::workflow]
+async fn reviewing() -> workflow_core::Result<u32> {
+    let mut asks = workflow_core::requests::<u32, u32>("<review>");
+    let Some(req) = asks.next().await else {
+        return Err(workflow_core::Error::fatal("no request"));
+    };
+    workflow_core::recv::<()>("go").await?;
+    req.reply(req.body() + 1)?;
+    Ok(*req.body())
+}
+
+/// The run page lists the requests the run has not replied to, escaped, received or still
+/// waiting for the workflow; a request replied to leaves the list.
+async fn the_run_page_shows_open_requests(b: Backend) {
+    let f = fixture(b).await;
+    let run = f.rt.start(reviewing, ()).await.unwrap();
+    let id = run.id();
+    let caller = {
+        let run = run.clone();
+        tokio::spawn(async move {
+            run.request::<u32, u32>("<review>", 41)
+                .idempotency_key("k<1>")
+                .await
+        })
+    };
+    let unheard = run
+        .request::<u32, u32>("later", 1)
+        .timeout(std::time::Duration::from_millis(50))
+        .await;
+    assert!(
+        matches!(unheard, Err(workflow_core::RunError::TimedOut { .. })),
+        "{unheard:?}"
+    );
+    loop {
+        let events = f.rt.store().events(&id).await.unwrap();
+        if events
+            .iter()
+            .any(|e| matches!(e.event, workflow_core::store::Event::RequestReceived { .. }))
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let web = dashboard(&f.store, &["--port", "0"], &[]);
+    let host = format!("127.0.0.1:{}", web.addr.port());
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    assert_eq!(page.status, 200);
+    let body = page.body;
+    assert!(!body.contains("<review>"), "{body}");
+    let open = open_requests(&body);
+    assert!(open.contains("<h2>Open requests</h2>"), "{body}");
+    assert!(open.contains("&lt;review&gt;"), "{open}");
+    assert!(open.contains("k&lt;1&gt;"), "{open}");
+    assert!(open.contains("received, no reply yet"), "{open}");
+    assert!(open.contains("waiting for the workflow"), "{open}");
+
+    run.send("go", ()).await.unwrap();
+    assert_eq!(caller.await.unwrap().unwrap(), 42);
+    run.return_value().await.unwrap();
+    let page = get(web.addr, &format!("/runs/{id}"), &host);
+    let body = page.body;
+    let open = open_requests(&body);
+    assert!(
+        !open.contains("&lt;review&gt;"),
+        "the replied request is listed: {open}"
+    );
+    assert!(
+        open.contains("waiting for the workflow"),
+        "the request nobody took stays listed: {open}"
+    );
+}
+
+/// The page's section of open requests (empty when it has none).
+fn open_requests(body: &str) -> &str {
+    let Some(from) = body.find(r#"<section id="open-requests">"#) else {
+        return "";
+    };
+    let len = body[from..].find("</section>").unwrap_or(body.len() - from);
+    &body[from..from + len]
 }

@@ -59,3 +59,15 @@ pub fn send<M: serde::Serialize>(
     let rt = current_runtime().ok_or_else(|| RunError::InvalidMessage(NO_RUNTIME.to_owned()))?;
     Ok(rt.get_run(run).send(topic, msg))
 }
+
+/// [`Run::request`] on the current runtime: sends `req` to run `run` under `name` and waits
+/// for its reply. Await the returned builder, which takes `.idempotency_key(k)` (a step's id
+/// makes a good key: a retried step waits for the same request's reply) and `.timeout(d)`.
+pub fn request<Req: serde::Serialize, Resp: serde::de::DeserializeOwned>(
+    run: &RunId,
+    name: impl Into<String>,
+    req: Req,
+) -> Result<crate::runtime::SendRequest<Resp>, RunError> {
+    let rt = current_runtime().ok_or_else(|| RunError::InvalidMessage(NO_RUNTIME.to_owned()))?;
+    Ok(rt.get_run(run).request(name, req))
+}

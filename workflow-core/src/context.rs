@@ -26,7 +26,7 @@ use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
-    ChildKey, Delivered, Delivery, HookKey, Key, Patches, SetId, StepCall, StepId, TimerId,
+    ChildKey, Delivered, Delivery, HookKey, Key, Mailbox, Patches, SetId, StepCall, StepId, TimerId,
 };
 
 tokio::task_local! {
@@ -86,11 +86,16 @@ struct Journal {
     abandoned: HashSet<HookKey>,
     /// Delivered, not yet received payloads per token.
     payloads: HashMap<String, VecDeque<Value>>,
-    /// Delivered, not yet received messages per topic (`message.rs`).
-    messages: HashMap<String, VecDeque<Value>>,
-    /// The `recv` futures waiting per topic, by their number, with their wakers: a message
-    /// of a topic is delivered only while more of them wait than messages are buffered.
-    receivers: HashMap<String, HashMap<u64, Waker>>,
+    /// Delivered, not yet received messages (and requests) per mailbox, with their inbox
+    /// ids (`message.rs`, `request.rs`).
+    messages: HashMap<Mailbox, VecDeque<(u64, Value)>>,
+    /// The `recv` futures (and `requests` streams) waiting per mailbox, by their number, with
+    /// their wakers: a message is delivered only while more of them wait than messages of its
+    /// mailbox are buffered.
+    receivers: HashMap<Mailbox, HashMap<u64, Waker>>,
+    /// Requests the workflow replied to in this execution (`req.reply`): a second reply is
+    /// an error.
+    replied: HashSet<u64>,
     /// The number of the next `recv` future.
     next_receiver: u64,
     issued: Vec<Command>,
@@ -108,7 +113,10 @@ struct Journal {
 fn is_recorded(cmd: &Command) -> bool {
     !matches!(
         cmd,
-        Command::HookRelease { .. } | Command::AwaitChild { .. } | Command::SetEvent { .. }
+        Command::HookRelease { .. }
+            | Command::AwaitChild { .. }
+            | Command::SetEvent { .. }
+            | Command::Reply { .. }
     )
 }
 
@@ -141,6 +149,7 @@ impl RunCtx {
                 payloads: HashMap::new(),
                 messages: HashMap::new(),
                 receivers: HashMap::new(),
+                replied: HashSet::new(),
                 next_receiver: 0,
                 issued: Vec::new(),
                 taken: 0,
@@ -234,14 +243,21 @@ impl RunCtx {
                         .push_back(payload);
                     j.waiters.remove(&Key::Payload(token))
                 }
-                Delivered::Message { topic, payload } => {
-                    // Every receiver of the topic polls again; the first polled takes it.
+                Delivered::Message {
+                    mailbox,
+                    id,
+                    payload,
+                } => {
+                    // Every receiver of the mailbox polls again; the first polled takes it.
                     let wakers: Vec<Waker> = j
                         .receivers
-                        .get(&topic)
+                        .get(&mailbox)
                         .map(|r| r.values().cloned().collect())
                         .unwrap_or_default();
-                    j.messages.entry(topic).or_default().push_back(payload);
+                    j.messages
+                        .entry(mailbox)
+                        .or_default()
+                        .push_back((id, payload));
                     drop(j);
                     for w in wakers {
                         w.wake();
@@ -263,12 +279,27 @@ impl RunCtx {
         j.issued.push(Command::SetEvent { set_id, key, value });
     }
 
-    /// Whether a `recv` of `topic` waits for a message not delivered yet: more receivers
-    /// wait than messages of the topic are buffered.
-    pub(crate) fn wants_message(&self, topic: &str) -> bool {
+    /// Issues the reply to request `request_id`, unless the workflow replied to it before
+    /// in this execution: then `false`, and nothing is issued.
+    pub(crate) fn reply(&self, request_id: u64, name: String, reply: Result<Value, Error>) -> bool {
+        let mut j = self.journal();
+        if !j.replied.insert(request_id) {
+            return false;
+        }
+        j.issued.push(Command::Reply {
+            request_id,
+            name,
+            reply,
+        });
+        true
+    }
+
+    /// Whether a receiver of `mailbox` waits for a message not delivered yet: more receivers
+    /// wait than messages of the mailbox are buffered.
+    pub(crate) fn wants_message(&self, mailbox: &Mailbox) -> bool {
         let j = self.journal();
-        let waiting = j.receivers.get(topic).map_or(0, HashMap::len);
-        waiting > j.messages.get(topic).map_or(0, VecDeque::len)
+        let waiting = j.receivers.get(mailbox).map_or(0, HashMap::len);
+        waiting > j.messages.get(mailbox).map_or(0, VecDeque::len)
     }
 
     /// Whether any `recv` waits.
@@ -283,20 +314,25 @@ impl RunCtx {
         j.next_receiver
     }
 
-    /// Receiver `receiver` of `topic` takes the next delivered message, or else waits with
-    /// `waker`.
-    pub(crate) fn take_message(&self, topic: &str, receiver: u64, waker: &Waker) -> Option<Value> {
+    /// Receiver `receiver` of `mailbox` takes the next delivered message (its inbox id and
+    /// payload), or else waits with `waker`.
+    pub(crate) fn take_message(
+        &self,
+        mailbox: &Mailbox,
+        receiver: u64,
+        waker: &Waker,
+    ) -> Option<(u64, Value)> {
         let mut j = self.journal();
-        match j.messages.get_mut(topic).and_then(VecDeque::pop_front) {
+        match j.messages.get_mut(mailbox).and_then(VecDeque::pop_front) {
             Some(v) => {
-                if let Some(r) = j.receivers.get_mut(topic) {
+                if let Some(r) = j.receivers.get_mut(mailbox) {
                     r.remove(&receiver);
                 }
                 Some(v)
             }
             None => {
                 j.receivers
-                    .entry(topic.to_owned())
+                    .entry(mailbox.clone())
                     .or_default()
                     .insert(receiver, waker.clone());
                 None
@@ -304,13 +340,13 @@ impl RunCtx {
         }
     }
 
-    /// Receiver `receiver` of `topic` no longer waits (it resolved or was dropped).
-    pub(crate) fn stop_receiving(&self, topic: &str, receiver: u64) {
+    /// Receiver `receiver` of `mailbox` no longer waits (it resolved or was dropped).
+    pub(crate) fn stop_receiving(&self, mailbox: &Mailbox, receiver: u64) {
         let mut j = self.journal();
-        if let Some(r) = j.receivers.get_mut(topic) {
+        if let Some(r) = j.receivers.get_mut(mailbox) {
             r.remove(&receiver);
             if r.is_empty() {
-                j.receivers.remove(topic);
+                j.receivers.remove(mailbox);
             }
         }
     }

@@ -574,6 +574,16 @@ pub enum RunError {
         /// How it ended.
         status: crate::RunStatus,
     },
+    /// The run ended without replying to the awaited request.
+    #[error("run {id} ended ({status}) without replying to request {name:?}")]
+    NoReply {
+        /// The run.
+        id: RunId,
+        /// The request's name.
+        name: String,
+        /// How it ended.
+        status: crate::RunStatus,
+    },
     /// A wait bounded with `.timeout(d)` ran out.
     #[error("waited {waited:?} on run {id} in vain")]
     TimedOut {

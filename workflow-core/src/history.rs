@@ -155,6 +155,27 @@ pub enum Event {
         /// `recv` asked for).
         payload: Value,
     },
+    /// A request sent with `run.request(name, req)`, delivered to the workflow's
+    /// `requests(name)`.
+    RequestReceived {
+        /// The name it was sent under.
+        name: String,
+        /// The request's id: its id in the store's inbox (commit order).
+        payload_id: u64,
+        /// The request as sent (kept raw, even if it does not fit the workflow's type).
+        payload: Value,
+    },
+    /// The workflow replied to request `request_id` (`req.reply(v)`); the append that records
+    /// it also keeps the reply where the request's callers read it. An `Err` is a request the
+    /// workflow could not read (its body did not fit the type `requests` asked for).
+    RequestReplied {
+        /// The request's id (the `payload_id` of its `RequestReceived`).
+        request_id: u64,
+        /// The name it was sent under.
+        name: String,
+        /// The reply.
+        reply: Result<Value, Error>,
+    },
 }
 
 impl Event {
@@ -180,6 +201,8 @@ impl Event {
             Event::ChildEnded { .. } => "child_ended",
             Event::MessageReceived { .. } => "message_received",
             Event::EventSet { .. } => "event_set",
+            Event::RequestReceived { .. } => "request_received",
+            Event::RequestReplied { .. } => "request_replied",
         }
     }
 }
@@ -191,7 +214,8 @@ impl Event {
         match self {
             Event::HookReceived { payload_id, .. }
             | Event::ChildEnded { payload_id, .. }
-            | Event::MessageReceived { payload_id, .. } => Some(*payload_id),
+            | Event::MessageReceived { payload_id, .. }
+            | Event::RequestReceived { payload_id, .. } => Some(*payload_id),
             _ => None,
         }
     }
@@ -389,6 +413,13 @@ pub(crate) fn fork_history(
                     from_step + 1
                 ))
             }
+            Event::RequestReceived { name, .. } if e.seq < cut => {
+                return Err(format!(
+                    "the run received a request {name:?} before step {}; requests go to the \
+                     original run only, so fork from an earlier step",
+                    from_step + 1
+                ))
+            }
             Event::ChildStarted { child_id, .. } if e.seq < cut => children.insert(*child_id),
             Event::ChildEnded { child_id, .. } => e.seq < cut && children.contains(child_id),
             _ => false,
@@ -510,6 +541,16 @@ mod tests {
                 set_id: s(),
                 key: s(),
                 value: Value::Null,
+            },
+            Event::RequestReceived {
+                name: s(),
+                payload_id: 1,
+                payload: Value::Null,
+            },
+            Event::RequestReplied {
+                request_id: 1,
+                name: s(),
+                reply: Ok(Value::Null),
             },
         ];
         for e in events {

@@ -65,6 +65,7 @@ mod payload;
 mod queue;
 mod registry;
 mod replay;
+mod request;
 mod runtime;
 mod schedule;
 pub mod store;
@@ -98,10 +99,11 @@ pub use ids::{ParseRunIdError, RunId};
 pub use message::{recv, timeout, Elapsed, Recv};
 pub use queue::Queue;
 pub use registry::{IntoWorkflow, WorkflowCall, WorkflowDef};
+pub use request::{requests, NextRequest, Request, Requests};
 pub use runtime::{
     stream, Chunk, EventRead, HookInfo, HookRef, LatestEvent, OrResume, RekeyCount, RekeyError,
-    RekeyOptions, RekeyReport, Run, RunStream, Runtime, RuntimeBuilder, SendMessage, Start,
-    StartOrResume, StreamWriter,
+    RekeyOptions, RekeyReport, Run, RunStream, Runtime, RuntimeBuilder, SendMessage, SendRequest,
+    Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 pub use store::{
@@ -123,7 +125,7 @@ pub mod prelude {
         RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
         WorkflowMetadata,
     };
-    pub use crate::{recv, set_event, timeout, Elapsed, Recv};
+    pub use crate::{recv, requests, set_event, timeout, Elapsed, Recv, Request, Requests};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::context::{current, RunCtx};
 use crate::error::Error;
 use crate::payload::{PayloadError, PayloadKind};
+use crate::replay::Mailbox;
 
 /// Topics (and event keys, request names) are non-empty UTF-8 of at most this many bytes.
 pub(crate) const MAX_NAME_BYTES: usize = 1024;
@@ -78,9 +79,11 @@ pub(crate) fn invalid_name(what: &str, name: &str) -> Option<String> {
 /// # }
 /// ```
 pub fn recv<T: DeserializeOwned>(topic: impl Into<String>) -> Recv<T> {
+    let topic = topic.into();
     Recv {
         ctx: current(),
-        topic: topic.into(),
+        mailbox: Mailbox::Topic(topic.clone()),
+        topic,
         receiver: None,
         _t: PhantomData,
     }
@@ -91,6 +94,8 @@ pub fn recv<T: DeserializeOwned>(topic: impl Into<String>) -> Recv<T> {
 pub struct Recv<T> {
     ctx: Option<Arc<RunCtx>>,
     topic: String,
+    /// `topic`'s mailbox.
+    mailbox: Mailbox,
     /// Its number among the run's receivers, once it waited.
     receiver: Option<u64>,
     _t: PhantomData<fn() -> T>,
@@ -120,8 +125,8 @@ impl<T: DeserializeOwned> Future for Recv<T> {
             return Poll::Ready(Err(Error::fatal(why)));
         }
         let receiver = *this.receiver.get_or_insert_with(|| ctx.new_receiver());
-        match ctx.take_message(&this.topic, receiver, cx.waker()) {
-            Some(v) => {
+        match ctx.take_message(&this.mailbox, receiver, cx.waker()) {
+            Some((_, v)) => {
                 this.receiver = None;
                 let what = PayloadKind::Message { topic: &this.topic }.of(ctx.run_id);
                 Poll::Ready(ctx.payloads.decode(v, what).map_err(PayloadError::fatal))
@@ -134,7 +139,7 @@ impl<T: DeserializeOwned> Future for Recv<T> {
 impl<T> Drop for Recv<T> {
     fn drop(&mut self) {
         if let (Some(ctx), Some(receiver)) = (&self.ctx, self.receiver) {
-            ctx.stop_receiving(&self.topic, receiver);
+            ctx.stop_receiving(&self.mailbox, receiver);
         }
     }
 }
@@ -148,8 +153,8 @@ pub struct Elapsed(());
 ///
 /// Inside a workflow the deadline is a durable timer (recorded like a
 /// [`sleep`](crate::sleep)), and whichever of the two was recorded first wins, on every
-/// replay too. It bounds any durable wait: [`recv`], a hook's `recv`, `child.result()`, a
-/// step. The loser
+/// replay too. It bounds any durable wait: [`recv`], the next of
+/// [`requests`](crate::requests), a hook's `recv`, `child.result()`, a step. The loser
 /// consumes nothing: a message not taken by a timed-out `recv` waits for the next one.
 /// Outside a workflow it is `tokio::time::timeout`.
 ///

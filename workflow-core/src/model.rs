@@ -219,7 +219,7 @@ pub enum RunOutcome {
 }
 
 /// An entry of a run's inbox, as [`HookStore::payloads`] reads it: a payload sent to one of
-/// the run's hooks, the end of one of its children, or a message sent to the run.
+/// the run's hooks, the end of one of its children, or a message or request sent to the run.
 ///
 /// [`HookStore::payloads`]: crate::store::HookStore::payloads
 #[derive(Debug, Clone, PartialEq)]
@@ -249,6 +249,14 @@ pub enum Inbound {
     Message {
         /// The topic it was sent on.
         topic: String,
+        /// As sent.
+        payload: Value,
+    },
+    /// A request sent with `run.request(name, req)`, for the workflow's `requests(name)`;
+    /// its id is the request's id (the caller waits for the reply recorded under it).
+    Request {
+        /// The name the workflow's `requests(name)` takes it under.
+        name: String,
         /// As sent.
         payload: Value,
     },

@@ -46,6 +46,10 @@ pub(crate) enum PayloadKind<'a> {
     Message { topic: &'a str },
     /// A value a run published under `key` (`set_event`).
     Event { key: &'a str },
+    /// A request sent to a run under `name` (`run.request`).
+    Request { name: &'a str },
+    /// A run's reply to a request sent under `name`; the place is the request's id.
+    Reply { name: &'a str },
 }
 
 impl<'a> PayloadKind<'a> {
@@ -98,6 +102,8 @@ impl<'a> PayloadKind<'a> {
             PayloadKind::StreamChunk { stream, .. } => format!("a chunk for stream {stream:?}"),
             PayloadKind::Message { topic } => format!("the message on topic {topic:?}"),
             PayloadKind::Event { key } => format!("the value of event {key:?}"),
+            PayloadKind::Request { name } => format!("the request {name:?}"),
+            PayloadKind::Reply { name } => format!("the reply to request {name:?}"),
         }
     }
 }
@@ -134,6 +140,8 @@ impl<'a> PayloadContext<'a> {
             PayloadKind::StreamChunk { stream, .. } => (k::STREAM_CHUNK, stream),
             PayloadKind::Message { topic } => (k::MESSAGE, topic),
             PayloadKind::Event { key } => (k::EVENT, key),
+            PayloadKind::Request { name } => (k::REQUEST, name),
+            PayloadKind::Reply { .. } => (k::REPLY, self.place),
         };
         let run = self
             .run
@@ -188,6 +196,15 @@ impl<'a> PayloadContext<'a> {
             ),
             PayloadKind::Event { key } => format!(
                 "the value of event {key:?} of run {} does not deserialize into `{type_name}`: {e}",
+                run()
+            ),
+            PayloadKind::Request { name } => format!(
+                "a request sent as {name:?} does not fit `{type_name}`: {e} (the raw request is \
+                 kept in the run's history)"
+            ),
+            PayloadKind::Reply { name } => format!(
+                "the reply of run {} to request {name:?} does not deserialize into \
+                 `{type_name}`: {e}",
                 run()
             ),
         }

@@ -52,11 +52,16 @@ async fn sealed_all(s: String, token: String) -> Result<String> {
     Ok(format!("{r}|{f}|{e}|{p}"))
 }
 
-/// A published value and a received message, both carrying `s`.
+/// A published value, a received message and a request with its reply, all carrying `s`.
 #[workflow]
 async fn sealed_talk(s: String) -> Result<String> {
     set_event("status", &format!("{s}-event"))?;
     let message: String = recv("note").await?;
+    let mut asks = requests::<String, String>("ask");
+    let Some(req) = asks.next().await else {
+        return Err(Error::fatal("no request"));
+    };
+    req.reply(format!("{}-reply", req.body()))?;
     Ok(message)
 }
 
@@ -154,6 +159,10 @@ async fn stored_text(db: &TestDb, rt: &Runtime) -> String {
                 text.push_str(&format!("{inbox:?}\n"));
                 let chunks = store.read_stream(&run.id, "chunks", 0, 100).await.unwrap();
                 text.push_str(&format!("{:?}\n", chunks.chunks));
+                for r in store.run_requests(&run.id).await.unwrap() {
+                    let reply = store.request_reply(&run.id, r.id).await.unwrap();
+                    text.push_str(&format!("{r:?} {reply:?}\n"));
+                }
             }
             text
         }
@@ -214,13 +223,19 @@ async fn a_marker_in_every_payload_is_nowhere_in_the_store(backend: Backend) {
         format!("{MARKER}-run-error")
     );
 
-    // Messages and published values (SPEC 14) are sealed like every other payload.
+    // Messages, published values, requests and replies (SPEC 14) are sealed like every
+    // other payload.
     let talk = rt.start(sealed_talk, (MARKER.to_owned(),)).await.unwrap();
     let status: String = talk.event::<String>("status").await.unwrap();
     assert_eq!(status, format!("{MARKER}-event"));
     talk.send("note", format!("{MARKER}-message"))
         .await
         .unwrap();
+    let reply = talk
+        .request::<String, String>("ask", format!("{MARKER}-request"))
+        .await
+        .unwrap();
+    assert_eq!(reply, format!("{MARKER}-request-reply"));
     assert_eq!(
         talk.return_value().await.unwrap(),
         format!("{MARKER}-message")

@@ -184,6 +184,9 @@ pub struct RunDetail {
     /// Messages sent to the run that no `recv` took yet: inbox id, topic, message (filled by
     /// `ops`).
     pub waiting_messages: Vec<(u64, String, Value)>,
+    /// Requests sent to the run (`run.request`) that it has not replied to, by id (filled by
+    /// `ops`).
+    pub open_requests: Vec<OpenRequest>,
     /// The time the views were computed at (open bars end there).
     pub as_of: Time,
 }
@@ -212,6 +215,20 @@ pub struct ChunkView {
     /// The attempt of the step that wrote it.
     pub attempt: u32,
     pub value: Value,
+}
+
+/// A request sent to the run that it has not replied to (a caller may be waiting for it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenRequest {
+    /// The request's id.
+    pub id: u64,
+    /// The name it was sent under.
+    pub name: String,
+    /// Its idempotency key, if any.
+    pub key: Option<String>,
+    /// Whether the workflow took it (`requests(name)`), and has yet to reply; otherwise it
+    /// waits for the workflow to listen.
+    pub received: bool,
 }
 
 impl RunDetail {
@@ -516,6 +533,7 @@ impl RunDetail {
             streams: Vec::new(),
             published: std::collections::BTreeMap::new(),
             waiting_messages: Vec::new(),
+            open_requests: Vec::new(),
             as_of: now,
         }
     }

@@ -556,8 +556,8 @@ fn hooks_section(d: &RunDetail) -> Markup {
     }
 }
 
-/// What the run published with `set_event` (latest value per key) and the messages sent to
-/// it that no `recv` took yet.
+/// What the run published with `set_event` (latest value per key), the messages sent to it
+/// that no `recv` took yet, and the requests it has not replied to.
 fn talk_section(d: &RunDetail) -> Markup {
     html! {
         @if !d.published.is_empty() {
@@ -587,6 +587,27 @@ fn talk_section(d: &RunDetail) -> Markup {
                                 td class="mono" { (id) }
                                 td class="mono" { (topic) }
                                 td class="mono" { (text::json_line(value, 200)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !d.open_requests.is_empty() {
+            section id="open-requests" {
+                h2 { "Open requests" }
+                table {
+                    thead { tr { th { "#" } th { "Name" } th { "Key" } th { "State" } } }
+                    tbody {
+                        @for r in &d.open_requests {
+                            tr data-request=(r.id) {
+                                td class="mono" { (r.id) }
+                                td class="mono" { (r.name) }
+                                td class="mono" { (r.key.as_deref().unwrap_or("")) }
+                                td {
+                                    @if r.received { "received, no reply yet" }
+                                    @else { "waiting for the workflow" }
+                                }
                             }
                         }
                     }

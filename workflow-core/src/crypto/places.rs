@@ -30,6 +30,11 @@ pub(crate) const STREAM_CHUNK: &str = "stream_chunk";
 pub(crate) const MESSAGE: &str = "message";
 /// A value a run published (`set_event`); the place is its key.
 pub(crate) const EVENT: &str = "event";
+/// A request sent to a run (`run.request`); the place is its name.
+pub(crate) const REQUEST: &str = "request";
+/// A run's reply to a request (`req.reply`); the place is the request's id, so a reply
+/// copied to another request does not open.
+pub(crate) const REPLY: &str = "reply";
 
 /// A payload sent to `token`: bound to the token, since it is sealed before any run is known
 /// to own it (the store finds the owner in the same transaction that keeps the payload).
@@ -78,6 +83,18 @@ pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Bindi
             f(of_run(run, MESSAGE, topic), Slot::Value(payload))
         }
         Event::EventSet { key, value, .. } => f(of_run(run, EVENT, key), Slot::Value(value)),
+        Event::RequestReceived { name, payload, .. } => {
+            f(of_run(run, REQUEST, name), Slot::Value(payload))
+        }
+        Event::RequestReplied {
+            request_id, reply, ..
+        } => {
+            let place = request_id.to_string();
+            match reply {
+                Ok(v) => f(of_run(run, REPLY, &place), Slot::Value(v)),
+                Err(e) => f(of_run(run, REPLY, &place), Slot::Error(e)),
+            }
+        }
         Event::ChildEnded {
             child_id, result, ..
         } => match result {
@@ -163,9 +180,9 @@ pub(crate) fn missing_key_in_inbox<'e>(
     let missing = |id: &str| !keys.is_some_and(|k| k.has(id));
     entries.into_iter().find_map(|entry| {
         let key = match &entry.what {
-            Inbound::Hook { payload, .. } | Inbound::Message { payload, .. } => {
-                super::sealed_key(payload)
-            }
+            Inbound::Hook { payload, .. }
+            | Inbound::Message { payload, .. }
+            | Inbound::Request { payload, .. } => super::sealed_key(payload),
             Inbound::ChildEnded(notice) => notice
                 .output
                 .as_ref()

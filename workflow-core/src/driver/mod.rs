@@ -501,7 +501,7 @@ impl Driver {
                 || self.replay.deliver_child_end(self.host.now())
                 || self
                     .replay
-                    .deliver_message(|topic| self.ctx.wants_message(topic), self.host.now())
+                    .deliver_message(|m| self.ctx.wants_message(m), self.host.now())
             {
                 self.deliver_ready();
                 continue;
@@ -805,11 +805,12 @@ impl Driver {
             };
             crate::telemetry::run_ended(self.ctx.workflow, status);
         }
-        if append
-            .events
-            .iter()
-            .any(|e| matches!(e.event, Event::EventSet { .. }))
-        {
+        if append.events.iter().any(|e| {
+            matches!(
+                e.event,
+                Event::EventSet { .. } | Event::RequestReplied { .. }
+            )
+        }) {
             self.host.published(self.ctx.run_id);
         }
         Ok(append.outcome)

@@ -51,6 +51,16 @@ pub(crate) enum Command<S> {
         /// The value.
         value: Value,
     },
+    /// Reply `reply` to request `request_id` (`req.reply(v)`). Not matched against the
+    /// history: recorded once per request, skipped when the history has it.
+    Reply {
+        /// The request's id.
+        request_id: u64,
+        /// The name it was sent under.
+        name: String,
+        /// The reply.
+        reply: Result<Value, crate::error::Error>,
+    },
     /// Wait for a child run's end (`child.result()`). Not a recorded command: the end is
     /// recorded when it is delivered, like a payload.
     AwaitChild {
@@ -97,6 +107,9 @@ impl<S> Command<S> {
             }
             Command::AwaitChild { child_id } => format!("the end of child run {child_id}"),
             Command::SetEvent { set_id, key, .. } => format!("set_event {key:?} ({set_id})"),
+            Command::Reply {
+                request_id, name, ..
+            } => format!("the reply to request {name:?} ({request_id})"),
         }
     }
 }

@@ -53,8 +53,13 @@ pub(crate) enum Delivered {
         child_id: RunId,
         result: Result<Value, Error>,
     },
-    /// A message sent to the run on `topic`, for a `recv(topic)`.
-    Message { topic: String, payload: Value },
+    /// A message sent to the run for a `recv(topic)`, or a request for a `requests(name)`:
+    /// its inbox id (a request's id) and the payload.
+    Message {
+        mailbox: super::Mailbox,
+        id: u64,
+        payload: Value,
+    },
 }
 
 impl Delivered {
@@ -71,13 +76,12 @@ impl Delivered {
     }
 }
 
-/// A hook payload read from the run's inbox, waiting for a hook that owns its token (or a
-/// message waiting for a `recv` of its topic, which `token` then holds).
+/// A hook payload read from the run's inbox, waiting for a hook that owns its token.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct QueuedPayload {
     /// Its inbox id (global commit order).
     pub(super) id: u64,
-    /// The token it was sent to (a message: its topic).
+    /// The token it was sent to.
     pub(super) token: String,
     /// As sent.
     pub(super) payload: Value,
@@ -215,11 +219,20 @@ impl<S> Replay<S> {
                 Inbound::ChildEnded(notice) => {
                     self.child_ends.insert(notice.child, (id, notice.result()));
                 }
-                Inbound::Message { topic, payload } => self.messages.push_back(QueuedPayload {
-                    id,
-                    token: topic,
-                    payload,
-                }),
+                Inbound::Message { topic, payload } => {
+                    self.messages.push_back(super::QueuedMessage {
+                        id,
+                        mailbox: super::Mailbox::Topic(topic),
+                        payload,
+                    })
+                }
+                Inbound::Request { name, payload } => {
+                    self.messages.push_back(super::QueuedMessage {
+                        id,
+                        mailbox: super::Mailbox::Requests(name),
+                        payload,
+                    })
+                }
             }
         }
     }

@@ -36,6 +36,23 @@ impl<S> Replay<S> {
                     }
                     continue;
                 }
+                Command::Reply {
+                    request_id,
+                    name,
+                    reply,
+                } => {
+                    if self.replied.insert(request_id) {
+                        self.writes.push(NewEvent {
+                            at: now,
+                            event: Event::RequestReplied {
+                                request_id,
+                                name,
+                                reply,
+                            },
+                        });
+                    }
+                    continue;
+                }
                 Command::AwaitChild { child_id } => {
                     // Delivered from the history when recorded there; otherwise recorded
                     // when its end arrives ([`Replay::deliver_child_end`]).
@@ -124,7 +141,8 @@ impl<S> Replay<S> {
             Command::HookRelease { .. }
             | Command::Patch { .. }
             | Command::AwaitChild { .. }
-            | Command::SetEvent { .. } => return Ok(()),
+            | Command::SetEvent { .. }
+            | Command::Reply { .. } => return Ok(()),
         };
         let (replayed, recorded_fire_at) = match self.match_recorded(&cmd)? {
             Some(rec) => match rec.what {
@@ -186,7 +204,8 @@ impl<S> Replay<S> {
             Command::HookRelease { .. }
             | Command::Patch { .. }
             | Command::AwaitChild { .. }
-            | Command::SetEvent { .. } => {}
+            | Command::SetEvent { .. }
+            | Command::Reply { .. } => {}
         }
         Ok(())
     }

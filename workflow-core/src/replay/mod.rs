@@ -42,6 +42,8 @@ use command::{Recorded, RecordedCommand};
 use deliveries::QueuedPayload;
 pub(crate) use deliveries::{Delivered, Delivery};
 pub(crate) use keys::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
+pub(crate) use messages::Mailbox;
+use messages::QueuedMessage;
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
 
@@ -71,6 +73,8 @@ pub(crate) struct Replay<S> {
     released: HashSet<HookKey>,
     /// `set_event` calls recorded.
     published: HashSet<SetId>,
+    /// Requests whose reply is recorded, by id.
+    replied: HashSet<u64>,
     /// Hook keys whose token this run claimed (released or not).
     claimed: HashSet<HookKey>,
 
@@ -89,8 +93,9 @@ pub(crate) struct Replay<S> {
     due: BTreeSet<(SystemTime, Due)>,
     /// Hook payloads read from the inbox and not yet delivered, in id order.
     inbox: VecDeque<QueuedPayload>,
-    /// Messages read from the inbox and not yet delivered, in id order (`messages.rs`).
-    messages: VecDeque<QueuedPayload>,
+    /// Messages and requests read from the inbox and not yet delivered, in id order
+    /// (`messages.rs`).
+    messages: VecDeque<QueuedMessage>,
     /// The highest inbox id read.
     inbox_seen: u64,
     /// Child starts waiting for their admission, by key.
@@ -111,6 +116,7 @@ impl<S> Replay<S> {
             received: HashSet::new(),
             released: HashSet::new(),
             published: HashSet::new(),
+            replied: HashSet::new(),
             claimed: HashSet::new(),
             waiting: HashSet::new(),
             writes: Vec::new(),

@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 
 use super::{
-    Attempts, ChildKey, Delivered, Delivery, HookKey, Key, Recorded, RecordedCommand, Replay,
-    SetId, StepId, TimerId,
+    Attempts, ChildKey, Delivered, Delivery, HookKey, Key, Mailbox, Recorded, RecordedCommand,
+    Replay, SetId, StepId, TimerId,
 };
 use crate::history::{from_millis, Event, EventRecord};
 
@@ -120,7 +120,32 @@ impl<S> Replay<S> {
                 payload,
             } => {
                 self.received.insert(payload_id);
-                result(self, Delivered::Message { topic, payload });
+                result(
+                    self,
+                    Delivered::Message {
+                        mailbox: Mailbox::Topic(topic),
+                        id: payload_id,
+                        payload,
+                    },
+                );
+            }
+            Event::RequestReceived {
+                name,
+                payload_id,
+                payload,
+            } => {
+                self.received.insert(payload_id);
+                result(
+                    self,
+                    Delivered::Message {
+                        mailbox: Mailbox::Requests(name),
+                        id: payload_id,
+                        payload,
+                    },
+                );
+            }
+            Event::RequestReplied { request_id, .. } => {
+                self.replied.insert(request_id);
             }
             Event::EventSet { set_id, .. } => {
                 if let Some(set_id) = SetId::recorded(&set_id) {

@@ -94,7 +94,7 @@ impl<S> Replay<S> {
         if let Some((seq, d)) = self.history.front() {
             let expected = match &d.what {
                 Delivered::Payload { token, .. } => format!("a payload for hook {token:?}"),
-                Delivered::Message { topic, .. } => format!("a message on topic {topic:?}"),
+                Delivered::Message { mailbox, .. } => mailbox.to_string(),
                 other => match other.key() {
                     Some(key) => self
                         .recorded

@@ -356,6 +356,29 @@ impl workflow_core::store::MessageStore for FailingAdmissions {
     ) -> Result<Option<workflow_core::store::RunEvents>, StoreError> {
         self.inner.run_events(run).await
     }
+
+    async fn send_request(
+        &self,
+        run: &RunId,
+        request: workflow_core::store::NewRequest,
+    ) -> Result<workflow_core::store::SendOutcome, StoreError> {
+        self.inner.send_request(run, request).await
+    }
+
+    async fn request_reply(
+        &self,
+        run: &RunId,
+        id: u64,
+    ) -> Result<Option<workflow_core::store::ReplyState>, StoreError> {
+        self.inner.request_reply(run, id).await
+    }
+
+    async fn run_requests(
+        &self,
+        run: &RunId,
+    ) -> Result<Vec<workflow_core::store::RequestRecord>, StoreError> {
+        self.inner.run_requests(run).await
+    }
 }
 
 #[async_trait::async_trait]

@@ -114,6 +114,14 @@ impl RunStore for MemoryStore {
             if let Event::EventSet { key, value, .. } = &e.event {
                 row.published.insert(key.clone(), value.clone());
             }
+            if let Event::RequestReplied {
+                request_id, reply, ..
+            } = &e.event
+            {
+                if let Some(r) = row.requests.get_mut(request_id) {
+                    r.reply.get_or_insert_with(|| reply.clone());
+                }
+            }
             row.push(e.at, e.event.clone());
         }
 

@@ -87,6 +87,18 @@ pub(super) struct Row {
     pub(super) message_keys: HashMap<String, u64>,
     /// The latest value of each key it published (`set_event`).
     pub(super) published: BTreeMap<String, Value>,
+    /// The requests sent to it, by id, and the ids of those sent with an idempotency key.
+    pub(super) requests: BTreeMap<u64, RequestRow>,
+    pub(super) request_keys: HashMap<String, u64>,
+}
+
+/// A request sent to a run (`run.request`), kept for its reply.
+pub(super) struct RequestRow {
+    pub(super) name: String,
+    pub(super) key: Option<String>,
+    pub(super) at: SystemTime,
+    /// The workflow's reply, once recorded.
+    pub(super) reply: Option<Result<Value, crate::error::Error>>,
 }
 
 #[derive(Default)]
@@ -414,6 +426,8 @@ impl State {
                 slot: Slot::Out,
                 message_keys: HashMap::new(),
                 published: BTreeMap::new(),
+                requests: BTreeMap::new(),
+                request_keys: HashMap::new(),
             },
         );
         if begin {

@@ -12,9 +12,12 @@ use super::PostgresStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::messages::{
-    decode_events, send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
+    decode_events, decode_reply, decode_requests, request_id, send_message, send_request,
+    EncodedMessage, MessageSql, MessageTx, RequestRow,
 };
-use crate::store::{MessageStore, NewMessage, RunEvents, SendOutcome};
+use crate::store::{
+    MessageStore, NewMessage, NewRequest, ReplyState, RequestRecord, RunEvents, SendOutcome,
+};
 
 /// The statements of this file (`MessageSql`), `{s}` standing for the quoted schema and
 /// `{now}` for the server's clock in ms.
@@ -33,6 +36,12 @@ const SQL: MessageSql = MessageSql {
     keep_key: "INSERT INTO {s}.message_keys (run_id, key, payload_id) VALUES ($1, $2, $3)",
     status: "SELECT status FROM {s}.runs WHERE id = $1",
     events: "SELECT key, value FROM {s}.run_events WHERE run_id = $1 ORDER BY key",
+    request_key: "SELECT id FROM {s}.run_requests WHERE run_id = $1 AND key = $2",
+    keep_request: "INSERT INTO {s}.run_requests (run_id, id, name, key, at)
+                   VALUES ($1, $2, $3, $4, $5)",
+    reply: "SELECT reply FROM {s}.run_requests WHERE run_id = $1 AND id = $2",
+    requests: "SELECT id, name, key, at, reply IS NOT NULL FROM {s}.run_requests
+               WHERE run_id = $1 ORDER BY id",
 };
 
 /// `sql` for the schema `schema`.
@@ -53,7 +62,7 @@ impl MessageTx for Pg<'_> {
     async fn queue_message(&mut self, run: &str, m: &EncodedMessage) -> Result<i64, StoreError> {
         let (id, idle): (i64, bool) = sqlx::query_as(&on(SQL.queue, self.channel))
             .bind(run)
-            .bind(MESSAGE_TOKEN)
+            .bind(m.token)
             .bind(&m.topic)
             .bind(&m.payload)
             .bind(m.at)
@@ -72,6 +81,31 @@ impl MessageTx for Pg<'_> {
             .bind(run)
             .bind(key)
             .bind(id)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn request_key(&mut self, run: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(&on(SQL.request_key, self.channel))
+            .bind(run)
+            .bind(key)
+            .fetch_optional(&mut *self.conn)
+            .await?)
+    }
+
+    async fn keep_request(
+        &mut self,
+        run: &str,
+        id: i64,
+        r: &EncodedMessage,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&on(SQL.keep_request, self.channel))
+            .bind(run)
+            .bind(id)
+            .bind(&r.topic)
+            .bind(&r.key)
+            .bind(r.at)
             .execute(&mut *self.conn)
             .await?;
         Ok(())
@@ -112,5 +146,53 @@ impl MessageStore for PostgresStore {
         .await;
         let (status, values) = conn.kept(read)?;
         decode_events(&key, status, values)
+    }
+
+    async fn send_request(
+        &self,
+        run: &RunId,
+        request: NewRequest,
+    ) -> Result<SendOutcome, StoreError> {
+        let request = EncodedMessage::request(&request)?;
+        let mut notes = Vec::new();
+        let mut tx = self.begin().await?;
+        let sent = send_request(&mut self.noting(&mut tx, &mut notes), run, &request).await;
+        let sent = settle(tx, sent).await?;
+        self.inner.writer.announce(notes);
+        Ok(sent)
+    }
+
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError> {
+        let key = run.to_string();
+        let schema = &self.inner.schema;
+        let mut conn = self.conn().await?;
+        // The status first: a run seen ended shows the reply it recorded before its end.
+        let read = async {
+            let status: Option<String> = sqlx::query_scalar(&on(SQL.status, schema))
+                .bind(&key)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let reply: Option<Option<String>> = sqlx::query_scalar(&on(SQL.reply, schema))
+                .bind(&key)
+                .bind(request_id(id))
+                .fetch_optional(&mut *conn)
+                .await?;
+            Ok::<_, sqlx::Error>((status, reply))
+        }
+        .await;
+        let (status, reply) = conn.kept(read)?;
+        decode_reply(&key, status, reply)
+    }
+
+    async fn run_requests(&self, run: &RunId) -> Result<Vec<RequestRecord>, StoreError> {
+        let key = run.to_string();
+        let schema = &self.inner.schema;
+        let mut conn = self.conn().await?;
+        let read = sqlx::query_as::<_, RequestRow>(&on(SQL.requests, schema))
+            .bind(&key)
+            .fetch_all(&mut *conn)
+            .await;
+        let rows = conn.kept(read)?;
+        decode_requests(&key, rows)
     }
 }

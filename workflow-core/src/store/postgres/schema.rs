@@ -50,6 +50,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 ];
 
 /// Delayed starts and run versions (see SQLite's migration of the same name).
@@ -82,6 +83,26 @@ CREATE TABLE {schema}.run_events (
     at     BIGINT NOT NULL,
     PRIMARY KEY (run_id, key)
 );
+"#,
+};
+
+/// Requests to runs and their replies (see SQLite's migration of the same name).
+const MIGRATION_10: Migration = Migration {
+    version: 10,
+    name: "requests to runs and their replies",
+    ddl: r#"
+CREATE TABLE {schema}.run_requests (
+    run_id     TEXT COLLATE "C" NOT NULL,
+    id         BIGINT NOT NULL,
+    name       TEXT NOT NULL,
+    key        TEXT,
+    at         BIGINT NOT NULL,
+    reply      TEXT,
+    replied_at BIGINT,
+    PRIMARY KEY (run_id, id)
+);
+CREATE UNIQUE INDEX run_requests_key ON {schema}.run_requests (run_id, key)
+    WHERE key IS NOT NULL;
 "#,
 };
 
@@ -122,6 +143,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("schedule_ticks", 7),
     ("message_keys", 8),
     ("run_events", 8),
+    ("run_requests", 10),
 ];
 
 pub(super) const MIGRATION_1: &str = r#"

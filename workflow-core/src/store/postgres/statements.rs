@@ -57,6 +57,9 @@ pub(super) struct PgOnly {
     pub(super) insert_begun: String,
     /// Run `$1`'s latest value of key `$2` is `$3` (JSON), set at `$4` (`Tx::publish_event`).
     pub(super) publish_event: String,
+    /// Run `$1`'s reply to its request `$2` is `$3` (JSON), recorded at `$4`, unless one is
+    /// (`Tx::record_reply`).
+    pub(super) record_reply: String,
 }
 
 /// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
@@ -437,6 +440,7 @@ pub(super) fn statements(s: &str) -> Statements {
                 "stream_chunks",
                 "message_keys",
                 "run_events",
+                "run_requests",
             ]
                 .map(|t| format!("DELETE FROM {s}.{t} WHERE run_id = ANY($1)")),
             // One statement, so one round trip and its own transaction: fence (the run's row
@@ -596,6 +600,10 @@ pub(super) fn statements(s: &str) -> Statements {
                            r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
+                record_reply: format!(
+                    "UPDATE {s}.run_requests SET reply = $3, replied_at = $4
+                     WHERE run_id = $1 AND id = $2 AND reply IS NULL"
+                ),
                 publish_event: format!(
                     "INSERT INTO {s}.run_events (run_id, key, value, at) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,

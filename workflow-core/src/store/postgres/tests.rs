@@ -772,6 +772,9 @@ async fn concurrent_connects_of_a_new_schema_migrate_once() {
             "queues_pkey",
             "run_events",
             "run_events_pkey",
+            "run_requests",
+            "run_requests_key",
+            "run_requests_pkey",
             "runs",
             "runs_created",
             "runs_parent",
@@ -892,7 +895,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN priority, DROP COLUMN began_at;
              ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
              DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
-                 {published};
+                 {published}, {requests};
              ALTER TABLE {inbox} DROP COLUMN topic;
              DELETE FROM {migrations} WHERE version > 1",
             runs = schema.table("runs"),
@@ -903,6 +906,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
             ticks = schema.table("schedule_ticks"),
             keys = schema.table("message_keys"),
             published = schema.table("run_events"),
+            requests = schema.table("run_requests"),
             inbox = schema.table("hook_inbox"),
             migrations = schema.table("workflow_migrations"),
         ))

@@ -391,6 +391,24 @@ impl Tx for Pg<'_> {
         self.announce(vec![format!("{NOTE_CHUNK}{run}")]).await
     }
 
+    async fn record_reply(
+        &mut self,
+        run: &str,
+        id: i64,
+        reply: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.dialect.record_reply)
+            .bind(run)
+            .bind(id)
+            .bind(reply)
+            .bind(at)
+            .execute(&mut *self.conn)
+            .await?;
+        // Callers in every process wait on the run's stream notices, as event readers do.
+        self.announce(vec![format!("{NOTE_CHUNK}{run}")]).await
+    }
+
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
         let query = sqlx::query(&self.sql.forget_payloads).bind(run).bind(ids);
         query.execute(&mut *self.conn).await?;

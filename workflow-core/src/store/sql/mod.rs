@@ -33,6 +33,10 @@ pub(crate) const CHILD_NOTICE_TOKEN: &str = "\u{1}child-ended";
 /// characters are refused, so no hook can own or send to it.
 pub(in crate::store) const MESSAGE_TOKEN: &str = "\u{1}message";
 
+/// The `hook_inbox.token` of a request sent with `run.request`, its name in the `topic`
+/// column (see [`MESSAGE_TOKEN`]).
+pub(in crate::store) const REQUEST_TOKEN: &str = "\u{1}request";
+
 /// Every statement the shared layer and the stores run, one field per statement, so that
 /// each dialect's table (SQLite's `&'static str`s, PostgreSQL's strings with the schema
 /// spelled in) has the same entries and the two read side by side. `X` holds the
@@ -84,7 +88,7 @@ pub(super) struct Statements<S, X> {
     pub prune_runs: S,
     /// Deletes the events, inbox payloads, hook rows, streams, stream chunks and message keys
     /// of the runs given as ids.
-    pub prune_records: [S; 7],
+    pub prune_records: [S; 8],
     /// Draws the next index of an open stream (creating the stream); no row when closed.
     /// PostgreSQL's also fences the write, inserts the chunk and announces it: one statement.
     pub append_chunk: S,

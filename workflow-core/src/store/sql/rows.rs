@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use super::MESSAGE_TOKEN;
 use super::{corrupt, json, owner_of, payload_id_of, status_of, time_of, CHILD_NOTICE_TOKEN};
+use super::{MESSAGE_TOKEN, REQUEST_TOKEN};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
@@ -168,7 +168,8 @@ row! {
 
 impl PayloadRow {
     /// The inbox entry of run `run`: a child's end when the row holds one under
-    /// [`CHILD_NOTICE_TOKEN`], a message under [`MESSAGE_TOKEN`], a hook's payload otherwise.
+    /// [`CHILD_NOTICE_TOKEN`], a message under [`MESSAGE_TOKEN`], a request under
+    /// [`REQUEST_TOKEN`], a hook's payload otherwise.
     pub fn decode(self, run: &str) -> Result<InboxEntry, StoreError> {
         let what = format!("payload {}", self.id);
         let what = if self.token == CHILD_NOTICE_TOKEN {
@@ -179,6 +180,13 @@ impl PayloadRow {
                 topic: self
                     .topic
                     .ok_or_else(|| corrupt(run, &what, "a message without a topic"))?,
+            }
+        } else if self.token == REQUEST_TOKEN {
+            Inbound::Request {
+                payload: json(&self.payload, run, &what)?,
+                name: self
+                    .topic
+                    .ok_or_else(|| corrupt(run, &what, "a request without a name"))?,
             }
         } else {
             Inbound::Hook {

@@ -85,6 +85,8 @@ pub(in crate::store) struct EncodedEvents {
     pub received: Vec<i64>,
     /// The values these events publish (`EventSet`): key and JSON.
     pub published: Vec<(String, String)>,
+    /// The replies these events record (`RequestReplied`): request id and JSON of the reply.
+    pub replies: Vec<(i64, String)>,
 }
 
 impl EncodedEvents {
@@ -100,6 +102,13 @@ impl EncodedEvents {
             if let crate::store::Event::EventSet { key, value, .. } = &e.event {
                 out.published
                     .push((key.clone(), to_json(value, "a published value")?));
+            }
+            if let crate::store::Event::RequestReplied {
+                request_id, reply, ..
+            } = &e.event
+            {
+                out.replies
+                    .push((sql_id(*request_id), to_json(reply, "a reply")?));
             }
         }
         Ok(out)
@@ -186,6 +195,7 @@ impl EncodedAppend {
         self.end.is_some()
             && self.events.received.is_empty()
             && self.events.published.is_empty()
+            && self.events.replies.is_empty()
             && self.release_tokens.is_empty()
     }
 
@@ -194,6 +204,7 @@ impl EncodedAppend {
     pub fn events_only(&self) -> bool {
         self.events.received.is_empty()
             && self.events.published.is_empty()
+            && self.events.replies.is_empty()
             && self.release_tokens.is_empty()
             && self.end.is_none()
     }

@@ -11,9 +11,12 @@ use super::SqliteStore;
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::messages::{
-    decode_events, send_message, EncodedMessage, MessageSql, MessageTx, MESSAGE_TOKEN,
+    decode_events, decode_reply, decode_requests, request_id, send_message, send_request,
+    EncodedMessage, MessageSql, MessageTx,
 };
-use crate::store::{MessageStore, NewMessage, RunEvents, SendOutcome};
+use crate::store::{
+    MessageStore, NewMessage, NewRequest, ReplyState, RequestRecord, RunEvents, SendOutcome,
+};
 
 /// The statements of this file (`MessageSql`).
 const SQL: MessageSql = MessageSql {
@@ -23,6 +26,12 @@ const SQL: MessageSql = MessageSql {
     keep_key: "INSERT INTO message_keys (run_id, key, payload_id) VALUES (?1, ?2, ?3)",
     status: "SELECT status FROM runs WHERE id = ?1",
     events: "SELECT key, value FROM run_events WHERE run_id = ?1 ORDER BY key",
+    request_key: "SELECT id FROM run_requests WHERE run_id = ?1 AND key = ?2",
+    keep_request:
+        "INSERT INTO run_requests (run_id, id, name, key, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    reply: "SELECT reply FROM run_requests WHERE run_id = ?1 AND id = ?2",
+    requests: "SELECT id, name, key, at, reply IS NOT NULL FROM run_requests WHERE run_id = ?1
+               ORDER BY id",
 };
 
 impl MessageTx for Lite<'_> {
@@ -31,7 +40,7 @@ impl MessageTx for Lite<'_> {
     }
 
     async fn queue_message(&mut self, run: &str, m: &EncodedMessage) -> Result<i64, StoreError> {
-        let args = params![run, MESSAGE_TOKEN, m.topic, m.payload, m.at];
+        let args = params![run, m.token, m.topic, m.payload, m.at];
         let id = one(self.0, SQL.queue, args, |r| r.get(0))?
             .ok_or_else(|| StoreError::database("the message's insert returned no id"))?;
         exec(self.0, STORE.dialect.wake, params![run, m.at])?;
@@ -40,6 +49,24 @@ impl MessageTx for Lite<'_> {
 
     async fn keep_message_key(&mut self, run: &str, key: &str, id: i64) -> Result<(), StoreError> {
         exec(self.0, SQL.keep_key, params![run, key, id])?;
+        Ok(())
+    }
+
+    async fn request_key(&mut self, run: &str, key: &str) -> Result<Option<i64>, StoreError> {
+        one(self.0, SQL.request_key, params![run, key], |r| r.get(0))
+    }
+
+    async fn keep_request(
+        &mut self,
+        run: &str,
+        id: i64,
+        r: &EncodedMessage,
+    ) -> Result<(), StoreError> {
+        exec(
+            self.0,
+            SQL.keep_request,
+            params![run, id, r.topic, r.key, r.at],
+        )?;
         Ok(())
     }
 }
@@ -62,6 +89,38 @@ impl MessageStore for SqliteStore {
             let status = one(conn, SQL.status, [&run], |r| r.get(0))?;
             let values = all(conn, SQL.events, [&run], |r| Ok((r.get(0)?, r.get(1)?)))?;
             decode_events(&run, status, values)
+        })
+        .await
+    }
+
+    async fn send_request(
+        &self,
+        run: &RunId,
+        request: NewRequest,
+    ) -> Result<SendOutcome, StoreError> {
+        let (run, request) = (*run, EncodedMessage::request(&request)?);
+        self.write(move |tx| now(send_request(&mut Lite(tx), &run, &request)))
+            .await
+    }
+
+    async fn request_reply(&self, run: &RunId, id: u64) -> Result<Option<ReplyState>, StoreError> {
+        let run = run.to_string();
+        self.read(move |conn| {
+            // The status first: a run seen ended shows the reply it recorded before its end.
+            let status = one(conn, SQL.status, [&run], |r| r.get(0))?;
+            let reply = one(conn, SQL.reply, params![run, request_id(id)], |r| r.get(0))?;
+            decode_reply(&run, status, reply)
+        })
+        .await
+    }
+
+    async fn run_requests(&self, run: &RunId) -> Result<Vec<RequestRecord>, StoreError> {
+        let run = run.to_string();
+        self.read(move |conn| {
+            let rows = all(conn, SQL.requests, [&run], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
+            decode_requests(&run, rows)
         })
         .await
     }

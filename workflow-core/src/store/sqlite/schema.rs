@@ -56,6 +56,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_8,
     MIGRATION_9,
     MIGRATION_10,
+    MIGRATION_11,
 ];
 
 /// Delayed starts and run versions: a run started with `.delay(d)` or `.start_at(t)` keeps
@@ -94,6 +95,28 @@ CREATE TABLE run_events (
     at     INTEGER NOT NULL,
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
+",
+};
+
+/// Requests to runs (`run.request`): the request itself is an inbox row under the request
+/// token (its name in `topic`); its row here keeps its idempotency key (one request per run
+/// and key) and the workflow's reply, written by the append that records it, until the run is
+/// pruned.
+const MIGRATION_11: Migration = Migration {
+    version: 11,
+    name: "requests to runs and their replies",
+    ddl: "
+CREATE TABLE run_requests (
+    run_id     TEXT NOT NULL,
+    id         INTEGER NOT NULL,   -- the request's inbox id
+    name       TEXT NOT NULL,
+    key        TEXT,               -- its idempotency key
+    at         INTEGER NOT NULL,
+    reply      TEXT,               -- JSON of the reply (Ok or Err), once recorded
+    replied_at INTEGER,
+    PRIMARY KEY (run_id, id)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX run_requests_key ON run_requests (run_id, key) WHERE key IS NOT NULL;
 ",
 };
 
@@ -137,6 +160,7 @@ pub(super) const TABLES: &[(&str, i64)] = &[
     ("schedule_ticks", 8),
     ("message_keys", 9),
     ("run_events", 9),
+    ("run_requests", 11),
 ];
 
 pub(super) const SCHEMA_V1: &str = "

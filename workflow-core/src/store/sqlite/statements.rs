@@ -20,6 +20,7 @@ pub(super) struct SqliteOnly {
     pub(super) ended_among: &'static str,
     pub(super) insert_begun: &'static str,
     pub(super) publish_event: &'static str,
+    pub(super) record_reply: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
@@ -166,6 +167,7 @@ pub(super) const SQL: Statements = Statements {
         "DELETE FROM stream_chunks WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM message_keys WHERE run_id IN (SELECT value FROM json_each(?1))",
         "DELETE FROM run_events WHERE run_id IN (SELECT value FROM json_each(?1))",
+        "DELETE FROM run_requests WHERE run_id IN (SELECT value FROM json_each(?1))",
     ],
     // After the fence (`append` of no events). The stream's row is the counter: a closed
     // stream's row is not updated, so no row.
@@ -325,5 +327,9 @@ pub(super) const SQL: Statements = Statements {
         publish_event: "INSERT INTO run_events (run_id, key, value, at) VALUES (?1, ?2, ?3, ?4)
                         ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                                                                 at = excluded.at",
+        // Run `?1`'s reply to its request `?2` is `?3` (JSON), recorded at `?4`; a recorded
+        // reply stays. Callers in other processes see it at their next poll.
+        record_reply: "UPDATE run_requests SET reply = ?3, replied_at = ?4
+                       WHERE run_id = ?1 AND id = ?2 AND reply IS NULL",
     },
 };

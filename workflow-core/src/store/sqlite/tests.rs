@@ -558,6 +558,8 @@ async fn a_new_file_gets_every_migration() {
             "message_keys",
             "queues",
             "run_events",
+            "run_requests",
+            "run_requests_key",
             "runs",
             "runs_parent",
             "runs_queue_begun",

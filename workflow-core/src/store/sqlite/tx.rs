@@ -203,6 +203,21 @@ impl Tx for Lite<'_> {
         Ok(())
     }
 
+    async fn record_reply(
+        &mut self,
+        run: &str,
+        id: i64,
+        reply: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        exec(
+            self.0,
+            SQL.dialect.record_reply,
+            params![run, id, reply, at],
+        )?;
+        Ok(())
+    }
+
     async fn forget_payloads(&mut self, run: &str, ids: &[i64]) -> Result<(), StoreError> {
         let ids = to_json(&ids, "payload ids")?;
         exec(self.0, SQL.forget_payloads, params![run, ids])?;

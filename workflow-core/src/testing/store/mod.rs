@@ -54,6 +54,7 @@ mod messages;
 mod migrations;
 mod queues;
 mod rekey;
+mod requests;
 mod runs;
 mod schedules;
 mod starts;
@@ -107,6 +108,10 @@ pub use queues::{
     an_undeclared_queue_begins_nothing,
 };
 pub use rekey::sealed_rows_are_paged_and_replaced_only_while_unchanged;
+pub use requests::{
+    a_request_is_refused_or_deduplicated_without_writing,
+    concurrent_requests_with_one_key_store_one, requests_are_queued_and_keep_their_first_reply,
+};
 pub use runs::{
     a_blocked_run_waits_with_its_divergence_until_woken_or_retried,
     a_deadline_is_kept_with_the_run, a_release_starts_the_count_of_failed_tries_again,
@@ -312,9 +317,12 @@ macro_rules! __store_conformance_tests {
             an_idempotency_key_stores_one_message_per_run,
             published_values_keep_the_latest_per_key,
             sealed_rows_are_paged_and_replaced_only_while_unchanged,
+            requests_are_queued_and_keep_their_first_reply,
+            a_request_is_refused_or_deduplicated_without_writing,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
+            concurrent_requests_with_one_key_store_one,
             concurrent_chunk_writers_get_every_index_once,
             concurrent_acquirers_never_exceed_a_queue_s_concurrency,
             concurrent_leased_admissions_never_exceed_a_queue_s_concurrency,

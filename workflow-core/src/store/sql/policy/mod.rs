@@ -172,6 +172,16 @@ pub(in crate::store) trait Tx: Sized {
         at: i64,
     ) -> impl Future<Output = Result<(), StoreError>>;
 
+    /// Records `reply` (JSON) as run `run`'s reply to its request `id` (`run_requests`),
+    /// unless one is recorded, and announces it to callers where the dialect can.
+    fn record_reply(
+        &mut self,
+        run: &str,
+        id: i64,
+        reply: &str,
+        at: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
+
     /// Takes payloads `ids`, which an append delivered, out of the run's inbox.
     fn forget_payloads(
         &mut self,

@@ -45,6 +45,9 @@ pub(in crate::store) async fn append(
     for (key, value) in &write.events.published {
         tx.publish_event(&run, key, value, write.now).await?;
     }
+    for (id, reply) in &write.events.replies {
+        tx.record_reply(&run, *id, reply, write.now).await?;
+    }
     if !write.release_tokens.is_empty() {
         tx.release_tokens(&run, Some(&write.release_tokens), write.now)
             .await?;
