@@ -125,6 +125,7 @@ pub(crate) fn visit_inbound(
     match what {
         Inbound::Hook { token, payload } => f(hook_payload(token), Slot::Value(payload)),
         Inbound::Message { topic, payload } => f(of_run(run, MESSAGE, topic), Slot::Value(payload)),
+        Inbound::Request { name, payload } => f(of_run(run, REQUEST, name), Slot::Value(payload)),
         Inbound::ChildEnded(notice) => {
             let child = notice.child;
             if let Some(v) = notice.output.as_mut() {

@@ -21,9 +21,11 @@ fn row(at: SealedAt, value: SealedValue) -> Option<SealedRow> {
         SealedValue::Value(v) => text(v),
         SealedValue::Error(e) => text(e),
         SealedValue::Event(e) => text(e),
-        SealedValue::Inbound(Inbound::Hook { payload, .. } | Inbound::Message { payload, .. }) => {
-            text(payload)
-        }
+        SealedValue::Inbound(
+            Inbound::Hook { payload, .. }
+            | Inbound::Message { payload, .. }
+            | Inbound::Request { payload, .. },
+        ) => text(payload),
         SealedValue::Inbound(Inbound::ChildEnded(notice)) => text(notice),
     };
     holds_marker(&stored).then_some(SealedRow { at, value, stored })

@@ -229,9 +229,11 @@ pub(in crate::store) fn replacement(
         SealedValue::Value(v) => to_json(v, "a payload")?,
         SealedValue::Error(e) => to_json(e, "an error")?,
         SealedValue::Event(e) => to_json(e, "an event")?,
-        SealedValue::Inbound(Inbound::Hook { payload, .. } | Inbound::Message { payload, .. }) => {
-            to_json(payload, "a payload")?
-        }
+        SealedValue::Inbound(
+            Inbound::Hook { payload, .. }
+            | Inbound::Message { payload, .. }
+            | Inbound::Request { payload, .. },
+        ) => to_json(payload, "a payload")?,
         SealedValue::Inbound(Inbound::ChildEnded(notice)) => to_json(notice, "a child's end")?,
     };
     let run = row.at.run().to_string();
