@@ -10,6 +10,8 @@
 //! - [`QueueStore`] ([`queues`]): queue limits and occupancy.
 //! - [`AdminStore`] ([`admin`]): listing and pruning.
 //! - [`ScheduleStore`] ([`schedules`]): schedules and the records of their ticks.
+//! - [`TransactionalStore`] ([`transactional`]): transactions of transactional steps, whose
+//!   writes commit with the step's recorded result.
 //!
 //! [`Store`] is all of them together, implemented for every type that has them; the runtime
 //! holds an `Arc<dyn Store>` and never knows which implementation it talks to:
@@ -33,6 +35,7 @@ mod queues;
 mod runs;
 mod schedules;
 mod streams;
+mod transactional;
 
 pub use admin::*;
 pub use hooks::*;
@@ -41,6 +44,7 @@ pub use queues::*;
 pub use runs::*;
 pub use schedules::*;
 pub use streams::*;
+pub use transactional::*;
 
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -72,12 +76,26 @@ pub mod sqlite;
 /// What a store decides without a caller's time (a run woken at once by a payload) it
 /// decides on that same clock.
 pub trait Store:
-    RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore
+    RunStore
+    + HookStore
+    + MessageStore
+    + StreamStore
+    + QueueStore
+    + AdminStore
+    + ScheduleStore
+    + TransactionalStore
 {
 }
 
 impl<
-        S: RunStore + HookStore + MessageStore + StreamStore + QueueStore + AdminStore + ScheduleStore,
+        S: RunStore
+            + HookStore
+            + MessageStore
+            + StreamStore
+            + QueueStore
+            + AdminStore
+            + ScheduleStore
+            + TransactionalStore,
     > Store for S
 {
 }

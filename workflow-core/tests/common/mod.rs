@@ -876,6 +876,16 @@ impl QueueStore for FailingAdmissions {
 }
 
 #[async_trait::async_trait]
+impl workflow_core::store::TransactionalStore for FailingAdmissions {
+    async fn begin_step(
+        &self,
+        lease: &Lease,
+    ) -> Result<Option<Box<dyn workflow_core::store::StepTransaction>>, StoreError> {
+        self.inner.begin_step(lease).await
+    }
+}
+
+#[async_trait::async_trait]
 impl workflow_core::store::ScheduleStore for FailingAdmissions {
     async fn define_schedule(
         &self,

@@ -16,6 +16,7 @@ mod runs;
 mod schedules;
 mod state;
 mod streams;
+mod transactional;
 
 #[cfg(test)]
 mod tests;

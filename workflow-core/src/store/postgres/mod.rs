@@ -45,6 +45,7 @@ mod statements;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod transactional;
 mod tx;
 
 use self::commit::{Write, Writer};
@@ -55,6 +56,7 @@ use self::schema::{
 use self::stash::{stash_size, Conn, Stash, StashTx, ACQUIRE_TIMEOUT};
 use self::statements::{statements, Statements};
 use self::tx::Pg;
+pub(crate) use self::transactional::{is_conflict, PgStepTx};
 
 /// Connections of the pool beyond the `Stash`'s: the listener's, and room for the statements of
 /// tests and migrations.

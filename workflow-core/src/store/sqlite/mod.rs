@@ -26,6 +26,7 @@ mod schedules;
 mod schema;
 mod statements;
 mod streams;
+mod transactional;
 mod tx;
 mod writer;
 
@@ -45,6 +46,7 @@ use tokio::sync::oneshot;
 use self::readers::{open_reader, reader_loop, ReadJob};
 use self::tx::{now, Lite};
 use self::writer::{open_writer, writer_loop, Job, WriteJob};
+pub(crate) use self::transactional::{is_busy, SqliteStepTx};
 use crate::error::{DatabaseError, StoreError};
 use crate::store::sql::policy::{self, NewRunRow};
 use crate::store::{Admission, Lease, NewRun};
@@ -84,6 +86,8 @@ struct Inner {
     path: PathBuf,
     writer: mpsc::Sender<Box<dyn WriteJob>>,
     readers: mpsc::Sender<ReadJob>,
+    /// The queue of the transactional steps' thread, once the first one began.
+    transactions: tokio::sync::Mutex<Option<transactional::Sessions>>,
     /// Lets tests count commits and see the threads end.
     #[cfg(test)]
     stats: Arc<Stats>,
@@ -147,6 +151,7 @@ impl SqliteStore {
                 path,
                 writer,
                 readers,
+                transactions: tokio::sync::Mutex::new(None),
                 #[cfg(test)]
                 stats,
             }),

@@ -58,6 +58,7 @@ mod schedules;
 mod starts;
 mod streams;
 mod support;
+mod transactional;
 
 pub use admin::{
     listing_behaves_like_the_memory_store, lists_only_active_hooks,
@@ -126,6 +127,10 @@ pub use schedules::{
     the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
 };
 pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
+pub use transactional::{
+    a_step_transaction_commits_its_append_or_nothing,
+    a_step_transaction_under_a_lost_lease_commits_nothing,
+};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
@@ -309,6 +314,8 @@ macro_rules! __store_conformance_tests {
             a_message_to_an_unknown_or_ended_run_writes_nothing,
             an_idempotency_key_stores_one_message_per_run,
             published_values_keep_the_latest_per_key,
+            a_step_transaction_commits_its_append_or_nothing,
+            a_step_transaction_under_a_lost_lease_commits_nothing,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
