@@ -69,6 +69,7 @@ mod runtime;
 mod schedule;
 pub mod store;
 pub mod telemetry;
+mod transactional;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -103,11 +104,21 @@ pub use runtime::{
     RuntimeBuilder, SendMessage, Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
+pub use transactional::Tx;
 pub use store::{
     CatchUp, Overlap, PruneStats, RunFilter, RunRecord, RunStatus, ScheduleSpec, SkipReason,
     StreamInfo, TickOutcome, TickRecord,
 };
 pub use workflow_macros::{step, workflow};
+
+/// The SQLite driver the store uses, so that transactional steps (`tx.sqlite(..)`) name the
+/// very version the store was built with.
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
+/// The PostgreSQL driver the store uses, so that transactional steps (`tx.postgres()`) name
+/// the very version the store was built with.
+#[cfg(feature = "postgres")]
+pub use sqlx;
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
 /// working under the prelude.
@@ -120,7 +131,7 @@ pub mod prelude {
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
         Hook, HookConflict, HookConflictError, HookError, HookRef, Keys, Queue, Result, Run,
         RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
-        WorkflowMetadata,
+        Tx, WorkflowMetadata,
     };
     pub use crate::{recv, set_event, timeout, Elapsed, Recv};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
@@ -128,13 +139,14 @@ pub mod prelude {
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
         AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RunStore as _,
-        ScheduleStore as _, StreamStore as _,
+        ScheduleStore as _, StreamStore as _, TransactionalStore as _,
     };
 }
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::context::call_step;
+    pub use crate::context::{call_step, call_tx_step};
+    pub use crate::transactional::transactional;
     pub use crate::registry::{
         BoxFuture, StepDef, StepRegistration, WorkflowCall, WorkflowDef, WorkflowRegistration,
         WorkflowReturn, WorkflowValue,
@@ -352,6 +364,16 @@ pub mod __private {
         where
             F: Fn(A) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = Result<T, Error>> + Send + 'static;
+        /// [`call_tx_step`], for `#[step(transactional)]`.
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static;
     }
 
     impl<A: WorkflowValue, T: WorkflowValue> RecordedStep<A, T> for StepCall<A, T> {
@@ -366,6 +388,19 @@ pub mod __private {
             Fut: Future<Output = Result<T, Error>> + Send + 'static,
         {
             call_step(def, args, body)
+        }
+
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            call_tx_step(def, args, body)
         }
     }
 
@@ -383,6 +418,20 @@ pub mod __private {
         where
             F: Fn(A) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = Result<T, Error>> + Send + 'static;
+
+        /// Never called at run time.
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            self.call_step(def, args, body)
+        }
     }
 
     impl<A, T> UnrecordableStep<A, T> for &StepCall<A, T> {
