@@ -389,11 +389,7 @@ where
 /// store that also records its result (`driver/transactional.rs`); `body` reaches it through
 /// [`crate::transactional::transactional`].
 #[doc(hidden)]
-pub async fn call_tx_step<A, T, F, Fut>(
-    def: &'static StepDef,
-    args: A,
-    body: F,
-) -> Result<T, Error>
+pub async fn call_tx_step<A, T, F, Fut>(def: &'static StepDef, args: A, body: F) -> Result<T, Error>
 where
     A: WorkflowValue,
     T: WorkflowValue,

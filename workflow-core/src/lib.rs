@@ -69,9 +69,9 @@ mod runtime;
 mod schedule;
 pub mod store;
 pub mod telemetry;
-mod transactional;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod transactional;
 
 /// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
 /// validates before it mutates, so the data behind a poisoned lock is still consistent.
@@ -104,11 +104,11 @@ pub use runtime::{
     RuntimeBuilder, SendMessage, Start, StartOrResume, StreamWriter,
 };
 pub use schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
-pub use transactional::Tx;
 pub use store::{
     CatchUp, Overlap, PruneStats, RunFilter, RunRecord, RunStatus, ScheduleSpec, SkipReason,
     StreamInfo, TickOutcome, TickRecord,
 };
+pub use transactional::Tx;
 pub use workflow_macros::{step, workflow};
 
 /// The SQLite driver the store uses, so that transactional steps (`tx.sqlite(..)`) name the
@@ -146,11 +146,11 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use crate::context::{call_step, call_tx_step};
-    pub use crate::transactional::transactional;
     pub use crate::registry::{
         BoxFuture, StepDef, StepRegistration, WorkflowCall, WorkflowDef, WorkflowRegistration,
         WorkflowReturn, WorkflowValue,
     };
+    pub use crate::transactional::transactional;
     pub use inventory;
     pub use serde_json;
 

@@ -166,7 +166,9 @@ async fn conflict_wait(conflicts: &mut u32, name: &str, why: &str) {
     *conflicts += 1;
     let jitter = base.mul_f64(rand::random::<f64>());
     tracing::debug!(
-        step = name, conflicts = *conflicts, error = why,
+        step = name,
+        conflicts = *conflicts,
+        error = why,
         "transactional step met a busy database or a serialization failure; running it again"
     );
     tokio::time::sleep(base + jitter).await;

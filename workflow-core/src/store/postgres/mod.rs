@@ -55,8 +55,8 @@ use self::schema::{
 };
 use self::stash::{stash_size, Conn, Stash, StashTx, ACQUIRE_TIMEOUT};
 use self::statements::{statements, Statements};
-use self::tx::Pg;
 pub(crate) use self::transactional::{is_conflict, PgStepTx};
+use self::tx::Pg;
 
 /// Connections of the pool beyond the `Stash`'s: the listener's, and room for the statements of
 /// tests and migrations.

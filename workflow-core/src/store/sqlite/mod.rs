@@ -44,9 +44,9 @@ use rusqlite::{Connection, ErrorCode, Transaction};
 use tokio::sync::oneshot;
 
 use self::readers::{open_reader, reader_loop, ReadJob};
+pub(crate) use self::transactional::{is_busy, SqliteStepTx};
 use self::tx::{now, Lite};
 use self::writer::{open_writer, writer_loop, Job, WriteJob};
-pub(crate) use self::transactional::{is_busy, SqliteStepTx};
 use crate::error::{DatabaseError, StoreError};
 use crate::store::sql::policy::{self, NewRunRow};
 use crate::store::{Admission, Lease, NewRun};

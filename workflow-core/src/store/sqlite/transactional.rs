@@ -176,7 +176,10 @@ fn serve(conn: &Connection, session: Session) {
     let began = begin_immediate(conn)
         .map_err(|e| StoreError::Database(database_error(format!("cannot begin: {e}"), e)))
         .and_then(|tx| {
-            let (run, epoch) = (session.lease.run_id.to_string(), sql_epoch(session.lease.epoch));
+            let (run, epoch) = (
+                session.lease.run_id.to_string(),
+                sql_epoch(session.lease.epoch),
+            );
             match one(&tx, SQL.lease_held, params![run, epoch], |_| Ok(()))? {
                 Some(()) => Ok(tx),
                 None => Err(StoreError::LeaseLost(session.lease.run_id)),

@@ -127,13 +127,13 @@ pub use schedules::{
     the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
 };
 pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
-pub use transactional::{
-    a_step_transaction_commits_its_append_or_nothing,
-    a_step_transaction_under_a_lost_lease_commits_nothing,
-};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
+};
+pub use transactional::{
+    a_step_transaction_commits_its_append_or_nothing,
+    a_step_transaction_under_a_lost_lease_commits_nothing,
 };
 
 // The helpers the SQL stores' tests use, at the paths they always had; a build with one SQL

@@ -27,7 +27,11 @@ pub async fn a_step_transaction_commits_its_append_or_nothing<S: Store>(store: &
     drop(open);
     assert_eq!(store.events(&id).await.unwrap().len(), 1, "a dropped one");
 
-    let open = store.begin_step(&lease).await.unwrap().expect("begins again");
+    let open = store
+        .begin_step(&lease)
+        .await
+        .unwrap()
+        .expect("begins again");
     open.commit(&lease, &ap(vec![step_done(t(3), 2)], None))
         .await
         .unwrap();
@@ -53,7 +57,10 @@ pub async fn a_step_transaction_under_a_lost_lease_commits_nothing<S: Store>(sto
     if store.begin_step(&first).await.unwrap().is_none() {
         return; // no transactions: see the case above
     }
-    let second = acquire(store, &wf, t(10_000), lease, 1).await.remove(0).lease;
+    let second = acquire(store, &wf, t(10_000), lease, 1)
+        .await
+        .remove(0)
+        .lease;
     let begun = store.begin_step(&first).await;
     assert!(
         matches!(begun, Err(StoreError::LeaseLost(r)) if r == id),
