@@ -21,6 +21,7 @@ mod scenarios;
 mod schedules;
 mod stores;
 mod streams;
+mod transactional;
 
 use clap::{Parser, ValueEnum};
 
@@ -78,6 +79,9 @@ enum Scenario {
     /// A queue of concurrency 1: from a slot's release to the next queued run's first step.
     #[value(alias = "handoff")]
     QueueHandoff,
+    /// A transactional step against a plain step + a separate write of the same row: per step.
+    #[value(alias = "tx")]
+    Transactional,
     /// Schedules: a tick's lateness (nominal time → first step), 1,000 every-second schedules
     /// on one worker (lateness, CPU per tick), and the firing loop's idle CPU.
     #[value(alias = "schedule")]
@@ -167,6 +171,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams,
             QueueHandoff,
             Schedules,
+            Transactional,
             ScaleOut,
             W0,
             W1,
@@ -188,6 +193,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => &Streams,
             QueueHandoff => &QueueHandoff,
             Schedules => &Schedules,
+            Transactional => &Transactional,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -209,6 +215,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             Schedules => schedules::schedules(ctx, &mut rep).await?,
+            Transactional => transactional::transactional(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -309,6 +316,7 @@ mod tests {
             "scale-out",
             "queue handoff",
             "schedules",
+            "transactional",
             "W0",
             "W1",
             "W2",
