@@ -22,6 +22,7 @@ mod scenarios;
 mod schedules;
 mod stores;
 mod streams;
+mod transactional;
 
 use clap::{Parser, ValueEnum};
 
@@ -79,6 +80,9 @@ enum Scenario {
     /// A queue of concurrency 1: from a slot's release to the next queued run's first step.
     #[value(alias = "handoff")]
     QueueHandoff,
+    /// A transactional step against a plain step + a separate write of the same row: per step.
+    #[value(alias = "tx")]
+    Transactional,
     /// Schedules: a tick's lateness (nominal time → first step), 1,000 every-second schedules
     /// on one worker (lateness, CPU per tick), and the firing loop's idle CPU.
     #[value(alias = "schedule")]
@@ -182,6 +186,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             QueueHandoff,
             Schedules,
             Messages,
+            Transactional,
             ScaleOut,
             W0,
             W1,
@@ -204,6 +209,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             QueueHandoff => &QueueHandoff,
             Schedules => &Schedules,
             Messages => &Messages,
+            Transactional => &Transactional,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -226,6 +232,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             Schedules => schedules::schedules(ctx, &mut rep).await?,
             Messages => messages::messages(ctx, &mut rep).await?,
+            Transactional => transactional::transactional(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -353,6 +360,7 @@ mod tests {
             "queue handoff",
             "schedules",
             "messages",
+            "transactional",
             "W0",
             "W1",
             "W2",

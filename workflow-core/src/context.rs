@@ -418,6 +418,38 @@ where
     F: Fn(A) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<T, Error>> + Send + 'static,
 {
+    run_step(def, args, body, false).await
+}
+
+/// [`call_step`] for a `#[step(transactional)]`: each attempt runs in a transaction of the
+/// store that also records its result (`driver/transactional.rs`); `body` reaches it through
+/// [`crate::transactional::transactional`].
+#[doc(hidden)]
+pub async fn call_tx_step<A, T, F, Fut>(def: &'static StepDef, args: A, body: F) -> Result<T, Error>
+where
+    A: WorkflowValue,
+    T: WorkflowValue,
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, Error>> + Send + 'static,
+{
+    run_step(def, args, body, true).await
+}
+
+async fn run_step<A, T, F, Fut>(
+    def: &'static StepDef,
+    args: A,
+    body: F,
+    transactional: bool,
+) -> Result<T, Error>
+where
+    A: WorkflowValue,
+    T: WorkflowValue,
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, Error>> + Send + 'static,
+{
+    if let Some(e) = crate::transactional::forbidden(&format!("step `{}` was called", def.name)) {
+        return Err(e);
+    }
     let Some(ctx) = current() else {
         return body(args).await;
     };
@@ -461,6 +493,7 @@ where
         input,
         max_retries: def.max_retries,
         timeout: def.timeout,
+        transactional,
         body: exec,
     }));
     let value = match ctx.wait(Key::Step(id)).await {

@@ -217,6 +217,14 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     fn from(e: E) -> Self {
+        // A transactional step's statement that lost a serialization race: its attempt runs
+        // again instead of failing (see `Tx::postgres`).
+        #[cfg(feature = "postgres")]
+        if let Some(e) = (&e as &dyn std::any::Any).downcast_ref::<sqlx::Error>() {
+            if crate::store::postgres::is_conflict(e) {
+                crate::transactional::note_conflict();
+            }
+        }
         // Keep the chain of causes: it is all that survives serialization.
         let mut message = e.to_string();
         let mut source = e.source();

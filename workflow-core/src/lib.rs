@@ -72,6 +72,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod transactional;
 
 /// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
 /// validates before it mutates, so the data behind a poisoned lock is still consistent.
@@ -110,7 +111,17 @@ pub use store::{
     CatchUp, Overlap, PruneStats, RunFilter, RunRecord, RunStatus, ScheduleSpec, SkipReason,
     StreamInfo, TickOutcome, TickRecord,
 };
+pub use transactional::Tx;
 pub use workflow_macros::{step, workflow};
+
+/// The SQLite driver the store uses, so that transactional steps (`tx.sqlite(..)`) name the
+/// very version the store was built with.
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
+/// The PostgreSQL driver the store uses, so that transactional steps (`tx.postgres()`) name
+/// the very version the store was built with.
+#[cfg(feature = "postgres")]
+pub use sqlx;
 
 /// `Result<T, workflow_core::Error>`; the default parameter keeps two-argument `Result<T, E>`
 /// working under the prelude.
@@ -123,7 +134,7 @@ pub mod prelude {
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
         Hook, HookConflict, HookConflictError, HookError, HookRef, Keys, Queue, Result, Run,
         RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
-        WorkflowMetadata,
+        Tx, WorkflowMetadata,
     };
     pub use crate::{recv, requests, set_event, timeout, Elapsed, Recv, Request, Requests};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
@@ -131,17 +142,18 @@ pub mod prelude {
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{
         AdminStore as _, HookStore as _, MessageStore as _, QueueStore as _, RekeyStore as _,
-        RunStore as _, ScheduleStore as _, StreamStore as _,
+        RunStore as _, ScheduleStore as _, StreamStore as _, TransactionalStore as _,
     };
 }
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::context::call_step;
+    pub use crate::context::{call_step, call_tx_step};
     pub use crate::registry::{
         BoxFuture, StepDef, StepRegistration, WorkflowCall, WorkflowDef, WorkflowRegistration,
         WorkflowReturn, WorkflowValue,
     };
+    pub use crate::transactional::transactional;
     pub use inventory;
     pub use serde_json;
 
@@ -355,6 +367,16 @@ pub mod __private {
         where
             F: Fn(A) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = Result<T, Error>> + Send + 'static;
+        /// [`call_tx_step`], for `#[step(transactional)]`.
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static;
     }
 
     impl<A: WorkflowValue, T: WorkflowValue> RecordedStep<A, T> for StepCall<A, T> {
@@ -369,6 +391,19 @@ pub mod __private {
             Fut: Future<Output = Result<T, Error>> + Send + 'static,
         {
             call_step(def, args, body)
+        }
+
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            call_tx_step(def, args, body)
         }
     }
 
@@ -386,6 +421,20 @@ pub mod __private {
         where
             F: Fn(A) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = Result<T, Error>> + Send + 'static;
+
+        /// Never called at run time.
+        fn call_tx_step<F, Fut>(
+            &self,
+            def: &'static StepDef,
+            args: A,
+            body: F,
+        ) -> impl Future<Output = Result<T, Error>> + Send
+        where
+            F: Fn(A) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Result<T, Error>> + Send + 'static,
+        {
+            self.call_step(def, args, body)
+        }
     }
 
     impl<A, T> UnrecordableStep<A, T> for &StepCall<A, T> {

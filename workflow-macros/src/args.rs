@@ -29,13 +29,18 @@ pub(crate) struct StepArgs {
     pub(crate) max_retries: Option<LitInt>,
     /// Each attempt's deadline, in milliseconds, from `timeout = "30s"`; default none.
     pub(crate) timeout_ms: Option<u64>,
+    /// `transactional`: the first parameter is the store's transaction (`&mut Tx<'_>`), in
+    /// which the step's writes commit with its recorded result.
+    pub(crate) transactional: bool,
 }
 
 /// Retries after the first attempt, so at most four attempts (SPEC section 2).
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 3;
 
 const WORKFLOW_OPTIONS: &[&str] = &["name", "queue"];
-const STEP_OPTIONS: &[&str] = &["name", "max_retries", "timeout"];
+const STEP_OPTIONS: &[&str] = &["name", "max_retries", "timeout", "transactional"];
+/// Options written as a bare word, without a value.
+const FLAGS: &[&str] = &["transactional"];
 
 impl Parse for WorkflowArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -59,6 +64,8 @@ impl Parse for StepArgs {
         for (key, value) in options(input, "step", STEP_OPTIONS, &mut errors)? {
             if key == "name" {
                 args.name = name(&value, "step", &mut errors);
+            } else if key == "transactional" {
+                args.transactional = true;
             } else if key == "timeout" {
                 args.timeout_ms = timeout(&value, &mut errors);
             } else {
@@ -100,6 +107,13 @@ fn options(
             continue;
         }
         match meta {
+            Meta::Path(_) if FLAGS.contains(&key_text.as_str()) => {
+                accepted.push((key, Expr::Verbatim(proc_macro2::TokenStream::new())));
+            }
+            other if FLAGS.contains(&key_text.as_str()) => errors.spanned(
+                other,
+                format_args!("`{key}` takes no value: write `#[{macro_name}({key})]`"),
+            ),
             Meta::NameValue(option) => accepted.push((key, option.value)),
             other => errors.spanned(
                 other,
@@ -128,7 +142,11 @@ fn unknown_option(option: &str, macro_name: &str, known: &[&str]) -> String {
                 if i > 0 {
                     message.push_str(if i + 1 == known.len() { " or " } else { ", " });
                 }
-                let _ = write!(message, "`{candidate} = {}`", example(candidate));
+                if FLAGS.contains(candidate) {
+                    let _ = write!(message, "`{candidate}`");
+                } else {
+                    let _ = write!(message, "`{candidate} = {}`", example(candidate));
+                }
             }
         }
     }

@@ -55,7 +55,7 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
 //                    of ours for BODY: rustc reports the syntax error when it parses them, and
 //                    a second report of the same mistake in syn's words would only be noise
 //     not even the signature parses: the tokens as written and syn's error
-fn expand<A: Parse>(
+fn expand<A: Parse + Options>(
     kind: Kind,
     args: TokenStream,
     item: TokenStream,
@@ -77,12 +77,16 @@ fn expand<A: Parse>(
     if let Kind::Workflow = kind {
         analyze::workflow(&item, &mut body_errors);
     }
+    if args.as_ref().is_some_and(A::transactional) {
+        crate::tx_body::scan(&item, &mut body_errors);
+    }
     let mut stripped = item;
     let mut opt_out_errors = Errors::default();
     allow::strip(kind, &mut stripped, &mut opt_out_errors);
     let raw_body = raw_body.map(|body| allow::strip_raw(kind, &body, &mut opt_out_errors));
 
-    let function = parse::function(kind, stripped.clone())
+    let transactional = args.as_ref().is_some_and(A::transactional);
+    let function = parse::function(kind, stripped.clone(), transactional)
         .map_err(|error| errors.push(error))
         .ok();
     errors.extend(opt_out_errors);
@@ -92,6 +96,22 @@ fn expand<A: Parse>(
         (_, _, raw_body) => stand_in(kind, &stripped, raw_body.as_ref()),
     };
     (tokens, errors.into_error())
+}
+
+/// What `expand` needs to know of the options before it validates the function.
+trait Options {
+    /// `#[step(transactional)]`.
+    fn transactional(&self) -> bool {
+        false
+    }
+}
+
+impl Options for WorkflowArgs {}
+
+impl Options for StepArgs {
+    fn transactional(&self) -> bool {
+        self.transactional
+    }
 }
 
 // Input:
@@ -175,6 +195,9 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
     let ret = &function.output;
     let unique_name = unique_name(Kind::Step, args.name.as_ref(), &cfgs);
 
+    if function.tx {
+        return expand_tx_step(args, function, &def, &name);
+    }
     let mut outer_block = TokenStream::new();
     item.block.brace_token.surround(&mut outer_block, |tokens| {
         tokens.extend(quote! {
@@ -192,6 +215,137 @@ fn expand_step(args: &StepArgs, function: &Function) -> TokenStream {
                         |(#(#locals,)*)| async move {
                             (&::workflow_core::__private::ReturnOf::<#ret>::new())
                                 .result_of(#body(#(#locals),*).await)
+                        },
+                    )
+                    .await,
+            )
+        });
+    });
+
+    quote! {
+        #(#cfgs)*
+        #[doc(hidden)]
+        #[allow(non_upper_case_globals)]
+        static #def: ::workflow_core::__private::StepDef = ::workflow_core::__private::StepDef {
+            name: #name,
+            max_retries: #max_retries,
+            timeout: #timeout,
+        };
+
+        #(#cfgs)*
+        ::workflow_core::__private::inventory::submit! {
+            ::workflow_core::__private::StepRegistration { def: &#def }
+        }
+
+        #unique_name
+
+        #(#attrs)*
+        #vis #sig #outer_block
+    }
+}
+
+// Input:
+//     #[step(transactional, name = "ledger.debit")]
+//     pub async fn debit(tx: &mut Tx<'_>, account: String, cents: i64) -> Result<i64> { BODY }
+// Output (the definition, registration and name marker as for `expand_step`):
+//     pub async fn debit(account: String, cents: i64) -> Result<i64> {   // no `tx`: the runtime's
+//         async fn __wf_body(tx: &mut Tx<'_>, account: String, cents: i64) -> Result<i64> BODY
+//         fn __wf_tx_body<'__wf>(__wf_tx: &'__wf mut Tx<'_>, (__wf_arg_account, __wf_arg_cents):
+//             (String, i64)) -> BoxFuture<'__wf, Result<i64>> {
+//             Box::pin(__wf_body(__wf_tx, __wf_arg_account, __wf_arg_cents))
+//         }
+//         <the value checks, the selector imports>
+//         (&ReturnOf::<Result<i64>>::new()).declared(
+//             (&StepCall::<(String, i64), <Result<i64> as WorkflowReturn>::Ok>::new())
+//                 .call_tx_step(&__WF_STEP_debit, (account, cents),
+//                     |(__wf_arg_account, __wf_arg_cents)| async move {
+//                         match transactional(&__WF_STEP_debit, __wf_tx_body,
+//                                             (__wf_arg_account, __wf_arg_cents)).await {
+//                             Ok(__wf_r) => (&ReturnOf::<Result<i64>>::new()).result_of(__wf_r),
+//                             Err(__wf_e) => Err(__wf_e),   // no transaction: outside a run
+//                         }
+//                     })
+//                 .await,
+//         )
+//     }
+// (all runtime paths are `::workflow_core::__private::..`; `Tx` is `::workflow_core::Tx`)
+//
+// The body is a fn item, not a closure, so that it is generic over the borrow of the
+// transaction (`for<'a, 'b> fn(&'a mut Tx<'b>, A) -> BoxFuture<'a, R>`), which closures
+// cannot be written to be. Each attempt's body runs on the transaction its attempt opened.
+fn expand_tx_step(
+    args: &StepArgs,
+    function: &Function,
+    def: &Ident,
+    name: &TokenStream,
+) -> TokenStream {
+    let item = &function.item;
+    let max_retries = match &args.max_retries {
+        Some(max_retries) => max_retries.to_token_stream(),
+        None => proc_macro2::Literal::u32_unsuffixed(DEFAULT_MAX_RETRIES).into_token_stream(),
+    };
+    let timeout = match args.timeout_ms {
+        Some(ms) => {
+            let ms = proc_macro2::Literal::u64_unsuffixed(ms);
+            quote! { ::core::option::Option::Some(::core::time::Duration::from_millis(#ms)) }
+        }
+        None => quote! { ::core::option::Option::None },
+    };
+    let cfgs = cfg_attrs(&item.attrs);
+    let attrs = &item.attrs;
+    let vis = &item.vis;
+    let sig = function.forwarding_signature();
+    let body_fn = body_fn(function, &[]);
+    let checks = value_checks(function);
+    let body = body_ident();
+    let tx_body = Ident::new("__wf_tx_body", Span::mixed_site());
+    let tx_var = Ident::new("__wf_tx", Span::mixed_site());
+    let result_var = Ident::new("__wf_r", Span::mixed_site());
+    let error_var = Ident::new("__wf_e", Span::mixed_site());
+    let life = syn::Lifetime::new("'__wf", Span::mixed_site());
+    let forwarded = forwarded_args(function);
+    let locals = local_args(function);
+    let arg_types = args_type(function);
+    let output = ok_type(function);
+    let ret = &function.output;
+    let unique_name = unique_name(Kind::Step, args.name.as_ref(), &cfgs);
+
+    let mut outer_block = TokenStream::new();
+    item.block.brace_token.surround(&mut outer_block, |tokens| {
+        tokens.extend(quote! {
+            #body_fn
+            fn #tx_body<#life>(
+                #tx_var: &#life mut ::workflow_core::Tx<'_>,
+                (#(#locals,)*): #arg_types,
+            ) -> ::workflow_core::__private::BoxFuture<#life, #ret> {
+                ::std::boxed::Box::pin(#body(#tx_var, #(#locals),*))
+            }
+            #checks
+            use ::workflow_core::__private::{
+                RecordedReturn as _, RecordedStep as _, UnrecordableStep as _,
+                UnrecordedReturn as _,
+            };
+            (&::workflow_core::__private::ReturnOf::<#ret>::new()).declared(
+                (&::workflow_core::__private::StepCall::<#arg_types, #output>::new())
+                    .call_tx_step(
+                        &#def,
+                        (#(#forwarded,)*),
+                        |(#(#locals,)*)| async move {
+                            match ::workflow_core::__private::transactional(
+                                &#def,
+                                #tx_body,
+                                (#(#locals,)*),
+                            )
+                            .await
+                            {
+                                ::core::result::Result::Ok(#result_var) => {
+                                    (&::workflow_core::__private::ReturnOf::<#ret>::new())
+                                        .result_of(#result_var)
+                                }
+                                ::core::result::Result::Err(#error_var) => {
+                                    ::core::result::Result::Err(#error_var)
+                                }
+                            }
                         },
                     )
                     .await,

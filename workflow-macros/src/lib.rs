@@ -15,6 +15,7 @@ mod errors;
 mod expand;
 mod parse;
 mod rules;
+mod tx_body;
 
 use proc_macro::TokenStream;
 
@@ -26,8 +27,10 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Makes an `async fn` a recorded, retried step; see `workflow_core` for the semantics.
-/// Options: `name = ".."` pins the stable name, `max_retries = N` (default 3), and
-/// `timeout = ".."`, each attempt's deadline.
+/// Options: `name = ".."` pins the stable name, `max_retries = N` (default 3),
+/// `timeout = ".."`, each attempt's deadline, and `transactional`: the first parameter is
+/// `tx: &mut Tx<'_>`, the store's transaction, in which the step's writes commit with its
+/// recorded result (it is not an argument of the call).
 ///
 /// Durations, here and in `workflow prune --older-than`, are written in jiff's friendly
 /// format: numbers with units from largest to smallest, each unit once — `"500ms"`, `"30s"`,

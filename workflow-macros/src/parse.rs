@@ -38,6 +38,9 @@ pub(crate) struct Function {
     pub(crate) args: Vec<Arg>,
     /// The written return type (`Result<T>`).
     pub(crate) output: Type,
+    /// `#[step(transactional)]`: its first parameter, the store's transaction (`&mut Tx<'_>`),
+    /// which is not among `args` (callers do not pass it).
+    pub(crate) tx: bool,
 }
 
 /// An argument `name: Type` or `mut name: Type`.
@@ -52,6 +55,10 @@ impl Function {
     /// `mut` belongs to the body (`__wf_body`), where it is used.
     pub(crate) fn forwarding_signature(&self) -> syn::Signature {
         let mut sig = self.item.sig.clone();
+        if self.tx {
+            // The transaction is the runtime's to pass, not the caller's.
+            sig.inputs = sig.inputs.into_iter().skip(1).collect();
+        }
         for input in &mut sig.inputs {
             if let FnArg::Typed(arg) = input {
                 arg.attrs.clear();
@@ -110,10 +117,28 @@ fn head(input: ParseStream) -> syn::Result<(ItemFn, Group)> {
     Ok((head, body))
 }
 
-/// Validates `item` as the function under `kind`, or returns every reason it cannot be one.
-pub(crate) fn function(kind: Kind, item: ItemFn) -> syn::Result<Function> {
+/// Validates `item` as the function under `kind` (`transactional`: a
+/// `#[step(transactional)]`, whose first parameter is `&mut Tx<'_>`), or returns every reason it
+/// cannot be one.
+pub(crate) fn function(kind: Kind, item: ItemFn, transactional: bool) -> syn::Result<Function> {
     let mut errors = Errors::default();
     let sig = &item.sig;
+    let tx_first = transactional && sig.inputs.first().is_some_and(is_tx_param);
+    // A `Tx` elsewhere gets its own error below, which says where it belongs.
+    let tx_elsewhere = sig
+        .inputs
+        .iter()
+        .skip(1)
+        .any(|input| matches!(input, FnArg::Typed(arg) if mentions_tx(&arg.ty)));
+    if transactional && !tx_first && !tx_elsewhere {
+        let first = sig.inputs.first().map(ToTokens::to_token_stream);
+        let message = "`#[step(transactional)]` takes the store's transaction as its first \
+                       parameter: write `tx: &mut Tx<'_>` first (callers do not pass it)";
+        match first {
+            Some(first) => errors.spanned(first, message),
+            None => errors.at(sig.paren_token.span.join(), message),
+        }
+    }
 
     if let Some(constness) = &sig.constness {
         errors.spanned(
@@ -150,7 +175,23 @@ pub(crate) fn function(kind: Kind, item: ItemFn) -> syn::Result<Function> {
     }
 
     let mut args = Vec::new();
-    for input in &sig.inputs {
+    for (i, input) in sig.inputs.iter().enumerate() {
+        if tx_first && i == 0 {
+            continue;
+        }
+        if let FnArg::Typed(arg) = input {
+            if mentions_tx(&arg.ty) {
+                let message = if transactional {
+                    "`Tx` may only be the first parameter of a `#[step(transactional)]`, as \
+                     `tx: &mut Tx<'_>`: the runtime passes it, and it is not recorded"
+                } else {
+                    "a `Tx` parameter needs `#[step(transactional)]`, and comes first as \
+                     `tx: &mut Tx<'_>`"
+                };
+                errors.spanned(&arg.ty, message);
+                continue;
+            }
+        }
         match input {
             FnArg::Receiver(receiver) => errors.spanned(
                 receiver,
@@ -217,7 +258,41 @@ pub(crate) fn function(kind: Kind, item: ItemFn) -> syn::Result<Function> {
         }
     };
 
-    errors.finish(Function { item, args, output })
+    errors.finish(Function {
+        item,
+        args,
+        output,
+        tx: tx_first,
+    })
+}
+
+/// `name: &mut Tx<..>` (any path ending in `Tx`).
+fn is_tx_param(input: &FnArg) -> bool {
+    let FnArg::Typed(arg) = input else {
+        return false;
+    };
+    matches!(&*arg.pat, Pat::Ident(_))
+        && matches!(&*arg.ty, Type::Reference(r)
+            if r.mutability.is_some() && ends_in_tx(&r.elem))
+}
+
+fn ends_in_tx(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "Tx"))
+}
+
+/// Whether `ty` names `Tx` anywhere (`Tx<'_>`, `&Tx`, `Option<&mut Tx>`).
+fn mentions_tx(ty: &Type) -> bool {
+    struct Finds(bool);
+    impl<'ast> Visit<'ast> for Finds {
+        fn visit_path_segment(&mut self, segment: &'ast syn::PathSegment) {
+            self.0 |= segment.ident == "Tx";
+            visit::visit_path_segment(self, segment);
+        }
+    }
+    let mut finds = Finds(false);
+    finds.visit_type(ty);
+    finds.0
 }
 
 /// A clearer error than syn's "expected `fn`" when the attribute sits on another kind of item.

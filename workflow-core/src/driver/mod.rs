@@ -9,7 +9,7 @@
 //! costs O(n); replay happens only when a run is picked up (after a restart, a takeover, or an
 //! eviction during a long sleep). The driver talks to its runtime through [`Host`] alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -40,6 +40,9 @@ use crate::telemetry::AttemptOutcome;
 
 mod children;
 mod stops;
+mod transactional;
+
+use self::transactional::{Recorded as TxRecorded, TxAttempt};
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
@@ -135,6 +138,8 @@ struct AttemptDone {
     step_id: StepId,
     attempt: u32,
     outcome: Result<Value, Error>,
+    /// Whether the attempt recorded its outcome itself (a transactional step's commit).
+    recorded: TxRecorded,
 }
 
 /// Sends an attempt's outcome to the driver exactly once: if the attempt's task ends without
@@ -147,12 +152,13 @@ struct Report {
 }
 
 impl Report {
-    fn send(&mut self, outcome: Result<Value, Error>) {
+    fn send(&mut self, outcome: Result<Value, Error>, recorded: TxRecorded) {
         if let Some(step_id) = self.step_id.take() {
             let _ = self.done.send(AttemptDone {
                 step_id,
                 attempt: self.attempt,
                 outcome,
+                recorded,
             });
         }
     }
@@ -160,9 +166,12 @@ impl Report {
 
 impl Drop for Report {
     fn drop(&mut self) {
-        self.send(Err(Error::panicked(
-            "the step attempt's task ended without an outcome",
-        )));
+        self.send(
+            Err(Error::panicked(
+                "the step attempt's task ended without an outcome",
+            )),
+            TxRecorded::No,
+        );
     }
 }
 
@@ -210,6 +219,11 @@ pub(crate) struct Driver {
     /// When the driver began to replay a recorded history, until the replay caught up
     /// (`workflow_replay_seconds`); `None` for a run without history, and once caught up.
     replay_began: Option<std::time::Instant>,
+    /// The transactional attempt in flight, which records its own result: until it reports,
+    /// nothing else of the run is recorded, delivered or started (`driver/transactional.rs`).
+    tx_attempt: Option<StepId>,
+    /// Outcomes of other attempts that came in meanwhile, handled after it, in order.
+    held: VecDeque<AttemptDone>,
 }
 
 impl Driver {
@@ -285,6 +299,8 @@ impl Driver {
             inbox_unread: true,
             missing_key: None,
             replay_began: None,
+            tx_attempt: None,
+            held: VecDeque::new(),
         };
         if d.replay.has_history() {
             d.replay_began = Some(replay_began);
@@ -484,6 +500,17 @@ impl Driver {
             if let Some(began) = self.replay_began.take() {
                 crate::telemetry::replayed(began.elapsed());
             }
+            // A transactional attempt records its own result: until it has, nothing else is
+            // written or delivered, so the history keeps the order the workflow saw.
+            if self.tx_attempt.is_some() {
+                tokio::select! {
+                    biased;
+                    _ = signals.stop.notified() => return Ok(Stop::Abandoned),
+                    Some(done) = self.done_rx.recv() => self.attempt_done(done)?,
+                    _ = flag.woken() => {}
+                }
+                continue;
+            }
             // Live: make what the core decided durable, then act on it.
             self.flush().await?;
             if self.carry_out_effects().await? {
@@ -547,24 +574,7 @@ impl Driver {
             tokio::select! {
                 biased;
                 _ = signals.stop.notified() => return Ok(Stop::Abandoned),
-                Some(done) = self.done_rx.recv() => {
-                    self.attempts.remove(&done.step_id);
-                    let backoff = self.host.config().backoff(done.attempt);
-                    // Every error an attempt recorded is sealed (a step's message, a panic's).
-                    let place = done.step_id.to_string();
-                    let binding = places::of_run(self.ctx.run_id, places::STEP_ERROR, &place);
-                    let outcome = done
-                        .outcome
-                        .map_err(|e| self.ctx.payloads.seal_error(e, &binding));
-                    self.replay.attempt_finished(
-                        &done.step_id,
-                        done.attempt,
-                        outcome,
-                        self.host.now(),
-                        backoff,
-                    );
-                    self.deliver_ready();
-                }
+                Some(done) = self.done_rx.recv() => self.attempt_done(done)?,
                 _ = due_sleep => {
                     if self.deadline.is_some_and(|(at, _)| at <= self.host.now()) {
                         return self.time_out().await;
@@ -579,6 +589,54 @@ impl Driver {
         }
     }
 
+    /// An attempt reported `done`. While a transactional attempt is in flight, the others'
+    /// outcomes wait for it; a lost lease stops the driver.
+    fn attempt_done(&mut self, done: AttemptDone) -> Result<(), StoreError> {
+        match &self.tx_attempt {
+            Some(tx) if *tx != done.step_id => {
+                self.held.push_back(done);
+                return Ok(());
+            }
+            Some(_) => self.tx_attempt = None,
+            None => {}
+        }
+        self.finish_attempt(done)?;
+        while let Some(done) = self.held.pop_front() {
+            self.finish_attempt(done)?;
+        }
+        Ok(())
+    }
+
+    /// Hands an attempt's outcome to the core: recorded (and delivered) by the next write,
+    /// or, when the attempt's transaction recorded it, delivered at once.
+    fn finish_attempt(&mut self, done: AttemptDone) -> Result<(), StoreError> {
+        self.attempts.remove(&done.step_id);
+        match (done.recorded, done.outcome) {
+            (TxRecorded::LeaseLost, _) => return Err(StoreError::LeaseLost(self.ctx.run_id)),
+            (TxRecorded::At(at), Ok(value)) => {
+                self.last_seq += 1;
+                self.replay
+                    .attempt_recorded(&done.step_id, done.attempt, value, at);
+            }
+            (_, outcome) => {
+                let backoff = self.host.config().backoff(done.attempt);
+                // Every error an attempt recorded is sealed (a step's message, a panic's).
+                let place = done.step_id.to_string();
+                let binding = places::of_run(self.ctx.run_id, places::STEP_ERROR, &place);
+                let outcome = outcome.map_err(|e| self.ctx.payloads.seal_error(e, &binding));
+                self.replay.attempt_finished(
+                    &done.step_id,
+                    done.attempt,
+                    outcome,
+                    self.host.now(),
+                    backoff,
+                );
+            }
+        }
+        self.deliver_ready();
+        Ok(())
+    }
+
     /// Hands the next live result to the workflow, if one is ready.
     fn deliver_ready(&mut self) {
         if let Some(Ok(delivery)) = self.replay.next_delivery() {
@@ -589,7 +647,10 @@ impl Driver {
     /// Starts every attempt the core asked for and carries out at most one claim (its decision
     /// is delivered before anything else happens). Returns whether something was delivered.
     async fn carry_out_effects(&mut self) -> Result<bool, StoreError> {
-        while let Some(effect) = self.replay.next_effect() {
+        while self.tx_attempt.is_none() {
+            let Some(effect) = self.replay.next_effect() else {
+                break;
+            };
             match effect {
                 Effect::Attempt { step_id, attempt } => self.start_attempt(step_id, attempt),
                 Effect::Claim { hook_key, token } => {
@@ -683,6 +744,8 @@ impl Driver {
     }
 
     /// Runs one attempt of a step as a task of its own; its outcome comes back on `done_tx`.
+    /// A transactional step's attempt runs in a store transaction and records its own result
+    /// (`driver/transactional.rs`); until it reports, the driver waits for it alone.
     fn start_attempt(&mut self, step_id: StepId, attempt: u32) {
         let Some(call) = self.replay.step(&step_id) else {
             return;
@@ -704,26 +767,52 @@ impl Driver {
             step_id = %step_id,
             attempt,
         );
-        let body = (call.body)(&call.input);
         let timed_out = Arc::new(AtomicBool::new(false));
-        let timed_out_here = timed_out.clone();
-        let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
-            // At the deadline the attempt's future is dropped, and the attempt failed.
-            Some(limit) => Box::pin(async move {
-                tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
-                    timed_out_here.store(true, Ordering::Relaxed);
-                    Err(Error::retryable(format!(
-                        "step `{name}` timed out after {}",
-                        crate::config::human_duration(limit)
-                    )))
-                })
-            }),
-            None => body,
+        let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
+            self.tx_attempt = Some(step_id.clone());
+            let attempt = TxAttempt {
+                host: self.host.clone(),
+                lease: self.lease.clone(),
+                step_id: step_id.clone(),
+                name,
+                exec: call.body.clone(),
+                input: call.input.clone(),
+                timeout: call.timeout,
+                meta,
+            };
+            Box::pin(attempt.run(timed_out.clone()))
+        } else {
+            let body = (call.body)(&call.input);
+            let timed_out_here = timed_out.clone();
+            let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
+                // At the deadline the attempt's future is dropped, and the attempt failed.
+                Some(limit) => Box::pin(async move {
+                    tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
+                        timed_out_here.store(true, Ordering::Relaxed);
+                        Err(Error::retryable(format!(
+                            "step `{name}` timed out after {}",
+                            crate::config::human_duration(limit)
+                        )))
+                    })
+                }),
+                None => body,
+            };
+            let fut = self
+                .host
+                .clone()
+                .enter_step(Box::pin(step_scope(meta, body)));
+            Box::pin(async move {
+                let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
+                    // The body encoded the result (`call_step`), checked against the limit.
+                    Ok(outcome) => outcome,
+                    Err(panic) => Err(Error::panicked(format!(
+                        "step `{name}` panicked: {}",
+                        panic_message(&panic)
+                    ))),
+                };
+                (outcome, TxRecorded::No)
+            })
         };
-        let fut = self
-            .host
-            .clone()
-            .enter_step(Box::pin(step_scope(meta, body)));
         let key = step_id.clone();
         let mut report = Report {
             done: self.done_tx.clone(),
@@ -732,14 +821,7 @@ impl Driver {
         };
         let task = async move {
             let began = std::time::Instant::now();
-            let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
-                // The body encoded the result (`call_step`), checked against the limit.
-                Ok(outcome) => outcome,
-                Err(panic) => Err(Error::panicked(format!(
-                    "step `{name}` panicked: {}",
-                    panic_message(&panic)
-                ))),
-            };
+            let (outcome, recorded) = run.await;
             if let Err(e) = &outcome {
                 tracing::warn!(error = %e, "step attempt failed");
             }
@@ -750,7 +832,7 @@ impl Driver {
                 Err(_) => AttemptOutcome::Error,
             };
             crate::telemetry::step_attempt(name, how, began.elapsed());
-            report.send(outcome);
+            report.send(outcome, recorded);
         }
         .instrument(span);
         let h = tokio::spawn(task);

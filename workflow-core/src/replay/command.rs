@@ -126,6 +126,9 @@ pub(crate) struct StepCall<S> {
     pub(crate) max_retries: u32,
     /// Each attempt's deadline.
     pub(crate) timeout: Option<Duration>,
+    /// A `#[step(transactional)]`: each attempt runs in a store transaction that records its
+    /// result.
+    pub(crate) transactional: bool,
     /// What the driver runs for each attempt.
     pub(crate) body: S,
 }

@@ -160,6 +160,31 @@ impl<S> Replay<S> {
         self.due.insert((retry_at, Due::Retry(step_id.clone())));
     }
 
+    /// Attempt `attempt` of the step succeeded with `value` and recorded its `StepCompleted`
+    /// itself, at `at` (a transactional step's commit): the result is delivered as
+    /// [`Replay::attempt_finished`] would deliver it, with nothing left to write. Outcomes of
+    /// attempts this replay did not ask for are ignored.
+    pub(crate) fn attempt_recorded(
+        &mut self,
+        step_id: &StepId,
+        attempt: u32,
+        value: Value,
+        at: SystemTime,
+    ) {
+        if self.steps.get(step_id).is_none_or(|s| s.attempt != attempt) {
+            return;
+        }
+        self.running = self.running.saturating_sub(1);
+        self.steps.remove(step_id);
+        self.ready.push_back(Delivery {
+            at,
+            what: Delivered::Step {
+                step_id: step_id.clone(),
+                result: Ok(value),
+            },
+        });
+    }
+
     /// The earliest time something (a timer, a retry) becomes due.
     pub(crate) fn next_due(&self) -> Option<SystemTime> {
         self.due.first().map(|(at, _)| *at)

@@ -123,6 +123,10 @@ impl<T> StreamWriter<T> {
         if let Some(why) = invalid_name(&self.name) {
             return Err(Error::fatal(why));
         }
+        let called = format!("`stream({:?}).{what}()` was called", self.name);
+        if let Some(e) = crate::transactional::forbidden(&called) {
+            return Err(e);
+        }
         let outside = || {
             Error::fatal(format!(
                 "`stream({:?}).{what}()` was called outside a step executed by a workflow \

@@ -11,6 +11,8 @@
 //! - [`AdminStore`] ([`admin`]): listing and pruning.
 //! - [`RekeyStore`] ([`rekey`]): reading and rewriting the rows that hold sealed payloads.
 //! - [`ScheduleStore`] ([`schedules`]): schedules and the records of their ticks.
+//! - [`TransactionalStore`] ([`transactional`]): transactions of transactional steps, whose
+//!   writes commit with the step's recorded result.
 //!
 //! [`Store`] is all of them together, implemented for every type that has them; the runtime
 //! holds an `Arc<dyn Store>` and never knows which implementation it talks to:
@@ -35,6 +37,7 @@ mod rekey;
 mod runs;
 mod schedules;
 mod streams;
+mod transactional;
 
 pub use admin::*;
 pub use hooks::*;
@@ -44,6 +47,7 @@ pub use rekey::*;
 pub use runs::*;
 pub use schedules::*;
 pub use streams::*;
+pub use transactional::*;
 
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -83,6 +87,7 @@ pub trait Store:
     + AdminStore
     + ScheduleStore
     + RekeyStore
+    + TransactionalStore
 {
 }
 
@@ -95,6 +100,7 @@ impl<
             + AdminStore
             + ScheduleStore
             + RekeyStore,
+            + TransactionalStore,
     > Store for S
 {
 }

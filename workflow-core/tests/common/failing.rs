@@ -498,6 +498,16 @@ impl workflow_core::store::ScheduleStore for FailingAdmissions {
 }
 
 #[async_trait::async_trait]
+impl workflow_core::store::TransactionalStore for FailingAdmissions {
+    async fn begin_step(
+        &self,
+        lease: &Lease,
+    ) -> Result<Option<Box<dyn workflow_core::store::StepTransaction>>, StoreError> {
+        self.inner.begin_step(lease).await
+    }
+}
+
+#[async_trait::async_trait]
 impl workflow_core::store::RekeyStore for FailingAdmissions {
     async fn sealed_rows(
         &self,

@@ -159,6 +159,51 @@ async fn call_the_bank(account: String) -> Result<u64> {
     bank().balance(&account).await
 }
 "#,
+    transactional_step: r#"
+#[step(transactional, name = "ledger.debit", max_retries = 1)]
+pub async fn debit(tx: &mut Tx<'_>, account: String, mut cents: i64) -> Result<i64> {
+    cents = cents.abs();
+    tx.sqlite(move |c| c.query_row("SELECT balance - ?1 FROM accounts WHERE id = ?2",
+        params![cents, account], |r| r.get(0)))
+}
+"#,
+    transactional_step_without_args: r#"
+#[step(transactional)]
+async fn touch(tx: &mut Tx<'_>) -> Result<()> {
+    tx.sqlite(|c| c.execute_batch("UPDATE stats SET touched = touched + 1"))
+}
+"#,
+    error_transactional_without_tx: r#"
+#[step(transactional)]
+async fn debit(account: String, cents: i64) -> Result<i64> {
+    Ok(cents)
+}
+"#,
+    error_tx_in_another_position: r#"
+#[step(transactional)]
+async fn debit(account: String, tx: &mut Tx<'_>, other: Option<Tx<'static>>) -> Result<i64> {
+    Ok(0)
+}
+"#,
+    error_tx_without_transactional: r#"
+#[step]
+async fn debit(tx: &mut Tx<'_>, cents: i64) -> Result<i64> {
+    Ok(cents)
+}
+"#,
+    error_stream_in_transactional_body: r#"
+#[step(transactional)]
+async fn debit(tx: &mut Tx<'_>, cents: i64) -> Result<i64> {
+    workflow_core::stream::<i64>("progress").write(cents).await?;
+    Ok(cents)
+}
+"#,
+    error_transactional_with_a_value: r#"
+#[step(transactional = true)]
+async fn debit(tx: &mut Tx<'_>, cents: i64) -> Result<i64> {
+    Ok(cents)
+}
+"#,
     step_with_one_mut_arg: r#"
 #[step(max_retries = 0)]
 pub(crate) async fn bump(mut counter: u32) -> Result<u32> {

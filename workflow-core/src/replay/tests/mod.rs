@@ -130,6 +130,7 @@ fn step_with(step_id: &str, name: &'static str, max_retries: u32) -> Command<()>
         input: json!([]),
         max_retries,
         timeout: None,
+        transactional: false,
         body: (),
     })
 }

@@ -17,6 +17,7 @@ mod runs;
 mod schedules;
 mod state;
 mod streams;
+mod transactional;
 
 #[cfg(test)]
 mod tests;

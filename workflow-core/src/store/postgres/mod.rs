@@ -46,6 +46,7 @@ mod statements;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod transactional;
 mod tx;
 
 use self::commit::{Write, Writer};
@@ -55,6 +56,7 @@ use self::schema::{
 };
 use self::stash::{stash_size, Conn, Stash, StashTx, ACQUIRE_TIMEOUT};
 use self::statements::{statements, Statements};
+pub(crate) use self::transactional::{is_conflict, PgStepTx};
 use self::tx::Pg;
 
 /// Connections of the pool beyond the `Stash`'s: the listener's, and room for the statements of

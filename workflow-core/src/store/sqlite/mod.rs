@@ -27,6 +27,7 @@ mod schedules;
 mod schema;
 mod statements;
 mod streams;
+mod transactional;
 mod tx;
 mod writer;
 
@@ -44,6 +45,7 @@ use rusqlite::{Connection, ErrorCode, Transaction};
 use tokio::sync::oneshot;
 
 use self::readers::{open_reader, reader_loop, ReadJob};
+pub(crate) use self::transactional::{is_busy, SqliteStepTx};
 use self::tx::{now, Lite};
 use self::writer::{open_writer, writer_loop, Job, WriteJob};
 use crate::error::{DatabaseError, StoreError};
@@ -85,6 +87,8 @@ struct Inner {
     path: PathBuf,
     writer: mpsc::Sender<Box<dyn WriteJob>>,
     readers: mpsc::Sender<ReadJob>,
+    /// The queue of the transactional steps' thread, once the first one began.
+    transactions: tokio::sync::Mutex<Option<transactional::Sessions>>,
     /// Lets tests count commits and see the threads end.
     #[cfg(test)]
     stats: Arc<Stats>,
@@ -148,6 +152,7 @@ impl SqliteStore {
                 path,
                 writer,
                 readers,
+                transactions: tokio::sync::Mutex::new(None),
                 #[cfg(test)]
                 stats,
             }),

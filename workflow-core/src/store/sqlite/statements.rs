@@ -25,6 +25,8 @@ pub(super) struct SqliteOnly {
 
 pub(super) const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
+    lease_held: "SELECT 1 FROM runs
+                 WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
     // A delayed run (`?12` start) is due at its start, not at its admission.
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
                                    hook_token, deadline, parent_id, detached, queue,

@@ -60,6 +60,7 @@ mod schedules;
 mod starts;
 mod streams;
 mod support;
+mod transactional;
 
 pub use admin::{
     listing_behaves_like_the_memory_store, lists_only_active_hooks,
@@ -136,6 +137,10 @@ pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
+};
+pub use transactional::{
+    a_step_transaction_commits_its_append_or_nothing,
+    a_step_transaction_under_a_lost_lease_commits_nothing,
 };
 
 // The helpers the SQL stores' tests use, at the paths they always had; a build with one SQL
@@ -319,6 +324,8 @@ macro_rules! __store_conformance_tests {
             sealed_rows_are_paged_and_replaced_only_while_unchanged,
             requests_are_queued_and_keep_their_first_reply,
             a_request_is_refused_or_deduplicated_without_writing,
+            a_step_transaction_commits_its_append_or_nothing,
+            a_step_transaction_under_a_lost_lease_commits_nothing,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
