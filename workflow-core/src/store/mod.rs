@@ -99,7 +99,7 @@ impl<
             + QueueStore
             + AdminStore
             + ScheduleStore
-            + RekeyStore,
+            + RekeyStore
             + TransactionalStore,
     > Store for S
 {
