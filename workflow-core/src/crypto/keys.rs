@@ -238,8 +238,11 @@ struct Ring {
     /// Data keys derived lately, by (key id, subject): a run's payloads are sealed and
     /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
     /// Emptied when it reaches [`DERIVED_KEPT`] entries.
-    derived: Mutex<HashMap<(String, Vec<u8>), [u8; KEY_BYTES]>>,
+    derived: Mutex<DerivedKeys>,
 }
+
+/// Data keys by (key id, subject).
+type DerivedKeys = HashMap<(String, Vec<u8>), [u8; KEY_BYTES]>;
 
 /// At most this many derived data keys are kept (about 100 KiB).
 const DERIVED_KEPT: usize = 1024;
