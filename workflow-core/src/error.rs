@@ -212,6 +212,12 @@ impl fmt::Debug for Error {
     }
 }
 
+/// Told of every error converted into an [`Error`] by `?`, once transactional steps set it
+/// (`transactional.rs`): there a serialization failure inside a body makes its attempt run
+/// again. A hook, so that this module names nothing above it.
+pub(crate) static CONVERTED: std::sync::OnceLock<fn(&dyn std::any::Any)> =
+    std::sync::OnceLock::new();
+
 impl<E> From<E> for Error
 where
     E: std::error::Error + Send + Sync + 'static,
@@ -219,11 +225,8 @@ where
     fn from(e: E) -> Self {
         // A transactional step's statement that lost a serialization race: its attempt runs
         // again instead of failing (see `Tx::postgres`).
-        #[cfg(feature = "postgres")]
-        if let Some(e) = (&e as &dyn std::any::Any).downcast_ref::<sqlx::Error>() {
-            if crate::store::postgres::is_conflict(e) {
-                crate::transactional::note_conflict();
-            }
+        if let Some(seen) = CONVERTED.get() {
+            seen(&e);
         }
         // Keep the chain of causes: it is all that survives serialization.
         let mut message = e.to_string();
