@@ -238,8 +238,11 @@ struct Ring {
     /// Data keys derived lately, by (key id, subject): a run's payloads are sealed and
     /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
     /// Emptied when it reaches [`DERIVED_KEPT`] entries.
-    derived: Mutex<HashMap<(String, Vec<u8>), [u8; KEY_BYTES]>>,
+    derived: Mutex<HashMap<DerivedFor, [u8; KEY_BYTES]>>,
 }
+
+/// Whose data key a derived key is: the key id and the subject.
+type DerivedFor = (String, Vec<u8>);
 
 /// At most this many derived data keys are kept (about 100 KiB).
 const DERIVED_KEPT: usize = 1024;
