@@ -13,7 +13,7 @@ use common::{Backend, TestDb};
 use futures::TryStreamExt;
 use workflow_core::prelude::*;
 use workflow_core::store::{Event, RunFilter};
-use workflow_core::{RekeyError, RekeyOptions, RekeyReport};
+use workflow_core::{RekeyError, RekeyOptions, RekeyReport, RunError};
 
 const KEY_A: [u8; 32] = [0xa1; 32];
 const KEY_B: [u8; 32] = [0xb2; 32];
@@ -54,6 +54,19 @@ async fn rk_all(s: String, token: String) -> Result<String> {
     let p = hook.recv().await?;
     let m: String = recv("note").await?;
     Ok(format!("{r}|{e}|{p}|{m}"))
+}
+
+/// Answers requests "ask" until one fits its type: a body that does not is replied to with an
+/// error (sealed like a reply), the first that does with a value.
+#[workflow]
+async fn rk_answers() -> Result<String> {
+    let mut asks = requests::<String, String>("ask");
+    let Some(req) = asks.next().await else {
+        return Err(Error::fatal("the stream of requests ended"));
+    };
+    let body = req.body().clone();
+    req.reply(format!("{body}-reply"))?;
+    Ok(body)
 }
 
 #[workflow]
@@ -101,7 +114,8 @@ async fn runtime(db: &TestDb, keys: Keys, worker: bool) -> Runtime {
 }
 
 /// Everything the store hands out through the ordinary calls for every run, as text: records,
-/// histories, inboxes, chunks and published values.
+/// histories, inboxes, chunks, published values and the replies to requests as callers read
+/// them.
 async fn stored_view(rt: &Runtime) -> String {
     let store = rt.store();
     let mut text = String::new();
@@ -121,6 +135,10 @@ async fn stored_view(rt: &Runtime) -> String {
         }
         let published = store.run_events(&run.id).await.unwrap();
         text.push_str(&format!("{published:?}\n"));
+        for r in store.run_requests(&run.id).await.unwrap() {
+            let reply = store.request_reply(&run.id, r.id).await.unwrap();
+            text.push_str(&format!("{r:?} {reply:?}\n"));
+        }
     }
     text
 }
@@ -152,9 +170,10 @@ fn print(what: &str, backend: Backend, r: &RekeyReport) {
     );
 }
 
-/// Every kind of payload under key A; a rekey without A names it; a rekey with B current and
-/// A old leaves no payload under A; the runs then read (and the one in flight finishes) with
-/// B alone; a second rekey rewrites nothing.
+/// Every kind of payload under key A (also a request and the replies to it, one an error); a
+/// rekey without A names it; a rekey with B current and A old leaves no payload under A; the
+/// runs then read (and the one in flight finishes) with B alone, and a repeated request gets
+/// its stored reply; a second rekey rewrites nothing.
 async fn rekey_moves_every_payload_to_the_current_key(backend: Backend) {
     let db = TestDb::new(backend);
     let rt_a = runtime(&db, keys_a(), true).await;
@@ -170,6 +189,33 @@ async fn rekey_moves_every_payload_to_the_current_key(backend: Backend) {
     assert!(failing.return_value().await.is_err());
     let parent = rt_a.start(rk_parent, (s.clone(),)).await.unwrap();
     assert_eq!(parent.return_value().await.unwrap(), "secret-child");
+    let answering = rt_a.start(rk_answers, ()).await.unwrap();
+    let misfit = answering
+        .request::<u32, String>("ask", 7)
+        .idempotency_key("misfit")
+        .timeout(Duration::from_secs(30))
+        .await;
+    let Err(RunError::Payload(misfit)) = misfit else {
+        panic!("a request that does not fit was answered: {misfit:?}")
+    };
+    let answer = answering
+        .request::<String, String>("ask", format!("{s}-request"))
+        .idempotency_key("fits")
+        .timeout(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(answer, "secret-request-reply");
+    assert_eq!(answering.return_value().await.unwrap(), "secret-request");
+    let replies = rt_a.store().run_requests(&answering.id()).await.unwrap();
+    assert_eq!(replies.len(), 2);
+    for r in &replies {
+        let reply = rt_a.store().request_reply(&answering.id(), r.id).await;
+        let reply = format!("{:?}", reply.unwrap().unwrap().reply);
+        assert!(
+            reply.contains("key-A"),
+            "the reply to {r:?} is not sealed: {reply}"
+        );
+    }
     // Its status must be read before the worker goes: the message stays in the inbox.
     assert_eq!(
         rt_a.store().payloads(&waiting.id(), 0).await.unwrap().len(),
@@ -203,6 +249,8 @@ async fn rekey_moves_every_payload_to_the_current_key(backend: Backend) {
         "stream_chunk",
         "message",
         "event",
+        "request",
+        "reply",
     ] {
         if kind == "hook_payload" {
             continue; // not received yet: the hook's payload is sent below, under B
@@ -259,6 +307,24 @@ async fn rekey_moves_every_payload_to_the_current_key(backend: Backend) {
         .unwrap()
         .unwrap();
     assert_eq!(status, "secret-event");
+    // A repeated request reads the stored reply (the value, and the error), opened with B.
+    let again = rt_b.get_run(&answering.id());
+    let answer = again
+        .request::<String, String>("ask", "unsent".to_owned())
+        .idempotency_key("fits")
+        .timeout(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(answer, "secret-request-reply");
+    let misfit_again = again
+        .request::<u32, String>("ask", 8)
+        .idempotency_key("misfit")
+        .timeout(Duration::from_secs(30))
+        .await;
+    assert!(
+        matches!(&misfit_again, Err(RunError::Payload(e)) if *e == misfit),
+        "{misfit_again:?}, not {misfit}"
+    );
 }
 
 /// A rekey stopped by its limit leaves the rest; a rerun finishes it; a third rewrites

@@ -73,7 +73,8 @@ pub struct RekeyReport {
     /// The current key's id.
     pub key: String,
     /// By kind of payload (`input`, `output`, `error`, `step_input`, `step_result`,
-    /// `step_error`, `hook_payload`, `stream_chunk`, `message`, `event`).
+    /// `step_error`, `hook_payload`, `stream_chunk`, `message`, `event`, `request`, `reply`;
+    /// a value kept in two places, as a published value or a reply is, counts in each).
     pub kinds: BTreeMap<&'static str, RekeyCount>,
     /// Rows written back.
     pub rows_rewritten: u64,
@@ -148,6 +149,7 @@ fn describe(at: &SealedAt) -> String {
             format!("run {run}, stream {stream:?}, chunk {index}")
         }
         SealedAt::Published { run, key } => format!("run {run}, published key {key:?}"),
+        SealedAt::Reply { run, id } => format!("run {run}, the reply to request {id}"),
     }
 }
 
@@ -158,7 +160,7 @@ fn rekey_value(
     at: &SealedAt,
     value: &mut SealedValue,
 ) -> Result<Vec<(&'static str, Rekeyed)>, RekeyError> {
-    use places::{ERROR, EVENT, INPUT, OUTPUT, STREAM_CHUNK};
+    use places::{ERROR, EVENT, INPUT, OUTPUT, REPLY, STREAM_CHUNK};
     let run = at.run();
     let mut done = Vec::new();
     let mut failed = None;
@@ -187,6 +189,14 @@ fn rekey_value(
         (SealedAt::Published { key, .. }, SealedValue::Value(v)) => {
             each(of_run(run, EVENT, key), Slot::Value(v))
         }
+        // Bound like the history's `RequestReplied`, which callers open it as.
+        (SealedAt::Reply { id, .. }, SealedValue::Reply(reply)) => {
+            let place = id.to_string();
+            match reply {
+                Ok(v) => each(of_run(run, REPLY, &place), Slot::Value(v)),
+                Err(e) => each(of_run(run, REPLY, &place), Slot::Error(e)),
+            }
+        }
         (_, SealedValue::Event(e)) => places::visit_event(run, e, each),
         (_, SealedValue::Inbound(i)) => places::visit_inbound(run, i, each),
         (at, _) => {
@@ -214,7 +224,7 @@ fn rekey_value(
 impl Runtime {
     /// Seals every stored payload that is encrypted under a key other than the current one
     /// under the current key (`workflow rekey`): run arguments, outputs and errors, histories,
-    /// inbox entries, stream chunks, published values. Once it returns a
+    /// inbox entries, stream chunks, published values, replies to requests. Once it returns a
     /// [complete](RekeyReport::complete) report, the old keys can go.
     ///
     /// Safe beside live workers: each row is replaced only while it holds what was read, so

@@ -26,16 +26,20 @@ pub enum PayloadTable {
     Chunks,
     /// The latest value of each key a run published (`set_event`).
     Published,
+    /// The caller-side copy of each request's reply (`run_requests`), which `run.request`
+    /// reads (also for a repeat with the same idempotency key, after the run ended).
+    Replies,
 }
 
 impl PayloadTable {
     /// Every table, in reading order.
-    pub const ALL: [PayloadTable; 5] = [
+    pub const ALL: [PayloadTable; 6] = [
         PayloadTable::Runs,
         PayloadTable::Inbox,
         PayloadTable::Events,
         PayloadTable::Chunks,
         PayloadTable::Published,
+        PayloadTable::Replies,
     ];
 }
 
@@ -78,6 +82,13 @@ pub enum SealedAt {
         /// The key.
         key: String,
     },
+    /// The reply of a run to its request `id`, as its callers read it.
+    Reply {
+        /// The run that replied.
+        run: RunId,
+        /// The request's id.
+        id: u64,
+    },
 }
 
 impl SealedAt {
@@ -88,7 +99,8 @@ impl SealedAt {
             SealedAt::Event { run, .. }
             | SealedAt::Inbox { run, .. }
             | SealedAt::Chunk { run, .. }
-            | SealedAt::Published { run, .. } => *run,
+            | SealedAt::Published { run, .. }
+            | SealedAt::Reply { run, .. } => *run,
         }
     }
 
@@ -102,6 +114,7 @@ impl SealedAt {
             SealedAt::Inbox { .. } => PayloadTable::Inbox,
             SealedAt::Chunk { .. } => PayloadTable::Chunks,
             SealedAt::Published { .. } => PayloadTable::Published,
+            SealedAt::Reply { .. } => PayloadTable::Replies,
         }
     }
 }
@@ -117,6 +130,8 @@ pub enum SealedValue {
     Event(Event),
     /// An inbox entry.
     Inbound(Inbound),
+    /// A reply to a request: the value, or why the workflow could not read the request.
+    Reply(Result<Value, Error>),
 }
 
 /// A stored value as [`RekeyStore::sealed_rows`] read it.
@@ -212,12 +227,14 @@ pub(crate) fn holds_marker(json: &str) -> bool {
 }
 
 /// Why `value` cannot replace what `row` holds: it is not of the same kind (a value for a
-/// value, an error for an error, an event or inbox entry of the same variant).
+/// value, an error for an error, a reply for a reply, an event or inbox entry of the same
+/// variant).
 pub(crate) fn mismatched(row: &SealedRow, value: &SealedValue) -> Option<StoreError> {
     use std::mem::discriminant;
     let fits = match (&row.value, value) {
         (SealedValue::Value(_), SealedValue::Value(_))
-        | (SealedValue::Error(_), SealedValue::Error(_)) => true,
+        | (SealedValue::Error(_), SealedValue::Error(_))
+        | (SealedValue::Reply(_), SealedValue::Reply(_)) => true,
         (SealedValue::Event(a), SealedValue::Event(b)) => discriminant(a) == discriminant(b),
         (SealedValue::Inbound(a), SealedValue::Inbound(b)) => discriminant(a) == discriminant(b),
         _ => false,

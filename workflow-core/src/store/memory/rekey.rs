@@ -20,6 +20,7 @@ fn row(at: SealedAt, value: SealedValue) -> Option<SealedRow> {
     let stored = match &value {
         SealedValue::Value(v) => text(v),
         SealedValue::Error(e) => text(e),
+        SealedValue::Reply(r) => text(r),
         SealedValue::Event(e) => text(e),
         SealedValue::Inbound(
             Inbound::Hook { payload, .. }
@@ -56,6 +57,7 @@ fn current(st: &State, at: &SealedAt) -> Option<SealedValue> {
             .find(|c| c.index == *index)
             .map(|c| SealedValue::Value(c.value.clone())),
         SealedAt::Published { key, .. } => r?.published.get(key).cloned().map(SealedValue::Value),
+        SealedAt::Reply { id, .. } => r?.requests.get(id)?.reply.clone().map(SealedValue::Reply),
     }
 }
 
@@ -104,6 +106,11 @@ fn all_rows(st: &State, table: PayloadTable) -> Vec<(RunId, SealedRow)> {
                     run,
                     key: key.clone(),
                 })
+                .collect(),
+            PayloadTable::Replies => r
+                .requests
+                .keys()
+                .map(|id| SealedAt::Reply { run, id: *id })
                 .collect(),
             PayloadTable::Inbox => Vec::new(),
         };
@@ -202,6 +209,11 @@ impl RekeyStore for MemoryStore {
             }
             (SealedAt::Published { key, .. }, SealedValue::Value(v)) => {
                 r.published.insert(key.clone(), v);
+            }
+            (SealedAt::Reply { id, .. }, SealedValue::Reply(v)) => {
+                if let Some(req) = r.requests.get_mut(id) {
+                    req.reply = Some(v);
+                }
             }
             (at, _) => {
                 return Err(StoreError::database(format!(

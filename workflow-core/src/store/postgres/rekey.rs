@@ -6,8 +6,8 @@ use super::schema::quote_ident;
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::rekey::{
-    decode_chunks, decode_events, decode_inbox, decode_published, decode_runs, replacement,
-    sql_limit, Cursor, RekeySql, Replace,
+    decode_chunks, decode_events, decode_inbox, decode_published, decode_replies, decode_runs,
+    replacement, sql_limit, Cursor, RekeySql, Replace,
 };
 use crate::store::sql::rows::EventRow;
 use crate::store::{PayloadTable, RekeyStore, SealedAt, SealedRow, SealedValue};
@@ -30,6 +30,9 @@ const SQL: RekeySql = RekeySql {
     published: "SELECT run_id, key, value FROM {s}.run_events
                 WHERE (run_id, key) > ($1, $2) AND value LIKE '%$wf_sealed%'
                 ORDER BY run_id, key LIMIT $3",
+    replies: "SELECT run_id, id, reply FROM {s}.run_requests
+              WHERE (run_id, id) > ($1, $2) AND reply LIKE '%$wf_sealed%'
+              ORDER BY run_id, id LIMIT $3",
     set_input: "UPDATE {s}.runs SET input = $3 WHERE id = $1 AND input = $2",
     set_output: "UPDATE {s}.runs SET output = $3 WHERE id = $1 AND output = $2",
     set_error: "UPDATE {s}.runs SET error = $3 WHERE id = $1 AND error = $2",
@@ -40,6 +43,8 @@ const SQL: RekeySql = RekeySql {
                 WHERE run_id = $1 AND name = $2 AND idx = $3 AND value = $4",
     set_published: "UPDATE {s}.run_events SET value = $4
                     WHERE run_id = $1 AND key = $2 AND value = $3",
+    set_reply: "UPDATE {s}.run_requests SET reply = $4
+                WHERE run_id = $1 AND id = $2 AND reply = $3",
 };
 
 /// `sql` for the schema `schema`.
@@ -103,6 +108,15 @@ impl RekeyStore for PostgresStore {
                     .await;
                 decode_published(conn.kept(rows)?)
             }
+            PayloadTable::Replies => {
+                let rows = sqlx::query_as(&on(SQL.replies, schema))
+                    .bind(&c.run)
+                    .bind(c.num)
+                    .bind(limit)
+                    .fetch_all(&mut *conn)
+                    .await;
+                decode_replies(conn.kept(rows)?)
+            }
         }
     }
 
@@ -155,6 +169,15 @@ impl RekeyStore for PostgresStore {
                 sqlx::query(&on(SQL.set_published, schema))
                     .bind(run)
                     .bind(key)
+                    .bind(old)
+                    .bind(&new)
+                    .execute(&mut *conn)
+                    .await
+            }
+            Replace::Reply(run, id) => {
+                sqlx::query(&on(SQL.set_reply, schema))
+                    .bind(run)
+                    .bind(id)
                     .bind(old)
                     .bind(&new)
                     .execute(&mut *conn)

@@ -30,6 +30,9 @@ pub(in crate::store) struct RekeySql {
     /// Published values after (`1` run, `2` key) holding the marker, at most `3`:
     /// `run_id, key, value`.
     pub published: &'static str,
+    /// Replies after (`1` run, `2` request id) holding the marker, at most `3`:
+    /// `run_id, id, reply`.
+    pub replies: &'static str,
     /// Run `1`'s input, `2` -> `3`.
     pub set_input: &'static str,
     /// Run `1`'s output, `2` -> `3`.
@@ -44,6 +47,8 @@ pub(in crate::store) struct RekeySql {
     pub set_chunk: &'static str,
     /// Published value (`1` run, `2` key), `3` -> `4`.
     pub set_published: &'static str,
+    /// Reply (`1` run, `2` request id), `3` -> `4`.
+    pub set_reply: &'static str,
 }
 
 /// Where a table's scan resumes: the columns of its order, from the start when no row was
@@ -77,7 +82,7 @@ impl Cursor {
                 name: String::new(),
                 num: num(*seq),
             },
-            SealedAt::Inbox { id, .. } => Cursor {
+            SealedAt::Inbox { id, .. } | SealedAt::Reply { id, .. } => Cursor {
                 run,
                 name: String::new(),
                 num: num(*id),
@@ -202,6 +207,23 @@ pub(in crate::store) fn decode_published(
     Ok(out)
 }
 
+/// The rows of `run_requests` rows (`run_id, id, reply`).
+pub(in crate::store) fn decode_replies(
+    rows: Vec<(String, i64, String)>,
+) -> Result<Vec<SealedRow>, StoreError> {
+    let mut out = Vec::new();
+    for (run_id, id, reply) in rows {
+        let what = format!("the reply to request {id}");
+        let v = SealedValue::Reply(json(&reply, &run_id, &what)?);
+        let at = SealedAt::Reply {
+            run: run_of(&run_id)?,
+            id: payload_id_of(id)?,
+        };
+        out.extend(marked(at, v, reply));
+    }
+    Ok(out)
+}
+
 /// Which statement of [`RekeySql`] a replacement runs, with its keys.
 pub(in crate::store) enum Replace {
     /// `set_input`, `set_output` or `set_error` (the statement), with the run.
@@ -214,6 +236,8 @@ pub(in crate::store) enum Replace {
     Chunk(String, String, i64),
     /// `set_published`: run, key.
     Published(String, String),
+    /// `set_reply`: run, request id.
+    Reply(String, i64),
 }
 
 /// The statement replacing `row`'s value by `value`, and `value` as the column's new text.
@@ -228,6 +252,7 @@ pub(in crate::store) fn replacement(
     let text = match value {
         SealedValue::Value(v) => to_json(v, "a payload")?,
         SealedValue::Error(e) => to_json(e, "an error")?,
+        SealedValue::Reply(r) => to_json(r, "a reply")?,
         SealedValue::Event(e) => to_json(e, "an event")?,
         SealedValue::Inbound(
             Inbound::Hook { payload, .. }
@@ -248,6 +273,7 @@ pub(in crate::store) fn replacement(
             Replace::Chunk(run.clone(), stream.clone(), num(*index)?)
         }
         SealedAt::Published { key, .. } => Replace::Published(run.clone(), key.clone()),
+        SealedAt::Reply { id, .. } => Replace::Reply(run.clone(), num(*id)?),
     };
     Ok((replace, text))
 }

@@ -7,8 +7,8 @@ use super::tx::{all, exec};
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::rekey::{
-    decode_chunks, decode_events, decode_inbox, decode_published, decode_runs, replacement,
-    sql_limit, Cursor, RekeySql, Replace,
+    decode_chunks, decode_events, decode_inbox, decode_published, decode_replies, decode_runs,
+    replacement, sql_limit, Cursor, RekeySql, Replace,
 };
 use crate::store::sql::rows::EventRow;
 use crate::store::{PayloadTable, RekeyStore, SealedAt, SealedRow, SealedValue};
@@ -30,6 +30,9 @@ const SQL: RekeySql = RekeySql {
     published: "SELECT run_id, key, value FROM run_events
                 WHERE (run_id, key) > (?1, ?2) AND value LIKE '%$wf_sealed%'
                 ORDER BY run_id, key LIMIT ?3",
+    replies: "SELECT run_id, id, reply FROM run_requests
+              WHERE (run_id, id) > (?1, ?2) AND reply LIKE '%$wf_sealed%'
+              ORDER BY run_id, id LIMIT ?3",
     set_input: "UPDATE runs SET input = ?3 WHERE id = ?1 AND input = ?2",
     set_output: "UPDATE runs SET output = ?3 WHERE id = ?1 AND output = ?2",
     set_error: "UPDATE runs SET error = ?3 WHERE id = ?1 AND error = ?2",
@@ -38,6 +41,7 @@ const SQL: RekeySql = RekeySql {
     set_chunk: "UPDATE stream_chunks SET value = ?5
                 WHERE run_id = ?1 AND name = ?2 AND idx = ?3 AND value = ?4",
     set_published: "UPDATE run_events SET value = ?4 WHERE run_id = ?1 AND key = ?2 AND value = ?3",
+    set_reply: "UPDATE run_requests SET reply = ?4 WHERE run_id = ?1 AND id = ?2 AND reply = ?3",
 };
 
 #[async_trait::async_trait]
@@ -75,6 +79,12 @@ impl RekeyStore for SqliteStore {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?)
             }
+            PayloadTable::Replies => {
+                let args = params![c.run, c.num, limit];
+                decode_replies(all(conn, SQL.replies, args, |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?)
+            }
         })
         .await
     }
@@ -97,6 +107,7 @@ impl RekeyStore for SqliteStore {
                 Replace::Published(run, key) => {
                     exec(tx, SQL.set_published, params![run, key, old, new])?
                 }
+                Replace::Reply(run, id) => exec(tx, SQL.set_reply, params![run, id, old, new])?,
             };
             Ok(changed == 1)
         })

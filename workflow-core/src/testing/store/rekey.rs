@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::messages::message;
+use super::requests::{queued, received, replied, request};
 use super::support::{ap, create, lease_one, t};
 use crate::ids::RunId;
 use crate::store::*;
@@ -44,8 +45,9 @@ async fn read_all<S: Store>(store: &S, table: PayloadTable, page: usize) -> Vec<
     }
 }
 
-/// A run with a sealed input, events, a published value, a chunk, an undelivered message and
-/// a sealed end; another with nothing sealed. Every table is paged through in pages of one
+/// A run with a sealed input, events, a published value, a chunk, an undelivered message, a
+/// request delivered and replied to under the marker (and one in plain text) and a sealed
+/// end; another with nothing sealed. Every table is paged through in pages of one
 /// and of many with the same rows, each once; a replacement is read back by the ordinary
 /// calls, and the same replacement again (its `stored` now stale) writes nothing.
 pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(store: &S) {
@@ -109,6 +111,15 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
         .send_message(&id, message("note", sealed(5), None, 7))
         .await
         .unwrap();
+    let ask = queued(store, id, request("ask", sealed(8), Some("k1"), 7)).await;
+    let plain_ask = queued(store, id, request("ask", json!("plain"), Some("k2"), 7)).await;
+    let answers = vec![
+        received("ask", ask, sealed(8), 7),
+        received("ask", plain_ask, json!("plain"), 7),
+        replied("ask", ask, Ok(sealed(9)), 7),
+        replied("ask", plain_ask, Err(crate::Error::fatal("plain")), 7),
+    ];
+    store.append(&lease, &ap(answers, None)).await.unwrap();
 
     for table in PayloadTable::ALL {
         let one = read_all(store, table, 1).await;
@@ -134,6 +145,8 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
             PayloadTable::Events => vec![
                 SealedAt::Event { run: id, seq: 1 },
                 SealedAt::Event { run: id, seq: 3 },
+                SealedAt::Event { run: id, seq: 4 },
+                SealedAt::Event { run: id, seq: 6 },
             ],
             PayloadTable::Chunks => vec![SealedAt::Chunk {
                 run: id,
@@ -145,6 +158,7 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
                 key: "status".into(),
             }],
             PayloadTable::Inbox => one.iter().map(|r| r.at.clone()).take(1).collect(),
+            PayloadTable::Replies => vec![SealedAt::Reply { run: id, id: ask }],
         };
         assert_eq!(
             one.iter().map(|r| r.at.clone()).collect::<Vec<_>>(),
@@ -182,6 +196,21 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
                     value: sealed(100),
                 })
             }
+            SealedValue::Event(Event::RequestReceived {
+                name, payload_id, ..
+            }) => SealedValue::Event(Event::RequestReceived {
+                name: name.clone(),
+                payload_id: *payload_id,
+                payload: sealed(100),
+            }),
+            SealedValue::Event(Event::RequestReplied {
+                request_id, name, ..
+            }) => SealedValue::Event(Event::RequestReplied {
+                request_id: *request_id,
+                name: name.clone(),
+                reply: Ok(sealed(100)),
+            }),
+            SealedValue::Reply(_) => SealedValue::Reply(Ok(sealed(100))),
             SealedValue::Inbound(Inbound::Message { topic, .. }) => {
                 SealedValue::Inbound(Inbound::Message {
                     topic: topic.clone(),
@@ -216,6 +245,21 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
     );
     assert!(matches!(&events[1].event, Event::TimerFired { .. }));
     assert!(matches!(&events[2].event, Event::EventSet { value, .. } if *value == sealed(100)));
+    assert!(
+        matches!(&events[3].event, Event::RequestReceived { payload, .. } if *payload == sealed(100))
+    );
+    assert!(
+        matches!(&events[5].event, Event::RequestReplied { reply: Ok(v), .. } if *v == sealed(100))
+    );
+    let reply = store.request_reply(&id, ask).await.unwrap().unwrap().reply;
+    assert_eq!(reply, Some(Ok(sealed(100))));
+    let reply = store
+        .request_reply(&id, plain_ask)
+        .await
+        .unwrap()
+        .unwrap()
+        .reply;
+    assert_eq!(reply, Some(Err(crate::Error::fatal("plain"))));
     let published = store.run_events(&id).await.unwrap().unwrap();
     assert_eq!(published.values["status"], sealed(100));
     let page = store.read_stream(&id, "out", 0, 10).await.unwrap();

@@ -14,7 +14,7 @@ use crate::ids::RunId;
 use crate::store::*;
 
 /// A request named `name` sent at `at`, with idempotency key `key`.
-fn request(name: &str, payload: Value, key: Option<&str>, at: u64) -> NewRequest {
+pub(crate) fn request(name: &str, payload: Value, key: Option<&str>, at: u64) -> NewRequest {
     NewRequest {
         name: name.to_owned(),
         payload,
@@ -24,7 +24,7 @@ fn request(name: &str, payload: Value, key: Option<&str>, at: u64) -> NewRequest
 }
 
 /// The id of a request that must have been queued.
-async fn queued<S: Store>(store: &S, run: RunId, r: NewRequest) -> u64 {
+pub(crate) async fn queued<S: Store>(store: &S, run: RunId, r: NewRequest) -> u64 {
     match store.send_request(&run, r).await.unwrap() {
         SendOutcome::Queued(id) => id,
         other => panic!("the request to run {run} was not queued: {other:?}"),
@@ -45,7 +45,7 @@ async fn reply<S: Store>(
     (state.status, state.reply)
 }
 
-fn received(name: &str, id: u64, payload: Value, at: u64) -> NewEvent {
+pub(crate) fn received(name: &str, id: u64, payload: Value, at: u64) -> NewEvent {
     NewEvent {
         at: t(at),
         event: Event::RequestReceived {
@@ -56,7 +56,7 @@ fn received(name: &str, id: u64, payload: Value, at: u64) -> NewEvent {
     }
 }
 
-fn replied(name: &str, id: u64, reply: Result<Value, Error>, at: u64) -> NewEvent {
+pub(crate) fn replied(name: &str, id: u64, reply: Result<Value, Error>, at: u64) -> NewEvent {
     NewEvent {
         at: t(at),
         event: Event::RequestReplied {
