@@ -96,6 +96,29 @@ impl SendMessage {
     }
 }
 
+/// What a send to a run (a message or a request) checks before it touches the store: its
+/// name (`name_is`: "message topic", "request name"), its idempotency key (`key_is`), and its
+/// payload's encoding and size. Nothing is stored when it fails.
+pub(super) fn checked_send(
+    name_is: &str,
+    key_is: &str,
+    name: &str,
+    key: Option<&str>,
+    payload: Result<Value, PayloadError>,
+) -> Result<Value, RunError> {
+    if let Some(why) = invalid_name(name_is, name) {
+        return Err(RunError::InvalidMessage(why));
+    }
+    if let Some(why) = key.and_then(|k| invalid_name(key_is, k)) {
+        return Err(RunError::InvalidMessage(why));
+    }
+    match payload {
+        Ok(p) => Ok(p),
+        Err(PayloadError::TooLarge(e)) => Err(RunError::TooLarge(e)),
+        Err(e) => Err(RunError::InvalidMessage(e.to_string())),
+    }
+}
+
 impl IntoFuture for SendMessage {
     type Output = Result<(), RunError>;
     type IntoFuture = BoxFuture<'static, Self::Output>;
@@ -103,21 +126,13 @@ impl IntoFuture for SendMessage {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let id = self.run.id;
-            if let Some(why) = invalid_name("message topic", &self.topic) {
-                return Err(RunError::InvalidMessage(why));
-            }
-            if let Some(why) = self
-                .key
-                .as_deref()
-                .and_then(|k| invalid_name("message idempotency key", k))
-            {
-                return Err(RunError::InvalidMessage(why));
-            }
-            let payload = match self.payload {
-                Ok(p) => p,
-                Err(PayloadError::TooLarge(e)) => return Err(RunError::TooLarge(e)),
-                Err(e) => return Err(RunError::InvalidMessage(e.to_string())),
-            };
+            let payload = checked_send(
+                "message topic",
+                "message idempotency key",
+                &self.topic,
+                self.key.as_deref(),
+                self.payload,
+            )?;
             let inner = &self.run.rt.inner;
             let message = NewMessage {
                 topic: self.topic,

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::messages::checked_send;
 use super::{Run, StreamWatch};
 use crate::crypto::places::{of_run, REPLY};
 use crate::error::RunError;
-use crate::message::invalid_name;
 use crate::payload::{PayloadError, PayloadKind};
 use crate::registry::BoxFuture;
 use crate::store::{NewRequest, SendOutcome};
@@ -138,21 +138,13 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let id = self.run.id;
-            if let Some(why) = invalid_name("request name", &self.name) {
-                return Err(RunError::InvalidMessage(why));
-            }
-            if let Some(why) = self
-                .key
-                .as_deref()
-                .and_then(|k| invalid_name("request idempotency key", k))
-            {
-                return Err(RunError::InvalidMessage(why));
-            }
-            let payload = match self.payload {
-                Ok(p) => p,
-                Err(PayloadError::TooLarge(e)) => return Err(RunError::TooLarge(e)),
-                Err(e) => return Err(RunError::InvalidMessage(e.to_string())),
-            };
+            let payload = checked_send(
+                "request name",
+                "request idempotency key",
+                &self.name,
+                self.key.as_deref(),
+                self.payload,
+            )?;
             let inner = &self.run.rt.inner;
             // Watching before the send: a reply recorded at once is not missed.
             let deadline = self.timeout.map(|d| Instant::now().checked_add(d));
