@@ -1,5 +1,6 @@
 //! Talking to a running run (SPEC 14): how long a message takes from `run.send` to the
-//! workflow's `recv` in the sender's own runtime (p50), how long a `run.request` takes to get
+//! workflow's `recv` in the sender's own runtime and in a worker process (p50, the latter by
+//! the wall clock both processes share), how long a `run.request` takes to get
 //! the workflow's reply (p50) in the caller's runtime and from a client process whose run
 //! another process drives (this binary re-executed, as the streams scenario's writer), and how
 //! many messages per second one run takes in when eight senders send to it at once. On SQLite
@@ -8,7 +9,8 @@
 //! Sizes: the payloads of the hook latency scenario (`hooks_live`) for the two latencies, the
 //! chunks of the streams scenario (`stream_chunks`) for the burst.
 
-use std::time::{Duration, Instant};
+use std::io::BufRead as _;
+use std::time::{Duration, Instant, SystemTime};
 
 use workflow_core::prelude::*;
 
@@ -16,7 +18,7 @@ use crate::flows::probe;
 use crate::report::{percentile, Report, Row, Target, Unit};
 use crate::scenarios::{progress, Ctx};
 use crate::stores::StoreKind;
-use crate::streams::Writer;
+use crate::streams::{Writer, OBSERVE};
 use crate::BoxResult;
 
 /// Messages (and requests) discarded at the start of each trial (the run's first pick-up).
@@ -91,6 +93,56 @@ async fn send_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
     Ok(lat.split_off(WARM_UP))
 }
 
+/// `run.send` from this process → the workflow's `recv` in a worker process (this binary
+/// re-executed, printing when each message arrived): µs per message, by the wall clock both
+/// processes share.
+async fn remote_send_trial(ctx: &Ctx, kind: StoreKind) -> BoxResult<Vec<f64>> {
+    let count = ctx.sizes.hooks_live + WARM_UP as u64;
+    let fresh = ctx.fresh(kind).await?;
+    let rt = fresh.builder().worker(false).build().await?;
+    let mut worker = Writer::spawn_with(&fresh, &[(OBSERVE, "1".to_owned())])?;
+    let out = worker
+        .take_output()
+        .ok_or("the worker's output was taken")?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, u128)>();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let mut words = line.split_whitespace();
+            if words.next() != Some("OBSERVED") {
+                continue;
+            }
+            let seq = words.next().and_then(|w| w.parse().ok());
+            let ns = words.next().and_then(|w| w.parse().ok());
+            if let (Some(seq), Some(ns)) = (seq, ns) {
+                if tx.send((seq, ns)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let run = rt.start(inbox, (count,)).await?;
+    let limit = Duration::from_secs(60);
+    let mut lat = Vec::new();
+    for seq in 0..count {
+        let sent = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?;
+        run.send("ping", seq).await?;
+        loop {
+            let (s, at_ns) = tokio::time::timeout(limit, rx.recv())
+                .await?
+                .ok_or("the worker process ended")?;
+            if s == seq {
+                lat.push((at_ns.saturating_sub(sent.as_nanos())) as f64 / 1e3);
+                break;
+            }
+        }
+    }
+    run.return_value().await?;
+    drop(worker);
+    rt.shutdown();
+    fresh.cleanup().await?;
+    Ok(lat.split_off(WARM_UP))
+}
+
 /// `run.request` → its reply: µs per round trip, the caller in the runtime that drives the
 /// run, or (`remote`) a client while a worker process drives it.
 async fn request_trial(ctx: &Ctx, kind: StoreKind, remote: bool) -> BoxResult<Vec<f64>> {
@@ -159,10 +211,12 @@ pub async fn messages(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
         let s = kind.name();
         progress(format!("messages {s}"));
         let (mut send, mut request, mut remote, mut burst) = (vec![], vec![], vec![], vec![]);
+        let mut remote_send = vec![];
         for _ in 0..ctx.trials {
             send.push(percentile(&send_trial(ctx, kind).await?, 50.0));
             request.push(percentile(&request_trial(ctx, kind, false).await?, 50.0));
             if kind != Memory {
+                remote_send.push(percentile(&remote_send_trial(ctx, kind).await?, 50.0));
                 remote.push(percentile(&request_trial(ctx, kind, true).await?, 50.0));
             }
             burst.push(burst_trial(ctx, kind).await?);
@@ -188,6 +242,17 @@ pub async fn messages(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
             } else {
                 "poll interval"
             };
+            let mut row = Row::new(
+                "messages",
+                s,
+                format!("send → recv, run driven by another process ({how}): p50"),
+                Unit::Micros,
+            )
+            .samples(remote_send);
+            if kind == Postgres {
+                row = row.target(Target::AtMost(3000.0));
+            }
+            rep.push(row);
             rep.push(
                 Row::new(
                     "messages",

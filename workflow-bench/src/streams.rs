@@ -8,7 +8,7 @@
 //! so they read one clock.
 
 use std::io::{BufRead, BufReader, Write as _};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
@@ -88,6 +88,10 @@ pub async fn child() -> Option<BoxResult<()>> {
                 None => b,
             };
             let _rt = b.build().await?;
+            // The messages scenario's cross-process trial: when each message reached `recv`.
+            if std::env::var_os(OBSERVE).is_some() {
+                report_observations();
+            }
             println!("READY");
             std::io::stdout().flush()?;
             // Until the parent is done (or gone): its end of the pipe closes.
@@ -102,10 +106,32 @@ pub async fn child() -> Option<BoxResult<()>> {
     )
 }
 
+/// Set for a worker process that prints `OBSERVED <seq> <unix ns>` for each payload its
+/// workflows observe ([`crate::flows::probe::observed`]).
+pub(crate) const OBSERVE: &str = "WF_BENCH_OBSERVE";
+
+/// Prints each observation of this process's workflows with its wall-clock time, which the
+/// parent compares with its own (one machine, one clock).
+fn report_observations() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    crate::flows::probe::set_observer(Some(tx));
+    tokio::spawn(async move {
+        while let Some((seq, at)) = rx.recv().await {
+            let wall = SystemTime::now() - at.elapsed();
+            let ns = wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "OBSERVED {seq} {ns}");
+            let _ = out.flush();
+        }
+    });
+}
+
 /// A worker process (this binary re-executed) on `fresh`'s store, driving every workflow of
 /// the benchmark; killed when dropped. The streams scenario's writer, the scale-out
 /// scenario's workers.
-pub(crate) struct Writer(pub(crate) Child);
+pub(crate) struct Writer(pub(crate) Child, Option<BufReader<ChildStdout>>);
 
 impl Writer {
     pub(crate) fn spawn(fresh: &Fresh) -> BoxResult<Writer> {
@@ -136,16 +162,26 @@ impl Writer {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn()?;
-        let out = child.stdout.take().ok_or("no stdout")?;
+        let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
         // (Under libtest, the line may follow the harness's own output.)
-        let ready = BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l.contains("READY"));
+        let mut line = String::new();
+        let ready = loop {
+            line.clear();
+            match out.read_line(&mut line) {
+                Ok(0) | Err(_) => break false,
+                Ok(_) if line.contains("READY") => break true,
+                Ok(_) => {}
+            }
+        };
         if !ready {
             return Err("the writer process ended before it was ready".into());
         }
-        Ok(Writer(child))
+        Ok(Writer(child, Some(out)))
+    }
+
+    /// What the process prints after `READY`, once.
+    pub(crate) fn take_output(&mut self) -> Option<BufReader<ChildStdout>> {
+        self.1.take()
     }
 }
 

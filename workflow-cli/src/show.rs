@@ -227,6 +227,8 @@ pub fn run_text(d: &RunDetail) -> String {
         out.push_str(&t.to_string());
     }
 
+    talk_sections(&mut out, d);
+
     // Only runs that wrote to a stream have the section (`workflow stream` prints one).
     if !d.streams.is_empty() {
         let _ = writeln!(out, "\nstreams");
@@ -245,6 +247,49 @@ pub fn run_text(d: &RunDetail) -> String {
         out.push_str(&t.to_string());
     }
     out
+}
+
+/// What the run published (`set_event`), the messages no `recv` took yet and the requests
+/// it has not replied to: a section each, only when it has any (SPEC 14).
+fn talk_sections(out: &mut String, d: &RunDetail) {
+    if !d.published.is_empty() {
+        let _ = writeln!(out, "\nevents");
+        let mut t = Table::new(["  KEY", "LATEST VALUE"]);
+        for (key, value) in &d.published {
+            t.row(vec![format!("  {key}"), text::json_line(value, 80)]);
+        }
+        out.push_str(&t.to_string());
+    }
+    if !d.waiting_messages.is_empty() {
+        let _ = writeln!(out, "\nwaiting messages");
+        let mut t = Table::new(["  #", "TOPIC", "MESSAGE"]);
+        for (id, topic, value) in &d.waiting_messages {
+            t.row(vec![
+                format!("  {id}"),
+                topic.clone(),
+                text::json_line(value, 80),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
+    if !d.open_requests.is_empty() {
+        let _ = writeln!(out, "\nopen requests");
+        let mut t = Table::new(["  #", "NAME", "KEY", "STATE"]);
+        for r in &d.open_requests {
+            let state = if r.received {
+                "received, no reply yet"
+            } else {
+                "waiting for the workflow"
+            };
+            t.row(vec![
+                format!("  {}", r.id),
+                r.name.clone(),
+                r.key.clone().unwrap_or_default(),
+                state.to_owned(),
+            ]);
+        }
+        out.push_str(&t.to_string());
+    }
 }
 
 /// What `workflow rekey` did, for people: the totals, then a line per kind of payload.

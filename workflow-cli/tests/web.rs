@@ -8,7 +8,7 @@ mod common;
 use workflow_core::{RunId, RunStatus};
 
 use common::http::{dashboard, get, send};
-use common::{blocked_run, blocked_run_expecting, deploy, fixture, Backend, WAIT};
+use common::{blocked_run, blocked_run_expecting, cli, deploy, fixture, Backend, WAIT};
 
 // Each test on a SQLite file and on a PostgreSQL schema of its own: the listing, the queue
 // positions and the streams have their own SQL on each.
@@ -804,6 +804,23 @@ async fn the_run_page_shows_events_and_waiting_messages(b: Backend) {
     assert!(body.contains("<h2>Waiting messages</h2>"), "{body}");
     assert!(body.contains("&lt;i&gt;not now&lt;/i&gt;"), "{body}");
     assert!(!body.contains("<i>not now"), "{body}");
+    // `workflow run <id>` shows both.
+    let shown = cli(&f.store, &["run", &id.to_string()]).await;
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let events = shown
+        .stdout
+        .split("\nevents\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no events section: {}", shown.stdout));
+    assert!(events.contains("stage"), "{events}");
+    assert!(events.contains("<b>one</b>"), "{events}");
+    let waiting = shown
+        .stdout
+        .split("\nwaiting messages\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no waiting messages section: {}", shown.stdout));
+    assert!(waiting.contains("later"), "{waiting}");
+    assert!(waiting.contains("<i>not now</i>"), "{waiting}");
 
     run.send("go", ()).await.unwrap();
     run.return_value().await.unwrap();
@@ -874,6 +891,18 @@ async fn the_run_page_shows_open_requests(b: Backend) {
     assert!(open.contains("k&lt;1&gt;"), "{open}");
     assert!(open.contains("received, no reply yet"), "{open}");
     assert!(open.contains("waiting for the workflow"), "{open}");
+    // `workflow run <id>` lists them too.
+    let shown = cli(&f.store, &["run", &id.to_string()]).await;
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let section = shown
+        .stdout
+        .split("\nopen requests\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no open requests section: {}", shown.stdout));
+    assert!(section.contains("<review>"), "{section}");
+    assert!(section.contains("k<1>"), "{section}");
+    assert!(section.contains("received, no reply yet"), "{section}");
+    assert!(section.contains("waiting for the workflow"), "{section}");
 
     run.send("go", ()).await.unwrap();
     assert_eq!(caller.await.unwrap().unwrap(), 42);

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::context::current;
+use crate::context::Publisher;
 use crate::error::Error;
 use crate::message::invalid_name;
 use crate::payload::{PayloadError, PayloadKind};
@@ -16,8 +16,11 @@ use crate::payload::{PayloadError, PayloadKind};
 /// Publishes `value` as the run's latest value of `key`: readers waiting in
 /// `run.event::<T>(key)` get it, and `run.events()` lists it, also after the run ended.
 ///
-/// Recorded with the run's next write, once: on replay the call records nothing again. Only
-/// in a workflow body; elsewhere (outside a run, or in a step) it is an error.
+/// In a workflow body it is recorded with the run's next write, once: on replay the call
+/// records nothing again. In a step (or a plain fn a step calls) the value is recorded with
+/// the attempt's outcome, its result or its failure, in the same write, and readers see it
+/// then; a replayed step publishes nothing again, and a retried attempt publishes anew.
+/// Outside a run it is an error.
 ///
 /// ```
 /// use workflow_core::prelude::*;
@@ -44,23 +47,22 @@ use crate::payload::{PayloadError, PayloadKind};
 /// ```
 pub fn set_event<T: Serialize + ?Sized>(key: impl Into<String>, value: &T) -> Result<(), Error> {
     let key = key.into();
-    let Some(ctx) = current() else {
+    let Some(publisher) = Publisher::current() else {
         return Err(Error::fatal(
-            "set_event() was called outside a workflow body; call it in a `#[workflow]` fn",
+            "set_event() was called outside a run; call it in a `#[workflow]` fn or in a \
+             `#[step]` fn the workflow calls",
         ));
     };
-    if crate::context::try_step_metadata().is_some() {
-        return Err(Error::fatal(
-            "set_event() was called inside a step; call it in the workflow body",
-        ));
-    }
     if let Some(why) = invalid_name("event key", &key) {
         return Err(Error::fatal(why));
     }
-    let value = ctx
-        .payloads
-        .encode(value, PayloadKind::Event { key: &key }.of(ctx.run_id))
+    let value = publisher
+        .payloads()
+        .encode(
+            value,
+            PayloadKind::Event { key: &key }.of(publisher.run_id()),
+        )
         .map_err(PayloadError::fatal)?;
-    ctx.set_event(key, value);
+    publisher.publish(key, value);
     Ok(())
 }

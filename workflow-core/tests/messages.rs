@@ -380,6 +380,81 @@ async fn events_wake_readers_and_the_latest_wins(backend: Backend) {
     assert!(matches!(unknown, Err(RunError::NotFound(_))), "{unknown:?}");
 }
 
+/// Publishes from a step: its first attempt sets "progress" to 10 and fails, the retry sets
+/// it to 50 and "stage" to "charged" and returns.
+#[step(max_retries = 2)]
+async fn charge_with_progress(amount: u32) -> Result<u32> {
+    let attempt = step_metadata().attempt;
+    set_event(
+        "progress",
+        &(attempt * 10 + if attempt > 1 { 30 } else { 0 }),
+    )?;
+    if attempt == 1 {
+        return Err(Error::retryable("the card network is busy"));
+    }
+    set_event("stage", "charged")?;
+    Ok(amount)
+}
+
+/// Runs the publishing step, publishes from the body, waits for "go", and ends.
+#[workflow]
+async fn publishes_from_a_step() -> Result<u32> {
+    let charged = charge_with_progress(7).await?;
+    set_event("stage", "waiting")?;
+    recv::<()>("go").await?;
+    Ok(charged)
+}
+
+/// `set_event` in a step: each attempt's values are recorded with its outcome (the failed
+/// attempt's too), readers see them, the body's later value wins, and a restart that replays
+/// the step (without running it) records nothing again.
+async fn a_step_publishes_with_its_attempt(backend: Backend) {
+    let db = TestDb::new(backend);
+    let lease = Duration::from_millis(500);
+    let first = db.runtime_with_lease(lease).await;
+    let client = client(&db).await;
+    let run = client.start(publishes_from_a_step, ()).await.unwrap();
+    let waiting = bounded(async {
+        loop {
+            match run.event::<String>("stage").latest().await.unwrap() {
+                Some(s) if s == "waiting" => return s,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(waiting, "waiting");
+    assert_eq!(run.event::<u32>("progress").await.unwrap(), 50);
+
+    first.shutdown();
+    drop(first);
+    let _second = db.runtime_with_lease(lease).await;
+    run.send("go", ()).await.unwrap();
+    assert_eq!(bounded(run.return_value()).await.unwrap(), 7);
+    let all = run.events().await.unwrap();
+    assert_eq!(all["progress"], 50);
+    assert_eq!(all["stage"], "waiting");
+    let sets: Vec<(String, serde_json::Value)> = history(&client, run.id())
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::EventSet { key, value, .. } => Some((key, value)),
+            _ => None,
+        })
+        .collect();
+    let expected = [
+        ("progress", serde_json::json!(10)),
+        ("progress", serde_json::json!(50)),
+        ("stage", serde_json::json!("charged")),
+        ("stage", serde_json::json!("waiting")),
+    ];
+    let expected: Vec<(String, serde_json::Value)> = expected
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    assert_eq!(sets, expected, "each attempt's values once, in order");
+}
+
 on_every_store!(
     messages_keep_send_order_per_topic,
     messages_sent_before_the_run_begins_wait_for_recv,
@@ -390,6 +465,7 @@ on_every_store!(
     a_message_beats_its_timeout,
     timeouts_bound_hooks_and_children,
     events_wake_readers_and_the_latest_wins,
+    a_step_publishes_with_its_attempt,
 );
 
 // ---------------------------------------------------------------------------------------------

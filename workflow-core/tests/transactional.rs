@@ -159,6 +159,7 @@ async fn book(tx: &mut Tx<'_>, table: String, cents: i64) -> Result<i64> {
 #[step(transactional, name = "tests.book_flaky", max_retries = 2)]
 async fn book_flaky(tx: &mut Tx<'_>, table: String, key: String) -> Result<i64> {
     entered(&key);
+    set_event("booked by attempt", &step_metadata().attempt)?;
     write_row(tx, &table, 7, true).await
 }
 
@@ -220,7 +221,8 @@ async fn counts_are_exact_over_200_runs(backend: Backend) {
 }
 
 /// The first attempt writes its row and fails: its write is rolled back, the attempt is
-/// recorded as failed, and the second attempt's row is the only one.
+/// recorded as failed, and the second attempt's row is the only one. Each attempt's
+/// `set_event` is recorded with its outcome: the successful one in the step's own commit.
 async fn a_body_error_rolls_back_and_the_retry_counts_once(backend: Backend) {
     let db = TestDb::new(backend);
     let rt = db.runtime().await;
@@ -236,6 +238,21 @@ async fn a_body_error_rolls_back_and_the_retry_counts_once(backend: Backend) {
     let events = rt.store().events(&run.id()).await.unwrap();
     assert_eq!(failed_attempts(&events), 1);
     assert_eq!(completed_steps(&events), 1);
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
+    let at = kinds.iter().position(|k| *k == "step_completed").unwrap();
+    assert_eq!(kinds[at - 1], "event_set", "{kinds:?}");
+    let sets = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::EventSet { .. }))
+        .count();
+    assert_eq!(sets, 2, "{kinds:?}");
+    assert_eq!(
+        run.event::<u32>("booked by attempt")
+            .latest()
+            .await
+            .unwrap(),
+        Some(2)
+    );
 }
 
 /// A run whose transactional step committed is picked up by another runtime (the first one

@@ -32,6 +32,7 @@ use crate::replay::{
 tokio::task_local! {
     static WORKFLOW: Arc<RunCtx>;
     static STEP: StepMetadata;
+    static STEP_SETS: Arc<StepSets>;
 }
 
 /// Runs one attempt of a step body on serialized arguments.
@@ -403,9 +404,81 @@ pub(crate) fn current() -> Option<Arc<RunCtx>> {
     WORKFLOW.try_with(|c| c.clone()).ok()
 }
 
-/// Sets the step context for one attempt.
-pub(crate) fn step_scope<F: Future>(meta: StepMetadata, fut: F) -> impl Future<Output = F::Output> {
-    STEP.scope(meta, fut)
+/// Sets the step context for one attempt: its metadata, and where its `set_event` calls
+/// collect their values.
+pub(crate) fn step_scope<F: Future>(
+    meta: StepMetadata,
+    sets: Arc<StepSets>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
+    STEP.scope(meta, STEP_SETS.scope(sets, fut))
+}
+
+/// The values one step attempt published with `set_event`, in call order: recorded with the
+/// attempt's outcome (its result, or its failure), so a replayed step publishes nothing again.
+pub(crate) struct StepSets {
+    run_id: RunId,
+    payloads: Payloads,
+    sets: Mutex<Vec<(String, Value)>>,
+}
+
+impl StepSets {
+    pub(crate) fn new(run_id: RunId, payloads: Payloads) -> Arc<Self> {
+        Arc::new(Self {
+            run_id,
+            payloads,
+            sets: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The values published so far, leaving none.
+    pub(crate) fn take(&self) -> Vec<(String, Value)> {
+        std::mem::take(&mut *self.sets.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Where a `set_event` call publishes: the step attempt running now, or the workflow body.
+pub(crate) enum Publisher {
+    Step(Arc<StepSets>),
+    Body(Arc<RunCtx>),
+}
+
+impl Publisher {
+    /// The publisher of the current task, or `None` outside any run.
+    pub(crate) fn current() -> Option<Self> {
+        match STEP_SETS.try_with(|s| s.clone()) {
+            Ok(sets) => Some(Self::Step(sets)),
+            Err(_) => current().map(Self::Body),
+        }
+    }
+
+    /// The run whose value this is.
+    pub(crate) fn run_id(&self) -> RunId {
+        match self {
+            Self::Step(s) => s.run_id,
+            Self::Body(c) => c.run_id,
+        }
+    }
+
+    pub(crate) fn payloads(&self) -> &Payloads {
+        match self {
+            Self::Step(s) => &s.payloads,
+            Self::Body(c) => &c.payloads,
+        }
+    }
+
+    /// Publishes the encoded `value` of `key`: issued by the body, or kept for the step
+    /// attempt's outcome.
+    pub(crate) fn publish(&self, key: String, value: Value) {
+        match self {
+            Self::Step(s) => s
+                .sets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((key, value)),
+            Self::Body(c) => c.set_event(key, value),
+        }
+    }
 }
 
 /// Where a step runs: as a recorded step of the current run, or (outside any workflow, or

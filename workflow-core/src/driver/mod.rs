@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, Notify};
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::context::{step_scope, RunCtx, StepExec, StepMetadata};
+use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event};
@@ -138,6 +138,8 @@ struct AttemptDone {
     step_id: StepId,
     attempt: u32,
     outcome: Result<Value, Error>,
+    /// What the attempt published with `set_event` (encoded), recorded with its outcome.
+    published: Vec<(String, Value)>,
     /// Whether the attempt recorded its outcome itself (a transactional step's commit).
     recorded: TxRecorded,
 }
@@ -149,15 +151,22 @@ struct Report {
     done: mpsc::UnboundedSender<AttemptDone>,
     step_id: Option<StepId>,
     attempt: u32,
+    sets: Arc<StepSets>,
 }
 
 impl Report {
     fn send(&mut self, outcome: Result<Value, Error>, recorded: TxRecorded) {
         if let Some(step_id) = self.step_id.take() {
+            // A transactional attempt committed its values with its result.
+            let published = match recorded {
+                TxRecorded::No => self.sets.take(),
+                _ => Vec::new(),
+            };
             let _ = self.done.send(AttemptDone {
                 step_id,
                 attempt: self.attempt,
                 outcome,
+                published,
                 recorded,
             });
         }
@@ -613,10 +622,14 @@ impl Driver {
         self.attempts.remove(&done.step_id);
         match (done.recorded, done.outcome) {
             (TxRecorded::LeaseLost, _) => return Err(StoreError::LeaseLost(self.ctx.run_id)),
-            (TxRecorded::At(at), Ok(value)) => {
-                self.last_seq += 1;
+            (TxRecorded::At { at, events }, Ok(value)) => {
+                self.last_seq += events;
                 self.replay
                     .attempt_recorded(&done.step_id, done.attempt, value, at);
+                if events > 1 {
+                    // The step's `set_event` values committed with it.
+                    self.host.published(self.ctx.run_id);
+                }
             }
             (_, outcome) => {
                 let backoff = self.host.config().backoff(done.attempt);
@@ -624,13 +637,11 @@ impl Driver {
                 let place = done.step_id.to_string();
                 let binding = places::of_run(self.ctx.run_id, places::STEP_ERROR, &place);
                 let outcome = outcome.map_err(|e| self.ctx.payloads.seal_error(e, &binding));
-                self.replay.attempt_finished(
-                    &done.step_id,
-                    done.attempt,
-                    outcome,
-                    self.host.now(),
-                    backoff,
-                );
+                let now = self.host.now();
+                self.replay
+                    .attempt_published(&done.step_id, done.attempt, done.published, now);
+                self.replay
+                    .attempt_finished(&done.step_id, done.attempt, outcome, now, backoff);
             }
         }
         self.deliver_ready();
@@ -768,6 +779,7 @@ impl Driver {
             attempt,
         );
         let timed_out = Arc::new(AtomicBool::new(false));
+        let sets = StepSets::new(self.ctx.run_id, self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
             self.tx_attempt = Some(step_id.clone());
             let attempt = TxAttempt {
@@ -779,6 +791,7 @@ impl Driver {
                 input: call.input.clone(),
                 timeout: call.timeout,
                 meta,
+                sets: sets.clone(),
             };
             Box::pin(attempt.run(timed_out.clone()))
         } else {
@@ -800,7 +813,7 @@ impl Driver {
             let fut = self
                 .host
                 .clone()
-                .enter_step(Box::pin(step_scope(meta, body)));
+                .enter_step(Box::pin(step_scope(meta, sets.clone(), body)));
             Box::pin(async move {
                 let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
                     // The body encoded the result (`call_step`), checked against the limit.
@@ -818,6 +831,7 @@ impl Driver {
             done: self.done_tx.clone(),
             step_id: Some(step_id),
             attempt,
+            sets,
         };
         let task = async move {
             let began = std::time::Instant::now();

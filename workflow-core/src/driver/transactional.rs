@@ -19,11 +19,11 @@ use futures::FutureExt;
 use serde_json::Value;
 
 use super::{panic_message, Host};
-use crate::context::{step_scope, StepExec, StepMetadata};
+use crate::context::{step_scope, StepExec, StepMetadata, StepSets};
 use crate::error::{Error, StoreError};
 use crate::history::{Event, NewEvent};
 use crate::registry::BoxFuture;
-use crate::replay::StepId;
+use crate::replay::{published_events, StepId};
 use crate::store::{Append, Lease};
 use crate::transactional::TxEnv;
 
@@ -32,8 +32,9 @@ use crate::transactional::TxEnv;
 pub(super) enum Recorded {
     /// Nothing: the driver records the outcome.
     No,
-    /// Its `StepCompleted` committed with this time, with the body's writes.
-    At(SystemTime),
+    /// Its `StepCompleted` committed at `at`, with the body's writes, after the values the
+    /// body published: `events` events in all.
+    At { at: SystemTime, events: u64 },
     /// The lease was lost: nothing committed, the driver must stop.
     LeaseLost,
 }
@@ -53,6 +54,8 @@ pub(super) struct TxAttempt {
     pub(super) input: Value,
     pub(super) timeout: Option<Duration>,
     pub(super) meta: StepMetadata,
+    /// Where the body's `set_event` calls collect their values.
+    pub(super) sets: Arc<StepSets>,
 }
 
 impl TxAttempt {
@@ -83,6 +86,8 @@ impl TxAttempt {
                 }
             };
             let env = TxEnv::new(name, open);
+            // A run of the body again after a conflict publishes anew.
+            drop(self.sets.take());
             let body = (self.exec)(&self.input);
             let body: BoxFuture<'static, Result<Value, Error>> = match self.timeout {
                 Some(limit) => {
@@ -99,7 +104,9 @@ impl TxAttempt {
                 }
                 None => body,
             };
-            let scoped = env.clone().scope(step_scope(self.meta.clone(), body));
+            let scoped = env
+                .clone()
+                .scope(step_scope(self.meta.clone(), self.sets.clone(), body));
             let attempt = self.host.clone().enter_step(Box::pin(scoped));
             let outcome = AssertUnwindSafe(attempt)
                 .catch_unwind()
@@ -128,18 +135,25 @@ impl TxAttempt {
                 }
             };
             let at = self.host.now();
+            let mut events =
+                published_events(&self.step_id, self.meta.attempt, self.sets.take(), at);
+            events.push(NewEvent {
+                at,
+                event: Event::StepCompleted {
+                    step_id: self.step_id.to_string(),
+                    result: Ok(value.clone()),
+                },
+            });
+            let recorded = Recorded::At {
+                at,
+                events: events.len() as u64,
+            };
             let write = Append {
-                events: vec![NewEvent {
-                    at,
-                    event: Event::StepCompleted {
-                        step_id: self.step_id.to_string(),
-                        result: Ok(value.clone()),
-                    },
-                }],
+                events,
                 ..Append::default()
             };
             match open.commit(&self.lease, &write).await {
-                Ok(()) => return (Ok(value), Recorded::At(at)),
+                Ok(()) => return (Ok(value), recorded),
                 Err(StoreError::LeaseLost(id)) => return lease_lost(id.to_string()),
                 Err(e) if e.is_transient() || conflict => {
                     conflict_wait(&mut conflicts, name, &e.to_string()).await;

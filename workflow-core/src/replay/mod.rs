@@ -44,6 +44,7 @@ pub(crate) use deliveries::{Delivered, Delivery};
 pub(crate) use keys::{ChildKey, HookKey, Key, SetId, StepId, TimerId};
 pub(crate) use messages::Mailbox;
 use messages::QueuedMessage;
+pub(crate) use steps::published_events;
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
 

@@ -9,6 +9,30 @@ use super::{Delivered, Delivery, Effect, Replay, StepCall, StepId, TimerId};
 use crate::error::Error;
 use crate::history::{after, to_millis, Event, NewEvent};
 
+/// The `EventSet` events of the values attempt `attempt` of a step published with
+/// `set_event`, in call order, recorded just before the attempt's outcome. Their ids
+/// (`<step id>/<attempt>/set_<n>`) are not the body's `set_<n>`: a replay, which does not run
+/// the step, does not look for them.
+pub(crate) fn published_events(
+    step_id: &StepId,
+    attempt: u32,
+    published: Vec<(String, Value)>,
+    at: SystemTime,
+) -> Vec<NewEvent> {
+    published
+        .into_iter()
+        .enumerate()
+        .map(|(n, (key, value))| NewEvent {
+            at,
+            event: Event::EventSet {
+                set_id: format!("{step_id}/{attempt}/set_{n}"),
+                key,
+                value,
+            },
+        })
+        .collect()
+}
+
 /// Where a recorded step without a result resumes.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Attempts {
@@ -117,6 +141,23 @@ impl<S> Replay<S> {
     /// The step call behind an [`Effect::Attempt`].
     pub(crate) fn step(&self, step_id: &StepId) -> Option<&StepCall<S>> {
         self.steps.get(step_id).map(|s| &s.call)
+    }
+
+    /// Attempt `attempt` of the step published `published` (`set_event` in the step): recorded
+    /// with the attempt's outcome, which [`Replay::attempt_finished`] takes next. What attempts
+    /// this replay did not ask for published is ignored, like their outcomes.
+    pub(crate) fn attempt_published(
+        &mut self,
+        step_id: &StepId,
+        attempt: u32,
+        published: Vec<(String, Value)>,
+        now: SystemTime,
+    ) {
+        if published.is_empty() || self.steps.get(step_id).is_none_or(|s| s.attempt != attempt) {
+            return;
+        }
+        self.writes
+            .extend(published_events(step_id, attempt, published, now));
     }
 
     /// An attempt ended with `outcome`. A success, a non-retryable error or the last allowed
