@@ -179,6 +179,12 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether it publishes something readers outside the run wait for: a `set_event` value
+    /// or a request's reply.
+    pub(crate) fn publishes(&self) -> bool {
+        matches!(self, Event::EventSet { .. } | Event::RequestReplied { .. })
+    }
+
     /// The event's serde tag (`step_scheduled`, `hook_received`, ...): the `type` field of its
     /// JSON, and the `kind` column of the SQL stores.
     pub fn kind(&self) -> &'static str {

@@ -38,7 +38,7 @@ fn account(i: usize) -> String {
 }
 
 /// `prefix` is where the tables are: empty on SQLite (the store's file), `"schema".` on
-/// PostgreSQL. A kill counts as an attempt, so attempts are many.
+/// PostgreSQL. An attempt cut short by a kill commits nothing, its start included.
 #[step(transactional, max_retries = 1000)]
 async fn move_cents(
     tx: &mut Tx<'_>,
@@ -336,7 +336,7 @@ async fn chaos(place: Place) {
     println!(
         "transactional chaos on {}: {kills} kills in {} s; {completed}/{RUNS} runs completed; \
          {rows} ledger rows for {} transfers; sum of balances {} (opening {}); {attempts} \
-         re-started attempts (after kills); {:.1} s in all",
+         retry starts recorded (an attempt cut short by a kill leaves none); {:.1} s in all",
         place.name(),
         CHAOS.as_secs(),
         RUNS * TRANSFERS,

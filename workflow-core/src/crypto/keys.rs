@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
+use super::recent::Recent;
+
 /// The size of every key, in bytes (256 bits).
 pub(crate) const KEY_BYTES: usize = 32;
 
@@ -177,6 +179,7 @@ impl Keys {
             current: current.clone(),
             keys,
             derived: Mutex::new(HashMap::new()),
+            recent: Recent::default(),
         })))
     }
 }
@@ -239,6 +242,8 @@ struct Ring {
     /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
     /// Emptied when it reaches [`DERIVED_KEPT`] entries.
     derived: Mutex<DerivedKeys>,
+    /// Payloads sealed lately, opened again without the cipher (see `recent.rs`).
+    recent: Recent,
 }
 
 /// Data keys by (key id, subject).
@@ -266,6 +271,11 @@ impl Keyring {
     /// The id of the key new payloads are sealed with.
     pub(crate) fn current(&self) -> &str {
         &self.0.current
+    }
+
+    /// Payloads this keyring sealed lately.
+    pub(super) fn recent(&self) -> &Recent {
+        &self.0.recent
     }
 
     /// Whether key `id` was given.

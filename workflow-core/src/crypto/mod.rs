@@ -7,6 +7,7 @@ mod codec;
 mod envelope;
 mod keys;
 pub(crate) mod places;
+mod recent;
 
 pub(crate) use codec::SharedCodec;
 pub use codec::{Codec, PayloadContext};

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
-use crate::history::{never, Event};
+use crate::history::never;
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
@@ -231,6 +231,12 @@ pub(crate) struct Driver {
     /// The transactional attempt in flight, which records its own result: until it reports,
     /// nothing else of the run is recorded, delivered or started (`driver/transactional.rs`).
     tx_attempt: Option<StepId>,
+    /// What was to be written before the transactional attempt about to start: it commits
+    /// with the attempt's transaction (one commit), taken by [`Driver::start_attempt`].
+    tx_pending: Option<Writes>,
+    /// What the transactional attempt in flight carries for its commit: written by the
+    /// driver after all should the attempt commit nothing.
+    tx_unwritten: Option<Writes>,
     /// Outcomes of other attempts that came in meanwhile, handled after it, in order.
     held: VecDeque<AttemptDone>,
 }
@@ -309,6 +315,8 @@ impl Driver {
             missing_key: None,
             replay_began: None,
             tx_attempt: None,
+            tx_pending: None,
+            tx_unwritten: None,
             held: VecDeque::new(),
         };
         if d.replay.has_history() {
@@ -520,8 +528,13 @@ impl Driver {
                 }
                 continue;
             }
-            // Live: make what the core decided durable, then act on it.
-            self.flush().await?;
+            // Live: make what the core decided durable, then act on it. A transactional
+            // attempt next commits it with its own transaction instead.
+            if self.replay.next_is_transactional() {
+                self.tx_pending = Some(self.replay.take_writes());
+            } else {
+                self.flush().await?;
+            }
             if self.carry_out_effects().await? {
                 continue;
             }
@@ -622,16 +635,28 @@ impl Driver {
         self.attempts.remove(&done.step_id);
         match (done.recorded, done.outcome) {
             (TxRecorded::LeaseLost, _) => return Err(StoreError::LeaseLost(self.ctx.run_id)),
-            (TxRecorded::At { at, events }, Ok(value)) => {
+            (
+                TxRecorded::At {
+                    at,
+                    events,
+                    published,
+                },
+                Ok(value),
+            ) => {
                 self.last_seq += events;
+                let carried = self.tx_unwritten.take().unwrap_or_default();
                 self.replay
                     .attempt_recorded(&done.step_id, done.attempt, value, at);
-                if events > 1 {
-                    // The step's `set_event` values committed with it.
+                if published || carried.events.iter().any(|e| e.event.publishes()) {
                     self.host.published(self.ctx.run_id);
                 }
             }
             (_, outcome) => {
+                // A transactional attempt that committed nothing: what it carried is written
+                // first, as it would have been before it.
+                if let Some(carried) = self.tx_unwritten.take() {
+                    self.replay.restore_writes(carried);
+                }
                 let backoff = self.host.config().backoff(done.attempt);
                 // Every error an attempt recorded is sealed (a step's message, a panic's).
                 let place = done.step_id.to_string();
@@ -663,7 +688,14 @@ impl Driver {
                 break;
             };
             match effect {
-                Effect::Attempt { step_id, attempt } => self.start_attempt(step_id, attempt),
+                Effect::Attempt { step_id, attempt } => {
+                    self.start_attempt(step_id, attempt);
+                    // Not taken (no such step after all): written before anything else.
+                    if let Some(pending) = self.tx_pending.take() {
+                        self.replay.restore_writes(pending);
+                        self.flush().await?;
+                    }
+                }
                 Effect::Claim { hook_key, token } => {
                     let at = self.host.now();
                     let outcome = self.claim(hook_key, &token, at).await?;
@@ -782,6 +814,8 @@ impl Driver {
         let sets = StepSets::new(self.ctx.run_id, self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
             self.tx_attempt = Some(step_id.clone());
+            let carried = self.tx_pending.take().unwrap_or_default();
+            self.tx_unwritten = Some(carried.clone());
             let attempt = TxAttempt {
                 host: self.host.clone(),
                 lease: self.lease.clone(),
@@ -792,6 +826,7 @@ impl Driver {
                 timeout: call.timeout,
                 meta,
                 sets: sets.clone(),
+                carried,
             };
             Box::pin(attempt.run(timed_out.clone()))
         } else {
@@ -901,12 +936,7 @@ impl Driver {
             };
             crate::telemetry::run_ended(self.ctx.workflow, status);
         }
-        if append.events.iter().any(|e| {
-            matches!(
-                e.event,
-                Event::EventSet { .. } | Event::RequestReplied { .. }
-            )
-        }) {
+        if append.events.iter().any(|e| e.event.publishes()) {
             self.host.published(self.ctx.run_id);
         }
         Ok(append.outcome)

@@ -23,7 +23,7 @@ use crate::context::{step_scope, StepExec, StepMetadata, StepSets};
 use crate::error::{Error, StoreError};
 use crate::history::{Event, NewEvent};
 use crate::registry::BoxFuture;
-use crate::replay::{published_events, StepId};
+use crate::replay::{published_events, StepId, Writes};
 use crate::store::{Append, Lease};
 use crate::transactional::TxEnv;
 
@@ -32,9 +32,14 @@ use crate::transactional::TxEnv;
 pub(super) enum Recorded {
     /// Nothing: the driver records the outcome.
     No,
-    /// Its `StepCompleted` committed at `at`, with the body's writes, after the values the
-    /// body published: `events` events in all.
-    At { at: SystemTime, events: u64 },
+    /// Its `StepCompleted` committed at `at`, with the body's writes, after what the driver
+    /// had to write before the attempt and the values the body published: `events` events in
+    /// all; `published`: the body published values.
+    At {
+        at: SystemTime,
+        events: u64,
+        published: bool,
+    },
     /// The lease was lost: nothing committed, the driver must stop.
     LeaseLost,
 }
@@ -56,6 +61,9 @@ pub(super) struct TxAttempt {
     pub(super) meta: StepMetadata,
     /// Where the body's `set_event` calls collect their values.
     pub(super) sets: Arc<StepSets>,
+    /// What the driver had to write before the attempt (its `StepAttemptStarted` at least):
+    /// committed first, in the same transaction.
+    pub(super) carried: Writes,
 }
 
 impl TxAttempt {
@@ -135,8 +143,11 @@ impl TxAttempt {
                 }
             };
             let at = self.host.now();
-            let mut events =
+            let published =
                 published_events(&self.step_id, self.meta.attempt, self.sets.take(), at);
+            let published_any = !published.is_empty();
+            let mut events = self.carried.events.clone();
+            events.extend(published);
             events.push(NewEvent {
                 at,
                 event: Event::StepCompleted {
@@ -147,9 +158,11 @@ impl TxAttempt {
             let recorded = Recorded::At {
                 at,
                 events: events.len() as u64,
+                published: published_any,
             };
             let write = Append {
                 events,
+                release_tokens: self.carried.releases.clone(),
                 ..Append::default()
             };
             match open.commit(&self.lease, &write).await {

@@ -35,7 +35,7 @@ pub(crate) enum End {
 }
 
 /// What to make durable, all or nothing, before any effect returned after it.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Writes {
     /// Events to append, in order.
     pub(crate) events: Vec<NewEvent>,
@@ -58,6 +58,32 @@ impl<S> Replay<S> {
             events: std::mem::take(&mut self.writes),
             releases: std::mem::take(&mut self.releases),
             end: None,
+        }
+    }
+
+    /// Puts back `writes` taken with [`Replay::take_writes`] and not made durable (a
+    /// transactional attempt that committed nothing), ahead of what was decided since.
+    pub(crate) fn restore_writes(&mut self, writes: Writes) {
+        let Writes {
+            mut events,
+            mut releases,
+            end: _,
+        } = writes;
+        events.append(&mut self.writes);
+        self.writes = events;
+        releases.append(&mut self.releases);
+        self.releases = releases;
+    }
+
+    /// Whether the next effect is an attempt of a transactional step: what is to be written
+    /// before it can commit with its transaction instead.
+    pub(crate) fn next_is_transactional(&self) -> bool {
+        match self.effects.front() {
+            Some(Effect::Attempt { step_id, .. }) => self
+                .steps
+                .get(step_id)
+                .is_some_and(|s| s.call.transactional),
+            _ => false,
         }
     }
 
