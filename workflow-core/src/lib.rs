@@ -82,7 +82,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub use child::{start_child, Child, StartChild};
 pub use context::{
-    create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
+    continue_as_new_suggested, create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
     WorkflowMetadata,
 };
@@ -138,6 +138,7 @@ pub mod prelude {
     };
     pub use crate::{recv, requests, set_event, timeout, Elapsed, Recv, Request, Requests};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
+    pub use crate::continue_as_new_suggested;
     pub use std::time::Duration;
     // The store's capabilities, by method only: `rt.store().get_run(..)` needs no import.
     pub use crate::store::{

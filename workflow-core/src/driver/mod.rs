@@ -250,7 +250,9 @@ impl Driver {
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
         let _active = crate::telemetry::ActiveRun::new();
         let replay_began = std::time::Instant::now();
-        let replay = Replay::new(events);
+        let payloads = host.config().payloads.clone();
+        let measure = Box::new(move |e: &mut Event| payloads.event_bytes(run_id, e));
+        let replay = Replay::new(events, measure);
         if let (Some(q), false) = (&run.queue, replay.has_history()) {
             let waited = host
                 .now()
@@ -276,6 +278,7 @@ impl Driver {
             run.hook_token,
             host.config().payloads.clone(),
             replay.patches(),
+            host.config().history,
         );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
@@ -510,6 +513,10 @@ impl Driver {
                     _ = flag.woken() => {}
                 }
                 continue;
+            }
+            // Past the hard limit, the run fails with what it decided so far recorded.
+            if let Some(past) = self.host.config().history.hard().past(self.replay.size()) {
+                return self.fail_past_limit(past).await;
             }
             // Live: make what the core decided durable, then act on it.
             self.flush().await?;

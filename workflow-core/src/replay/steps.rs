@@ -84,7 +84,7 @@ impl<S> Replay<S> {
         };
         step.attempt += 1;
         let attempt = step.attempt;
-        self.writes.push(NewEvent {
+        self.record(NewEvent {
             at: now,
             event: Event::StepAttemptStarted {
                 step_id: step_id.to_string(),
@@ -101,7 +101,7 @@ impl<S> Replay<S> {
     /// Records a step's final result and queues it for the workflow.
     fn complete(&mut self, step_id: StepId, result: Result<Value, Error>, now: SystemTime) {
         self.steps.remove(&step_id);
-        self.writes.push(NewEvent {
+        let history = self.record(NewEvent {
             at: now,
             event: Event::StepCompleted {
                 step_id: step_id.to_string(),
@@ -109,6 +109,7 @@ impl<S> Replay<S> {
             },
         });
         self.ready.push_back(Delivery {
+            history,
             at: now,
             what: Delivered::Step { step_id, result },
         });
@@ -148,7 +149,7 @@ impl<S> Replay<S> {
         };
         let delay = error.retry_after_hint().unwrap_or(backoff);
         let retry_at = after(now, delay);
-        self.writes.push(NewEvent {
+        self.record(NewEvent {
             at: now,
             event: Event::StepAttemptFailed {
                 step_id: step_id.to_string(),
@@ -176,8 +177,13 @@ impl<S> Replay<S> {
         }
         self.running = self.running.saturating_sub(1);
         self.steps.remove(step_id);
+        let history = self.recorded_by_store(Event::StepCompleted {
+            step_id: step_id.to_string(),
+            result: Ok(value.clone()),
+        });
         self.ready.push_back(Delivery {
             at,
+            history,
             what: Delivered::Step {
                 step_id: step_id.clone(),
                 result: Ok(value),
@@ -206,13 +212,14 @@ impl<S> Replay<S> {
                 Due::Timer(timer_id) => {
                     // Not before its due time, even if the clock reads earlier.
                     let at = now.max(at);
-                    self.writes.push(NewEvent {
+                    let history = self.record(NewEvent {
                         at,
                         event: Event::TimerFired {
                             timer_id: timer_id.to_string(),
                         },
                     });
                     self.ready.push_back(Delivery {
+                        history,
                         at,
                         what: Delivered::Timer { timer_id },
                     });
