@@ -88,6 +88,7 @@ fn a_delivery_carries_its_place_in_the_history_live_and_on_replay() {
         history = history.at(i as u64, e);
     }
     let mut replayed = history.replay();
+    assert_eq!(replayed.size(), size, "read from the history");
     replayed
         .issue(
             [
@@ -101,7 +102,6 @@ fn a_delivery_carries_its_place_in_the_history_live_and_on_replay() {
         )
         .unwrap();
     assert_eq!(places(&mut replayed), seen);
-    assert_eq!(replayed.size(), size);
 }
 
 #[test]
