@@ -88,7 +88,9 @@ impl HistoryLimits {
     pub(crate) fn new(events: u64, bytes: u64) -> Result<Self, String> {
         for (what, n) in [("events", events), ("bytes", bytes)] {
             if n == 0 {
-                return Err(format!("the soft limit of {what} is 0; it must be at least 1"));
+                return Err(format!(
+                    "the soft limit of {what} is 0; it must be at least 1"
+                ));
             }
             if n.checked_mul(HARD_FACTOR).is_none() {
                 return Err(format!(
@@ -206,7 +208,9 @@ mod duration_tests {
             past.to_string(),
             "52428801 bytes of payloads, past the hard limit of 52428800 bytes (50 MiB)"
         );
-        assert!(HistoryLimits::new(0, 1).unwrap_err().contains("events is 0"));
+        assert!(HistoryLimits::new(0, 1)
+            .unwrap_err()
+            .contains("events is 0"));
         assert!(HistoryLimits::new(1, 0).unwrap_err().contains("bytes is 0"));
         assert!(HistoryLimits::new(u64::MAX / 4, 1)
             .unwrap_err()

@@ -216,7 +216,11 @@ async fn metadata_grows_and_replays_the_same(backend: Backend) {
     );
     let seen = run.return_value().await.unwrap();
     assert_eq!(seen.len(), ROUNDS as usize * 2 + 1);
-    assert_eq!(seen[0], (0, 0), "nothing is delivered before the first line");
+    assert_eq!(
+        seen[0],
+        (0, 0),
+        "nothing is delivered before the first line"
+    );
     assert!(
         seen.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1),
         "{seen:?}"
@@ -265,7 +269,10 @@ async fn suggested_past_the_soft_limit(backend: Backend) {
     for (events, _, suggested) in &seen {
         assert_eq!(*suggested, *events > 10, "{seen:?}");
     }
-    assert!(seen.iter().any(|s| !s.2) && seen.iter().any(|s| s.2), "{seen:?}");
+    assert!(
+        seen.iter().any(|s| !s.2) && seen.iter().any(|s| s.2),
+        "{seen:?}"
+    );
     rt.shutdown();
     drop(rt);
 
@@ -281,7 +288,10 @@ async fn suggested_past_the_soft_limit(backend: Backend) {
         assert!(*events <= 1000);
         assert_eq!(*suggested, *bytes > 200, "{seen:?}");
     }
-    assert!(seen.iter().any(|s| !s.2) && seen.iter().any(|s| s.2), "{seen:?}");
+    assert!(
+        seen.iter().any(|s| !s.2) && seen.iter().any(|s| s.2),
+        "{seen:?}"
+    );
 }
 
 /// A run past the hard limit (5 times the soft one) fails, with an error naming the limit,
@@ -293,7 +303,10 @@ async fn a_run_past_the_hard_limit_fails(backend: Backend) {
     let rt = runtime(&db, Some((4, 1 << 20))).await;
     let token = format!("bounded-{}", RunId::new());
     let run = rt.start(forever, (token.clone(), 0)).await.unwrap();
-    let err = run.return_value().await.expect_err("the hard limit ends it");
+    let err = run
+        .return_value()
+        .await
+        .expect_err("the hard limit ends it");
     let msg = err.to_string();
     for part in [
         "past the hard limit of 20 events",
@@ -317,11 +330,7 @@ async fn a_run_past_the_hard_limit_fails(backend: Backend) {
         matches!(&events.last().unwrap().event, Event::RunFailed { error } if error.to_string() == msg)
     );
     // Just past the limit: the last delivered result, the next call's scheduling, the end.
-    assert!(
-        (21..=23).contains(&events.len()),
-        "{} events",
-        events.len()
-    );
+    assert!((21..=23).contains(&events.len()), "{} events", events.len());
     // Every step that ran has its result: those scheduled before the last one completed.
     let scheduled = events
         .iter()
@@ -350,7 +359,10 @@ async fn a_run_past_the_hard_limit_fails(backend: Backend) {
         .start(forever, (format!("{token}-bytes"), 20))
         .await
         .unwrap();
-    let err = run.return_value().await.expect_err("the hard limit ends it");
+    let err = run
+        .return_value()
+        .await
+        .expect_err("the hard limit ends it");
     let msg = err.to_string();
     assert!(
         msg.contains("bytes of payloads, past the hard limit of 200 bytes (200 B)")

@@ -19,9 +19,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::config::HistoryLimits;
 use crate::crypto::places;
 use crate::error::{Error, HookConflictError};
-use crate::config::HistoryLimits;
 use crate::history::{after, HistorySize};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};

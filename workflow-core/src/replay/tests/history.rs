@@ -13,7 +13,11 @@ fn places(r: &mut Replay<()>) -> Vec<HistorySize> {
 }
 
 fn taken(r: &mut Replay<()>) -> Vec<Event> {
-    r.take_writes().events.into_iter().map(|e| e.event).collect()
+    r.take_writes()
+        .events
+        .into_iter()
+        .map(|e| e.event)
+        .collect()
 }
 
 #[test]
