@@ -15,6 +15,7 @@
 
 mod compare;
 mod flows;
+mod history;
 mod messages;
 mod report;
 mod scale;
@@ -29,6 +30,9 @@ use clap::{Parser, ValueEnum};
 use report::Report;
 use scenarios::{Ctx, Sizes};
 use stores::StoreKind;
+
+#[global_allocator]
+static ALLOCATOR: history::Counting = history::Counting;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type BoxResult<T> = std::result::Result<T, BoxError>;
@@ -46,6 +50,8 @@ enum Scenario {
     Throughput,
     /// Replay of 1,000 / 10,000 / 100,000-step histories after a restart.
     Recovery,
+    /// Recovery of 5,000- and 50,000-event histories: time, time per event, peak memory.
+    History,
     /// 1000 concurrent starts claiming one hook token.
     #[value(alias = "storm")]
     StartStorm,
@@ -177,6 +183,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Sequential,
             Throughput,
             Recovery,
+            History,
             StartStorm,
             HookLatency,
             Memory,
@@ -199,6 +206,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Sequential => &Sequential,
             Throughput => &Throughput,
             Recovery => &Recovery,
+            History => &History,
             StartStorm => &StartStorm,
             HookLatency => &HookLatency,
             Memory => &Memory,
@@ -222,6 +230,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Sequential => scenarios::sequential_steps(ctx, &mut rep).await?,
             Throughput => scenarios::throughput(ctx, &mut rep).await?,
             Recovery => scenarios::recovery(ctx, &mut rep).await?,
+            History => history::history(ctx, &mut rep).await?,
             StartStorm => scenarios::start_storm(ctx, &mut rep).await?,
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
@@ -350,6 +359,7 @@ mod tests {
             "sequential",
             "throughput",
             "recovery",
+            "history",
             "start storm",
             "hook latency",
             "memory",

@@ -55,6 +55,9 @@ pub struct Sizes {
     /// Hourly schedules of the idle measurement, and its seconds.
     pub schedule_idle: usize,
     pub schedule_idle_secs: u64,
+    /// Steps of the histories whose recovery the history scenario measures (each step is
+    /// two events).
+    pub history_steps: Vec<u32>,
 }
 
 impl Sizes {
@@ -89,6 +92,7 @@ impl Sizes {
             schedule_window: 10,
             schedule_idle: 100,
             schedule_idle_secs: 10,
+            history_steps: vec![2_500, 25_000],
         }
     }
 
@@ -123,6 +127,7 @@ impl Sizes {
             schedule_window: 2,
             schedule_idle: 5,
             schedule_idle_secs: 1,
+            history_steps: vec![20, 200],
         }
     }
 }
@@ -495,7 +500,7 @@ const RECOVERY_PAUSE_MS: u64 = 200;
 /// A history of `n` steps and a pending sleep: the first runtime runs the workflow to its
 /// sleep, is evicted there (everything durable, lease released) and shut down. Returns the
 /// number of recorded events and when the sleep ends.
-async fn build_history(fresh: &Fresh, n: u32) -> BoxResult<(usize, SystemTime)> {
+pub(crate) async fn build_history(fresh: &Fresh, n: u32) -> BoxResult<(usize, SystemTime)> {
     probe::reset();
     let rt = fresh
         .builder()
@@ -528,7 +533,7 @@ async fn build_history(fresh: &Fresh, n: u32) -> BoxResult<(usize, SystemTime)> 
 }
 
 /// From the build of a new runtime until the recovered run runs its first live step.
-async fn recover(fresh: &Fresh, fire_at: SystemTime) -> BoxResult<Duration> {
+pub(crate) async fn recover(fresh: &Fresh, fire_at: SystemTime) -> BoxResult<Duration> {
     if let Ok(d) = fire_at.duration_since(SystemTime::now()) {
         tokio::time::sleep(d + Duration::from_millis(5)).await;
     }
@@ -768,7 +773,7 @@ pub async fn hook_latency(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
 // 7. memory
 
 /// Resident set size of this process, from /proc/self/status.
-fn vm_rss() -> BoxResult<f64> {
+pub(crate) fn vm_rss() -> BoxResult<f64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let line = status
         .lines()
@@ -784,7 +789,7 @@ fn vm_rss() -> BoxResult<f64> {
 }
 
 /// Gives freed heap pages back to the kernel, so RSS shows what is live.
-fn trim_heap() {
+pub(crate) fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         extern "C" {

@@ -90,7 +90,9 @@ impl Fresh {
     /// A builder for a runtime on this database; each `build()` opens the store anew (for
     /// memory: shares the one in-process store, as a restarted process would share a file).
     pub fn builder(&self) -> RuntimeBuilder {
-        let b = self.store_builder();
+        // The recovery and history scenarios record histories of up to 200,000 events, past
+        // the default hard limit (50,000): measured here is replay, not the limit.
+        let b = self.store_builder().history_limits(1_000_000, 1 << 32);
         if ENCRYPT.load(Ordering::Relaxed) {
             b.encryption(Keys::new().current("bench", [7u8; 32]))
         } else {

@@ -645,6 +645,17 @@ pub enum BuildError {
         /// What is wrong with it.
         why: String,
     },
+    /// The limits given to `RuntimeBuilder::history_limits` cannot be a history's: a limit
+    /// of 0, or one whose hard limit (5 times it) does not fit in a `u64`.
+    #[error("history_limits({events}, {bytes}): {why}")]
+    HistoryLimits {
+        /// The soft limit of events, as given.
+        events: u64,
+        /// The soft limit of bytes, as given.
+        bytes: u64,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -248,6 +248,35 @@ pub struct EventRecord {
     pub event: Event,
 }
 
+/// How much of a run's history lies behind a point of its workflow body: the events up to the
+/// last one delivered to the body, and the plaintext size of the payloads they hold (see
+/// [`crate::WorkflowMetadata::history_bytes`]). The same at the same point on every replay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct HistorySize {
+    /// Events.
+    pub(crate) events: u64,
+    /// Bytes of payloads, as serialized before any codec or encryption.
+    pub(crate) bytes: u64,
+}
+
+impl HistorySize {
+    /// One more event, holding `bytes` of payloads.
+    pub(crate) fn add(&mut self, bytes: u64) {
+        self.events = self.events.saturating_add(1);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+impl std::ops::Add for HistorySize {
+    type Output = HistorySize;
+    fn add(self, other: HistorySize) -> HistorySize {
+        HistorySize {
+            events: self.events.saturating_add(other.events),
+            bytes: self.bytes.saturating_add(other.bytes),
+        }
+    }
+}
+
 /// The version of the history format: the events above, as `run.export()` writes them. A
 /// later version reads every earlier one. Version 2 added the child-run events
 /// (`child_started`, `child_ended`).

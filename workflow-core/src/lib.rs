@@ -82,9 +82,9 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub use child::{start_child, Child, StartChild};
 pub use context::{
-    create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
-    try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
-    WorkflowMetadata,
+    continue_as_new_suggested, create_generated_hook, create_hook, now, patched, random, sleep,
+    sleep_until, step_metadata, try_step_metadata, try_workflow_metadata, workflow_metadata, Hook,
+    HookConflict, StepMetadata, WorkflowMetadata,
 };
 pub use crypto::{Codec, KeyError, Keys, PayloadContext};
 pub use divergence::{Divergence, DivergenceKind};
@@ -129,6 +129,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything a workflow author needs: `use workflow_core::prelude::*;`.
 pub mod prelude {
+    pub use crate::continue_as_new_suggested;
     pub use crate::{
         create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,

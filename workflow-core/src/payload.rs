@@ -413,6 +413,38 @@ impl Payloads {
         result
     }
 
+    /// The size in bytes of the payloads `event` of run `run` holds, as the workflow wrote
+    /// them: each value's JSON text and each error's message, before any codec or encryption,
+    /// so neither the store, nor a key, nor `workflow rekey` changes it. A sealed value is
+    /// measured from its ciphertext's length; a codec's bytes are decoded to be measured (and
+    /// counted as stored if they do not open: such a run blocks before it replays).
+    pub(crate) fn event_bytes(&self, run: RunId, event: &mut Event) -> u64 {
+        let mut bytes = 0usize;
+        crypto::places::visit_event(run, event, |b, slot| {
+            let n = match slot {
+                Slot::Value(v) => self.plain_len(v, &b),
+                Slot::Error(e) => match e.sealed_message() {
+                    Some(sealed) => self.plain_len(sealed, &b),
+                    None => e.message().len(),
+                },
+            };
+            bytes = bytes.saturating_add(n);
+        });
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+
+    /// The length of `value`'s plaintext as serialized (see [`Payloads::event_bytes`]).
+    fn plain_len(&self, value: &Value, binding: &Binding<'_>) -> usize {
+        if !crypto::is_sealed(value) {
+            return serialized_len(value);
+        }
+        if let Some(n) = crypto::sealed_plain_len(value) {
+            return n;
+        }
+        self.unwrap_bytes(value, binding)
+            .map_or_else(|_| serialized_len(value), |plain| plain.len())
+    }
+
     /// Seals every payload and error message of `event`, as run `to`'s, under the current key
     /// (a no-op without keys).
     pub(crate) fn seal_event(&self, to: RunId, event: &mut Event) {

@@ -396,18 +396,22 @@ async fn charge_with_progress(amount: u32) -> Result<u32> {
     Ok(amount)
 }
 
-/// Runs the publishing step, publishes from the body, waits for "go", and ends.
+/// Runs the publishing step, publishes from the body (with the size of its history after
+/// the step, as this execution sees it), waits for "go", and returns the step's value and
+/// that size as the execution that ends sees it.
 #[workflow]
-async fn publishes_from_a_step() -> Result<u32> {
+async fn publishes_from_a_step() -> Result<(u32, u64)> {
     let charged = charge_with_progress(7).await?;
+    let seen = workflow_metadata().history_events;
     set_event("stage", "waiting")?;
+    set_event("history after the step", &seen)?;
     recv::<()>("go").await?;
-    Ok(charged)
+    Ok((charged, seen))
 }
 
 /// `set_event` in a step: each attempt's values are recorded with its outcome (the failed
 /// attempt's too), readers see them, the body's later value wins, and a restart that replays
-/// the step (without running it) records nothing again.
+/// the step (without running it) records nothing again and counts the same history.
 async fn a_step_publishes_with_its_attempt(backend: Backend) {
     let db = TestDb::new(backend);
     let lease = Duration::from_millis(500);
@@ -430,7 +434,13 @@ async fn a_step_publishes_with_its_attempt(backend: Backend) {
     drop(first);
     let _second = db.runtime_with_lease(lease).await;
     run.send("go", ()).await.unwrap();
-    assert_eq!(bounded(run.return_value()).await.unwrap(), 7);
+    let (charged, replayed) = bounded(run.return_value()).await.unwrap();
+    assert_eq!(charged, 7);
+    let live = run.event::<u64>("history after the step").await.unwrap();
+    assert_eq!(
+        replayed, live,
+        "the replay counts the step's values as the live run did"
+    );
     let all = run.events().await.unwrap();
     assert_eq!(all["progress"], 50);
     assert_eq!(all["stage"], "waiting");
@@ -447,6 +457,7 @@ async fn a_step_publishes_with_its_attempt(backend: Backend) {
         ("progress", serde_json::json!(50)),
         ("stage", serde_json::json!("charged")),
         ("stage", serde_json::json!("waiting")),
+        ("history after the step", serde_json::json!(live)),
     ];
     let expected: Vec<(String, serde_json::Value)> = expected
         .into_iter()

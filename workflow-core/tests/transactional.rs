@@ -274,13 +274,22 @@ async fn a_replayed_step_never_runs_its_body(backend: Backend) {
     drop(first);
     let second = db.runtime_with_lease(Duration::from_millis(500)).await;
     second.get_run(&run.id()).send("go", true).await.unwrap();
-    let out: i64 = second
+    let (out, replayed): (i64, u64) = second
         .get_run(&run.id())
-        .typed::<i64>()
+        .typed::<(i64, u64)>()
         .return_value()
         .await
         .unwrap();
     assert_eq!(out, 5);
+    let live = second
+        .get_run(&run.id())
+        .event::<u64>("history after the booking")
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed, live,
+        "the replay counts the step's commit as the live run did"
+    );
     assert_eq!(entries(&key), 1, "the body ran again on replay");
     assert_eq!(ledger_totals(&db, &table, None).await, (1, 5));
 }
@@ -288,14 +297,19 @@ async fn a_replayed_step_never_runs_its_body(backend: Backend) {
 #[step(transactional)]
 async fn book_counted(tx: &mut Tx<'_>, table: String, key: String) -> Result<i64> {
     entered(&key);
+    set_event("booked", &true)?;
     write_row(tx, &table, 5, false).await
 }
 
+/// Books, publishes the size of its history after the booking as this execution sees it,
+/// waits for "go", and returns the booking and that size as the execution that ends sees it.
 #[workflow]
-async fn book_then_wait(table: String, key: String) -> Result<i64> {
+async fn book_then_wait(table: String, key: String) -> Result<(i64, u64)> {
     let booked = book_counted(table, key).await?;
+    let seen = workflow_metadata().history_events;
+    set_event("history after the booking", &seen)?;
     let _go: bool = recv::<bool>("go").await?;
-    Ok(booked)
+    Ok((booked, seen))
 }
 
 macro_rules! on_sql_stores {

@@ -19,9 +19,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
+use crate::config::HistoryLimits;
 use crate::crypto::places;
 use crate::error::{Error, HookConflictError};
-use crate::history::after;
+use crate::history::{after, HistorySize};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
@@ -66,11 +67,16 @@ pub(crate) struct RunCtx {
     start_token: Option<String>,
     /// How the runtime stores payloads, for what the run's body encodes and decodes.
     pub(crate) payloads: Payloads,
+    /// The soft limit of the history (`continue_as_new_suggested`).
+    limits: HistoryLimits,
     journal: Mutex<Journal>,
 }
 
 struct Journal {
     clock: SystemTime,
+    /// The history up to the last event delivered: `history_events` and `history_bytes`,
+    /// advanced by deliveries as the clock is.
+    history: HistorySize,
     rng: ChaCha8Rng,
     step_counters: HashMap<&'static str, u32>,
     timers: u32,
@@ -129,6 +135,7 @@ impl RunCtx {
         start_token: Option<String>,
         payloads: Payloads,
         patches: Patches,
+        limits: HistoryLimits,
     ) -> Arc<Self> {
         Arc::new(RunCtx {
             run_id,
@@ -136,8 +143,10 @@ impl RunCtx {
             started_at,
             start_token,
             payloads,
+            limits,
             journal: Mutex::new(Journal {
                 clock: started_at,
+                history: HistorySize::default(),
                 rng: ChaCha8Rng::seed_from_u64(run_id.seed()),
                 step_counters: HashMap::new(),
                 timers: 0,
@@ -187,6 +196,7 @@ impl RunCtx {
             if delivery.at > j.clock {
                 j.clock = delivery.at;
             }
+            j.history = j.history.max(delivery.history);
             match delivery.what {
                 Delivered::Step { step_id, result } => {
                     let key = Key::Step(step_id);
@@ -726,6 +736,34 @@ pub struct StepMetadata {
 }
 
 /// Facts about the running workflow.
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[step]
+/// async fn fetch(i: u32) -> Result<String> { Ok(format!("page {i}")) }
+///
+/// #[workflow]
+/// async fn crawl() -> Result<Vec<(u64, u64)>> {
+///     let mut seen = vec![];
+///     for i in 0..3 {
+///         fetch(i).await?;
+///         let m = workflow_metadata();
+///         seen.push((m.history_events, m.history_bytes));
+///     }
+///     Ok(seen)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// let rt = Runtime::builder().in_memory().build().await?;
+/// let seen = rt.start(crawl, ()).await?.return_value().await?;
+/// // Each call adds its scheduling (the arguments `[0]`: 3 bytes) and its result
+/// // (`"page 0"`: 8 bytes).
+/// assert_eq!(seen, [(2, 11), (4, 22), (6, 33)]);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkflowMetadata {
     /// The run.
@@ -735,6 +773,18 @@ pub struct WorkflowMetadata {
     /// When the run was admitted, or its start when that was later (`start(..).delay(d)`);
     /// `now()` in the workflow begins here.
     pub started_at: SystemTime,
+    /// How many events the run's history holds up to the point the body has reached: up to
+    /// the last result delivered to it (a step's result, a timer's firing, a payload, ...),
+    /// that one included, whatever this execution appended on the way (steps' schedulings,
+    /// retries). The same at the same point on every replay; it grows as the run goes on.
+    /// 0 before the first delivery.
+    pub history_events: u64,
+    /// The bytes of payloads those events hold, as the workflow wrote them: each value's JSON
+    /// text (step arguments and results, hook payloads, messages, requests and replies,
+    /// events, children's results) and each error's message, counted before any `Codec` or
+    /// encryption, so the figure is the same on every store, with or without keys, and after
+    /// `workflow rekey`. Names, ids and times are not counted.
+    pub history_bytes: u64,
 }
 
 /// The metadata of the step attempt running now, or `None` outside a recorded step.
@@ -756,10 +806,54 @@ pub fn step_metadata() -> StepMetadata {
 
 /// The metadata of the running workflow, or `None` outside one.
 pub fn try_workflow_metadata() -> Option<WorkflowMetadata> {
-    current().map(|c| WorkflowMetadata {
-        run_id: c.run_id,
-        workflow_name: c.workflow.to_owned(),
-        started_at: c.started_at,
+    current().map(|c| {
+        let history = c.journal().history;
+        WorkflowMetadata {
+            run_id: c.run_id,
+            workflow_name: c.workflow.to_owned(),
+            started_at: c.started_at,
+            history_events: history.events,
+            history_bytes: history.bytes,
+        }
+    })
+}
+
+/// Whether the run's history is past the soft limit
+/// ([`RuntimeBuilder::history_limits`](crate::RuntimeBuilder::history_limits), default 10,000
+/// events or 10 MiB of payloads) at the point the body has reached: time to end the run with
+/// `continue_as_new`, carrying its state as the next run's arguments, before the hard limit
+/// (5 times as large) fails it. The same answer at the same point on every replay (see
+/// [`WorkflowMetadata::history_events`]). Outside a workflow: `false`.
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[step]
+/// async fn check(i: u64) -> Result<u64> { Ok(i + 1) }
+///
+/// #[workflow]
+/// async fn watch(from: u64) -> Result<u64> {
+///     let mut i = from;
+///     while !continue_as_new_suggested() {
+///         i = check(i).await?;
+///     }
+///     // Here a run that watches for ever would `return continue_as_new(watch, (i,)).await;`
+///     Ok(i)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+/// let rt = Runtime::builder().in_memory().history_limits(100, 1 << 20).build().await?;
+/// let reached = rt.start(watch, (0,)).await?.return_value().await?;
+/// assert_eq!(reached, 51); // 51 calls: 102 events, past 100
+/// assert!(!continue_as_new_suggested());
+/// # Ok(())
+/// # }
+/// ```
+pub fn continue_as_new_suggested() -> bool {
+    current().is_some_and(|c| {
+        let history = c.journal().history;
+        c.limits.past(history).is_some()
     })
 }
 

@@ -159,6 +159,28 @@ pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
     m.get("key").and_then(Value::as_str)
 }
 
+/// The Poly1305 tag every ciphertext carries after the plaintext's bytes.
+const TAG_BYTES: usize = 16;
+
+/// The length of the plaintext sealed in envelope `value`, read from the ciphertext's length
+/// without opening it (XChaCha20-Poly1305 adds exactly its tag): `None` for an envelope whose
+/// bytes are a codec's (their plaintext is known only once the codec decodes them) or that is
+/// not well-formed.
+pub(crate) fn sealed_plain_len(value: &Value) -> Option<usize> {
+    let m = value.as_object()?;
+    if m.contains_key("coded") || !m.contains_key("key") {
+        return None;
+    }
+    let data = m.get("data")?.as_str()?.as_bytes();
+    if data.len() % 4 != 0 {
+        return None;
+    }
+    let padding = data.iter().rev().take(2).filter(|b| **b == b'=').count();
+    (data.len() / 4 * 3)
+        .checked_sub(padding)?
+        .checked_sub(TAG_BYTES)
+}
+
 /// The plaintext of envelope `value` sealed for `binding`, opened with `ring` (`None`: no
 /// keys were given, so every encrypted envelope names a missing key), and whether its bytes
 /// are a codec's.
@@ -252,6 +274,12 @@ mod tests {
         assert_eq!(sealed_key(&v), Some("k1"));
         assert!(!v.to_string().contains("secret"), "{v}");
         assert_eq!(open(Some(&r), &v, &b).unwrap().0, b"secret marker");
+        for n in 0..40 {
+            let plain = vec![b'x'; n];
+            assert_eq!(sealed_plain_len(&seal(&r, &plain, &b, false)), Some(n));
+        }
+        assert_eq!(sealed_plain_len(&seal(&r, b"x", &b, true)), None);
+        assert_eq!(sealed_plain_len(&wrap(b"x")), None);
         // Two seals of one value differ (fresh nonces).
         assert_ne!(seal(&r, b"secret marker", &b, false), v);
         for wrong in [

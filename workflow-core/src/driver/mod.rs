@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
-use crate::history::never;
+use crate::history::{never, Event};
 use crate::ids::RunId;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
@@ -158,7 +158,7 @@ impl Report {
     fn send(&mut self, outcome: Result<Value, Error>, recorded: TxRecorded) {
         if let Some(step_id) = self.step_id.take() {
             // A transactional attempt committed its values with its result.
-            let published = match recorded {
+            let published = match &recorded {
                 TxRecorded::No => self.sets.take(),
                 _ => Vec::new(),
             };
@@ -265,7 +265,9 @@ impl Driver {
         let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
         let _active = crate::telemetry::ActiveRun::new();
         let replay_began = std::time::Instant::now();
-        let replay = Replay::new(events);
+        let payloads = host.config().payloads.clone();
+        let measure = Box::new(move |e: &mut Event| payloads.event_bytes(run_id, e));
+        let replay = Replay::new(events, measure);
         if let (Some(q), false) = (&run.queue, replay.has_history()) {
             let waited = host
                 .now()
@@ -291,6 +293,7 @@ impl Driver {
             run.hook_token,
             host.config().payloads.clone(),
             replay.patches(),
+            host.config().history,
         );
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut d = Driver {
@@ -528,6 +531,10 @@ impl Driver {
                 }
                 continue;
             }
+            // Past the hard limit, the run fails with what it decided so far recorded.
+            if let Some(past) = self.host.config().history.hard().past(self.replay.size()) {
+                return self.fail_past_limit(past).await;
+            }
             // Live: make what the core decided durable, then act on it. A transactional
             // attempt next commits it with its own transaction instead.
             if self.replay.next_is_transactional() {
@@ -645,9 +652,13 @@ impl Driver {
             ) => {
                 self.last_seq += events;
                 let carried = self.tx_unwritten.take().unwrap_or_default();
+                let wake =
+                    !published.is_empty() || carried.events.iter().any(|e| e.event.publishes());
+                self.replay
+                    .published_by_store(&done.step_id, done.attempt, published);
                 self.replay
                     .attempt_recorded(&done.step_id, done.attempt, value, at);
-                if published || carried.events.iter().any(|e| e.event.publishes()) {
+                if wake {
                     self.host.published(self.ctx.run_id);
                 }
             }

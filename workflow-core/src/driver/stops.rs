@@ -4,6 +4,7 @@
 use std::time::SystemTime;
 
 use super::{Driver, Stop};
+use crate::config::Past;
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
 use crate::history::{Event, NewEvent};
@@ -79,6 +80,38 @@ impl Driver {
                 end: Some(End::Failed(error)),
             })
             .await?;
+        self.host.ended(self.ctx.run_id, self.parent, outcome);
+        Ok(Stop::Ended)
+    }
+
+    /// Fails the run because its history grew `past` the hard limit (SPEC 17), in one write
+    /// with what the core decided and has not written yet, so nothing of it is lost; its
+    /// attempts are dropped when the driver stops.
+    pub(super) async fn fail_past_limit(&mut self, past: Past) -> Result<Stop, StoreError> {
+        let soft = self.host.config().history;
+        let error = Error::fatal(format!(
+            "run {} (workflow `{}`) failed: its history holds {past} (5 times the soft limit \
+             of {} events or {} set with `history_limits`); a run that goes on for long must \
+             end with `continue_as_new` once `continue_as_new_suggested()` is true, passing \
+             its state to the next run",
+            self.ctx.run_id,
+            self.ctx.workflow,
+            soft.events,
+            crate::config::human_bytes(soft.bytes),
+        ));
+        tracing::error!(run_id = %self.ctx.run_id, "{error}");
+        for (_, attempt) in self.attempts.drain() {
+            attempt.abort();
+        }
+        let mut writes = self.replay.take_writes();
+        writes.events.push(NewEvent {
+            at: self.host.now(),
+            event: Event::RunFailed {
+                error: error.clone(),
+            },
+        });
+        writes.end = Some(End::Failed(error));
+        let outcome = self.write(writes).await?;
         self.host.ended(self.ctx.run_id, self.parent, outcome);
         Ok(Stop::Ended)
     }

@@ -28,17 +28,17 @@ use crate::store::{Append, Lease};
 use crate::transactional::TxEnv;
 
 /// What an attempt's task did with its outcome besides reporting it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Recorded {
     /// Nothing: the driver records the outcome.
     No,
     /// Its `StepCompleted` committed at `at`, with the body's writes, after what the driver
     /// had to write before the attempt and the values the body published: `events` events in
-    /// all; `published`: the body published values.
+    /// all; `published`: the `EventSet`s of the values the body published, among them.
     At {
         at: SystemTime,
         events: u64,
-        published: bool,
+        published: Vec<NewEvent>,
     },
     /// The lease was lost: nothing committed, the driver must stop.
     LeaseLost,
@@ -145,9 +145,8 @@ impl TxAttempt {
             let at = self.host.now();
             let published =
                 published_events(&self.step_id, self.meta.attempt, self.sets.take(), at);
-            let published_any = !published.is_empty();
             let mut events = self.carried.events.clone();
-            events.extend(published);
+            events.extend(published.iter().cloned());
             events.push(NewEvent {
                 at,
                 event: Event::StepCompleted {
@@ -158,7 +157,7 @@ impl TxAttempt {
             let recorded = Recorded::At {
                 at,
                 events: events.len() as u64,
-                published: published_any,
+                published,
             };
             let write = Append {
                 events,

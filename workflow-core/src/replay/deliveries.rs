@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{ChildCall, ChildKey, HookKey, Key, Replay, StepId, TimerId};
 use crate::divergence::{Divergence, DivergenceKind};
 use crate::error::Error;
-use crate::history::{Event, NewEvent};
+use crate::history::{Event, HistorySize, NewEvent};
 use crate::ids::RunId;
 use crate::model::{Inbound, InboxEntry};
 
@@ -18,6 +18,9 @@ use crate::model::{Inbound, InboxEntry};
 pub(crate) struct Delivery {
     /// The workflow's clock from this delivery on.
     pub(crate) at: SystemTime,
+    /// The history up to the delivered event (its own included): what the workflow's
+    /// `history_events` and `history_bytes` read from this delivery on.
+    pub(crate) history: HistorySize,
     /// What is delivered.
     pub(crate) what: Delivered,
 }
@@ -99,8 +102,14 @@ impl<S> Replay<S> {
         if conflict.is_none() {
             self.claimed.insert(hook_key);
         }
+        let history = self.recorded_by_store(Event::HookRegistered {
+            hook_key: hook_key.to_string(),
+            token: token.clone(),
+            conflict,
+        });
         self.ready.push_back(Delivery {
             at,
+            history,
             what: Delivered::Registration {
                 hook_key,
                 token,
@@ -122,9 +131,17 @@ impl<S> Replay<S> {
         conflict: Option<RunId>,
         at: SystemTime,
     ) {
-        self.children.remove(&child_key);
+        let call = self.children.remove(&child_key);
+        let history = self.recorded_by_store(Event::ChildStarted {
+            child_key: child_key.to_string(),
+            child_id,
+            workflow: call.map(|c| c.workflow.to_owned()).unwrap_or_default(),
+            conflict,
+            refused: None,
+        });
         self.ready.push_back(Delivery {
             at,
+            history,
             what: Delivered::ChildStarted {
                 child_key,
                 child_id,
@@ -146,7 +163,7 @@ impl<S> Replay<S> {
         let Some(call) = self.children.remove(&child_key) else {
             return;
         };
-        self.writes.push(NewEvent {
+        let history = self.record(NewEvent {
             at,
             event: Event::ChildStarted {
                 child_key: child_key.to_string(),
@@ -157,6 +174,7 @@ impl<S> Replay<S> {
             },
         });
         self.ready.push_back(Delivery {
+            history,
             at,
             what: Delivered::ChildStarted {
                 child_key,
@@ -188,7 +206,7 @@ impl<S> Replay<S> {
         };
         self.received.insert(payload_id);
         self.recorded_results.insert(Key::ChildEnd(child_id));
-        self.writes.push(NewEvent {
+        let history = self.record(NewEvent {
             at: now,
             event: Event::ChildEnded {
                 child_id,
@@ -197,6 +215,7 @@ impl<S> Replay<S> {
             },
         });
         self.ready.push_back(Delivery {
+            history,
             at: now,
             what: Delivered::ChildEnded { child_id, result },
         });
@@ -257,7 +276,7 @@ impl<S> Replay<S> {
             return false;
         };
         self.received.insert(p.id);
-        self.writes.push(NewEvent {
+        let history = self.record(NewEvent {
             at: now,
             event: Event::HookReceived {
                 token: p.token.clone(),
@@ -266,6 +285,7 @@ impl<S> Replay<S> {
             },
         });
         self.ready.push_back(Delivery {
+            history,
             at: now,
             what: Delivered::Payload {
                 token: p.token,

@@ -25,7 +25,7 @@ impl<S> Replay<S> {
                 }
                 Command::SetEvent { set_id, key, value } => {
                     if self.published.insert(set_id) {
-                        self.writes.push(NewEvent {
+                        self.record(NewEvent {
                             at: now,
                             event: Event::EventSet {
                                 set_id: set_id.to_string(),
@@ -42,7 +42,7 @@ impl<S> Replay<S> {
                     reply,
                 } => {
                     if self.replied.insert(request_id) {
-                        self.writes.push(NewEvent {
+                        self.record(NewEvent {
                             at: now,
                             event: Event::RequestReplied {
                                 request_id,
@@ -66,7 +66,7 @@ impl<S> Replay<S> {
             };
             // Releases are not results: each is recorded once, and a recorded one is skipped.
             if self.released.insert(hook_key) {
-                self.writes.push(NewEvent {
+                self.record(NewEvent {
                     at: now,
                     event: Event::HookReleased {
                         hook_key: hook_key.to_string(),
@@ -84,7 +84,7 @@ impl<S> Replay<S> {
         let cmd: Command<S> = Command::Patch { patch_id };
         if self.match_recorded(&cmd)?.is_none() {
             if let Command::Patch { patch_id } = cmd {
-                self.writes.push(NewEvent {
+                self.record(NewEvent {
                     at: now,
                     event: Event::PatchMarked { patch_id },
                 });
@@ -107,8 +107,7 @@ impl<S> Replay<S> {
                 rec.what.describe(),
                 cmd.describe(),
             );
-            self.writes.clear();
-            self.releases.clear();
+            self.clear_writes();
             return Err(divergence);
         }
         self.matched += 1;
@@ -165,7 +164,7 @@ impl<S> Replay<S> {
                         .copied()
                         .unwrap_or_default()
                 } else {
-                    self.writes.push(NewEvent {
+                    self.record(NewEvent {
                         at: now,
                         event: Event::StepScheduled {
                             step_id: call.step_id.to_string(),
@@ -181,7 +180,7 @@ impl<S> Replay<S> {
                 let fire_at = match recorded_fire_at {
                     Some(at) => at,
                     None => {
-                        self.writes.push(NewEvent {
+                        self.record(NewEvent {
                             at: now,
                             event: Event::TimerScheduled {
                                 timer_id: timer_id.to_string(),

@@ -69,8 +69,9 @@ impl<S> Replay<S> {
                 payload: m.payload.clone(),
             },
         };
-        self.writes.push(NewEvent { at: now, event });
+        let history = self.record(NewEvent { at: now, event });
         self.ready.push_back(Delivery {
+            history,
             at: now,
             what: Delivered::Message {
                 mailbox: m.mailbox,

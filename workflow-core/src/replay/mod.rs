@@ -33,7 +33,7 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::history::{EventRecord, NewEvent};
+use crate::history::{Event, EventRecord, HistorySize, NewEvent};
 use crate::ids::RunId;
 
 pub(crate) use crate::divergence::Divergence;
@@ -47,6 +47,11 @@ use messages::QueuedMessage;
 pub(crate) use steps::published_events;
 use steps::{Attempts, Due, LiveStep};
 pub(crate) use writes::{Effect, End, Writes};
+
+/// The plaintext size in bytes of the payloads an event holds (`Payloads::event_bytes` of the
+/// run; the core knows no payloads). It may open a value to measure it, hence `&mut`: the
+/// visitor of a history's payloads lends them mutably.
+pub(crate) type Measure = Box<dyn Fn(&mut Event) -> u64 + Send + Sync>;
 
 /// Where the patch markers of a history stand: what `patched` needs to answer at once.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +88,11 @@ pub(crate) struct Replay<S> {
     waiting: HashSet<Key>,
     /// Events and releases to make durable.
     writes: Vec<NewEvent>,
+    /// How big the durable history is (read, written, or recorded by the store itself), and
+    /// `writes` on top of it: what a delivery's [`Delivery::history`] is counted from.
+    durable: HistorySize,
+    pending: HistorySize,
+    measure: Measure,
     releases: Vec<String>,
     /// Effects to carry out once `writes` are durable.
     effects: VecDeque<Effect>,
@@ -106,8 +116,9 @@ pub(crate) struct Replay<S> {
 }
 
 impl<S> Replay<S> {
-    /// Prepares the replay of `history` (the run's events in order).
-    pub(crate) fn new(history: impl IntoIterator<Item = EventRecord>) -> Self {
+    /// Prepares the replay of `history` (the run's events in order); `measure` sizes the
+    /// payloads of each event, read or written.
+    pub(crate) fn new(history: impl IntoIterator<Item = EventRecord>, measure: Measure) -> Self {
         let mut r = Replay {
             recorded: Vec::new(),
             matched: 0,
@@ -121,6 +132,9 @@ impl<S> Replay<S> {
             claimed: HashSet::new(),
             waiting: HashSet::new(),
             writes: Vec::new(),
+            durable: HistorySize::default(),
+            pending: HistorySize::default(),
+            measure,
             releases: Vec::new(),
             effects: VecDeque::new(),
             ready: VecDeque::new(),
@@ -148,6 +162,36 @@ impl<S> Replay<S> {
     /// token aside).
     pub(crate) fn holds_hooks(&self) -> bool {
         self.claimed.iter().any(|k| !self.released.contains(k))
+    }
+
+    /// The size of the run's whole history, with the events still to be written: what the
+    /// hard limit is checked against.
+    pub(crate) fn size(&self) -> HistorySize {
+        self.durable + self.pending
+    }
+
+    /// Appends `event` to the writes; its place in the history, as a delivery of it carries.
+    fn record(&mut self, mut event: NewEvent) -> HistorySize {
+        let bytes = (self.measure)(&mut event.event);
+        self.pending.add(bytes);
+        self.writes.push(event);
+        self.durable + self.pending
+    }
+
+    /// The store recorded `event` itself (a hook's claim, a child's admission, a transactional
+    /// step's result), after the durable history and before the writes not yet made: its
+    /// place in the history.
+    fn recorded_by_store(&mut self, mut event: Event) -> HistorySize {
+        let bytes = (self.measure)(&mut event);
+        self.durable.add(bytes);
+        self.durable
+    }
+
+    /// Drops the writes not yet taken (a divergence keeps nothing of its poll).
+    fn clear_writes(&mut self) {
+        self.writes.clear();
+        self.releases.clear();
+        self.pending = HistorySize::default();
     }
 
     /// Whether recorded results are still to be delivered.

@@ -12,12 +12,15 @@ use crate::history::{from_millis, Event, EventRecord};
 
 impl<S> Replay<S> {
     pub(super) fn read(&mut self, rec: EventRecord) {
-        let EventRecord { seq, at, event } = rec;
+        let EventRecord { seq, at, mut event } = rec;
+        let bytes = (self.measure)(&mut event);
+        self.durable.add(bytes);
+        let history = self.durable;
         let result = |r: &mut Self, what: Delivered| {
             if let Some(key) = what.key() {
                 r.recorded_results.insert(key);
             }
-            r.history.push_back((seq, Delivery { at, what }));
+            r.history.push_back((seq, Delivery { at, history, what }));
         };
         match event {
             Event::StepScheduled { step_id, name, .. } => {

@@ -108,7 +108,7 @@ impl<S> Replay<S> {
         };
         step.attempt += 1;
         let attempt = step.attempt;
-        self.writes.push(NewEvent {
+        self.record(NewEvent {
             at: now,
             event: Event::StepAttemptStarted {
                 step_id: step_id.to_string(),
@@ -125,7 +125,7 @@ impl<S> Replay<S> {
     /// Records a step's final result and queues it for the workflow.
     fn complete(&mut self, step_id: StepId, result: Result<Value, Error>, now: SystemTime) {
         self.steps.remove(&step_id);
-        self.writes.push(NewEvent {
+        let history = self.record(NewEvent {
             at: now,
             event: Event::StepCompleted {
                 step_id: step_id.to_string(),
@@ -133,6 +133,7 @@ impl<S> Replay<S> {
             },
         });
         self.ready.push_back(Delivery {
+            history,
             at: now,
             what: Delivered::Step { step_id, result },
         });
@@ -156,8 +157,26 @@ impl<S> Replay<S> {
         if published.is_empty() || self.steps.get(step_id).is_none_or(|s| s.attempt != attempt) {
             return;
         }
-        self.writes
-            .extend(published_events(step_id, attempt, published, now));
+        for event in published_events(step_id, attempt, published, now) {
+            self.record(event);
+        }
+    }
+
+    /// Attempt `attempt` of the step committed `published` (its `set_event` values) with its
+    /// result, in its own transaction: counted in the history before the result, which
+    /// [`Replay::attempt_recorded`] takes next.
+    pub(crate) fn published_by_store(
+        &mut self,
+        step_id: &StepId,
+        attempt: u32,
+        published: Vec<NewEvent>,
+    ) {
+        if self.steps.get(step_id).is_none_or(|s| s.attempt != attempt) {
+            return;
+        }
+        for e in published {
+            self.recorded_by_store(e.event);
+        }
     }
 
     /// An attempt ended with `outcome`. A success, a non-retryable error or the last allowed
@@ -189,7 +208,7 @@ impl<S> Replay<S> {
         };
         let delay = error.retry_after_hint().unwrap_or(backoff);
         let retry_at = after(now, delay);
-        self.writes.push(NewEvent {
+        self.record(NewEvent {
             at: now,
             event: Event::StepAttemptFailed {
                 step_id: step_id.to_string(),
@@ -217,8 +236,13 @@ impl<S> Replay<S> {
         }
         self.running = self.running.saturating_sub(1);
         self.steps.remove(step_id);
+        let history = self.recorded_by_store(Event::StepCompleted {
+            step_id: step_id.to_string(),
+            result: Ok(value.clone()),
+        });
         self.ready.push_back(Delivery {
             at,
+            history,
             what: Delivered::Step {
                 step_id: step_id.clone(),
                 result: Ok(value),
@@ -247,13 +271,14 @@ impl<S> Replay<S> {
                 Due::Timer(timer_id) => {
                     // Not before its due time, even if the clock reads earlier.
                     let at = now.max(at);
-                    self.writes.push(NewEvent {
+                    let history = self.record(NewEvent {
                         at,
                         event: Event::TimerFired {
                             timer_id: timer_id.to_string(),
                         },
                     });
                     self.ready.push_back(Delivery {
+                        history,
                         at,
                         what: Delivered::Timer { timer_id },
                     });

@@ -54,6 +54,7 @@ impl Writes {
 impl<S> Replay<S> {
     /// Takes what must be made durable before the effects now pending are carried out.
     pub(crate) fn take_writes(&mut self) -> Writes {
+        self.durable = self.durable + std::mem::take(&mut self.pending);
         Writes {
             events: std::mem::take(&mut self.writes),
             releases: std::mem::take(&mut self.releases),
@@ -142,7 +143,7 @@ impl<S> Replay<S> {
             Ok(v) => (Event::RunCompleted { output: v.clone() }, End::Completed(v)),
             Err(e) => (Event::RunFailed { error: e.clone() }, End::Failed(e)),
         };
-        self.writes.push(NewEvent { at: now, event });
+        self.record(NewEvent { at: now, event });
         let mut writes = self.take_writes();
         writes.end = Some(end);
         Ok(writes)

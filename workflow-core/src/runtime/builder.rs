@@ -42,6 +42,8 @@ pub struct RuntimeBuilder {
     queues: Vec<Queue>,
     schedules: Vec<Schedule>,
     keys: Option<Keys>,
+    /// `history_limits(events, bytes)` as given, checked by `build`.
+    history_limits: Option<(u64, u64)>,
     #[cfg(feature = "postgres")]
     schema: String,
 }
@@ -181,6 +183,51 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The soft limit of a run's history (SPEC 17): `events` events or `bytes` bytes of
+    /// payloads (default 10,000 events or 10 MiB). Past it, [`continue_as_new_suggested`]
+    /// is true in the workflow body; past the hard limit, five times as large (default
+    /// 50,000 events or 50 MiB), the run fails with an error naming the limit. A workflow
+    /// that loops for long ends each stretch with `continue_as_new` once it is suggested.
+    /// `build()` refuses a limit of 0, or one whose hard limit does not fit in a `u64`.
+    /// What is counted: [`WorkflowMetadata::history_events`] and
+    /// [`WorkflowMetadata::history_bytes`].
+    ///
+    /// [`continue_as_new_suggested`]: crate::continue_as_new_suggested
+    /// [`WorkflowMetadata::history_events`]: crate::WorkflowMetadata::history_events
+    /// [`WorkflowMetadata::history_bytes`]: crate::WorkflowMetadata::history_bytes
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    ///
+    /// #[step]
+    /// async fn poll_once(i: u32) -> Result<u32> { Ok(i) }
+    ///
+    /// #[workflow]
+    /// async fn poller(rounds: u32) -> Result<(u32, bool)> {
+    ///     let mut i = 0;
+    ///     while i < rounds && !continue_as_new_suggested() {
+    ///         i = poll_once(i + 1).await?;
+    ///     }
+    ///     Ok((i, continue_as_new_suggested()))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// // Each round records two events (the step's scheduling and its result).
+    /// let rt = Runtime::builder().in_memory().history_limits(10, 1 << 20).build().await?;
+    /// let (rounds, suggested) = rt.start(poller, (100,)).await?.return_value().await?;
+    /// assert_eq!((rounds, suggested), (6, true));
+    ///
+    /// let refused = Runtime::builder().in_memory().history_limits(0, 1 << 20).build().await;
+    /// assert!(refused.unwrap_err().to_string().contains("at least 1"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn history_limits(mut self, events: u64, bytes: u64) -> Self {
+        self.history_limits = Some((events, bytes));
+        self
+    }
+
     /// Declares a queue, which bounds how many of its runs run at once: at `build` its limits are stored, replacing any earlier
     /// declaration of the same name, and every worker on the store enforces them. Runs enter
     /// it with `start(..).queue(name)` or `#[workflow(queue = "..")]`. See [`Queue`].
@@ -222,6 +269,10 @@ impl RuntimeBuilder {
     pub async fn build(mut self) -> Result<Runtime, BuildError> {
         if let Some(keys) = &self.keys {
             self.config.payloads = self.config.payloads.with_keys(keys.ring()?);
+        }
+        if let Some((events, bytes)) = self.history_limits {
+            self.config.history = crate::config::HistoryLimits::new(events, bytes)
+                .map_err(|why| BuildError::HistoryLimits { events, bytes, why })?;
         }
         let mut workflows = HashMap::new();
         for reg in inventory::iter::<WorkflowRegistration> {
@@ -329,6 +380,7 @@ impl Runtime {
             queues: Vec::new(),
             schedules: Vec::new(),
             keys: None,
+            history_limits: None,
             #[cfg(feature = "postgres")]
             schema: "workflow".to_owned(),
         }

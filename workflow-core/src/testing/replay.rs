@@ -193,7 +193,9 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
              `replay_with_keys` and that key"
         )));
     }
-    let mut core: Replay<StepExec> = Replay::new(records);
+    let (run_id, sizes) = (history.run.id, payloads.clone());
+    let measure = Box::new(move |e: &mut crate::history::Event| sizes.event_bytes(run_id, e));
+    let mut core: Replay<StepExec> = Replay::new(records, measure);
     let ctx = RunCtx::new(
         history.run.id,
         reg.name,
@@ -201,6 +203,7 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
         history.run.hook_token.clone(),
         payloads.with_max_bytes(usize::MAX),
         core.patches(),
+        crate::config::HistoryLimits::default(),
     );
     let body = (reg.run)(&ctx.payloads, history.run.id, history.run.input.clone())
         .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;

@@ -81,7 +81,7 @@ fn a_history_in_the_stored_json_format_replays() {
             at: t(i as u64),
             event,
         });
-    let mut r: Replay<()> = Replay::new(records);
+    let mut r: Replay<()> = Replay::new(records, measure());
     r.issue([step("stp_a", "orders.charge")], t(100)).unwrap();
     assert_eq!(
         r.next_delivery().unwrap().unwrap().what,

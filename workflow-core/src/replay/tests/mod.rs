@@ -115,8 +115,14 @@ impl History {
     }
 
     fn replay(self) -> Replay<()> {
-        Replay::new(self.0)
+        Replay::new(self.0, measure())
     }
+}
+
+/// Sizes an event as its whole JSON (the runtime counts payloads alone; the core does not
+/// care how).
+fn measure() -> Measure {
+    Box::new(|e: &mut Event| serde_json::to_vec(e).map_or(0, |v| v.len() as u64))
 }
 
 fn step(step_id: &str, name: &'static str) -> Command<()> {
@@ -206,6 +212,7 @@ fn divergence(r: &mut Replay<()>, cmds: Vec<Command<()>>) -> Divergence {
 mod children;
 mod divergence;
 mod ends;
+mod history;
 mod hooks;
 mod messages;
 mod patches;
