@@ -23,6 +23,7 @@ mod schedules;
 mod stores;
 mod streams;
 mod transactional;
+mod chains;
 
 use clap::{Parser, ValueEnum};
 
@@ -91,6 +92,9 @@ enum Scenario {
     /// from eight senders into one run.
     #[value(alias = "message")]
     Messages,
+    /// Continue-as-new: per continuation, a chain of runs continuing at once.
+    #[value(name = "continue-as-new", alias = "chains")]
+    ContinueAsNew,
 }
 
 #[derive(Debug, Parser)]
@@ -187,6 +191,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules,
             Messages,
             Transactional,
+            ContinueAsNew,
             ScaleOut,
             W0,
             W1,
@@ -210,6 +215,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules => &Schedules,
             Messages => &Messages,
             Transactional => &Transactional,
+            ContinueAsNew => &ContinueAsNew,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -233,6 +239,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules => schedules::schedules(ctx, &mut rep).await?,
             Messages => messages::messages(ctx, &mut rep).await?,
             Transactional => transactional::transactional(ctx, &mut rep).await?,
+            ContinueAsNew => chains::continue_as_new_cost(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -361,6 +368,7 @@ mod tests {
             "schedules",
             "messages",
             "transactional",
+            "continue-as-new",
             "W0",
             "W1",
             "W2",

@@ -60,6 +60,18 @@ pub struct Error {
     /// "encrypted (key <id>)" until the runtime opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sealed: Option<Box<serde_json::Value>>,
+    /// The run to continue as, when this is the value of `continue_as_new(..)`: the driver
+    /// of a workflow returning it continues the run instead of failing it. Never stored.
+    #[serde(skip)]
+    continuation: Option<Box<Continuation>>,
+}
+
+/// What `continue_as_new(wf, args)` asks for: the next run's workflow and its arguments as
+/// serialized (or why they could not be).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Continuation {
+    pub(crate) workflow: &'static str,
+    pub(crate) input: Result<serde_json::Value, String>,
 }
 
 impl Error {
@@ -71,7 +83,35 @@ impl Error {
             hook_conflict: None,
             divergence: None,
             sealed: None,
+            continuation: None,
         }
+    }
+
+    /// The value of `continue_as_new(..)`: an error (so it type-checks as any workflow's
+    /// return value) that the driver recognises, failing the run only where nothing drives
+    /// it (a step, or outside a workflow).
+    pub(crate) fn continuation(c: Continuation) -> Self {
+        let mut e = Error::new(
+            ErrorKind::Fatal,
+            format!(
+                "continue_as_new({}) was returned where no workflow run ends with it (inside a \
+                 step, or outside a workflow)",
+                c.workflow
+            ),
+        );
+        e.continuation = Some(Box::new(c));
+        e
+    }
+
+    /// The continuation this error carries, if it is the value of `continue_as_new(..)`.
+    pub(crate) fn continuation_of(&self) -> Option<&Continuation> {
+        self.continuation.as_deref()
+    }
+
+    /// True when this is the value of `continue_as_new(..)`: returned by a workflow body, the
+    /// run continues as a new run instead of failing.
+    pub fn is_continue_as_new(&self) -> bool {
+        self.continuation.is_some()
     }
 
     /// The sealed envelope of the message, when it is sealed.

@@ -52,6 +52,7 @@ pub mod api;
 mod child;
 mod config;
 mod context;
+mod continuation;
 mod crypto;
 mod divergence;
 mod driver;
@@ -81,6 +82,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub use child::{start_child, Child, StartChild};
+pub use continuation::{continue_as_new, ContinueAsNew};
 pub use context::{
     create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, step_metadata,
     try_step_metadata, try_workflow_metadata, workflow_metadata, Hook, HookConflict, StepMetadata,
@@ -130,7 +132,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything a workflow author needs: `use workflow_core::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
+        continue_as_new, create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
         step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
         Hook, HookConflict, HookConflictError, HookError, HookRef, Keys, Queue, Result, Run,
         RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,

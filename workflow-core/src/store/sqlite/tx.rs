@@ -320,11 +320,11 @@ impl Tx for Lite<'_> {
             self.0,
             SQL.end_run,
             params![run, status, output, error, now],
-            |r| r.get::<_, Option<String>>(0),
-        )?
-        .flatten();
-        if let Some(parent) = parent {
-            let notice = end.notice(run);
+            |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, String>(1)?)),
+        )?;
+        // A chain's end names its first run, which the parent awaits.
+        if let Some((Some(parent), origin)) = parent {
+            let notice = end.notice(&origin);
             exec(
                 self.0,
                 SQL.dialect.child_notice,
@@ -384,7 +384,7 @@ pub(super) fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(16)?, r.get(17)?);
+        let (epoch, wake_at) = (r.get(18)?, r.get(19)?);
         Ok(LeasedRow {
             run,
             epoch,

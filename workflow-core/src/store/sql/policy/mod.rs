@@ -23,6 +23,7 @@ use super::{sql_epoch, EncodedEnd, EncodedEvents};
 
 mod admin;
 mod admit;
+mod chain;
 // Only dialects that batch typed writes use it (PostgreSQL).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod group;
@@ -32,6 +33,7 @@ mod write;
 
 pub(in crate::store) use admin::*;
 pub(in crate::store) use admit::*;
+pub(in crate::store) use chain::*;
 #[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
 pub(in crate::store) use group::*;
 pub(in crate::store) use queues::*;
