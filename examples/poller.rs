@@ -106,7 +106,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Into::into,
     );
     let rt = Runtime::builder().sqlite(&db).build().await?;
-    println!("a poller of {ROUNDS_PER_RUN} polls per run, on {}", db.display());
+    println!(
+        "a poller of {ROUNDS_PER_RUN} polls per run, on {}",
+        db.display()
+    );
     let ((cursor, commands), chain) = demo(&rt, 5).await?;
     for link in &chain {
         println!(
@@ -114,6 +117,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             link.id, link.status, link.events
         );
     }
-    println!("cursor {cursor} after {} runs, {commands} commands received", chain.len());
+    println!(
+        "cursor {cursor} after {} runs, {commands} commands received",
+        chain.len()
+    );
     Ok(())
 }

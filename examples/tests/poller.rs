@@ -5,7 +5,7 @@
 #[path = "../poller.rs"]
 mod poller;
 
-use workflow_core::{Runtime, RunStatus};
+use workflow_core::{RunStatus, Runtime};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_poller_continues_with_its_cursor_and_bounded_histories() {
@@ -15,15 +15,16 @@ async fn the_poller_continues_with_its_cursor_and_bounded_histories() {
         .build()
         .await
         .unwrap();
-    let ((cursor, commands), chain) = tokio::time::timeout(
-        std::time::Duration::from_secs(90),
-        poller::demo(&rt, 5),
-    )
-    .await
-    .expect("the poller finished in time")
-    .unwrap();
+    let ((cursor, commands), chain) =
+        tokio::time::timeout(std::time::Duration::from_secs(90), poller::demo(&rt, 5))
+            .await
+            .expect("the poller finished in time")
+            .unwrap();
     assert_eq!(cursor, 5 * u64::from(poller::ROUNDS_PER_RUN) * 3);
-    assert_eq!(commands, 2, "the pause and the resume, whichever run got them");
+    assert_eq!(
+        commands, 2,
+        "the pause and the resume, whichever run got them"
+    );
     assert_eq!(chain.len(), 5);
     let longest = chain.iter().map(|l| l.events).max().unwrap();
     let shortest = chain.iter().map(|l| l.events).min().unwrap();

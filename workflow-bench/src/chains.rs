@@ -18,7 +18,7 @@ async fn count_down(n: u32) -> Result<u32> {
     if n == 0 {
         return Ok(0);
     }
-    return continue_as_new(count_down, (n - 1,)).await;
+    continue_as_new(count_down, (n - 1,)).await
 }
 
 pub async fn continue_as_new_cost(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {

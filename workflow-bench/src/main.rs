@@ -13,6 +13,7 @@
 //! prints one table: median (min .. max) over the trials, the ratio to the baseline commit, and
 //! the target where the scenario has one. See BENCHMARKS.md.
 
+mod chains;
 mod compare;
 mod flows;
 mod messages;
@@ -23,7 +24,6 @@ mod schedules;
 mod stores;
 mod streams;
 mod transactional;
-mod chains;
 
 use clap::{Parser, ValueEnum};
 

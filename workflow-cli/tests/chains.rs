@@ -19,7 +19,7 @@ async fn cli_count_down(n: u32) -> workflow_core::Result<u32> {
     if n == 0 {
         return Ok(0);
     }
-    return continue_as_new(cli_count_down, (n - 1,)).await;
+    continue_as_new(cli_count_down, (n - 1,)).await
 }
 
 fn ids(v: &Value) -> Vec<String> {
@@ -37,12 +37,14 @@ async fn the_cli_and_the_dashboard_show_a_chain(b: Backend) {
     assert_eq!(run.return_value().await.unwrap(), 0);
     let first = run.info().await.unwrap();
     let second: RunId = first.next_run.expect("the first run continued");
-    let third = f.rt.get_run(&second).info().await.unwrap().next_run.unwrap();
-    let (first, second_s, third_s) = (
-        first.id.to_string(),
-        second.to_string(),
-        third.to_string(),
-    );
+    let third =
+        f.rt.get_run(&second)
+            .info()
+            .await
+            .unwrap()
+            .next_run
+            .unwrap();
+    let (first, second_s, third_s) = (first.id.to_string(), second.to_string(), third.to_string());
 
     let out = cli(db, &["run", &second_s]).await.ok();
     let line = |name: &str| {

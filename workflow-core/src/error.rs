@@ -52,7 +52,8 @@ pub struct Error {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    hook_conflict: Option<HookConflictError>,
+    /// Boxed, like the other rare parts, to keep `Result<T, Error>` small.
+    hook_conflict: Option<Box<HookConflictError>>,
     /// Boxed: most errors are not divergences, and it would double the size of every `Result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     divergence: Option<Box<Divergence>>,
@@ -185,7 +186,7 @@ impl Error {
     /// The error a conflicted hook yields (see [`HookConflictError`]).
     pub fn hook_conflict(conflict: HookConflictError) -> Self {
         let mut e = Self::new(ErrorKind::HookConflict, conflict.to_string());
-        e.hook_conflict = Some(conflict);
+        e.hook_conflict = Some(Box::new(conflict));
         e
     }
 
@@ -222,7 +223,7 @@ impl Error {
 
     /// The hook conflict this error reports, if it is one.
     pub fn as_hook_conflict(&self) -> Option<&HookConflictError> {
-        self.hook_conflict.as_ref()
+        self.hook_conflict.as_deref()
     }
 
     /// The delay requested with [`Error::retry_after`].

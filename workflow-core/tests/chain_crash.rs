@@ -23,7 +23,7 @@ async fn crash_chain(left: u32, mut got: Vec<String>) -> Result<Vec<String>> {
     if left == 0 {
         return Ok(got);
     }
-    return continue_as_new(crash_chain, (left - 1, got)).await;
+    continue_as_new(crash_chain, (left - 1, got)).await
 }
 
 /// The worker process: a worker runtime on the store named in its environment.
@@ -58,10 +58,7 @@ async fn killed_at_the_seam(place: Place) {
         .build()
         .await
         .unwrap();
-    let run = client
-        .start(crash_chain, (2, Vec::new()))
-        .await
-        .unwrap();
+    let run = client.start(crash_chain, (2, Vec::new())).await.unwrap();
     for i in 0..3 {
         run.send("m", format!("m{i}")).await.unwrap();
     }
@@ -84,7 +81,11 @@ async fn killed_at_the_seam(place: Place) {
     let got = run.return_value().await.unwrap();
     assert_eq!(got, vec!["m0", "m1", "m2"], "every message once, in order");
     let all = client.runs(RunFilter::new().limit(100)).await.unwrap();
-    assert_eq!(all.len(), 3, "exactly one next run per continuation: {all:?}");
+    assert_eq!(
+        all.len(),
+        3,
+        "exactly one next run per continuation: {all:?}"
+    );
     let mut id = Some(run.id());
     let mut received = Vec::new();
     let mut links = 0;

@@ -21,7 +21,7 @@ async fn count_down(n: u32) -> Result<u32> {
     if n == 0 {
         return Ok(42);
     }
-    return continue_as_new(count_down, (n - 1,)).await;
+    continue_as_new(count_down, (n - 1,)).await
 }
 
 /// Starts `count_down(n)` as a child and adds one to its result.
@@ -34,7 +34,13 @@ async fn parent_of_chain(n: u32) -> Result<u32> {
 /// Run `k` of a chain of `runs` runs receives payloads on `token` until it has
 /// `total * (k + 1) / runs` of them, then continues as run `k + 1`; the last returns all.
 #[workflow]
-async fn hook_chain(token: String, k: u32, runs: u32, total: u32, mut got: Vec<u32>) -> Result<Vec<u32>> {
+async fn hook_chain(
+    token: String,
+    k: u32,
+    runs: u32,
+    total: u32,
+    mut got: Vec<u32>,
+) -> Result<Vec<u32>> {
     let mut hook = create_hook::<u32>(token.clone());
     let until = (u64::from(total) * u64::from(k + 1) / u64::from(runs)) as usize;
     while got.len() < until {
@@ -43,7 +49,7 @@ async fn hook_chain(token: String, k: u32, runs: u32, total: u32, mut got: Vec<u
     if k + 1 == runs {
         return Ok(got);
     }
-    return continue_as_new(hook_chain, (token, k + 1, runs, total, got)).await;
+    continue_as_new(hook_chain, (token, k + 1, runs, total, got)).await
 }
 
 /// Each run receives one message on "m"; `left` more runs follow.
@@ -53,7 +59,7 @@ async fn mailbox(left: u32, mut got: Vec<String>) -> Result<Vec<String>> {
     if left == 0 {
         return Ok(got);
     }
-    return continue_as_new(mailbox, (left - 1, got)).await;
+    continue_as_new(mailbox, (left - 1, got)).await
 }
 
 /// The first run waits for "go" and continues without reading its requests; the next run
@@ -88,7 +94,7 @@ async fn slow_chain(left: u32) -> Result<u64> {
     if left == 0 {
         return wall_ms().await;
     }
-    return continue_as_new(slow_chain, (left - 1,)).await;
+    continue_as_new(slow_chain, (left - 1,)).await
 }
 
 /// Returns the wall clock when it begins.
@@ -166,7 +172,11 @@ async fn a_hook_token_stays_owned_through_100_continuations(backend: Backend) {
     };
     let got = run.return_value().await.unwrap();
     sender.await.unwrap();
-    assert_eq!(got, (0..total).collect::<Vec<_>>(), "each payload once, in order");
+    assert_eq!(
+        got,
+        (0..total).collect::<Vec<_>>(),
+        "each payload once, in order"
+    );
     let records = chain(&rt, run.id()).await;
     assert_eq!(records.len(), runs as usize);
     // Each payload is in exactly one run's history.

@@ -35,10 +35,7 @@ impl Driver {
             Ok(input) => input,
             Err(e) => return self.end_with(Err(e), now).await,
         };
-        let writes = match self
-            .replay
-            .continued(next_id, c.workflow.to_owned(), now)
-        {
+        let writes = match self.replay.continued(next_id, c.workflow.to_owned(), now) {
             Ok(writes) => writes,
             Err(d) => return self.diverge(d).await,
         };

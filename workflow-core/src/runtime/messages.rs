@@ -152,13 +152,15 @@ impl IntoFuture for SendMessage {
                         Ok(())
                     }
                     SendOutcome::Duplicate(_) => Ok(()),
-                    SendOutcome::Ended(RunStatus::ContinuedAsNew) => match next_of(inner, to).await? {
-                        Some(next) => {
-                            to = next;
-                            continue;
+                    SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
+                        match next_of(inner, to).await? {
+                            Some(next) => {
+                                to = next;
+                                continue;
+                            }
+                            None => Err(RunError::NotFound(to)),
                         }
-                        None => Err(RunError::NotFound(to)),
-                    },
+                    }
                     SendOutcome::Ended(status) => Err(RunError::Ended { id, status }),
                     SendOutcome::NotFound => Err(RunError::NotFound(id)),
                 };

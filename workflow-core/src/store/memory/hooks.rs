@@ -48,9 +48,7 @@ impl HookStore for MemoryStore {
         st.held(lease)?;
         let outcome = match st.hooks.get(token).filter(|h| h.taken(at)) {
             // A token the run owns already (inherited from the run it continues) binds.
-            Some(owner) if owner.active && owner.run_id == lease.run_id => {
-                ClaimOutcome::Claimed
-            }
+            Some(owner) if owner.active && owner.run_id == lease.run_id => ClaimOutcome::Claimed,
             Some(owner) => ClaimOutcome::Conflict(owner.run_id),
             None => {
                 st.hooks.insert(

@@ -11,9 +11,9 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    block_backoff, check_continuation, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
-    Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun, RetryOutcome,
-    RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
+    block_backoff, check_continuation, failure_backoff, gave_up, AcquireRequest, Admission, Append,
+    CancelOutcome, Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun,
+    RetryOutcome, RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
 };
 
 #[async_trait::async_trait]

@@ -101,7 +101,10 @@ impl RunRow {
             version: self.version,
             previous_run: self
                 .previous_run
-                .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "previous_run", e)))
+                .map(|p| {
+                    p.parse::<RunId>()
+                        .map_err(|e| corrupt(run, "previous_run", e))
+                })
                 .transpose()?,
             next_run: self
                 .next_run

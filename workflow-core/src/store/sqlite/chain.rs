@@ -87,7 +87,14 @@ impl SqliteStore {
         let lease = lease.clone();
         let write = EncodedAppend::new(write)?;
         let next = NextRunRow::new(&next)?;
-        self.write(move |tx| now(policy::continue_as_new(&mut Lite(tx), &lease, &write, &next)))
-            .await
+        self.write(move |tx| {
+            now(policy::continue_as_new(
+                &mut Lite(tx),
+                &lease,
+                &write,
+                &next,
+            ))
+        })
+        .await
     }
 }

@@ -102,7 +102,11 @@ pub async fn continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inher
     assert_eq!(next_rec.hook_token.as_deref(), Some("chain-tok"));
     assert!(store.events(&next).await.unwrap().is_empty());
 
-    assert_eq!(owner(store, "chain-tok").await, Some(next), "the token moved");
+    assert_eq!(
+        owner(store, "chain-tok").await,
+        Some(next),
+        "the token moved"
+    );
     assert!(store.payloads(&old, 0).await.unwrap().is_empty());
     let inbox: Vec<u64> = store
         .payloads(&next, 0)
@@ -175,11 +179,18 @@ pub async fn continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothin
     assert!(store.events(&run).await.unwrap().is_empty());
 
     store
-        .append(&current, &ap(Vec::new(), Some(RunOutcome::Completed(json!(1)))))
+        .append(
+            &current,
+            &ap(Vec::new(), Some(RunOutcome::Completed(json!(1)))),
+        )
         .await
         .unwrap();
     let refused = store
-        .continue_as_new(&current, &continued(next, t(1_002)), next_run(next, t(1_002)))
+        .continue_as_new(
+            &current,
+            &continued(next, t(1_002)),
+            next_run(next, t(1_002)),
+        )
         .await;
     assert!(
         matches!(refused, Err(StoreError::LeaseLost(_))),
@@ -251,9 +262,7 @@ pub async fn a_continued_run_keeps_its_queue_slot<S: Store>(store: &S) {
 
 /// A child that continues as new keeps its parent: the chain's last run's end reaches the
 /// parent's inbox, naming the child the parent started (the chain's first run).
-pub async fn a_continued_child_s_end_reaches_the_parent_under_its_first_id<S: Store>(
-    store: &S,
-) {
+pub async fn a_continued_child_s_end_reaches_the_parent_under_its_first_id<S: Store>(store: &S) {
     let parent = create(store, "orders", t(0)).await;
     let parent_lease = lease_one(store, parent, t(1)).await;
     let child = RunId::new();
