@@ -260,7 +260,31 @@ async fn a_concurrency_1_queue_admits_no_other_run_while_the_chain_lives(backend
     rt.shutdown();
 }
 
+async fn requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one(
+    backend: Backend,
+) {
+    let db = common::TestDb::new(backend);
+    let rt = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .encryption(workflow_core::Keys::new().current("chain-key", [7u8; 32]))
+        .build()
+        .await
+        .unwrap();
+    let run = rt.start(deferring, (true,)).await.unwrap();
+    run.send("go", "now").await.unwrap();
+    while run.info().await.unwrap().next_run.is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Addressed to the first run, which continued: sealed again for the run that answers.
+    let answer = run.request::<u32, u32>("ask", 21).await.unwrap();
+    assert_eq!(answer, 42);
+    assert_eq!(run.return_value().await.unwrap(), 21);
+    rt.shutdown();
+}
+
 on_every_store!(
+    requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one,
     return_value_on_the_first_run_waits_for_the_chain,
     a_hook_token_stays_owned_through_100_continuations,
     messages_sent_across_the_seam_reach_the_next_runs,

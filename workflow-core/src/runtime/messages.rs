@@ -134,7 +134,7 @@ impl IntoFuture for SendMessage {
                 self.payload,
             )?;
             let inner = &self.run.rt.inner;
-            let message = NewMessage {
+            let mut message = NewMessage {
                 topic: self.topic,
                 payload,
                 idempotency_key: self.key,
@@ -155,6 +155,10 @@ impl IntoFuture for SendMessage {
                     SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
                         match next_of(inner, to).await? {
                             Some(next) => {
+                                let kind = PayloadKind::Message {
+                                    topic: &message.topic,
+                                };
+                                message.payload = resealed(inner, message.payload, kind, to, next)?;
                                 to = next;
                                 continue;
                             }
@@ -175,4 +179,22 @@ pub(super) async fn next_of(
     id: crate::ids::RunId,
 ) -> Result<Option<crate::ids::RunId>, crate::error::StoreError> {
     Ok(inner.store.get_run(&id).await?.and_then(|r| r.next_run))
+}
+
+/// A payload sealed for run `from`, sealed again for run `to` (the run that continues it):
+/// the same value when encryption is off.
+pub(super) fn resealed(
+    inner: &super::Inner,
+    payload: Value,
+    kind: PayloadKind<'_>,
+    from: crate::ids::RunId,
+    to: crate::ids::RunId,
+) -> Result<Value, RunError> {
+    let payloads = &inner.config.payloads;
+    let plain: Value = payloads
+        .decode(payload, kind.of(from))
+        .map_err(|e| RunError::Payload(e.to_string()))?;
+    payloads
+        .encode(&plain, kind.of(to))
+        .map_err(|e| RunError::Payload(e.to_string()))
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::messages::{checked_send, next_of};
+use super::messages::{checked_send, next_of, resealed};
 use super::{Run, StreamWatch};
 use crate::crypto::places::{of_run, REPLY};
 use crate::error::RunError;
@@ -149,7 +149,7 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
             // Watching before the send: a reply recorded at once is not missed.
             let deadline = self.timeout.map(|d| Instant::now().checked_add(d));
             let mut watch = StreamWatch::new(inner, id);
-            let request = NewRequest {
+            let mut request = NewRequest {
                 name: self.name.clone(),
                 payload,
                 idempotency_key: self.key,
@@ -171,6 +171,9 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
                     SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
                         match next_of(inner, id).await? {
                             Some(next) => {
+                                let kind = PayloadKind::Request { name: &self.name };
+                                request.payload =
+                                    resealed(inner, request.payload, kind, id, next)?;
                                 id = next;
                                 watch = StreamWatch::new(inner, id);
                                 continue;
