@@ -260,9 +260,7 @@ async fn a_concurrency_1_queue_admits_no_other_run_while_the_chain_lives(backend
     rt.shutdown();
 }
 
-async fn requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one(
-    backend: Backend,
-) {
+async fn requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one(backend: Backend) {
     let db = common::TestDb::new(backend);
     let rt = db
         .builder()

@@ -172,8 +172,7 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
                         match next_of(inner, id).await? {
                             Some(next) => {
                                 let kind = PayloadKind::Request { name: &self.name };
-                                request.payload =
-                                    resealed(inner, request.payload, kind, id, next)?;
+                                request.payload = resealed(inner, request.payload, kind, id, next)?;
                                 id = next;
                                 watch = StreamWatch::new(inner, id);
                                 continue;

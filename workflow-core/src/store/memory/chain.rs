@@ -111,6 +111,7 @@ impl State {
         for h in self.hooks.values_mut() {
             if h.run_id == old && h.active {
                 h.run_id = next.id;
+                h.inherited = true;
             }
         }
         for (run, entry) in self.inbox.values_mut() {

@@ -124,6 +124,9 @@ impl Row {
 
 pub(super) struct HookRow {
     pub(super) run_id: RunId,
+    /// Inherited by the run that continued a chain (`continue_as_new`) and not claimed by it
+    /// since: its first claim binds.
+    pub(super) inherited: bool,
     pub(super) created_at: SystemTime,
     pub(super) active: bool,
     pub(super) retain_until: Option<SystemTime>,
@@ -387,6 +390,7 @@ impl State {
                 hook.token.clone(),
                 HookRow {
                     run_id: run.id,
+                    inherited: false,
                     created_at: run.created_at,
                     active: true,
                     retain_until: hook.retain_until,

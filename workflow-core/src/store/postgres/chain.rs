@@ -19,6 +19,8 @@ pub(super) struct ChainSql {
     /// trace context) is added to both of its lists. One row: whether the next run was
     /// inserted.
     pub(super) continue_run: String,
+    /// `Tx::bind_inherited`: `$1` token, `$2` run.
+    pub(super) bind_inherited: String,
 }
 
 impl ChainSql {
@@ -40,7 +42,8 @@ impl ChainSql {
                          lease_until = NULL, updated_at = $6
                      WHERE id = $1),
                  hooks AS (
-                     UPDATE {s}.hooks SET run_id = $2 WHERE run_id = $1 AND active),
+                     UPDATE {s}.hooks SET run_id = $2, inherited = TRUE
+                     WHERE run_id = $1 AND active),
                  inbox AS (
                      UPDATE {s}.hook_inbox SET run_id = $2 WHERE run_id = $1 AND token <> $7),
                  message_keys AS (
@@ -54,6 +57,10 @@ impl ChainSql {
                  ticks AS (
                      UPDATE {s}.schedule_ticks SET run_id = $2 WHERE run_id = $1)
                  SELECT EXISTS (SELECT 1 FROM next)"
+            ),
+            bind_inherited: format!(
+                "UPDATE {s}.hooks SET inherited = FALSE
+                 WHERE token = $1 AND run_id = $2 AND active AND inherited"
             ),
         }
     }

@@ -66,6 +66,7 @@ ALTER TABLE {schema}.runs
     ADD COLUMN previous_run TEXT COLLATE "C",
     ADD COLUMN next_run TEXT COLLATE "C",
     ADD COLUMN origin TEXT COLLATE "C";
+ALTER TABLE {schema}.hooks ADD COLUMN inherited BOOLEAN NOT NULL DEFAULT FALSE;
 "#,
 };
 

@@ -31,7 +31,7 @@ WHERE id = ?1";
 
 /// `?1` the old run, `?2` the next run (`?3`: the token of children's ends, which stay).
 const MOVE: [&str; 5] = [
-    "UPDATE hooks SET run_id = ?2 WHERE run_id = ?1 AND active = 1",
+    "UPDATE hooks SET run_id = ?2, inherited = 1 WHERE run_id = ?1 AND active = 1",
     "UPDATE hook_inbox SET run_id = ?2 WHERE run_id = ?1 AND token <> ?3",
     "UPDATE message_keys SET run_id = ?2 WHERE run_id = ?1",
     "UPDATE run_requests SET run_id = ?2 WHERE run_id = ?1 AND reply IS NULL",

@@ -70,6 +70,8 @@ const MIGRATION_CHAINS: Migration = Migration {
 ALTER TABLE runs ADD COLUMN previous_run TEXT;
 ALTER TABLE runs ADD COLUMN next_run TEXT;
 ALTER TABLE runs ADD COLUMN origin TEXT;
+-- 1 while the run that continued a chain owns a token it inherited and has not claimed.
+ALTER TABLE hooks ADD COLUMN inherited INTEGER NOT NULL DEFAULT 0;
 ",
 };
 

@@ -113,6 +113,16 @@ impl Tx for Lite<'_> {
         Ok(exec(self.0, SQL.claim, params![token, run, at, retain_until])? > 0)
     }
 
+    async fn bind_inherited(&mut self, token: &str, run: &str) -> Result<bool, StoreError> {
+        let bound = exec(
+            self.0,
+            "UPDATE hooks SET inherited = 0
+             WHERE token = ?1 AND run_id = ?2 AND active = 1 AND inherited = 1",
+            params![token, run],
+        )?;
+        Ok(bound > 0)
+    }
+
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
         Ok(self
             .0

@@ -143,6 +143,15 @@ pub async fn continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inher
         .await
         .unwrap();
     assert_eq!(claimed, ClaimOutcome::Claimed, "the inherited token binds");
+    let again = store
+        .claim_hook(&next_lease, "hk_1", "chain-tok", t(9))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        ClaimOutcome::Conflict(next),
+        "bound once: a second claim by its owner conflicts, as any does"
+    );
     store
         .append(
             &next_lease,
@@ -317,4 +326,55 @@ pub async fn a_continued_child_s_end_reaches_the_parent_under_its_first_id<S: St
     assert_eq!(ends[0].child, child, "named as the parent started it");
     assert_eq!(ends[0].status, RunStatus::Completed);
     assert_eq!(ends[0].output, Some(json!("last")));
+}
+
+/// The tick that started a run names the run that continues it: the chain is the tick's run
+/// (its overlap policy sees the chain running until its last run ends).
+pub async fn a_continued_run_stays_its_schedule_tick_s_run<S: Store>(store: &S) {
+    let def = ScheduleDef {
+        name: "chained".to_owned(),
+        workflow: "hooked".to_owned(),
+        queue: None,
+        spec: ScheduleSpec::Every { period_ms: 1000 },
+        overlap: Overlap::Skip,
+        catch_up: CatchUp::Latest,
+        catch_up_window: Duration::from_secs(3600),
+        jitter: Duration::ZERO,
+    };
+    store
+        .define_schedule(&def, Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    let first = RunId::new();
+    let fired = store
+        .fire_tick(NewTick {
+            schedule: "chained".to_owned(),
+            nominal: t(1000),
+            outcome: TickOutcome::Started,
+            run: Some(next_run(first, t(1000))),
+            backfill: false,
+            at: t(1000),
+            next: Some(t(2000)),
+            replace_runless: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(fired, TickWrite::Recorded);
+    let lease = lease_one(store, first, t(1001)).await;
+    let next = RunId::new();
+    store
+        .continue_as_new(&lease, &continued(next, t(1002)), next_run(next, t(1002)))
+        .await
+        .unwrap();
+    let ticks = store.schedule_ticks("chained", 1).await.unwrap();
+    assert_eq!(ticks.len(), 1);
+    assert_eq!(ticks[0].run_id, Some(next), "{ticks:?}");
+    let state = store
+        .list_schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.def.name == "chained")
+        .unwrap();
+    assert_eq!(state.last_started, Some((t(1000), next)));
 }

@@ -222,11 +222,11 @@ async fn claim_token(
     if tx.claim(token, run, at, retain_until).await? {
         return Ok(None);
     }
-    let (owner, active) = tx.hook_owner(token).await?;
-    // A token the run owns already (inherited from the run it continues) binds.
-    if active && owner == run {
+    // A token the run inherited from the run it continues binds, once.
+    if tx.bind_inherited(token, run).await? {
         return Ok(None);
     }
+    let (owner, _) = tx.hook_owner(token).await?;
     owner_of(&owner, token).map(Some)
 }
 

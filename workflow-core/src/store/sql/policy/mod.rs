@@ -94,6 +94,15 @@ pub(in crate::store) trait Tx: Sized {
         retain_until: Option<i64>,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
+    /// Binds `token` to `run`'s hook if `run` inherited it (`continue_as_new`) and has not
+    /// claimed it since: the mark is cleared, so a second claim by the run conflicts as any
+    /// claim of a token it owns does. True when bound.
+    fn bind_inherited(
+        &mut self,
+        token: &str,
+        run: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
     /// The run recorded as the owner of `token` (which has a row), and whether its hook is
     /// active (not only retained).
     fn hook_owner(
