@@ -13,6 +13,7 @@
 //! prints one table: median (min .. max) over the trials, the ratio to the baseline commit, and
 //! the target where the scenario has one. See BENCHMARKS.md.
 
+mod chains;
 mod compare;
 mod flows;
 mod history;
@@ -97,6 +98,9 @@ enum Scenario {
     /// from eight senders into one run.
     #[value(alias = "message")]
     Messages,
+    /// Continue-as-new: per continuation, a chain of runs continuing at once.
+    #[value(name = "continue-as-new", alias = "chains")]
+    ContinueAsNew,
 }
 
 #[derive(Debug, Parser)]
@@ -194,6 +198,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules,
             Messages,
             Transactional,
+            ContinueAsNew,
             ScaleOut,
             W0,
             W1,
@@ -218,6 +223,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules => &Schedules,
             Messages => &Messages,
             Transactional => &Transactional,
+            ContinueAsNew => &ContinueAsNew,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -242,6 +248,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Schedules => schedules::schedules(ctx, &mut rep).await?,
             Messages => messages::messages(ctx, &mut rep).await?,
             Transactional => transactional::transactional(ctx, &mut rep).await?,
+            ContinueAsNew => chains::continue_as_new_cost(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -371,6 +378,7 @@ mod tests {
             "schedules",
             "messages",
             "transactional",
+            "continue-as-new",
             "W0",
             "W1",
             "W2",

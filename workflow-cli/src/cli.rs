@@ -80,7 +80,7 @@ pub enum Command {
     /// List runs, newest first.
     Runs {
         /// Only runs in this state.
-        #[arg(long, value_parser = ["pending", "running", "blocked", "completed", "failed", "cancelled"])]
+        #[arg(long, value_parser = ["pending", "running", "blocked", "completed", "failed", "cancelled", "continued_as_new"])]
         status: Option<String>,
         /// Only runs of this workflow.
         #[arg(long, value_name = "NAME")]

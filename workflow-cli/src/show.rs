@@ -75,6 +75,12 @@ pub fn run_text(d: &RunDetail) -> String {
     if let Some(parent) = &r.parent {
         field("parent", &parent.to_string());
     }
+    if let Some(previous) = &r.previous_run {
+        field("previous run", &previous.to_string());
+    }
+    if let Some(next) = &r.next_run {
+        field("next run", &next.to_string());
+    }
     if let Some(q) = &r.queue {
         let mut place = format!("{}, priority {}", q.name, q.priority);
         if let Some(k) = &q.partition_key {

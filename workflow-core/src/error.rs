@@ -52,7 +52,8 @@ pub struct Error {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retry_after_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    hook_conflict: Option<HookConflictError>,
+    /// Boxed, like the other rare parts, to keep `Result<T, Error>` small.
+    hook_conflict: Option<Box<HookConflictError>>,
     /// Boxed: most errors are not divergences, and it would double the size of every `Result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     divergence: Option<Box<Divergence>>,
@@ -60,6 +61,18 @@ pub struct Error {
     /// "encrypted (key <id>)" until the runtime opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sealed: Option<Box<serde_json::Value>>,
+    /// The run to continue as, when this is the value of `continue_as_new(..)`: the driver
+    /// of a workflow returning it continues the run instead of failing it. Never stored.
+    #[serde(skip)]
+    continuation: Option<Box<Continuation>>,
+}
+
+/// What `continue_as_new(wf, args)` asks for: the next run's workflow and its arguments as
+/// serialized (or why they could not be).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Continuation {
+    pub(crate) workflow: &'static str,
+    pub(crate) input: Result<serde_json::Value, String>,
 }
 
 impl Error {
@@ -71,7 +84,35 @@ impl Error {
             hook_conflict: None,
             divergence: None,
             sealed: None,
+            continuation: None,
         }
+    }
+
+    /// The value of `continue_as_new(..)`: an error (so it type-checks as any workflow's
+    /// return value) that the driver recognises, failing the run only where nothing drives
+    /// it (a step, or outside a workflow).
+    pub(crate) fn continuation(c: Continuation) -> Self {
+        let mut e = Error::new(
+            ErrorKind::Fatal,
+            format!(
+                "continue_as_new({}) was returned where no workflow run ends with it (inside a \
+                 step, or outside a workflow)",
+                c.workflow
+            ),
+        );
+        e.continuation = Some(Box::new(c));
+        e
+    }
+
+    /// The continuation this error carries, if it is the value of `continue_as_new(..)`.
+    pub(crate) fn continuation_of(&self) -> Option<&Continuation> {
+        self.continuation.as_deref()
+    }
+
+    /// True when this is the value of `continue_as_new(..)`: returned by a workflow body, the
+    /// run continues as a new run instead of failing.
+    pub fn is_continue_as_new(&self) -> bool {
+        self.continuation.is_some()
     }
 
     /// The sealed envelope of the message, when it is sealed.
@@ -145,7 +186,7 @@ impl Error {
     /// The error a conflicted hook yields (see [`HookConflictError`]).
     pub fn hook_conflict(conflict: HookConflictError) -> Self {
         let mut e = Self::new(ErrorKind::HookConflict, conflict.to_string());
-        e.hook_conflict = Some(conflict);
+        e.hook_conflict = Some(Box::new(conflict));
         e
     }
 
@@ -182,7 +223,7 @@ impl Error {
 
     /// The hook conflict this error reports, if it is one.
     pub fn as_hook_conflict(&self) -> Option<&HookConflictError> {
-        self.hook_conflict.as_ref()
+        self.hook_conflict.as_deref()
     }
 
     /// The delay requested with [`Error::retry_after`].

@@ -73,6 +73,15 @@ pub enum Event {
     },
     /// The run was cancelled.
     RunCancelled,
+    /// The workflow returned `continue_as_new(wf, args)`: the run ended as
+    /// `continued_as_new` and, in the same store transaction, run `next_run` of `workflow` was
+    /// admitted (its arguments are its own record's input). The last event of such a run.
+    RunContinuedAsNew {
+        /// The run that carries on.
+        next_run: RunId,
+        /// Its workflow (the same or another).
+        workflow: String,
+    },
     /// The workflow committed the registration of a hook; delivered to the workflow.
     HookRegistered {
         /// The hook's key within the run (`hk_<n>`).
@@ -198,6 +207,7 @@ impl Event {
             Event::RunCompleted { .. } => "run_completed",
             Event::RunFailed { .. } => "run_failed",
             Event::RunCancelled => "run_cancelled",
+            Event::RunContinuedAsNew { .. } => "run_continued_as_new",
             Event::HookRegistered { .. } => "hook_registered",
             Event::HookReceived { .. } => "hook_received",
             Event::HookReleased { .. } => "hook_released",
@@ -539,6 +549,10 @@ mod tests {
                 error: Error::fatal("x"),
             },
             Event::RunCancelled,
+            Event::RunContinuedAsNew {
+                next_run: RunId::new(),
+                workflow: s(),
+            },
             Event::HookRegistered {
                 hook_key: s(),
                 token: s(),

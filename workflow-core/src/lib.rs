@@ -52,6 +52,7 @@ pub mod api;
 mod child;
 mod config;
 mod context;
+mod continuation;
 mod crypto;
 mod divergence;
 mod driver;
@@ -86,6 +87,7 @@ pub use context::{
     sleep_until, step_metadata, try_step_metadata, try_workflow_metadata, workflow_metadata, Hook,
     HookConflict, StepMetadata, WorkflowMetadata,
 };
+pub use continuation::{continue_as_new, ContinueAsNew};
 pub use crypto::{Codec, KeyError, Keys, PayloadContext};
 pub use divergence::{Divergence, DivergenceKind};
 pub use error::{
@@ -131,11 +133,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub mod prelude {
     pub use crate::continue_as_new_suggested;
     pub use crate::{
-        create_generated_hook, create_hook, now, patched, random, sleep, sleep_until, start_child,
-        step, step_metadata, stream, workflow, workflow_metadata, Child, Chunk, Divergence, Error,
-        Hook, HookConflict, HookConflictError, HookError, HookRef, Keys, Queue, Result, Run,
-        RunFilter, RunId, RunStatus, RunStream, Runtime, StartError, StartOrResume, StepMetadata,
-        Tx, WorkflowMetadata,
+        continue_as_new, create_generated_hook, create_hook, now, patched, random, sleep,
+        sleep_until, start_child, step, step_metadata, stream, workflow, workflow_metadata, Child,
+        Chunk, Divergence, Error, Hook, HookConflict, HookConflictError, HookError, HookRef, Keys,
+        Queue, Result, Run, RunFilter, RunId, RunStatus, RunStream, Runtime, StartError,
+        StartOrResume, StepMetadata, Tx, WorkflowMetadata,
     };
     pub use crate::{recv, requests, set_event, timeout, Elapsed, Recv, Request, Requests};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};

@@ -29,12 +29,21 @@ pub enum RunStatus {
     /// recorded until a build that fits picks it up. The divergence is the run's
     /// `error`; workers try it again when they start, with backoff, and on `retry()`.
     Blocked,
+    /// Ended by `continue_as_new(..)`: in the same transaction another run (its
+    /// [`RunRecord::next_run`]) was admitted, which carries on with its hook tokens, inbox,
+    /// queue slot, parent and deadline. Terminal for this run's own row; the chain's result is
+    /// the last run's, which `return_value()` on any run of the chain waits for.
+    ContinuedAsNew,
 }
 
 impl RunStatus {
-    /// True for `Completed`, `Failed` and `Cancelled`.
+    /// True for `Completed`, `Failed`, `Cancelled` and `ContinuedAsNew` (the run's own row
+    /// ended; its chain may go on in [`RunRecord::next_run`]).
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+        matches!(
+            self,
+            Self::Completed | Self::Failed | Self::Cancelled | Self::ContinuedAsNew
+        )
     }
 
     /// The lower-case name used in databases and output.
@@ -46,6 +55,7 @@ impl RunStatus {
             Self::Failed => "failed",
             Self::Cancelled => "cancelled",
             Self::Blocked => "blocked",
+            Self::ContinuedAsNew => "continued_as_new",
         }
     }
 
@@ -58,6 +68,7 @@ impl RunStatus {
             "failed" => Self::Failed,
             "cancelled" => Self::Cancelled,
             "blocked" => Self::Blocked,
+            "continued_as_new" => Self::ContinuedAsNew,
             _ => return None,
         })
     }
@@ -189,6 +200,11 @@ pub struct RunRecord {
     ///
     /// [`RuntimeBuilder::version`]: crate::RuntimeBuilder::version
     pub version: Option<String>,
+    /// The run this one continues (it ended with `continue_as_new(..)` and admitted this one
+    /// in the same transaction), if any.
+    pub previous_run: Option<RunId>,
+    /// The run that continues this one, once it ended as [`RunStatus::ContinuedAsNew`].
+    pub next_run: Option<RunId>,
 }
 
 impl RunRecord {

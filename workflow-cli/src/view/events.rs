@@ -63,6 +63,9 @@ impl EventView {
             Event::RunCompleted { output } => format!("output={}", text::json_line(output, 80)),
             Event::RunFailed { error } => format!("{:?}: {error}", error.kind()),
             Event::RunCancelled => String::new(),
+            Event::RunContinuedAsNew { next_run, workflow } => {
+                format!("continued as new: run {next_run} of {workflow}")
+            }
             Event::HookRegistered {
                 hook_key,
                 token,

@@ -33,6 +33,12 @@ pub struct RunSummary {
     /// The version of the build that started it (`Runtime::builder().version(v)`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The run this one continues (`continue_as_new`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_run: Option<RunId>,
+    /// The run that continues this one, once it ended as `continued_as_new`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<RunId>,
 }
 
 impl RunSummary {
@@ -51,6 +57,8 @@ impl RunSummary {
             output: r.output,
             error: r.error,
             parent: r.parent,
+            previous_run: r.previous_run,
+            next_run: r.next_run,
             queue: r.queue,
             start_at: r.start_at.map(Time),
             version: r.version,

@@ -36,6 +36,8 @@ fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
         queue: None,
         start_at: None,
         version: None,
+        previous_run: None,
+        next_run: None,
     }
 }
 

@@ -111,7 +111,7 @@ pub fn runs(
                 "Status "
                 select name="status" {
                     option value="" { "any status" }
-                    @for s in ["pending", "running", "blocked", "completed", "failed", "cancelled"] {
+                    @for s in ["pending", "running", "blocked", "completed", "failed", "cancelled", "continued_as_new"] {
                         option value=(s) selected[s == status] { (s) }
                     }
                 }
@@ -370,6 +370,14 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             }
             @if let Some(p) = &r.parent {
                 dt { "parent" } dd { a class="mono" id="parent" href={ "/runs/" (p) } { (p) } }
+            }
+            @if let Some(p) = &r.previous_run {
+                dt { "previous run" }
+                dd { a class="mono" id="previous-run" href={ "/runs/" (p) } { (p) } }
+            }
+            @if let Some(n) = &r.next_run {
+                dt { "continued as" }
+                dd { a class="mono" id="next-run" href={ "/runs/" (n) } { (n) } }
             }
             @if let Some(q) = &r.queue {
                 dt { "queue" }

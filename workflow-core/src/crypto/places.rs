@@ -105,6 +105,7 @@ pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Bindi
         | Event::TimerScheduled { .. }
         | Event::TimerFired { .. }
         | Event::RunCancelled
+        | Event::RunContinuedAsNew { .. }
         | Event::HookRegistered { .. }
         | Event::HookReleased { .. }
         | Event::PatchMarked { .. }

@@ -38,6 +38,7 @@ use crate::store::{
 };
 use crate::telemetry::AttemptOutcome;
 
+mod chain;
 mod children;
 mod stops;
 mod transactional;
@@ -277,10 +278,10 @@ impl Driver {
         }
         // A fresh run without a start token owns no hook yet, so its inbox holds at most
         // messages, read when the workflow first waits for one.
-        let fresh = run.hook_token.is_none() && !replay.has_history();
+        let fresh = run.hook_token.is_none() && !replay.has_history() && run.previous_run.is_none();
         let ties = if run.parent.is_some() {
             EndHint::Child
-        } else if run.queue.is_some() || run.hook_token.is_some() {
+        } else if run.queue.is_some() || run.hook_token.is_some() || run.previous_run.is_some() {
             EndHint::NoParent
         } else {
             EndHint::Alone
@@ -498,15 +499,10 @@ impl Driver {
                 return self.diverge(d).await;
             }
             if let Some(result) = polled {
-                let result = result.map_err(|e| self.seal_run_error(e));
-                return match self.replay.returned(result, now) {
-                    Ok(end) => {
-                        let outcome = self.write(end).await?;
-                        self.host.ended(self.ctx.run_id, self.parent, outcome);
-                        Ok(Stop::Ended)
-                    }
-                    Err(d) => self.diverge(d).await,
-                };
+                if let Some(c) = result.as_ref().err().and_then(Error::continuation_of) {
+                    return self.continue_as_new(c.clone(), now).await;
+                }
+                return self.end_with(result, now).await;
             }
             // Recorded results first, one per round; then live ones.
             match self.replay.next_delivery() {

@@ -211,7 +211,10 @@ impl<S> Replay<S> {
                     },
                 );
             }
-            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {}
+            Event::RunCompleted { .. }
+            | Event::RunFailed { .. }
+            | Event::RunCancelled
+            | Event::RunContinuedAsNew { .. } => {}
         }
     }
 

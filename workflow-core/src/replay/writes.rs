@@ -110,6 +110,40 @@ impl<S> Replay<S> {
             Ok(_) => "Ok".to_owned(),
             Err(e) => format!("Err: {e}"),
         };
+        self.check_end(found)?;
+        let (event, end) = match result {
+            Ok(v) => (Event::RunCompleted { output: v.clone() }, End::Completed(v)),
+            Err(e) => (Event::RunFailed { error: e.clone() }, End::Failed(e)),
+        };
+        self.record(NewEvent { at: now, event });
+        let mut writes = self.take_writes();
+        writes.end = Some(end);
+        Ok(writes)
+    }
+
+    /// The workflow returned `continue_as_new(..)`: the writes that end its history with
+    /// [`Event::RunContinuedAsNew`] naming `next_run` (no end: the store ends the run and
+    /// admits the next one in the same act), or the divergence if the history records more
+    /// than it did. The tokens its dropped hooks would give up are not given up: the next
+    /// run inherits every token the run owns.
+    pub(crate) fn continued(
+        &mut self,
+        next_run: crate::ids::RunId,
+        workflow: String,
+        now: SystemTime,
+    ) -> Result<Writes, Divergence> {
+        self.check_end(format!("continue_as_new({workflow})"))?;
+        self.record(NewEvent {
+            at: now,
+            event: Event::RunContinuedAsNew { next_run, workflow },
+        });
+        let mut writes = self.take_writes();
+        writes.releases.clear();
+        Ok(writes)
+    }
+
+    /// The divergence of a workflow that returned (`found`) while its history records more.
+    fn check_end(&self, found: String) -> Result<(), Divergence> {
         if let Some(rec) = self.recorded.get(self.matched) {
             return Err(Divergence::new(
                 DivergenceKind::Returned,
@@ -139,13 +173,6 @@ impl<S> Replay<S> {
                 found,
             ));
         }
-        let (event, end) = match result {
-            Ok(v) => (Event::RunCompleted { output: v.clone() }, End::Completed(v)),
-            Err(e) => (Event::RunFailed { error: e.clone() }, End::Failed(e)),
-        };
-        self.record(NewEvent { at: now, event });
-        let mut writes = self.take_writes();
-        writes.end = Some(end);
-        Ok(writes)
+        Ok(())
     }
 }

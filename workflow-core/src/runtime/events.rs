@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::{Run, StreamWatch};
 use crate::error::RunError;
+use crate::ids::RunId;
 use crate::payload::PayloadKind;
 use crate::registry::BoxFuture;
 
@@ -58,9 +59,20 @@ impl<T> Run<T> {
     }
 
     /// The latest value of every key the run published, by key.
+    /// Of a run that continued as new, its chain's current run's.
     pub async fn events(&self) -> Result<BTreeMap<String, Value>, RunError> {
-        let found = self.rt.inner.store.run_events(&self.id).await?;
-        found.map(|e| e.values).ok_or(RunError::NotFound(self.id))
+        let mut id = self.id;
+        loop {
+            let found = self.rt.inner.store.run_events(&id).await?;
+            let found = found.ok_or(RunError::NotFound(id))?;
+            if found.status == crate::RunStatus::ContinuedAsNew {
+                if let Some(next) = super::messages::next_of(&self.rt.inner, id).await? {
+                    id = next;
+                    continue;
+                }
+            }
+            return Ok(found.values);
+        }
     }
 }
 
@@ -95,12 +107,22 @@ impl<T: DeserializeOwned> EventRead<T> {
         LatestEvent { read: self }
     }
 
-    /// One read: the value if set, and the run's status.
-    async fn read(&self) -> Result<(Option<T>, crate::RunStatus), RunError> {
-        let id = self.run.id;
+    /// One read: the value if set, the run's status, and the run read: the chain's current
+    /// run when this one continued as new (its values go on with the chain).
+    async fn read(&self) -> Result<(Option<T>, crate::RunStatus, RunId), RunError> {
+        let mut id = self.run.id;
         let inner = &self.run.rt.inner;
-        let Some(found) = inner.store.run_events(&id).await? else {
-            return Err(RunError::NotFound(id));
+        let found = loop {
+            let Some(found) = inner.store.run_events(&id).await? else {
+                return Err(RunError::NotFound(id));
+            };
+            if found.status == crate::RunStatus::ContinuedAsNew {
+                if let Some(next) = super::messages::next_of(inner, id).await? {
+                    id = next;
+                    continue;
+                }
+            }
+            break found;
         };
         let value = match found.values.get(&self.key) {
             None => None,
@@ -110,7 +132,7 @@ impl<T: DeserializeOwned> EventRead<T> {
                 Some(decoded.map_err(|e| RunError::Payload(e.to_string()))?)
             }
         };
-        Ok((value, found.status))
+        Ok((value, found.status, id))
     }
 }
 
@@ -124,9 +146,14 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for EventRead<T> {
             let deadline = self.timeout.map(|d| Instant::now().checked_add(d));
             let mut watch = StreamWatch::new(&self.run.rt.inner, id);
             let poll = self.run.rt.inner.config.poll_interval;
+            let mut watched = id;
             loop {
                 watch.seen();
-                let (value, status) = self.read().await?;
+                let (value, status, current) = self.read().await?;
+                if current != watched {
+                    watched = current;
+                    watch = StreamWatch::new(&self.run.rt.inner, current);
+                }
                 if let Some(v) = value {
                     return Ok(v);
                 }

@@ -13,7 +13,7 @@ use crate::error::RunError;
 use crate::message::invalid_name;
 use crate::payload::{PayloadError, PayloadKind};
 use crate::registry::BoxFuture;
-use crate::store::{NewMessage, SendOutcome};
+use crate::store::{NewMessage, RunStatus, SendOutcome};
 
 impl<T> Run<T> {
     /// Sends `msg` to the run on `topic`, for its workflow's [`recv`](crate::recv). Await the
@@ -134,24 +134,67 @@ impl IntoFuture for SendMessage {
                 self.payload,
             )?;
             let inner = &self.run.rt.inner;
-            let message = NewMessage {
+            let mut message = NewMessage {
                 topic: self.topic,
                 payload,
                 idempotency_key: self.key,
                 at: inner.clock.tick().await,
             };
-            match inner.store.send_message(&id, message).await? {
-                SendOutcome::Queued(_) => {
-                    // Not driven here: evicted (now acquirable), or driven elsewhere.
-                    if !inner.payload_arrived(&id) {
-                        inner.work.notify_one();
+            // A run that continued as new passes its messages on: to the chain's current run.
+            let mut to = id;
+            loop {
+                return match inner.store.send_message(&to, message.clone()).await? {
+                    SendOutcome::Queued(_) => {
+                        // Not driven here: evicted (now acquirable), or driven elsewhere.
+                        if !inner.payload_arrived(&to) {
+                            inner.work.notify_one();
+                        }
+                        Ok(())
                     }
-                    Ok(())
-                }
-                SendOutcome::Duplicate(_) => Ok(()),
-                SendOutcome::Ended(status) => Err(RunError::Ended { id, status }),
-                SendOutcome::NotFound => Err(RunError::NotFound(id)),
+                    SendOutcome::Duplicate(_) => Ok(()),
+                    SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
+                        match next_of(inner, to).await? {
+                            Some(next) => {
+                                let kind = PayloadKind::Message {
+                                    topic: &message.topic,
+                                };
+                                message.payload = resealed(inner, message.payload, kind, to, next)?;
+                                to = next;
+                                continue;
+                            }
+                            None => Err(RunError::NotFound(to)),
+                        }
+                    }
+                    SendOutcome::Ended(status) => Err(RunError::Ended { id, status }),
+                    SendOutcome::NotFound => Err(RunError::NotFound(id)),
+                };
             }
         })
     }
+}
+
+/// The run that continues run `id` (`continue_as_new`), as its record names it.
+pub(super) async fn next_of(
+    inner: &super::Inner,
+    id: crate::ids::RunId,
+) -> Result<Option<crate::ids::RunId>, crate::error::StoreError> {
+    Ok(inner.store.get_run(&id).await?.and_then(|r| r.next_run))
+}
+
+/// A payload sealed for run `from`, sealed again for run `to` (the run that continues it):
+/// the same value when encryption is off.
+pub(super) fn resealed(
+    inner: &super::Inner,
+    payload: Value,
+    kind: PayloadKind<'_>,
+    from: crate::ids::RunId,
+    to: crate::ids::RunId,
+) -> Result<Value, RunError> {
+    let payloads = &inner.config.payloads;
+    let plain: Value = payloads
+        .decode(payload, kind.of(from))
+        .map_err(|e| RunError::Payload(e.to_string()))?;
+    payloads
+        .encode(&plain, kind.of(to))
+        .map_err(|e| RunError::Payload(e.to_string()))
 }

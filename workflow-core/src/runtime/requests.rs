@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::messages::checked_send;
+use super::messages::{checked_send, next_of, resealed};
 use super::{Run, StreamWatch};
 use crate::crypto::places::{of_run, REPLY};
 use crate::error::RunError;
 use crate::payload::{PayloadError, PayloadKind};
 use crate::registry::BoxFuture;
-use crate::store::{NewRequest, SendOutcome};
+use crate::store::{NewRequest, RunStatus, SendOutcome};
 
 impl<T> Run<T> {
     /// Sends `req` to the run under `name`, for its workflow's
@@ -149,23 +149,40 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
             // Watching before the send: a reply recorded at once is not missed.
             let deadline = self.timeout.map(|d| Instant::now().checked_add(d));
             let mut watch = StreamWatch::new(inner, id);
-            let request = NewRequest {
+            let mut request = NewRequest {
                 name: self.name.clone(),
                 payload,
                 idempotency_key: self.key,
                 at: inner.clock.tick().await,
             };
-            let request_id = match inner.store.send_request(&id, request).await? {
-                SendOutcome::Queued(request_id) => {
-                    // Not driven here: evicted (now acquirable), or driven elsewhere.
-                    if !inner.payload_arrived(&id) {
-                        inner.work.notify_one();
+            // A run that continued as new passes its requests on: to the chain's current run,
+            // whose reply the caller waits for.
+            let mut id = id;
+            let request_id = loop {
+                break match inner.store.send_request(&id, request.clone()).await? {
+                    SendOutcome::Queued(request_id) => {
+                        // Not driven here: evicted (now acquirable), or driven elsewhere.
+                        if !inner.payload_arrived(&id) {
+                            inner.work.notify_one();
+                        }
+                        request_id
                     }
-                    request_id
-                }
-                SendOutcome::Duplicate(request_id) => request_id,
-                SendOutcome::Ended(status) => return Err(RunError::Ended { id, status }),
-                SendOutcome::NotFound => return Err(RunError::NotFound(id)),
+                    SendOutcome::Duplicate(request_id) => request_id,
+                    SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
+                        match next_of(inner, id).await? {
+                            Some(next) => {
+                                let kind = PayloadKind::Request { name: &self.name };
+                                request.payload = resealed(inner, request.payload, kind, id, next)?;
+                                id = next;
+                                watch = StreamWatch::new(inner, id);
+                                continue;
+                            }
+                            None => return Err(RunError::NotFound(id)),
+                        }
+                    }
+                    SendOutcome::Ended(status) => return Err(RunError::Ended { id, status }),
+                    SendOutcome::NotFound => return Err(RunError::NotFound(id)),
+                };
             };
             let poll = inner.config.poll_interval;
             let place = request_id.to_string();
@@ -186,6 +203,18 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
                             .payloads
                             .open_error(e, &of_run(id, REPLY, &place));
                         return Err(RunError::Payload(e.to_string()));
+                    }
+                    // Not replied to when the run continued as new: the request moved to
+                    // the next run, which replies.
+                    None if state.status == RunStatus::ContinuedAsNew => {
+                        match next_of(inner, id).await? {
+                            Some(next) => {
+                                id = next;
+                                watch = StreamWatch::new(inner, id);
+                                continue;
+                            }
+                            None => return Err(RunError::NotFound(id)),
+                        }
                     }
                     None if state.status.is_terminal() => {
                         return Err(RunError::NoReply {

@@ -133,16 +133,28 @@ impl<T> Run<T> {
     /// it stops at its next await point and in-flight step results are discarded. A run that
     /// already ended is left as it is (`Ok`).
     pub async fn cancel(&self) -> Result<(), RunError> {
-        let now = self.rt.inner.clock.tick().await;
-        let outcome = self.rt.inner.store.cancel(&self.id, now).await?;
-        if outcome == CancelOutcome::Cancelled {
-            if let Some(a) = self.rt.inner.active().get(&self.id) {
-                a.stop.notify_one();
+        // A run that continued as new is cancelled in its chain's current run.
+        let mut id = self.id;
+        loop {
+            let now = self.rt.inner.clock.tick().await;
+            match self.rt.inner.store.cancel(&id, now).await? {
+                CancelOutcome::Cancelled => {
+                    if let Some(a) = self.rt.inner.active().get(&id) {
+                        a.stop.notify_one();
+                    }
+                    self.rt.inner.run_ended(id, None);
+                    self.rt.inner.slot_freed();
+                }
+                CancelOutcome::AlreadyEnded(RunStatus::ContinuedAsNew) => {
+                    if let Some(next) = super::messages::next_of(&self.rt.inner, id).await? {
+                        id = next;
+                        continue;
+                    }
+                }
+                CancelOutcome::AlreadyEnded(_) => {}
             }
-            self.rt.inner.run_ended(self.id, None);
-            self.rt.inner.slot_freed();
+            return Ok(());
         }
-        Ok(())
     }
 
     /// Tries a failed or blocked run again at once. A blocked run is handed to a worker now (it
@@ -303,58 +315,99 @@ impl<T: DeserializeOwned> Run<T> {
     /// Waits for the run to end and returns its value: `Err` with the run's error if it failed,
     /// an error whose `is_cancelled()` is true if it was cancelled. Runs ending in this process
     /// wake the waiter at once; runs driven by other processes are seen within the poll interval.
+    ///
+    /// A run that continued as new (`continue_as_new(..)`) has not given its chain's value
+    /// yet: this waits for the chain's final end, following [`RunRecord::next_run`] from run
+    /// to run, and returns the last run's value (so the chain's last workflow must return a
+    /// `T`).
+    ///
+    /// [`RunRecord::next_run`]: crate::store::RunRecord::next_run
     pub async fn return_value(&self) -> Result<T, Error> {
+        let mut id = self.id;
+        loop {
+            match self.end_of(id).await? {
+                Link::Ended(result) => return result,
+                Link::Next(next) => id = next,
+            }
+        }
+    }
+
+    /// Waits for run `id` (of this run's chain) to end: its value or error, or the run that
+    /// continues it.
+    async fn end_of(&self, id: RunId) -> Result<Link<T>, Error> {
         // A run that completed here never changes again, and one whose token is retained
         // cannot be pruned yet: remembered, it needs no read.
-        if let Some(output) = self.rt.inner.completed_here(&self.id) {
-            return self.decode(output);
+        if let Some(output) = self.rt.inner.completed_here(&id) {
+            return Ok(Link::Ended(self.decode_of(id, output)));
         }
         // Registered before the first read, so an end between the read and the wait counts.
-        let mut ended = WaitForEnd::new(&self.rt.inner, self.id);
+        let mut ended = WaitForEnd::new(&self.rt.inner, id);
         // A run driven here tells its waiters its end as it writes it: no read before. An end
         // told before this call may be an earlier one (the run was retried since): read.
         let earlier = ended.signal.borrow().clone();
-        let mut read = earlier.is_some() || !self.rt.inner.drives(&self.id);
+        let mut read = earlier.is_some() || !self.rt.inner.drives(&id);
         loop {
             if read {
-                let run = self.info().await?;
-                match run.status {
-                    RunStatus::Completed => return self.decode(run.output.unwrap_or(Value::Null)),
-                    RunStatus::Failed => {
-                        return Err(run
-                            .error
-                            .unwrap_or_else(|| Error::fatal(format!("run {} failed", self.id))))
+                let run = self
+                    .rt
+                    .inner
+                    .store
+                    .get_run(&id)
+                    .await
+                    .map_err(RunError::from)?
+                    .ok_or(RunError::NotFound(id))?;
+                let run = self.rt.inner.config.payloads.open_record(run);
+                let result = match run.status {
+                    RunStatus::Completed => {
+                        Some(self.decode_of(id, run.output.unwrap_or(Value::Null)))
                     }
-                    RunStatus::Cancelled => return Err(Error::cancelled(&self.id)),
-                    RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => {}
+                    RunStatus::Failed => Some(Err(run
+                        .error
+                        .unwrap_or_else(|| Error::fatal(format!("run {id} failed"))))),
+                    RunStatus::Cancelled => Some(Err(Error::cancelled(&id))),
+                    RunStatus::ContinuedAsNew => match run.next_run {
+                        Some(next) => return Ok(Link::Next(next)),
+                        None => Some(Err(Error::fatal(format!(
+                            "run {id} continued as new, but its record names no next run"
+                        )))),
+                    },
+                    RunStatus::Pending | RunStatus::Running | RunStatus::Blocked => None,
+                };
+                if let Some(result) = result {
+                    return Ok(Link::Ended(result));
                 }
             }
             // Read again when this run ends or leaves here, when notices were missed, or
             // after the poll interval (runs driven by processes that do not push).
-            let _ =
-                tokio::time::timeout(self.rt.inner.config.poll_interval, ended.signal.changed())
-                    .await;
+            continue_waiting(&mut ended, self.rt.inner.config.poll_interval).await;
             let seen = ended.signal.borrow_and_update().clone();
             let told = seen.filter(|end| !earlier.as_ref().is_some_and(|e| Arc::ptr_eq(e, end)));
             match told.as_deref() {
-                Some(RunOutcome::Completed(v)) => return self.decode(v.clone()),
-                Some(RunOutcome::Failed(e)) => {
-                    let binding = places::of_run(self.id, places::ERROR, "");
-                    return Err(self
-                        .rt
-                        .inner
-                        .config
-                        .payloads
-                        .open_error(e.clone(), &binding));
-                }
+                Some(end) => return Ok(Link::Ended(self.told(id, end))),
                 None => read = true,
             }
         }
     }
 
-    /// The run's output as a `T`.
-    fn decode(&self, output: Value) -> Result<T, Error> {
-        let cx = PayloadKind::WorkflowOutput { workflow: None }.of(self.id);
+    /// The result an in-process end told: its value, or its error opened.
+    fn told(&self, id: RunId, end: &RunOutcome) -> Result<T, Error> {
+        match end {
+            RunOutcome::Completed(v) => self.decode_of(id, v.clone()),
+            RunOutcome::Failed(e) => {
+                let binding = places::of_run(id, places::ERROR, "");
+                Err(self
+                    .rt
+                    .inner
+                    .config
+                    .payloads
+                    .open_error(e.clone(), &binding))
+            }
+        }
+    }
+
+    /// Run `id`'s output as a `T`.
+    fn decode_of(&self, id: RunId, output: Value) -> Result<T, Error> {
+        let cx = PayloadKind::WorkflowOutput { workflow: None }.of(id);
         self.rt
             .inner
             .config
@@ -362,6 +415,17 @@ impl<T: DeserializeOwned> Run<T> {
             .decode(output, cx)
             .map_err(PayloadError::fatal)
     }
+}
+
+/// Where a run of a chain ended: the chain's end, or the next run.
+enum Link<T> {
+    Ended(Result<T, Error>),
+    Next(RunId),
+}
+
+/// Waits for the end of the run `ended` watches, at most `poll`.
+async fn continue_waiting(ended: &mut WaitForEnd, poll: std::time::Duration) {
+    let _ = tokio::time::timeout(poll, ended.signal.changed()).await;
 }
 
 /// One `return_value` call's registration in [`Inner::waiting`]; removed on drop.

@@ -556,6 +556,8 @@ fn admitted_run(run: &NewRun) -> RunRecord {
         queue: run.queue.clone(),
         start_at: run.start_at,
         version: run.version.clone(),
+        previous_run: None,
+        next_run: None,
     }
 }
 

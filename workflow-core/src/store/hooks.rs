@@ -126,7 +126,8 @@ pub trait HookStore: Send + Sync + 'static {
     /// Claims `token` for hook `hook_key` of the leased run and appends the
     /// [`Event::HookRegistered`] that records the decision, in one act (fenced like
     /// [`RunStore::append`]). The token is free when no active hook owns it and no ended run
-    /// retains it past `at`.
+    /// retains it past `at`; a token the leased run owns already (one it inherited from the
+    /// run it continues, see [`RunStore::continue_as_new`]) is claimed as it is.
     async fn claim_hook(
         &self,
         lease: &Lease,

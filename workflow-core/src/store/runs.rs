@@ -130,6 +130,18 @@ pub(crate) fn gave_up(cause: &Error) -> Error {
     ))
 }
 
+/// Refuses a continuation whose write ends the run or gives up tokens, or whose next run
+/// claims a token: both are the store's to decide.
+pub(crate) fn check_continuation(write: &Append, next: &NewRun) -> Result<(), StoreError> {
+    if write.outcome.is_some() || !write.release_tokens.is_empty() || next.hook.is_some() {
+        return Err(StoreError::database(
+            "a continuation neither ends the run, gives up tokens, nor claims a token for the \
+             next run",
+        ));
+    }
+    Ok(())
+}
+
 /// How long a blocked run waits before a worker tries it again, after its `tries`-th block in
 /// a row: a minute, doubling, at most an hour.
 pub fn block_backoff(tries: u32) -> Duration {
@@ -244,6 +256,32 @@ pub trait RunStore: Send + Sync + 'static {
     /// [`Event::HookReceived`] among the events takes its payload out of the run's inbox (the
     /// history holds it now), so a run picked up again reads only what it has not received.
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError>;
+
+    /// `continue_as_new(wf, args)`: in one act, fenced like [`RunStore::append`] (a lease
+    /// that is not current, or a run that is not `Running`, gives
+    /// [`StoreError::LeaseLost`] and writes nothing), appends `write.events` to the leased
+    /// run (the last one its [`Event::RunContinuedAsNew`]; payloads they deliver leave the
+    /// inbox, published values and replies are kept as by `append`), ends it as
+    /// [`RunStatus::ContinuedAsNew`] with [`RunRecord::next_run`] set, and admits `next`
+    /// (pending, due at once, [`RunRecord::previous_run`] set). `write` must neither end the
+    /// run nor give up tokens; of `next` only `id`, `workflow`, `input` and `created_at` are
+    /// read (it may not claim a token).
+    ///
+    /// The next run inherits, with no moment in which another run could take them: the
+    /// leased run's active hook tokens (their owner changes, no release in between), its
+    /// unreceived inbox entries in their order (hook payloads, messages, requests; its
+    /// children's ends stay with it), its requests not replied to (callers get the next run's
+    /// reply) and message idempotency keys, its published values, its start token (shown),
+    /// queue entry and the queue slot it holds (no other run of its queue or partition key
+    /// begins between the two), parent (a child's end names the chain's first run, which the
+    /// parent awaits), deadline and version; the schedule tick that started the chain names
+    /// the next run.
+    async fn continue_as_new(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError>;
 
     /// Records that this try at the run (the lease's) ended on `cause`, a store error that is
     /// not transient, at `now`. Below [`MAX_FAILED_TRIES`] failed tries in a row the run is

@@ -12,7 +12,10 @@
 //! workflow-core = { version = "0.1", features = ["testing"] }
 //! ```
 
+mod failpoint;
 mod replay;
 pub mod store;
+
+pub use failpoint::{failpoint, FAILPOINT_ENV};
 
 pub use replay::{replay, replay_with_keys, ReplayError};

@@ -160,6 +160,15 @@ impl RunStore for FailingAdmissions {
         self.inner.acquire(req).await
     }
 
+    async fn continue_as_new(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError> {
+        self.inner.continue_as_new(lease, write, next).await
+    }
+
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         use std::sync::atomic::Ordering::SeqCst;
         if !write.events.is_empty()

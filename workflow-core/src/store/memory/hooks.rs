@@ -46,13 +46,19 @@ impl HookStore for MemoryStore {
     ) -> Result<ClaimOutcome, StoreError> {
         let mut st = self.lock();
         st.held(lease)?;
-        let outcome = match st.hooks.get(token).filter(|h| h.taken(at)) {
+        let outcome = match st.hooks.get_mut(token).filter(|h| h.taken(at)) {
+            // A token the run inherited from the run it continues binds, once.
+            Some(owner) if owner.active && owner.run_id == lease.run_id && owner.inherited => {
+                owner.inherited = false;
+                ClaimOutcome::Claimed
+            }
             Some(owner) => ClaimOutcome::Conflict(owner.run_id),
             None => {
                 st.hooks.insert(
                     token.to_owned(),
                     HookRow {
                         run_id: lease.run_id,
+                        inherited: false,
                         created_at: at,
                         active: true,
                         retain_until: None,

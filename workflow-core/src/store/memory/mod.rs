@@ -7,6 +7,7 @@
 //! tests, depends on the conformance suite (`crate::testing`).
 
 mod admin;
+mod chain;
 mod hooks;
 #[cfg(any(test, feature = "testing"))]
 mod inspect;

@@ -11,9 +11,9 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
-    Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun, RetryOutcome,
-    RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
+    block_backoff, check_continuation, failure_backoff, gave_up, AcquireRequest, Admission, Append,
+    CancelOutcome, Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun,
+    RetryOutcome, RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
 };
 
 #[async_trait::async_trait]
@@ -103,37 +103,7 @@ impl RunStore for MemoryStore {
 
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
         let mut st = self.lock();
-        let row = st.held(lease)?;
-        let mut now = SystemTime::now();
-        let mut received = Vec::new();
-        for e in &write.events {
-            now = e.at;
-            if let Some(payload_id) = e.event.delivered_payload() {
-                received.push(payload_id);
-            }
-            if let Event::EventSet { key, value, .. } = &e.event {
-                row.published.insert(key.clone(), value.clone());
-            }
-            if let Event::RequestReplied {
-                request_id, reply, ..
-            } = &e.event
-            {
-                if let Some(r) = row.requests.get_mut(request_id) {
-                    r.reply.get_or_insert_with(|| reply.clone());
-                }
-            }
-            row.push(e.at, e.event.clone());
-        }
-
-        for id in received {
-            if st
-                .inbox
-                .get(&id)
-                .is_some_and(|(run, _)| *run == lease.run_id)
-            {
-                st.inbox.remove(&id);
-            }
-        }
+        let now = record(&mut st, lease, write)?;
         for token in &write.release_tokens {
             st.release_token(lease.run_id, token, now);
         }
@@ -145,6 +115,25 @@ impl RunStore for MemoryStore {
             st.end(lease.run_id, outcome.clone(), status, now);
         }
         Ok(())
+    }
+
+    async fn continue_as_new(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError> {
+        check_continuation(write, &next)?;
+        let mut st = self.lock();
+        st.held(lease)?;
+        if st.runs.contains_key(&next.id) {
+            return Err(StoreError::database(format!(
+                "run {} already exists",
+                next.id
+            )));
+        }
+        let now = record(&mut st, lease, write)?;
+        st.continue_run(lease, next, now)
     }
 
     async fn release(
@@ -340,4 +329,44 @@ impl RunStore for MemoryStore {
     async fn cancel(&self, id: &RunId, now: SystemTime) -> Result<CancelOutcome, StoreError> {
         self.lock().cancel(*id, now)
     }
+}
+
+/// Pushes `write`'s events to the run `lease` holds, publishing values, keeping replies and
+/// taking delivered payloads out of the inbox; the write's time (its last event's).
+fn record(
+    st: &mut super::state::State,
+    lease: &Lease,
+    write: &Append,
+) -> Result<SystemTime, StoreError> {
+    let row = st.held(lease)?;
+    let mut now = SystemTime::now();
+    let mut received = Vec::new();
+    for e in &write.events {
+        now = e.at;
+        if let Some(payload_id) = e.event.delivered_payload() {
+            received.push(payload_id);
+        }
+        if let Event::EventSet { key, value, .. } = &e.event {
+            row.published.insert(key.clone(), value.clone());
+        }
+        if let Event::RequestReplied {
+            request_id, reply, ..
+        } = &e.event
+        {
+            if let Some(r) = row.requests.get_mut(request_id) {
+                r.reply.get_or_insert_with(|| reply.clone());
+            }
+        }
+        row.push(e.at, e.event.clone());
+    }
+    for id in received {
+        if st
+            .inbox
+            .get(&id)
+            .is_some_and(|(run, _)| *run == lease.run_id)
+        {
+            st.inbox.remove(&id);
+        }
+    }
+    Ok(now)
 }

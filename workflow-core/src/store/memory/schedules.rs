@@ -42,6 +42,16 @@ impl ScheduleRow {
         }
     }
 
+    /// The ticks whose run `old` continued as `next` now name `next`: the chain is the
+    /// tick's run (the overlap policy sees it running).
+    pub(super) fn repoint_ticks(&mut self, old: crate::ids::RunId, next: crate::ids::RunId) {
+        for t in self.ticks.values_mut() {
+            if t.run_id == Some(old) {
+                t.run_id = Some(next);
+            }
+        }
+    }
+
     fn advance(&mut self, next: Option<SystemTime>) {
         if let Some(next) = next {
             self.next = Some(self.next.map_or(next, |n| n.max(next)));

@@ -90,6 +90,9 @@ pub(super) struct Row {
     /// The requests sent to it, by id, and the ids of those sent with an idempotency key.
     pub(super) requests: BTreeMap<u64, RequestRow>,
     pub(super) request_keys: HashMap<String, u64>,
+    /// The first run of the chain this run continues (`continue_as_new`), whose id the
+    /// parent knows: a child's end names it. `None` for a run that continues none.
+    pub(super) origin: Option<RunId>,
 }
 
 /// A request sent to a run (`run.request`), kept for its reply.
@@ -121,6 +124,9 @@ impl Row {
 
 pub(super) struct HookRow {
     pub(super) run_id: RunId,
+    /// Inherited by the run that continued a chain (`continue_as_new`) and not claimed by it
+    /// since: its first claim binds.
+    pub(super) inherited: bool,
     pub(super) created_at: SystemTime,
     pub(super) active: bool,
     pub(super) retain_until: Option<SystemTime>,
@@ -384,6 +390,7 @@ impl State {
                 hook.token.clone(),
                 HookRow {
                     run_id: run.id,
+                    inherited: false,
                     created_at: run.created_at,
                     active: true,
                     retain_until: hook.retain_until,
@@ -412,6 +419,8 @@ impl State {
                     queue: run.queue,
                     start_at: run.start_at,
                     version: run.version,
+                    previous_run: None,
+                    next_run: None,
                 },
                 events: Vec::new(),
                 wake_at,
@@ -428,6 +437,7 @@ impl State {
                 published: BTreeMap::new(),
                 requests: BTreeMap::new(),
                 request_keys: HashMap::new(),
+                origin: None,
             },
         );
         if begin {
@@ -507,7 +517,8 @@ impl State {
             // Only a child's end is copied, into its parent's inbox.
             let parent = row.record.parent?;
             let notice = ChildNotice {
-                child: run,
+                // The parent awaits the chain's first run.
+                child: row.origin.unwrap_or(run),
                 status,
                 output: if completed {
                     row.record.output.clone()

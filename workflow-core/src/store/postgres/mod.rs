@@ -32,6 +32,7 @@ use crate::error::{DatabaseError, StoreError};
 use crate::store::Notice;
 
 mod admin;
+mod chain;
 mod commit;
 mod hooks;
 mod listen;

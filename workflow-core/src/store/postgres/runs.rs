@@ -193,6 +193,15 @@ impl RunStore for PostgresStore {
         answer.await.unwrap_or_else(|_| Err(writer_gone()))
     }
 
+    async fn continue_as_new(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError> {
+        self.continue_chain(lease, write, next).await
+    }
+
     async fn release(
         &self,
         lease: &Lease,

@@ -51,7 +51,24 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_8,
     MIGRATION_9,
     MIGRATION_10,
+    MIGRATION_CHAINS,
 ];
+
+/// Chains of runs (see SQLite's migration of the same name).
+const MIGRATION_CHAINS: Migration = Migration {
+    version: 11,
+    name: "chains of runs: continue-as-new",
+    ddl: r#"
+ALTER TABLE {schema}.runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE {schema}.runs
+    ADD CONSTRAINT runs_status_check CHECK (status IN
+        ('pending', 'running', 'completed', 'failed', 'cancelled', 'blocked', 'continued_as_new')),
+    ADD COLUMN previous_run TEXT COLLATE "C",
+    ADD COLUMN next_run TEXT COLLATE "C",
+    ADD COLUMN origin TEXT COLLATE "C";
+ALTER TABLE {schema}.hooks ADD COLUMN inherited BOOLEAN NOT NULL DEFAULT FALSE;
+"#,
+};
 
 /// Delayed starts and run versions (see SQLite's migration of the same name).
 const MIGRATION_8: Migration = Migration {

@@ -19,6 +19,8 @@ pub(super) type Statements = crate::store::sql::Statements<String, PgOnly>;
 
 /// The statements SQLite does without: its writer holds the database's one write lock.
 pub(super) struct PgOnly {
+    /// Continue-as-new (`chain.rs`).
+    pub(super) chain: super::chain::ChainSql,
     /// `append`, taking the inbox lock first when the run has a parent (`$6` lock key): the
     /// first statement of a run's end, which may queue a notice to the parent. The lock is
     /// an InitPlan of the row's UPDATE, so it is held before the row is locked.
@@ -114,7 +116,7 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
 pub(super) const RUN_COLUMNS: &str =
     "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token, deadline, parent_id, queue, partition_key, priority, \
-                           start_at, version";
+                           start_at, version, previous_run, next_run";
 
 /// The statements for the tables in schema `s` (quoted).
 pub(super) fn statements(s: &str) -> Statements {
@@ -153,6 +155,16 @@ pub(super) fn statements(s: &str) -> Statements {
     let (end_woken_notes, ending_woken_notes) = (woken_notes("$5"), woken_notes("$9"));
     // A run's end with its last events, fenced by epoch `$5` unless NULL: status `$6`, output
     // `$7`, error `$8` at `$9`.
+    // A child's end notice (`ChildNotice::encode`, which opens with the child's id) names the
+    // chain's first run instead when the ended run continues a chain (`e`/`l.origin`).
+    let chain_notice = |notice: &str, e: &str| {
+        format!(
+            "CASE WHEN {e}.origin IS NULL THEN {notice} ELSE replace({notice}, \
+             '{{\"child\":\"' || $1 || '\"', '{{\"child\":\"' || {e}.origin || '\"') END"
+        )
+    };
+    let chain_notice9 = chain_notice("$9", "l");
+    let chain_notice12 = chain_notice("$12", "e");
     let end_fenced = format!(
         "UPDATE {s}.runs SET last_seq = last_seq + cardinality($2::bigint[]),
              status = $6, output = $7, error = $8, updated_at = $9, lease_until = NULL
@@ -232,7 +244,7 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.epoch, r.wake_at"
+                           r.previous_run, r.next_run, r.epoch, r.wake_at"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -262,7 +274,7 @@ pub(super) fn statements(s: &str) -> Statements {
                      UPDATE {s}.runs SET status = $2, output = $3, error = $4, updated_at = $5,
                          lease_until = NULL
                      WHERE id = $1
-                     RETURNING id, parent_id, queue),
+                     RETURNING id, parent_id, queue, origin),
                  freed AS (
                      DELETE FROM {s}.hooks
                      WHERE $8 AND run_id = $1 AND active AND COALESCE(retain_until, 0) <= $5),
@@ -270,11 +282,12 @@ pub(super) fn statements(s: &str) -> Statements {
                      UPDATE {s}.hooks SET active = FALSE
                      WHERE $8 AND run_id = $1 AND active AND COALESCE(retain_until, 0) > $5),
                  locked AS (
-                     SELECT pg_advisory_xact_lock($7), e.parent_id
+                     SELECT pg_advisory_xact_lock($7), e.parent_id, e.origin
                      FROM ended e WHERE e.parent_id IS NOT NULL),
+                 -- A chain's end names its first run (`origin`), which the parent awaits.
                  queued AS (
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                     SELECT l.parent_id, $6, $9, $5 FROM locked l
+                     SELECT l.parent_id, $6, {chain_notice9}, $5 FROM locked l
                      RETURNING run_id),
                  {end_woken_notes}
                  SELECT COALESCE((SELECT n FROM notes), ARRAY[]::text[])"
@@ -282,7 +295,7 @@ pub(super) fn statements(s: &str) -> Statements {
             children_to_cancel: format!(
                 "SELECT id FROM {s}.runs
                  WHERE parent_id = $1 AND NOT detached
-                   AND status NOT IN ('completed', 'failed', 'cancelled')"
+                   AND status NOT IN ('completed', 'failed', 'cancelled', 'continued_as_new')"
             ),
             // Giving up tokens (`$3`, or NULL for all the run's): the row goes, freeing the
             // token, unless retained past now; then it stays, inactive, until a claim after
@@ -360,6 +373,9 @@ pub(super) fn statements(s: &str) -> Statements {
                      INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
                      SELECT h.run_id, h.token, $2, $3 FROM {s}.hooks h, locked
                      WHERE h.token = $1 AND h.active
+                     -- Read again once locked: an owner that changed (continue-as-new) or
+                     -- released it while this waited for the inbox lock is seen.
+                     FOR SHARE OF h
                      RETURNING id, run_id),
                  -- A delayed run waits for its start, payloads or not.
                  woken AS (
@@ -431,7 +447,7 @@ pub(super) fn statements(s: &str) -> Statements {
             // `$1` ended before, `$2` now; then `$1`: the pruned ids.
             prune_runs: format!(
                 "DELETE FROM {s}.runs r
-                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < $1
+                 WHERE status IN ('completed', 'failed', 'cancelled', 'continued_as_new') AND updated_at < $1
                    AND NOT EXISTS (SELECT 1 FROM {s}.hooks h
                                    WHERE h.run_id = r.id AND h.retain_until > $2)
                  RETURNING id"
@@ -601,9 +617,10 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.epoch, r.wake_at"
+                           r.previous_run, r.next_run, r.epoch, r.wake_at"
             ),
             dialect: PgOnly {
+                chain: super::chain::ChainSql::new(s),
                 record_reply: format!(
                     "UPDATE {s}.run_requests SET reply = $3, replied_at = $4
                      WHERE run_id = $1 AND id = $2 AND reply IS NULL"
@@ -674,7 +691,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            AND (SELECT count(*) FROM (
                                     SELECT pg_advisory_xact_lock($11) FROM {s}.runs p
                                     WHERE p.id = $1 AND p.parent_id IS NOT NULL) l) >= 0
-                         RETURNING id, parent_id, queue,
+                         RETURNING id, parent_id, queue, origin,
                                    last_seq - cardinality($2::bigint[]) AS base),
                      inserted AS (
                          {insert_ended}),
@@ -688,7 +705,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            AND active AND COALESCE(retain_until, 0) > $9),
                      queued AS (
                          INSERT INTO {s}.hook_inbox (run_id, token, payload, at)
-                         SELECT e.parent_id, $10, $12, $9 FROM ended e
+                         SELECT e.parent_id, $10, {chain_notice12}, $9 FROM ended e
                          WHERE e.parent_id IS NOT NULL
                          RETURNING run_id),
                      {ending_woken_notes}

@@ -894,6 +894,9 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
              ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
+             ALTER TABLE {runs} DROP COLUMN previous_run, DROP COLUMN next_run,
+                 DROP COLUMN origin;
+             ALTER TABLE {hooks} DROP COLUMN inherited;
              DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
                  {published}, {requests};
              ALTER TABLE {inbox} DROP COLUMN topic;
@@ -908,6 +911,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
             published = schema.table("run_events"),
             requests = schema.table("run_requests"),
             inbox = schema.table("hook_inbox"),
+            hooks = schema.table("hooks"),
             migrations = schema.table("workflow_migrations"),
         ))
         .await;

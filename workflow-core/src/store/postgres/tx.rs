@@ -197,6 +197,15 @@ impl Tx for Pg<'_> {
         Ok(claimed.rows_affected() > 0)
     }
 
+    async fn bind_inherited(&mut self, token: &str, run: &str) -> Result<bool, StoreError> {
+        let bound = sqlx::query(&self.sql.dialect.chain.bind_inherited)
+            .bind(token)
+            .bind(run)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(bound.rows_affected() > 0)
+    }
+
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
         Ok(sqlx::query_as(&self.sql.hook_owner)
             .bind(token)

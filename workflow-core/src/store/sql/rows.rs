@@ -44,7 +44,8 @@ macro_rules! row {
 
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
-    /// hook_token, deadline, parent_id, queue, partition_key, priority, start_at, version`.
+    /// hook_token, deadline, parent_id, queue, partition_key, priority, start_at, version,
+    /// previous_run, next_run`.
     RunRow {
         id: String,
         workflow: String,
@@ -62,6 +63,8 @@ row! {
         priority: i32,
         start_at: Option<i64>,
         version: Option<String>,
+        previous_run: Option<String>,
+        next_run: Option<String>,
     }
 }
 
@@ -96,6 +99,17 @@ impl RunRow {
                 .map(|t| time_of(t, run, "start_at"))
                 .transpose()?,
             version: self.version,
+            previous_run: self
+                .previous_run
+                .map(|p| {
+                    p.parse::<RunId>()
+                        .map_err(|e| corrupt(run, "previous_run", e))
+                })
+                .transpose()?,
+            next_run: self
+                .next_run
+                .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "next_run", e)))
+                .transpose()?,
         })
     }
 }

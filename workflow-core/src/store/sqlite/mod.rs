@@ -17,6 +17,7 @@
 //! threads live in the files beside it; nothing here runs a statement itself.
 
 mod admin;
+mod chain;
 mod hooks;
 mod messages;
 mod queues;

@@ -99,6 +99,15 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn continue_as_new(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError> {
+        self.continue_chain(lease, write, next).await
+    }
+
     async fn release(
         &self,
         lease: &Lease,

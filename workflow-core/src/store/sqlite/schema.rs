@@ -57,7 +57,23 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_9,
     MIGRATION_10,
     MIGRATION_11,
+    MIGRATION_CHAINS,
 ];
+
+/// Chains of runs (`continue_as_new`): a run names the run it continues and the run that
+/// continues it, and the chain's first run (`origin`, NULL for a first run), which is the
+/// id a parent awaits and a child's end names.
+const MIGRATION_CHAINS: Migration = Migration {
+    version: 12,
+    name: "chains of runs: continue-as-new",
+    ddl: "
+ALTER TABLE runs ADD COLUMN previous_run TEXT;
+ALTER TABLE runs ADD COLUMN next_run TEXT;
+ALTER TABLE runs ADD COLUMN origin TEXT;
+-- 1 while the run that continued a chain owns a token it inherited and has not claimed.
+ALTER TABLE hooks ADD COLUMN inherited INTEGER NOT NULL DEFAULT 0;
+",
+};
 
 /// Delayed starts and run versions: a run started with `.delay(d)` or `.start_at(t)` keeps
 /// its start (its wake time is set to it at admission), and every run the version of the

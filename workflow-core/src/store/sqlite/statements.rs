@@ -49,7 +49,7 @@ pub(super) const SQL: Statements = Statements {
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                      hook_token, deadline, parent_id, queue, partition_key, priority, start_at,
-                     version
+                     version, previous_run, next_run
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -73,7 +73,7 @@ pub(super) const SQL: Statements = Statements {
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
-                        start_at, version, epoch, wake_at",
+                        start_at, version, previous_run, next_run, epoch, wake_at",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -85,10 +85,10 @@ pub(super) const SQL: Statements = Statements {
     end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
                   lease_until = NULL
               WHERE id = ?1
-              RETURNING parent_id",
+              RETURNING parent_id, COALESCE(origin, id)",
     children_to_cancel: "SELECT id FROM runs
                          WHERE parent_id = ?1 AND detached = 0
-                           AND status NOT IN ('completed', 'failed', 'cancelled')",
+                           AND status NOT IN ('completed', 'failed', 'cancelled', 'continued_as_new')",
     // `?3`: the tokens as a JSON array, or NULL for all the run's.
     release_tokens: [
         "DELETE FROM hooks
@@ -145,7 +145,7 @@ pub(super) const SQL: Statements = Statements {
                  ORDER BY workflow, status",
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                        hook_token, deadline, parent_id, queue, partition_key, priority,
-                       start_at, version
+                       start_at, version, previous_run, next_run
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
                   AND (?9 IS NULL OR version = ?9)
@@ -158,7 +158,7 @@ pub(super) const SQL: Statements = Statements {
                  ORDER BY created_at DESC, token LIMIT ?3",
     // `?1` ended before, `?2` now; then `?1`: the pruned ids as a JSON array.
     prune_runs: "DELETE FROM runs
-                 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < ?1
+                 WHERE status IN ('completed', 'failed', 'cancelled', 'continued_as_new') AND updated_at < ?1
                    AND NOT EXISTS (SELECT 1 FROM hooks WHERE run_id = runs.id AND retain_until > ?2)
                  RETURNING id",
     prune_records: [
@@ -267,7 +267,8 @@ pub(super) const SQL: Statements = Statements {
                      AND (lease_until IS NULL OR lease_until <= ?2)
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
-                             priority, start_at, version, epoch, wake_at",
+                             priority, start_at, version, previous_run, next_run, epoch,
+                             wake_at",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",

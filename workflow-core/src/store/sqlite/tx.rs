@@ -113,6 +113,16 @@ impl Tx for Lite<'_> {
         Ok(exec(self.0, SQL.claim, params![token, run, at, retain_until])? > 0)
     }
 
+    async fn bind_inherited(&mut self, token: &str, run: &str) -> Result<bool, StoreError> {
+        let bound = exec(
+            self.0,
+            "UPDATE hooks SET inherited = 0
+             WHERE token = ?1 AND run_id = ?2 AND active = 1 AND inherited = 1",
+            params![token, run],
+        )?;
+        Ok(bound > 0)
+    }
+
     async fn hook_owner(&mut self, token: &str) -> Result<(String, bool), StoreError> {
         Ok(self
             .0
@@ -320,11 +330,11 @@ impl Tx for Lite<'_> {
             self.0,
             SQL.end_run,
             params![run, status, output, error, now],
-            |r| r.get::<_, Option<String>>(0),
-        )?
-        .flatten();
-        if let Some(parent) = parent {
-            let notice = end.notice(run);
+            |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, String>(1)?)),
+        )?;
+        // A chain's end names its first run, which the parent awaits.
+        if let Some((Some(parent), origin)) = parent {
+            let notice = end.notice(&origin);
             exec(
                 self.0,
                 SQL.dialect.child_notice,
@@ -384,7 +394,7 @@ pub(super) fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(16)?, r.get(17)?);
+        let (epoch, wake_at) = (r.get(18)?, r.get(19)?);
         Ok(LeasedRow {
             run,
             epoch,

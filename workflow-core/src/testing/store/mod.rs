@@ -45,6 +45,7 @@
 // capability brings one file here and its cases in the macro's lists below. Cases that race
 // handles on one database and those about undecodable rows have a file of their own.
 mod admin;
+mod chains;
 mod children;
 mod concurrency;
 mod damage;
@@ -67,6 +68,12 @@ pub use admin::{
     lists_runs_by_time_range_and_cursor, lists_runs_newest_first_with_filters,
     prune_deletes_old_ended_runs_with_what_they_recorded, prune_leaves_no_rows_of_a_pruned_run,
     run_counts_group_runs_by_workflow_and_status,
+};
+pub use chains::{
+    a_continued_child_s_end_reaches_the_parent_under_its_first_id,
+    a_continued_run_keeps_its_queue_slot, a_continued_run_stays_its_schedule_tick_s_run,
+    continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inherits,
+    continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothing,
 };
 pub use children::{
     a_child_is_started_with_its_record_and_its_end_reaches_the_parent,
@@ -326,6 +333,11 @@ macro_rules! __store_conformance_tests {
             a_request_is_refused_or_deduplicated_without_writing,
             a_step_transaction_commits_its_append_or_nothing,
             a_step_transaction_under_a_lost_lease_commits_nothing,
+            continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inherits,
+            continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothing,
+            a_continued_run_keeps_its_queue_slot,
+            a_continued_child_s_end_reaches_the_parent_under_its_first_id,
+            a_continued_run_stays_its_schedule_tick_s_run,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,

@@ -222,6 +222,10 @@ async fn claim_token(
     if tx.claim(token, run, at, retain_until).await? {
         return Ok(None);
     }
+    // A token the run inherited from the run it continues binds, once.
+    if tx.bind_inherited(token, run).await? {
+        return Ok(None);
+    }
     let (owner, _) = tx.hook_owner(token).await?;
     owner_of(&owner, token).map(Some)
 }

@@ -23,6 +23,7 @@ use super::{sql_epoch, EncodedEnd, EncodedEvents};
 
 mod admin;
 mod admit;
+mod chain;
 // Only dialects that batch typed writes use it (PostgreSQL).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod group;
@@ -32,6 +33,7 @@ mod write;
 
 pub(in crate::store) use admin::*;
 pub(in crate::store) use admit::*;
+pub(in crate::store) use chain::*;
 #[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
 pub(in crate::store) use group::*;
 pub(in crate::store) use queues::*;
@@ -90,6 +92,15 @@ pub(in crate::store) trait Tx: Sized {
         run: &str,
         at: i64,
         retain_until: Option<i64>,
+    ) -> impl Future<Output = Result<bool, StoreError>>;
+
+    /// Binds `token` to `run`'s hook if `run` inherited it (`continue_as_new`) and has not
+    /// claimed it since: the mark is cleared, so a second claim by the run conflicts as any
+    /// claim of a token it owns does. True when bound.
+    fn bind_inherited(
+        &mut self,
+        token: &str,
+        run: &str,
     ) -> impl Future<Output = Result<bool, StoreError>>;
 
     /// The run recorded as the owner of `token` (which has a row), and whether its hook is

@@ -1,0 +1,110 @@
+//! How a driven run continues as new: the workflow returned `continue_as_new(wf, args)`, so
+//! the run's last events (the decision, naming the next run) and the next run's admission
+//! are one store call ([`RunStore::continue_as_new`]), fenced by the lease.
+//!
+//! [`RunStore::continue_as_new`]: crate::store::RunStore::continue_as_new
+
+use std::time::SystemTime;
+
+use super::{Driver, Stop};
+use crate::error::{Continuation, Error, StoreError};
+use crate::ids::RunId;
+use crate::payload::{PayloadError, PayloadKind};
+use crate::store::{Append, NewRun, RunStatus};
+
+impl Driver {
+    /// Continues the run as `c` asks: records the decision and admits the next run in one
+    /// store call, or, when the next run's arguments cannot be stored (serialization, size),
+    /// fails the run with that error.
+    pub(super) async fn continue_as_new(
+        &mut self,
+        c: Continuation,
+        now: SystemTime,
+    ) -> Result<Stop, StoreError> {
+        let next_id = RunId::new();
+        let cx = PayloadKind::WorkflowInput {
+            workflow: c.workflow,
+        };
+        let input = c.input.map_err(Error::fatal).and_then(|v| {
+            self.ctx
+                .payloads
+                .seal(Ok(v), cx.of(next_id))
+                .map_err(PayloadError::fatal)
+        });
+        let input = match input {
+            Ok(input) => input,
+            Err(e) => return self.end_with(Err(e), now).await,
+        };
+        let writes = match self.replay.continued(next_id, c.workflow.to_owned(), now) {
+            Ok(writes) => writes,
+            Err(d) => return self.diverge(d).await,
+        };
+        let append = Append {
+            events: writes.events,
+            ..Append::default()
+        };
+        // Only the next run's own parts: the store copies what it inherits.
+        let next = NewRun {
+            id: next_id,
+            workflow: c.workflow.to_owned(),
+            input,
+            created_at: now,
+            start_at: None,
+            version: None,
+            hook: None,
+            deadline: None,
+            parent: None,
+            queue: None,
+        };
+        #[cfg(any(test, feature = "testing"))]
+        crate::testing::failpoint("continue_as_new.before_commit");
+        let mut tries = 0;
+        loop {
+            let done = self
+                .host
+                .store()
+                .continue_as_new(&self.lease, &append, next.clone())
+                .await;
+            match done {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    self.back_off(e, &mut tries).await?;
+                    // Committed after all, if the run now names its next run.
+                    let run = self.ctx.run_id;
+                    let record = self.retry(|| self.host.store().get_run(&run)).await?;
+                    match record {
+                        Some(r) if r.next_run == Some(next_id) => break,
+                        Some(r) if r.status == RunStatus::Running => {}
+                        _ => return Err(StoreError::LeaseLost(run)),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.last_seq += append.events.len() as u64;
+        crate::telemetry::run_ended(self.ctx.workflow, RunStatus::ContinuedAsNew);
+        tracing::debug!(run_id = %self.ctx.run_id, next_run = %next_id, "continued as new");
+        // Waiters on this run read its record and follow it to the next run; the parent is
+        // told only by the chain's last run.
+        self.host.ended(self.ctx.run_id, None, None);
+        self.host.admitted();
+        Ok(Stop::Ended)
+    }
+
+    /// Ends the run with `result` as if the workflow had returned it.
+    pub(super) async fn end_with(
+        &mut self,
+        result: Result<serde_json::Value, Error>,
+        now: SystemTime,
+    ) -> Result<Stop, StoreError> {
+        let result = result.map_err(|e| self.seal_run_error(e));
+        match self.replay.returned(result, now) {
+            Ok(end) => {
+                let outcome = self.write(end).await?;
+                self.host.ended(self.ctx.run_id, self.parent, outcome);
+                Ok(Stop::Ended)
+            }
+            Err(d) => self.diverge(d).await,
+        }
+    }
+}

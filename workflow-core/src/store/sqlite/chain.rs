@@ -1,0 +1,100 @@
+//! Continue-as-new on SQLite: the statements of [`ChainTx`] (what the next run inherits,
+//! written side by side) and the continuation itself, one transaction on the writer. The
+//! decision (fence, lock order, what is recorded) is the shared policy's
+//! (`store::sql::policy::chain`).
+
+use rusqlite::params;
+
+use super::tx::{exec, now, Lite};
+use super::SqliteStore;
+use crate::error::StoreError;
+use crate::store::sql::policy::{self, ChainTx, NextRunRow};
+use crate::store::sql::EncodedAppend;
+use crate::store::{check_continuation, Append, Lease, NewRun, CHILD_NOTICE_TOKEN};
+
+/// `?1` the old run, `?2` the next run, `?3` its workflow, `?4` its input, `?5` its admission.
+/// The inherited columns are copied here: a column a run keeps through its chain (a trace
+/// context) is added to both lists.
+const INSERT_NEXT: &str = "
+INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
+                  hook_token, deadline, parent_id, detached, queue, partition_key, priority,
+                  began_at, version, previous_run, origin)
+SELECT ?2, ?3, 'pending', ?4, ?5, ?5, ?5,
+       hook_token, deadline, parent_id, detached, queue, partition_key, priority,
+       began_at, version, id, COALESCE(origin, id)
+FROM runs WHERE id = ?1";
+
+/// `?1` the old run, `?2` the next run, `?3` now.
+const END_OLD: &str = "
+UPDATE runs SET status = 'continued_as_new', next_run = ?2, lease_until = NULL, updated_at = ?3
+WHERE id = ?1";
+
+/// `?1` the old run, `?2` the next run (`?3`: the token of children's ends, which stay).
+const MOVE: [&str; 5] = [
+    "UPDATE hooks SET run_id = ?2, inherited = 1 WHERE run_id = ?1 AND active = 1",
+    "UPDATE hook_inbox SET run_id = ?2 WHERE run_id = ?1 AND token <> ?3",
+    "UPDATE message_keys SET run_id = ?2 WHERE run_id = ?1",
+    "UPDATE run_requests SET run_id = ?2 WHERE run_id = ?1 AND reply IS NULL",
+    "UPDATE schedule_ticks SET run_id = ?2 WHERE run_id = ?1",
+];
+
+/// `?1` the old run, `?2` the next run.
+const COPY_EVENTS: &str = "
+INSERT INTO run_events (run_id, key, value, at)
+SELECT ?2, key, value, at FROM run_events WHERE run_id = ?1";
+
+impl ChainTx for Lite<'_> {
+    async fn continue_run(
+        &mut self,
+        old: &str,
+        next: &NextRunRow,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        let inserted = exec(
+            self.0,
+            INSERT_NEXT,
+            params![old, next.key, next.workflow, next.input, next.at],
+        )?;
+        if inserted != 1 {
+            return Err(StoreError::database(format!(
+                "the run continuing {old} was not admitted"
+            )));
+        }
+        exec(self.0, END_OLD, params![old, next.key, at])?;
+        for sql in MOVE {
+            // Each statement names the parameters it uses.
+            let mut stmt = self.0.prepare_cached(sql)?;
+            let count = stmt.parameter_count();
+            match count {
+                3 => stmt.execute(params![old, next.key, CHILD_NOTICE_TOKEN])?,
+                _ => stmt.execute(params![old, next.key])?,
+            };
+        }
+        exec(self.0, COPY_EVENTS, params![old, next.key])?;
+        Ok(())
+    }
+}
+
+impl SqliteStore {
+    /// [`crate::store::RunStore::continue_as_new`] on the writer.
+    pub(super) async fn continue_chain(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<(), StoreError> {
+        check_continuation(write, &next)?;
+        let lease = lease.clone();
+        let write = EncodedAppend::new(write)?;
+        let next = NextRunRow::new(&next)?;
+        self.write(move |tx| {
+            now(policy::continue_as_new(
+                &mut Lite(tx),
+                &lease,
+                &write,
+                &next,
+            ))
+        })
+        .await
+    }
+}

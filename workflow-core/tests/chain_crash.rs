@@ -1,0 +1,144 @@
+//! Continue-as-new under SIGKILL-like crashes, with real processes (SQLite and PostgreSQL):
+//! this test binary re-executes itself as a worker (`child_main`) armed with the failpoint
+//! `continue_as_new.before_commit`, which aborts the process after the run decided to
+//! continue and before the store call that commits it. A second worker takes the run over:
+//! nothing is lost and exactly one next run is admitted per continuation.
+
+mod common;
+
+use std::io::Write;
+use std::time::Duration;
+
+use common::{bounded, Place, Worker};
+use workflow_core::prelude::*;
+use workflow_core::store::{Event, RunFilter};
+use workflow_core::testing::FAILPOINT_ENV;
+
+const LEASE: Duration = Duration::from_millis(500);
+
+/// Each run receives one message on "m"; `left` more runs follow.
+#[workflow]
+async fn crash_chain(left: u32, mut got: Vec<String>) -> Result<Vec<String>> {
+    got.push(recv::<String>("m").await?);
+    if left == 0 {
+        return Ok(got);
+    }
+    continue_as_new(crash_chain, (left - 1, got)).await
+}
+
+/// The worker process: a worker runtime on the store named in its environment.
+#[test]
+#[ignore = "entry point of the worker processes the chain crash tests spawn"]
+fn child_main() {
+    if !Worker::is_child() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let _worker = Place::from_env()
+            .builder()
+            .worker(true)
+            .lease(LEASE)
+            .poll_interval(Duration::from_millis(20))
+            .retry_backoff(Duration::from_millis(10))
+            .build()
+            .await
+            .expect("worker runtime");
+        println!("READY");
+        std::io::stdout().flush().unwrap();
+        std::future::pending::<()>().await;
+    });
+}
+
+async fn killed_at_the_seam(place: Place) {
+    let client = place
+        .builder()
+        .worker(false)
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let run = client.start(crash_chain, (2, Vec::new())).await.unwrap();
+    for i in 0..3 {
+        run.send("m", format!("m{i}")).await.unwrap();
+    }
+    let env = place.env();
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push((FAILPOINT_ENV, "continue_as_new.before_commit"));
+    // Dies at the first seam: after the decision, before its commit.
+    let mut doomed = Worker::spawn(&env);
+    let status = doomed.wait_exit(Duration::from_secs(30));
+    assert!(!status.success(), "the armed worker aborted at the seam");
+    let first = run.info().await.unwrap();
+    assert_eq!(first.next_run, None, "nothing of the seam committed");
+    assert_ne!(first.status, RunStatus::ContinuedAsNew);
+    let all = client.runs(RunFilter::new().limit(100)).await.unwrap();
+    assert_eq!(all.len(), 1, "no next run was admitted: {all:?}");
+
+    // Another worker takes the run over once the dead one's lease expires.
+    env.pop();
+    let _survivor = Worker::spawn(&env);
+    let got = run.return_value().await.unwrap();
+    assert_eq!(got, vec!["m0", "m1", "m2"], "every message once, in order");
+    let all = client.runs(RunFilter::new().limit(100)).await.unwrap();
+    assert_eq!(
+        all.len(),
+        3,
+        "exactly one next run per continuation: {all:?}"
+    );
+    let mut id = Some(run.id());
+    let mut received = Vec::new();
+    let mut links = 0;
+    while let Some(i) = id {
+        let r = client.get_run(&i).info().await.unwrap();
+        for e in client.store().events(&i).await.unwrap() {
+            if let Event::MessageReceived { payload, .. } = e.event {
+                received.push(payload.as_str().unwrap_or_default().to_owned());
+            }
+        }
+        if let Some(next) = r.next_run {
+            let n = client.get_run(&next).info().await.unwrap();
+            assert_eq!(n.previous_run, Some(i));
+            links += 1;
+        }
+        id = r.next_run;
+    }
+    assert_eq!(links, 2);
+    assert_eq!(received, vec!["m0", "m1", "m2"]);
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sigkill_at_the_seam_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let place = Place::Sqlite {
+        path: dir.path().join("wf.db"),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(bounded(killed_at_the_seam(place)));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn sigkill_at_the_seam_on_postgres() {
+    use workflow_core::store::postgres::PostgresStore;
+
+    let Some(url) = common::postgres_url() else {
+        return;
+    };
+    let schema = common::fresh_schema();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(bounded(async {
+        if !common::postgres_reachable(&url, &schema).await {
+            return;
+        }
+        let place = Place::Postgres {
+            url: url.clone(),
+            schema: schema.clone(),
+        };
+        killed_at_the_seam(place).await;
+        if let Ok(s) = PostgresStore::connect(&url, &schema).await {
+            let _ = s.drop_schema().await;
+        }
+    }));
+}
