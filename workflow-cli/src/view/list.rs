@@ -33,6 +33,10 @@ pub struct RunSummary {
     /// The version of the build that started it (`Runtime::builder().version(v)`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The W3C `traceparent` of the span that started it (feature `otel` of the
+    /// application), whose trace holds every attempt's span.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl RunSummary {
@@ -54,6 +58,7 @@ impl RunSummary {
             queue: r.queue,
             start_at: r.start_at.map(Time),
             version: r.version,
+            traceparent: r.trace_context.map(|t| t.traceparent),
         }
     }
 

@@ -141,6 +141,15 @@ impl<T> Run<T> {
             }
             self.rt.inner.run_ended(self.id, None);
             self.rt.inner.slot_freed();
+            // Counted where the cancel is made (`workflow_runs_ended_total{status="cancelled"}`);
+            // the label needs the workflow's name, read once the run is cancelled.
+            match self.rt.inner.store.get_run(&self.id).await {
+                Ok(Some(run)) => crate::telemetry::run_cancelled(&run.workflow),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(run_id = %self.id, error = %e, "cancelled run not counted")
+                }
+            }
         }
         Ok(())
     }
@@ -222,7 +231,10 @@ impl<T> Run<T> {
                 &places::of_run(id, places::INPUT, ""),
             )
             .map_err(unreadable)?;
+        // A trace of its own, under the caller's span (feature `otel`).
+        let (_span, trace) = crate::traces::start_span(&run.workflow, id, None);
         let new = NewRun {
+            trace_context: trace,
             parent: None,
             id,
             workflow: run.workflow,

@@ -25,7 +25,7 @@
 
 pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 pub use crate::model::{
-    ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord,
+    ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord, TraceContext,
     RunStatus, StartHook,
 };
 

@@ -51,7 +51,18 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_8,
     MIGRATION_9,
     MIGRATION_10,
+    MIGRATION_11,
 ];
+
+/// Each run's trace context (see SQLite's migration 12; PostgreSQL's `acquire` reads the
+/// lease it replaces in the same statement, so it needs no column for takeovers).
+const MIGRATION_11: Migration = Migration {
+    version: 11,
+    name: "each run's trace context",
+    ddl: r#"
+ALTER TABLE {schema}.runs ADD COLUMN trace_context TEXT;   -- NULL: started in no trace
+"#,
+};
 
 /// Delayed starts and run versions (see SQLite's migration of the same name).
 const MIGRATION_8: Migration = Migration {

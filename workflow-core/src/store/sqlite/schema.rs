@@ -57,7 +57,21 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_9,
     MIGRATION_10,
     MIGRATION_11,
+    MIGRATION_12,
 ];
+
+/// Traces and takeovers: each run keeps the W3C trace context it was started in (feature
+/// `otel`; plain text, it holds no user data), and `acquire` notes whether the lease it
+/// replaced had expired while set (a takeover), for its RETURNING to read: SQLite's RETURNING
+/// sees only the updated row.
+const MIGRATION_12: Migration = Migration {
+    version: 12,
+    name: "each run's trace context; whether its current lease took over an expired one",
+    ddl: "
+ALTER TABLE runs ADD COLUMN trace_context TEXT;                 -- NULL: started in no trace
+ALTER TABLE runs ADD COLUMN took_over INTEGER NOT NULL DEFAULT 0; -- set by each acquire
+",
+};
 
 /// Delayed starts and run versions: a run started with `.delay(d)` or `.start_at(t)` keeps
 /// its start (its wake time is set to it at admission), and every run the version of the

@@ -60,6 +60,7 @@ mod schedules;
 mod starts;
 mod streams;
 mod support;
+mod telemetry;
 mod transactional;
 
 pub use admin::{
@@ -137,6 +138,9 @@ pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
+};
+pub use telemetry::{
+    a_run_keeps_its_trace_context, an_acquire_says_whether_it_took_over_an_expired_lease,
 };
 pub use transactional::{
     a_step_transaction_commits_its_append_or_nothing,
@@ -276,6 +280,8 @@ macro_rules! __store_conformance_tests {
             a_run_leased_at_admission_is_fenced_like_an_acquired_one,
             failure_outcome_records_the_error,
             a_stale_epoch_cannot_write_after_a_takeover,
+            an_acquire_says_whether_it_took_over_an_expired_lease,
+            a_run_keeps_its_trace_context,
             acquire_respects_workflows_wake_time_leases_and_order,
             expired_leases_are_taken_back_in_wake_time_order,
             release_with_a_future_wake_time,
