@@ -65,6 +65,7 @@ pub async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .build();
     let tracer = provider.tracer("workflow-otel-example");
     tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
         .with(tracing_subscriber::fmt::layer().with_target(false))
         .with(tracing_opentelemetry::layer().with_tracer(tracer))
         .init();
