@@ -61,7 +61,11 @@ pub async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     // a logged error per batch, never the application.
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(Resource::builder().with_service_name("workflow-otel-example").build())
+        .with_resource(
+            Resource::builder()
+                .with_service_name("workflow-otel-example")
+                .build(),
+        )
         .build();
     let tracer = provider.tracer("workflow-otel-example");
     tracing_subscriber::registry()
@@ -81,7 +85,10 @@ pub async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .await?;
     let receipt = run.return_value().await?;
     let info = run.info().await?;
-    let trace = info.trace_context.map(|t| t.traceparent).unwrap_or_default();
+    let trace = info
+        .trace_context
+        .map(|t| t.traceparent)
+        .unwrap_or_default();
     println!("run {} -> {receipt}; its trace: {trace}", run.id());
 
     rt.shutdown();

@@ -274,7 +274,10 @@ impl TraceContext {
 
     /// The trace id (32 hex digits), when the `traceparent` is well formed.
     pub fn trace_id(&self) -> Option<&str> {
-        self.traceparent.split('-').nth(1).filter(|id| id.len() == 32)
+        self.traceparent
+            .split('-')
+            .nth(1)
+            .filter(|id| id.len() == 32)
     }
 }
 

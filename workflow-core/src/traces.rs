@@ -123,10 +123,9 @@ mod otel {
                 "4bf92f3577b34da6a3ce929d0e0e4736"
             );
             assert_eq!(encode(&sc).unwrap().to_text(), text);
-            let unsampled = TraceContext::parse(
-                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
-            )
-            .unwrap();
+            let unsampled =
+                TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+                    .unwrap();
             let sc = decode(&unsampled).unwrap();
             assert!(!sc.is_sampled());
             assert_eq!(encode(&sc), Some(unsampled));

@@ -370,7 +370,11 @@ async fn takeovers_and_cancels(db: &TestDb) {
         })
         .await
         .unwrap();
-    assert_eq!(ghost.len(), 1, "{backend:?}: the ghost worker leases the run");
+    assert_eq!(
+        ghost.len(),
+        1,
+        "{backend:?}: the ghost worker leases the run"
+    );
     assert!(!ghost[0].took_over, "a fresh run is begun, not taken over");
 
     // The next worker takes it over once that lease expired, and finishes it. A run of its
@@ -400,10 +404,7 @@ async fn takeovers_and_cancels(db: &TestDb) {
     let cancelled = worker.start(m_waits, (2,)).await.unwrap();
     client.get_run(&cancelled.id()).cancel().await.unwrap();
     client.get_run(&cancelled.id()).cancel().await.unwrap();
-    assert_eq!(
-        cancelled.info().await.unwrap().status,
-        RunStatus::Cancelled
-    );
+    assert_eq!(cancelled.info().await.unwrap().status, RunStatus::Cancelled);
     let waits_name = waits.info().await.unwrap().workflow;
 
     let after = read();

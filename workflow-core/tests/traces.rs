@@ -11,11 +11,11 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::future::IntoFuture;
 use std::time::Duration;
 
 use common::{available, log_execution, read_log, Backend, Place, TestDb, Worker};
@@ -66,8 +66,8 @@ fn install<E: SpanExporter + 'static>(exporter: E) {
         .with_simple_exporter(exporter)
         .build();
     let tracer = provider.tracer("workflow-traces-test");
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(tracer));
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
 }
 
@@ -354,7 +354,9 @@ fn across_processes(place: Place) {
     let first = spawn(&place, "start", &spans, &log, true);
     let id = first.line("RUN ", Duration::from_secs(30));
     until("the first process runs the hanging step", || {
-        read_log(&log).iter().any(|(_, _, label, _)| label == "hang")
+        read_log(&log)
+            .iter()
+            .any(|(_, _, label, _)| label == "hang")
     });
     until("the first process exported its two attempts", || {
         read_spans(&spans)
@@ -396,7 +398,12 @@ fn across_processes(place: Place) {
         .iter()
         .filter(|s| s.name == "step" && s.attr("workflow.run_id") == id)
         .map(|s| {
-            assert_eq!(s.trace_id, start.trace_id, "{}: one trace: {s:?}", place.name());
+            assert_eq!(
+                s.trace_id,
+                start.trace_id,
+                "{}: one trace: {s:?}",
+                place.name()
+            );
             assert_eq!(s.parent_span_id, start.span_id, "the start's child: {s:?}");
             let step = s.attr("step.name").rsplit("::").next().unwrap().to_owned();
             let label = format!("{step}#{}", s.attr("step.attempt"));

@@ -21,8 +21,8 @@ use crate::payload::{PayloadError, PayloadKind};
 use crate::queue::entry;
 use crate::registry::{BoxFuture, WorkflowDef};
 use crate::store::{
-    Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus, StartHook,
-    TraceContext,
+    Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus,
+    StartHook, TraceContext,
 };
 
 /// A pending start; await it. From [`Runtime::start`].

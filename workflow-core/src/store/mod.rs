@@ -25,8 +25,8 @@
 
 pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 pub use crate::model::{
-    ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord, TraceContext,
-    RunStatus, StartHook,
+    ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord,
+    RunStatus, StartHook, TraceContext,
 };
 
 mod admin;

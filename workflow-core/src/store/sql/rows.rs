@@ -349,11 +349,9 @@ impl Picked {
                 }
             };
             match row.run.decode() {
-                Ok(run) => {
-                    picked
-                        .runs
-                        .push((row.wake_at, key, run, lease.epoch, row.took_over))
-                }
+                Ok(run) => picked
+                    .runs
+                    .push((row.wake_at, key, run, lease.epoch, row.took_over)),
                 Err(e) => picked.failed.push((lease, e)),
             }
         }

@@ -54,13 +54,13 @@ pub async fn an_acquire_says_whether_it_took_over_an_expired_lease<S: Store>(sto
     assert!(second[0].took_over, "the lease expired while set");
     assert_eq!(second[0].lease.epoch, first[0].lease.epoch + 1);
     // Given back (a run waiting on a timer): acquired again, it is no takeover.
-    store
-        .release(&second[0].lease, t(10_001), 0)
-        .await
-        .unwrap();
+    store.release(&second[0].lease, t(10_001), 0).await.unwrap();
     let third = acquire(store, &wf, t(10_001), lease, 1).await;
     assert_eq!(third.len(), 1);
-    assert!(!third[0].took_over, "a released run is resumed, not taken over");
+    assert!(
+        !third[0].took_over,
+        "a released run is resumed, not taken over"
+    );
     // A failed try gives it back too.
     let cause = Error::fatal("the database refused a value");
     match store
@@ -105,7 +105,10 @@ pub async fn an_acquire_says_whether_it_took_over_an_expired_lease<S: Store>(sto
         assert!(acquire(store, &wf, t(20_050), lease, 1).await.is_empty());
         let got = acquire(store, &wf, t(20_100), lease, 1).await;
         assert_eq!(got.len(), 1);
-        assert!(got[0].took_over, "a lease given at admission expired while set");
+        assert!(
+            got[0].took_over,
+            "a lease given at admission expired while set"
+        );
     }
 
     // A queued run begins (its first lease): no takeover; abandoned, it is taken over.
@@ -171,9 +174,10 @@ pub async fn a_run_keeps_its_trace_context<S: Store>(store: &S) {
         .map(|i| traced("traced", 8 + i, Some(&context(8 + i as u8))))
         .collect();
     admitted.extend(many.iter().map(|r| (r.id, r.trace_context.clone())));
-    let results =
-        futures::future::join_all(many.into_iter().map(|r| store.create_run(r))).await;
-    assert!(results.into_iter().all(|r| r.unwrap() == Admission::Admitted));
+    let results = futures::future::join_all(many.into_iter().map(|r| store.create_run(r))).await;
+    assert!(results
+        .into_iter()
+        .all(|r| r.unwrap() == Admission::Admitted));
 
     // A child, admitted by its parent's lease.
     let parent_id = create(store, "orders", t(20)).await;
@@ -190,10 +194,7 @@ pub async fn a_run_keeps_its_trace_context<S: Store>(store: &S) {
         let run = store.get_run(id).await.unwrap().unwrap();
         assert_eq!(&run.trace_context, trace, "get_run of {id}");
     }
-    let listed = store
-        .list_runs(&RunFilter::new().limit(100))
-        .await
-        .unwrap();
+    let listed = store.list_runs(&RunFilter::new().limit(100)).await.unwrap();
     for (id, trace) in &admitted {
         let run = listed
             .iter()
