@@ -346,13 +346,16 @@ fn install_telemetry() -> BoxResult<metrics_exporter_prometheus::PrometheusHandl
 #[cfg(feature = "otel")]
 mod traces {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
 
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 
     /// Spans the exporter was handed.
-    pub static EXPORTED: AtomicU64 = AtomicU64::new(0);
+    static EXPORTED: AtomicU64 = AtomicU64::new(0);
+    /// The provider, kept for the process's life: its batch thread keeps exporting.
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
     /// Counts the spans of each batch and drops them.
     #[derive(Debug)]
@@ -372,14 +375,15 @@ mod traces {
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Counting)
             .build();
-        let tracer = provider.tracer("workflow-bench");
-        // The provider lives as long as the process: its batch thread keeps exporting.
-        std::mem::forget(provider);
+        let tracer = PROVIDER.get_or_init(|| provider).tracer("workflow-bench");
         tracing_opentelemetry::layer().with_tracer(tracer)
     }
 
-    /// Spans exported so far (the batch processor exports every 5 s or 512 spans).
+    /// Spans exported, once what the batch processor still held is exported too.
     pub fn exported() -> u64 {
+        if let Some(provider) = PROVIDER.get() {
+            let _ = provider.force_flush();
+        }
         EXPORTED.load(Ordering::Relaxed)
     }
 }
