@@ -897,6 +897,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
              ALTER TABLE {runs} DROP COLUMN queue, DROP COLUMN partition_key,
                  DROP COLUMN priority, DROP COLUMN began_at;
              ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
+             ALTER TABLE {runs} DROP COLUMN trace_context;
              DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
                  {published}, {requests};
              ALTER TABLE {inbox} DROP COLUMN topic;
