@@ -1,6 +1,7 @@
-//! Every run is a `tracing` span (`workflow_run`, with `run_id` and `workflow`) and every step
-//! attempt is a child span (`step`, with `run_id`, `step`, `step_id` and `attempt`), so logs
-//! and traces say which run, step and try they come from. This example prints the spans as
+//! Every run is a `tracing` span (`workflow_run`, with `workflow.run_id` and `workflow.name`)
+//! and every step attempt is a child span (`step`, with `workflow.run_id`, `workflow.name`,
+//! `step.name`, `step.id`, `step.attempt` and, once it ended, `step.outcome`), so logs and
+//! traces say which run, step and try they come from. This example prints the spans as
 //! they close, with their fields and timings:
 //!
 //! ```text
@@ -8,16 +9,18 @@
 //! ```
 //!
 //! ```text
-//! INFO workflow_run{run_id=01J.. workflow=tracing_spans::convert_invoice}:step{run_id=01J..
-//!   step=tracing_spans::fetch_rate step_id=stp_.._0 attempt=1}: fetching the rate
-//! WARN ..:step{.. attempt=1}: step attempt failed error=rate service busy
-//! INFO ..:step{.. attempt=1}: close time.busy=.. time.idle=..
-//! INFO ..:step{.. attempt=2}: close ..
+//! INFO workflow_run{workflow.run_id=01J.. workflow.name=tracing_spans::convert_invoice}:
+//!   step{workflow.run_id=01J.. workflow.name=.. step.name=tracing_spans::fetch_rate
+//!   step.id=stp_.._0 step.attempt=1}: fetching the rate
+//! WARN ..:step{.. step.attempt=1}: step attempt failed error=rate service busy
+//! INFO ..:step{.. step.attempt=1 step.outcome="error" otel.status_code="error"}: close ..
+//! INFO ..:step{.. step.attempt=2 step.outcome="ok"}: close ..
 //! ```
 //!
-//! To export to OpenTelemetry instead, put the `tracing-opentelemetry` layer (with the
-//! exporter of your choice) where the `fmt` layer is: each run becomes one trace, each step
-//! attempt a span in it.
+//! To export to OpenTelemetry instead, build with the feature `otel` and put the
+//! `tracing-opentelemetry` layer where the `fmt` layer is (`cargo run --features otel
+//! --example otel`): each run becomes one trace, each step attempt a span in it, across
+//! processes and restarts.
 
 use std::time::Duration;
 

@@ -68,9 +68,9 @@ async fn runs_and_step_attempts_are_spans_with_their_fields() {
     let seen = capture.0.lock().unwrap().clone();
     let runs: Vec<&Seen> = seen.iter().filter(|s| s.name == "workflow_run").collect();
     assert_eq!(runs.len(), 1, "{seen:#?}");
-    let run_id = runs[0].fields["run_id"].clone();
+    let run_id = runs[0].fields["workflow.run_id"].clone();
     assert!(
-        runs[0].fields["workflow"].ends_with("::convert_invoice"),
+        runs[0].fields["workflow.name"].ends_with("::convert_invoice"),
         "{runs:?}"
     );
 
@@ -79,10 +79,14 @@ async fn runs_and_step_attempts_are_spans_with_their_fields() {
         .filter(|s| s.name == "step")
         .map(|s| {
             assert_eq!(s.parent, Some("workflow_run"), "{s:?}");
-            assert_eq!(s.fields["run_id"], run_id, "{s:?}");
-            assert!(s.fields["step_id"].starts_with("stp_"), "{s:?}");
-            let step = s.fields["step"].rsplit("::").next().unwrap();
-            (step, s.fields["attempt"].as_str())
+            assert_eq!(s.fields["workflow.run_id"], run_id, "{s:?}");
+            assert!(
+                s.fields["workflow.name"].ends_with("::convert_invoice"),
+                "{s:?}"
+            );
+            assert!(s.fields["step.id"].starts_with("stp_"), "{s:?}");
+            let step = s.fields["step.name"].rsplit("::").next().unwrap();
+            (step, s.fields["step.attempt"].as_str())
         })
         .collect();
     assert_eq!(

@@ -268,8 +268,14 @@ fn title(cli: &Cli) -> String {
             .map(|v| v.get_name().to_owned())
             .unwrap_or_default(),
         match (cli.encrypt, cli.telemetry) {
+            (true, true) if cfg!(feature = "otel") => {
+                " (payloads encrypted, metrics, tracing and OpenTelemetry traces recorded)"
+            }
             (true, true) => " (payloads encrypted, metrics and tracing recorded)",
             (true, false) => " (payloads encrypted)",
+            (false, true) if cfg!(feature = "otel") => {
+                " (metrics, tracing and OpenTelemetry traces recorded)"
+            }
             (false, true) => " (metrics and tracing recorded)",
             (false, false) => "",
         },
@@ -322,19 +328,80 @@ async fn main() -> BoxResult<()> {
             .filter(|l| l.starts_with("workflow_"))
             .count();
         println!("telemetry: {series} workflow_* series recorded");
+        #[cfg(feature = "otel")]
+        println!(
+            "telemetry: {} spans exported through OpenTelemetry (feature otel)",
+            traces::exported()
+        );
     }
     Ok(())
 }
 
 /// The recorder and subscriber of `--telemetry`: metrics are aggregated as a Prometheus
-/// exporter would (histograms included), spans are built and formatted into a sink.
+/// exporter would (histograms included), spans are built and formatted into a sink; built
+/// with the feature `otel`, spans are also traces: an OpenTelemetry layer builds every span,
+/// the runtime keeps each start's trace context and parents every attempt's span on it, and
+/// a batch processor hands them to an exporter that counts and drops them (what a service
+/// pays before the network).
 fn install_telemetry() -> BoxResult<metrics_exporter_prometheus::PrometheusHandle> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(std::io::sink)
-        .try_init()?;
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::sink);
+    let registry = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(fmt);
+    #[cfg(feature = "otel")]
+    let registry = registry.with(traces::layer());
+    registry.try_init()?;
     Ok(handle)
+}
+
+/// `--telemetry`'s traces (feature `otel`): see [`install_telemetry`].
+#[cfg(feature = "otel")]
+mod traces {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+
+    /// Spans the exporter was handed.
+    static EXPORTED: AtomicU64 = AtomicU64::new(0);
+    /// The provider, kept for the process's life: its batch thread keeps exporting.
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+    /// Counts the spans of each batch and drops them.
+    #[derive(Debug)]
+    struct Counting;
+
+    impl SpanExporter for Counting {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            EXPORTED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    pub fn layer<S>() -> impl tracing_subscriber::Layer<S>
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(Counting)
+            .build();
+        let tracer = PROVIDER.get_or_init(|| provider).tracer("workflow-bench");
+        tracing_opentelemetry::layer().with_tracer(tracer)
+    }
+
+    /// Spans exported, once what the batch processor still held is exported too.
+    pub fn exported() -> u64 {
+        if let Some(provider) = PROVIDER.get() {
+            let _ = provider.force_flush();
+        }
+        EXPORTED.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]

@@ -301,6 +301,7 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
     let id = workflow_core::RunId::new();
     store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: workflow.clone(),

@@ -60,6 +60,9 @@ pub fn run_text(d: &RunDetail) -> String {
     if let Some(v) = &r.version {
         field("version", v);
     }
+    if let Some(t) = &r.traceparent {
+        field("trace", t);
+    }
     if r.status.is_terminal() {
         field("ended", &r.updated_at.to_string());
         field(

@@ -578,6 +578,7 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
     rt.store()
         .create_run_with_history(
             NewRun {
+                trace_context: None,
                 parent: None,
                 id,
                 workflow: checkout_name.replace("::checkout", "::upgrade"),

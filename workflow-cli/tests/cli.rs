@@ -1009,6 +1009,7 @@ async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
     f.rt.store()
         .create_run_with_history(
             NewRun {
+                trace_context: None,
                 id,
                 workflow: "cli::tz".to_owned(),
                 input: json!([]),

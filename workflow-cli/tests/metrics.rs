@@ -54,6 +54,7 @@ async fn metrics_show_the_store_s_runs_queues_and_schedules(b: Backend) {
     let admitted = SystemTime::now() - Duration::from_secs(30);
     f.rt.store()
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id: RunId::new(),
             workflow: "elsewhere::not_here".to_owned(),

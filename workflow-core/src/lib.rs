@@ -73,6 +73,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod traces;
 mod transactional;
 
 /// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate

@@ -109,6 +109,8 @@ pub struct NewRun {
     /// The queue the run waits in for a slot: `start(..).queue(name)` or the
     /// workflow's `#[workflow(queue = "..")]`. A queued run is never leased at admission.
     pub queue: Option<QueueEntry>,
+    /// The trace its step attempts' spans belong to (feature `otel`; `None` without it).
+    pub trace_context: Option<TraceContext>,
 }
 
 impl NewRun {
@@ -205,6 +207,10 @@ pub struct RunRecord {
     pub previous_run: Option<RunId>,
     /// The run that continues this one, once it ended as [`RunStatus::ContinuedAsNew`].
     pub next_run: Option<RunId>,
+    /// The W3C trace context the run was started in (feature `otel`): every span of its step
+    /// attempts is a child of it. `None` for a run started without the feature or outside
+    /// any trace.
+    pub trace_context: Option<TraceContext>,
 }
 
 impl RunRecord {
@@ -220,6 +226,74 @@ impl RunRecord {
     pub fn starts_later(&self, now: SystemTime) -> Option<SystemTime> {
         self.start_at
             .filter(|t| self.status == RunStatus::Pending && *t > now)
+    }
+}
+
+/// A W3C trace context (<https://www.w3.org/TR/trace-context/>) kept with a run: the
+/// `traceparent` of the span that started it and the caller's `tracestate`, if any. It holds
+/// ids and vendor flags, never user data, so it is stored as plain text (not sealed with the
+/// payloads). A store keeps it in one column as [`TraceContext::to_text`] writes it.
+///
+/// ```
+/// use workflow_core::store::TraceContext;
+///
+/// let text = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,congo=t61rcWkgMzE";
+/// let cx = TraceContext::parse(text).unwrap();
+/// assert_eq!(cx.traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+/// assert_eq!(cx.tracestate.as_deref(), Some("congo=t61rcWkgMzE"));
+/// assert_eq!(cx.trace_id(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+/// assert_eq!(cx.to_text(), text);
+/// assert!(TraceContext::parse("not a traceparent").is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TraceContext {
+    /// `version-traceid-parentid-flags`, lower-case hex, as the `traceparent` header.
+    pub traceparent: String,
+    /// The `tracestate` header's list, when the caller's context had one.
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// One line: the `traceparent`, then `,` and the `tracestate` list when there is one (a
+    /// `traceparent` holds no comma, so the first one separates them).
+    pub fn to_text(&self) -> String {
+        match &self.tracestate {
+            Some(state) => format!("{},{state}", self.traceparent),
+            None => self.traceparent.clone(),
+        }
+    }
+
+    /// The inverse of [`TraceContext::to_text`]; `None` unless the `traceparent` is well
+    /// formed (four fields of 2, 32, 16 and 2 hex digits, the trace and parent ids not all
+    /// zeros).
+    pub fn parse(text: &str) -> Option<Self> {
+        let (parent, state) = match text.split_once(',') {
+            Some((p, s)) => (p.trim(), Some(s.trim()).filter(|s| !s.is_empty())),
+            None => (text.trim(), None),
+        };
+        let fields: Vec<&str> = parent.split('-').collect();
+        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let zero = |s: &str| s.bytes().all(|b| b == b'0');
+        let ok = fields.len() >= 4
+            && hex(fields[0], 2)
+            && fields[0] != "ff"
+            && hex(fields[1], 32)
+            && !zero(fields[1])
+            && hex(fields[2], 16)
+            && !zero(fields[2])
+            && hex(fields[3], 2);
+        ok.then(|| TraceContext {
+            traceparent: parent.to_ascii_lowercase(),
+            tracestate: state.map(str::to_owned),
+        })
+    }
+
+    /// The trace id (32 hex digits), when the `traceparent` is well formed.
+    pub fn trace_id(&self) -> Option<&str> {
+        self.traceparent
+            .split('-')
+            .nth(1)
+            .filter(|id| id.len() == 32)
     }
 }
 

@@ -68,6 +68,9 @@ pub const STORE_COMMIT: &str = "workflow_store_commit_seconds";
 /// Histogram (seconds): how long a driver took to replay a run's recorded history, from
 /// the run's lease to its first live decision (runs with no history are not replays).
 pub const REPLAY: &str = "workflow_replay_seconds";
+/// Counter: runs this process's worker acquired whose previous lease had expired while set
+/// (the worker holding it stopped renewing it without giving the run back).
+pub const LEASE_TAKEOVERS: &str = "workflow_lease_takeovers_total";
 /// Counter: schedule ticks this process recorded, by `schedule` and `outcome` (`started`,
 /// `buffered`, `skipped:overlap`, `skipped:paused`, `skipped:missed`).
 pub const SCHEDULE_TICKS: &str = "workflow_schedule_ticks_total";
@@ -82,6 +85,22 @@ pub(crate) fn run_ended(workflow: &'static str, status: RunStatus) {
     metrics::counter!(RUNS_ENDED, "workflow" => workflow, "status" => status.as_str()).increment(1);
 }
 
+/// A run of `workflow` was cancelled by a client (`run.cancel()`).
+pub(crate) fn run_cancelled(workflow: &str) {
+    metrics::counter!(
+        RUNS_ENDED,
+        "workflow" => workflow.to_owned(),
+        "status" => RunStatus::Cancelled.as_str()
+    )
+    .increment(1);
+}
+
+/// A worker took over a run whose lease had expired while set (see
+/// [`crate::store::LeasedRun::took_over`]).
+pub(crate) fn lease_taken_over() {
+    metrics::counter!(LEASE_TAKEOVERS).increment(1);
+}
+
 /// How a step attempt ended, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AttemptOutcome {
@@ -92,7 +111,8 @@ pub(crate) enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    fn label(self) -> &'static str {
+    /// As the `outcome` label and the `step.outcome` span attribute say it.
+    pub(crate) fn label(self) -> &'static str {
         match self {
             AttemptOutcome::Ok => "ok",
             AttemptOutcome::Error => "error",

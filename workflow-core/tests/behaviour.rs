@@ -839,6 +839,7 @@ async fn bad_input_gives_clear_errors(b: Backend) {
     }
     rt.store()
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: name_of(arithmetic).to_owned(),

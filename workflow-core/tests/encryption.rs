@@ -294,6 +294,7 @@ async fn a_payload_moved_to_another_run_does_not_decrypt(backend: Backend) {
     let admitted = rt
         .store()
         .create_run(workflow_core::store::NewRun {
+            trace_context: None,
             id: copy,
             workflow,
             input: sealed,

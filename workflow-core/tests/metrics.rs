@@ -339,6 +339,100 @@ async fn exercise(backend: Backend) {
         );
     }
     rt.shutdown();
+    drop(rt);
+    takeovers_and_cancels(&db).await;
+}
+
+/// `workflow_lease_takeovers_total` counts a run taken over from a worker whose lease expired
+/// while it held the run, and nothing for runs begun, or given back on a wait and resumed;
+/// `workflow_runs_ended_total{status="cancelled"}` counts a client's cancel once.
+async fn takeovers_and_cancels(db: &TestDb) {
+    let backend = db.backend;
+    let before = read();
+    let client = db.builder().worker(false).build().await.unwrap();
+    let abandoned = client.start(m_completes, (7,)).await.unwrap();
+    let workflow = abandoned.info().await.unwrap().workflow;
+    // A worker that leases the run and dies: its lease is never renewed nor given back.
+    let store = db.open_store().await;
+    let now = store
+        .now()
+        .await
+        .unwrap()
+        .unwrap_or_else(std::time::SystemTime::now);
+    let names = [workflow.clone()];
+    let ghost = store
+        .acquire(workflow_core::store::AcquireRequest {
+            worker_id: "ghost",
+            workflows: &names,
+            lease: Duration::from_millis(300),
+            limit: 1,
+            now,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ghost.len(),
+        1,
+        "{backend:?}: the ghost worker leases the run"
+    );
+    assert!(!ghost[0].took_over, "a fresh run is begun, not taken over");
+
+    // The next worker takes it over once that lease expired, and finishes it. A run of its
+    // own waits for a message meanwhile, is evicted, and is resumed: no takeover.
+    let worker = db
+        .builder()
+        .poll_interval(Duration::from_millis(20))
+        .retry_backoff(Duration::from_millis(10))
+        .evict_after(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let limit = Duration::from_secs(30);
+    let taken = tokio::time::timeout(limit, worker.get_run(&abandoned.id()).return_value())
+        .await
+        .expect("the run taken over ends");
+    assert!(taken.is_ok(), "{backend:?}: {taken:?}");
+    let waits = worker.start(m_waits, (1,)).await.unwrap();
+    common::until_no_active_runs(&worker, "the waiting run is given back").await;
+    waits.send("go", 1u32).await.unwrap();
+    let resumed = tokio::time::timeout(limit, waits.return_value())
+        .await
+        .expect("the resumed run ends");
+    assert_eq!(resumed.unwrap(), 3);
+
+    // A client cancels a waiting run: counted once, by the process that cancelled it.
+    let cancelled = worker.start(m_waits, (2,)).await.unwrap();
+    client.get_run(&cancelled.id()).cancel().await.unwrap();
+    client.get_run(&cancelled.id()).cancel().await.unwrap();
+    assert_eq!(cancelled.info().await.unwrap().status, RunStatus::Cancelled);
+    let waits_name = waits.info().await.unwrap().workflow;
+
+    let after = read();
+    let delta = |name: &str, pairs: &[(&str, &str)]| {
+        count(&after, name, pairs) - count(&before, name, pairs)
+    };
+    assert_eq!(
+        delta(telemetry::LEASE_TAKEOVERS, &[]),
+        1,
+        "{backend:?}: one run taken over; begun and resumed runs are not takeovers"
+    );
+    assert_eq!(
+        delta(
+            telemetry::RUNS_ENDED,
+            &[("workflow", &waits_name), ("status", "cancelled")]
+        ),
+        1,
+        "{backend:?}: the cancel, once"
+    );
+    assert_eq!(
+        delta(
+            telemetry::RUNS_ENDED,
+            &[("workflow", &workflow), ("status", "completed")]
+        ),
+        1,
+        "{backend:?}: the run taken over ended completed"
+    );
+    worker.shutdown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,10 @@ pub struct RunSummary {
     /// The run that continues this one, once it ended as `continued_as_new`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_run: Option<RunId>,
+    /// The W3C `traceparent` of the span that started it (feature `otel` of the
+    /// application), whose trace holds every attempt's span.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl RunSummary {
@@ -62,6 +66,7 @@ impl RunSummary {
             queue: r.queue,
             start_at: r.start_at.map(Time),
             version: r.version,
+            traceparent: r.trace_context.map(|t| t.traceparent),
         }
     }
 

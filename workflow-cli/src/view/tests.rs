@@ -22,6 +22,7 @@ fn ev(seq: u64, at: u64, event: Event) -> EventRecord {
 
 fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
     RunRecord {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "wf".into(),
@@ -382,4 +383,17 @@ fn a_delayed_run_is_pending_until_its_start_and_waits_for_it() {
     let begun = RunSummary::new(delayed);
     assert_eq!(begun.status_text(Time(t(1_000))), "running");
     assert_eq!(begun.start_at, Some(start));
+}
+
+#[test]
+fn a_run_s_trace_is_shown_by_its_traceparent() {
+    let mut traced = run(RunStatus::Running, 0, None);
+    let summary = RunSummary::new(traced.clone());
+    assert_eq!(summary.traceparent, None);
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    traced.trace_context = workflow_core::store::TraceContext::parse(&format!("{parent},k=v"));
+    let summary = RunSummary::new(traced);
+    assert_eq!(summary.traceparent.as_deref(), Some(parent));
+    let v = serde_json::to_value(&summary).unwrap();
+    assert_eq!(v["traceparent"], json!(parent));
 }

@@ -359,6 +359,9 @@ pub fn run(database: &str, d: &RunDetail, events: &[EventView], banner: Banner<'
             @if let Some(v) = &r.version {
                 dt { "version" } dd { span class="mono" id="version" { (v) } }
             }
+            @if let Some(t) = &r.traceparent {
+                dt { "trace" } dd { span class="mono" id="traceparent" { (t) } }
+            }
             @if r.status.is_terminal() {
                 dt { "ended" } dd { (r.updated_at) }
                 dt { "duration" } dd { (text::duration_ms(r.duration_ms.unwrap_or_default())) }

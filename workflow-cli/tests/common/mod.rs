@@ -126,6 +126,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
     let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
     let at = SystemTime::now();
     let run = NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow,

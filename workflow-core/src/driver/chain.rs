@@ -45,6 +45,7 @@ impl Driver {
         };
         // Only the next run's own parts: the store copies what it inherits.
         let next = NewRun {
+            trace_context: None,
             id: next_id,
             workflow: c.workflow.to_owned(),
             input,

@@ -27,7 +27,11 @@ impl Driver {
     ) -> Result<Option<RunId>, StoreError> {
         // The store and the history know the key as text.
         let child_key = call.child_key.to_string();
+        // The child's start span is a child of the parent's start (one trace for both).
+        let (_span, trace) =
+            crate::traces::start_span(call.workflow, child_id, self.trace.as_ref());
         let child = NewRun {
+            trace_context: trace,
             queue: call.queue,
             id: child_id,
             workflow: call.workflow.to_owned(),

@@ -34,7 +34,7 @@ use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
     Append, ClaimOutcome, EndHint, Event as Recorded, Lease, LeasedRun, RunOutcome, RunStatus,
-    Store,
+    Store, TraceContext,
 };
 use crate::telemetry::AttemptOutcome;
 
@@ -240,6 +240,8 @@ pub(crate) struct Driver {
     tx_unwritten: Option<Writes>,
     /// Outcomes of other attempts that came in meanwhile, handled after it, in order.
     held: VecDeque<AttemptDone>,
+    /// The trace context the run was started in: the parent of every attempt's span.
+    trace: Option<TraceContext>,
 }
 
 impl Driver {
@@ -254,6 +256,7 @@ impl Driver {
             run,
             lease,
             mut events,
+            ..
         } = leased;
         let run_id = run.id;
         let missing_key = places::missing_key(
@@ -263,7 +266,15 @@ impl Driver {
             events.iter_mut().map(|e| &mut e.event),
         );
         let last_seq = events.last().map_or(0, |e| e.seq);
-        let span = tracing::info_span!("workflow_run", %run_id, workflow = reg.name);
+        let span = tracing::info_span!(
+            "workflow_run",
+            workflow.run_id = %run_id,
+            workflow.name = reg.name,
+        );
+        // In the run's trace (feature `otel`) rather than a trace of its own per drive.
+        if let Some(trace) = &run.trace_context {
+            crate::traces::set_parent(&span, trace);
+        }
         let _active = crate::telemetry::ActiveRun::new();
         let replay_began = std::time::Instant::now();
         let payloads = host.config().payloads.clone();
@@ -322,6 +333,7 @@ impl Driver {
             tx_pending: None,
             tx_unwritten: None,
             held: VecDeque::new(),
+            trace: run.trace_context,
         };
         if d.replay.has_history() {
             d.replay_began = Some(replay_began);
@@ -808,15 +820,23 @@ impl Driver {
             attempt,
             started_at: self.host.now(),
         };
-        // A child of the run's span (one trace per run); one span per attempt, so exporters
-        // see each try with its own duration.
+        // One span per attempt, so exporters see each try with its own duration. In logs it
+        // is a child of the run's span; in traces (feature `otel`) a child of the context the
+        // run was started in, whatever process runs it and however often the run was picked
+        // up again: a span a crash left unfinished is never its parent.
         let span = tracing::info_span!(
             "step",
-            run_id = %self.ctx.run_id,
-            step = name,
-            step_id = %step_id,
-            attempt,
+            workflow.run_id = %self.ctx.run_id,
+            workflow.name = self.ctx.workflow,
+            step.name = name,
+            step.id = %step_id,
+            step.attempt = attempt,
+            step.outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        if let Some(trace) = &self.trace {
+            crate::traces::set_parent(&span, trace);
+        }
         let timed_out = Arc::new(AtomicBool::new(false));
         let sets = StepSets::new(self.ctx.run_id, self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
@@ -888,6 +908,11 @@ impl Driver {
                 Err(_) => AttemptOutcome::Error,
             };
             crate::telemetry::step_attempt(name, how, began.elapsed());
+            let span = tracing::Span::current();
+            span.record("step.outcome", how.label());
+            if how != AttemptOutcome::Ok {
+                span.record("otel.status_code", "error");
+            }
             report.send(outcome, recorded);
         }
         .instrument(span);

@@ -144,6 +144,16 @@ impl<T> Run<T> {
                     }
                     self.rt.inner.run_ended(id, None);
                     self.rt.inner.slot_freed();
+                    // Counted where the cancel is made (`workflow_runs_ended_total{status=
+                    // "cancelled"}`); the label needs the workflow's name, read once the run
+                    // is cancelled.
+                    match self.rt.inner.store.get_run(&id).await {
+                        Ok(Some(run)) => crate::telemetry::run_cancelled(&run.workflow),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(run_id = %id, error = %e, "cancelled run not counted")
+                        }
+                    }
                 }
                 CancelOutcome::AlreadyEnded(RunStatus::ContinuedAsNew) => {
                     if let Some(next) = super::messages::next_of(&self.rt.inner, id).await? {
@@ -234,7 +244,10 @@ impl<T> Run<T> {
                 &places::of_run(id, places::INPUT, ""),
             )
             .map_err(unreadable)?;
+        // A trace of its own, under the caller's span (feature `otel`).
+        let (_span, trace) = crate::traces::start_span(&run.workflow, id, None);
         let new = NewRun {
+            trace_context: trace,
             parent: None,
             id,
             workflow: run.workflow,

@@ -107,7 +107,10 @@ impl Inner {
             .payloads
             .seal(serde_json::to_value((tick,)), cx)
             .map_err(|e| crate::error::StoreError::database(e.to_string()))?;
+        // Each tick's run is a trace of its own (feature `otel`).
+        let (_span, trace) = crate::traces::start_span(workflow, id, None);
         Ok(NewRun {
+            trace_context: trace,
             id,
             workflow: workflow.clone(),
             input,

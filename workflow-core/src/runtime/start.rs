@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::flight::{Joined, StartFlight};
 use super::spawn_run;
@@ -20,7 +21,8 @@ use crate::payload::{PayloadError, PayloadKind};
 use crate::queue::entry;
 use crate::registry::{BoxFuture, WorkflowDef};
 use crate::store::{
-    Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus, StartHook,
+    Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus,
+    StartHook, TraceContext,
 };
 
 /// A pending start; await it. From [`Runtime::start`].
@@ -296,6 +298,8 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let id = RunId::new();
+            // A child of the caller's current span, kept with the run (feature `otel`).
+            let (span, trace) = crate::traces::start_span(W::NAME, id, None);
             let input = sealed::<W>(&self.rt, id, self.input)?;
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(StartError::InvalidToken(why));
@@ -330,11 +334,15 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 queue,
                 begin: self.begin,
                 version: inner.config.version.clone(),
+                trace,
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
             // this future is dropped meanwhile.
-            let admitted = inner.tasks.spawn(admit(inner.clone(), start, flight)).await;
+            let admitted = inner
+                .tasks
+                .spawn(admit(inner.clone(), start, flight).instrument(span))
+                .await;
             match admitted {
                 Ok(admitted) => admitted?,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -398,6 +406,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 ..
             } = self.start;
             let id = RunId::new();
+            let (span, trace) = crate::traces::start_span(W::NAME, id, None);
             let input = sealed::<W>(&rt, id, input)?;
             let Some(token) = hook else {
                 return Err(StartError::InvalidToken(
@@ -431,11 +440,12 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 queue,
                 begin,
                 version: inner.config.version.clone(),
+                trace,
             };
             // In a task of its own, as for `start`: a dropped call does not strand followers.
             let done = inner
                 .tasks
-                .spawn(admit_or_resume(inner.clone(), start, payload, flight))
+                .spawn(admit_or_resume(inner.clone(), start, payload, flight).instrument(span))
                 .await;
             let resumed = match done {
                 Ok(resumed) => resumed?,
@@ -461,6 +471,8 @@ struct Admit {
     queue: Option<QueueEntry>,
     begin: Option<Begin>,
     version: Option<String>,
+    /// The context of the start's span (feature `otel`), kept with the run.
+    trace: Option<TraceContext>,
 }
 
 impl Admit {
@@ -474,6 +486,7 @@ impl Admit {
         });
         let begins = start_at.map_or(created_at, |t| t.max(created_at));
         NewRun {
+            trace_context: self.trace,
             parent: None,
             id: self.id,
             workflow: self.workflow.to_owned(),
@@ -542,6 +555,7 @@ async fn admit(
 /// The record of a run just admitted, as a worker that leased it at admission holds it.
 fn admitted_run(run: &NewRun) -> RunRecord {
     RunRecord {
+        trace_context: run.trace_context.clone(),
         parent: None,
         id: run.id,
         workflow: run.workflow.clone(),
@@ -571,6 +585,7 @@ fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
                 run,
                 lease,
                 events: Vec::new(),
+                took_over: false,
             },
         ),
         None => match run.start_at.filter(|at| *at > run.created_at) {

@@ -111,6 +111,9 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
                     failures = 0;
                     full_batch = runs.len() == capacity.min(64);
                     for leased in runs {
+                        if leased.took_over {
+                            crate::telemetry::lease_taken_over();
+                        }
                         spawn_run(&rt, leased);
                     }
                 }

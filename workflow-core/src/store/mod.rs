@@ -26,7 +26,7 @@
 pub use crate::history::{from_millis, never, to_millis, Event, EventRecord, NewEvent};
 pub use crate::model::{
     ChildNotice, Inbound, InboxEntry, NewRun, ParentLink, QueueEntry, RunOutcome, RunRecord,
-    RunStatus, StartHook,
+    RunStatus, StartHook, TraceContext,
 };
 
 mod admin;

@@ -164,6 +164,7 @@ pub struct SealedRow {
 /// let sealed = json!({"$wf_sealed": 1, "key": "old", "nonce": "..", "data": ".."});
 /// store
 ///     .create_run(NewRun {
+///         trace_context: None,
 ///         id,
 ///         workflow: "orders".into(),
 ///         input: sealed,

@@ -83,6 +83,12 @@ pub struct LeasedRun {
     pub lease: Lease,
     /// The whole history, in order.
     pub events: Vec<EventRecord>,
+    /// The run's previous lease was still set but had expired: a worker stopped renewing it
+    /// (it died, stalled or was cut off) without giving the run back, and this acquire took
+    /// the run over (`workflow_lease_takeovers_total`). False for a run never leased, given
+    /// back by a release (a run waiting on a timer, a hook or a message), or leased at
+    /// admission.
+    pub took_over: bool,
 }
 
 /// What [`RunStore::acquire`] may hand out.

@@ -36,8 +36,7 @@ impl State {
         let prev = row.record.clone();
         // Inherited: the start token (shown on the record), the deadline, the parent, the
         // queue entry with its slot (`began_at`), the version, the chain's origin, the
-        // messages' idempotency keys and the requests not replied to yet. (The place where a
-        // run's trace context, once stored with it, is copied too.)
+        // messages' idempotency keys, the requests not replied to yet and the trace context.
         let began_at = row.began_at;
         let detached = row.detached;
         let origin = row.origin.unwrap_or(old);
@@ -82,6 +81,7 @@ impl State {
                     version: prev.version.clone(),
                     previous_run: Some(old),
                     next_run: None,
+                    trace_context: prev.trace_context.clone(),
                 },
                 events: Vec::new(),
                 wake_at: now,

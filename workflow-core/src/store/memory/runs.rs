@@ -77,6 +77,8 @@ impl RunStore for MemoryStore {
         let mut leased = Vec::with_capacity(ready.len());
         for id in ready {
             if let Some(r) = st.runs.get_mut(&id) {
+                // Acquirable with a lease set only once that lease expired.
+                let took_over = r.lease_until.is_some();
                 r.epoch += 1;
                 r.lease_until = Some(after(req.now, req.lease));
                 if r.record.status == RunStatus::Blocked {
@@ -95,6 +97,7 @@ impl RunStore for MemoryStore {
                         epoch: r.epoch,
                     },
                     events: r.events.clone(),
+                    took_over,
                 });
             }
         }

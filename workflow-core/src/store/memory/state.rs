@@ -401,6 +401,7 @@ impl State {
             run.id,
             Row {
                 record: RunRecord {
+                    trace_context: run.trace_context,
                     id: run.id,
                     workflow: run.workflow,
                     status: if lease.is_some() {

@@ -15,8 +15,8 @@ use crate::store::{check_continuation, Append, Lease, NewRun, CHILD_NOTICE_TOKEN
 pub(super) struct ChainSql {
     /// `$1` the old run, `$2` the next run, `$3` its workflow, `$4` its input, `$5` its
     /// admission, `$6` now, `$7` the token of children's ends (which stay with the old run).
-    /// The inherited columns are copied in `next`: a column a run keeps through its chain (a
-    /// trace context) is added to both of its lists. One row: whether the next run was
+    /// The inherited columns are copied in `next` (a column a run keeps through its chain is
+    /// added to both of its lists), the trace context among them. One row: whether the next run was
     /// inserted.
     pub(super) continue_run: String,
     /// `Tx::bind_inherited`: `$1` token, `$2` run.
@@ -31,10 +31,10 @@ impl ChainSql {
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at,
                           hook_token, deadline, parent_id, detached, queue, partition_key,
-                          priority, began_at, version, previous_run, origin)
+                          priority, began_at, version, trace_context, previous_run, origin)
                      SELECT $2, $3, 'pending', $4, $5, $5, $5,
                             hook_token, deadline, parent_id, detached, queue, partition_key,
-                            priority, began_at, version, id, COALESCE(origin, id)
+                            priority, began_at, version, trace_context, id, COALESCE(origin, id)
                      FROM {s}.runs WHERE id = $1
                      RETURNING id),
                  ended AS (

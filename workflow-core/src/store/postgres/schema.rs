@@ -52,6 +52,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_9,
     MIGRATION_10,
     MIGRATION_CHAINS,
+    MIGRATION_TRACES,
 ];
 
 /// Chains of runs (see SQLite's migration of the same name).
@@ -67,6 +68,16 @@ ALTER TABLE {schema}.runs
     ADD COLUMN next_run TEXT COLLATE "C",
     ADD COLUMN origin TEXT COLLATE "C";
 ALTER TABLE {schema}.hooks ADD COLUMN inherited BOOLEAN NOT NULL DEFAULT FALSE;
+"#,
+};
+
+/// Each run's trace context (see SQLite's migration of the same name; PostgreSQL's `acquire`
+/// reads the lease it replaces in the same statement, so it needs no column for takeovers).
+const MIGRATION_TRACES: Migration = Migration {
+    version: 12,
+    name: "each run's trace context",
+    ddl: r#"
+ALTER TABLE {schema}.runs ADD COLUMN trace_context TEXT;   -- NULL: started in no trace
 "#,
 };
 

@@ -46,7 +46,7 @@ pub(super) struct PgOnly {
     /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
-    /// queues, `$10` partition keys, `$11` priorities, `$12` starts, `$13` versions. The answer: the ids admitted (an id
+    /// queues, `$10` partition keys, `$11` priorities, `$12` starts, `$13` versions, `$14` trace contexts. The answer: the ids admitted (an id
     /// missing existed already).
     pub(super) admit_many: String,
     /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
@@ -55,7 +55,7 @@ pub(super) struct PgOnly {
     /// A queued run admitted holding its slot (see `Tx::admit_begun`), run after its queue's
     /// row was locked: `$1` id, `$2` workflow, `$3` input, `$4` created at, `$5` lease end,
     /// `$6` deadline, `$7` parent, `$8` detached, `$9` queue, `$10` partition key, `$11`
-    /// priority, `$12` version. A row when it was inserted.
+    /// priority, `$12` version, `$13` trace context. A row when it was inserted.
     pub(super) insert_begun: String,
     /// Run `$1`'s latest value of key `$2` is `$3` (JSON), set at `$4` (`Tx::publish_event`).
     pub(super) publish_event: String,
@@ -67,8 +67,8 @@ pub(super) struct PgOnly {
 /// The statement admitting a run with its token (see `Tx::admit_claiming`): `$1` id,
 /// `$2` workflow, `$3` input, `$4` created at, `$5` token, `$6` retained until, `$7` deadline,
 /// `$8` parent, `$9` detached, then with `leased` `$10` the lease's end, `$11` start, `$12`
-/// version, else `$10` queue, `$11` partition key, `$12` priority, `$13` start (the run is due
-/// at the later of it and `$4`), `$14` version. One row: whether the id was new, whether the run was
+/// version, `$13` trace context, else `$10` queue, `$11` partition key, `$12` priority, `$13`
+/// start (the run is due at the later of it and `$4`), `$14` version, `$15` trace context. One row: whether the id was new, whether the run was
 /// admitted, and the token's owner as the statement's snapshot saw it (and whether it holds
 /// the token).
 pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
@@ -76,8 +76,9 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
         format!(
             "INSERT INTO {s}.runs
                  (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                  epoch, lease_until, deadline, parent_id, detached, start_at, version)
-             SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9, $11, $12
+                  epoch, lease_until, deadline, parent_id, detached, start_at, version,
+                  trace_context)
+             SELECT $1, $2, 'running', $3, $4, $4, $4, $5, 1, $10, $7, $8, $9, $11, $12, $13
              FROM claimed"
         )
     } else {
@@ -85,9 +86,9 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
             "INSERT INTO {s}.runs
                  (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
                   deadline, parent_id, detached, queue, partition_key, priority, start_at,
-                  version)
+                  version, trace_context)
              SELECT $1, $2, 'pending', $3, $4, $4, GREATEST($4, $13), $5, $7, $8, $9, $10, $11,
-                    $12, $13, $14
+                    $12, $13, $14, $15
              FROM claimed"
         )
     };
@@ -116,7 +117,7 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
 pub(super) const RUN_COLUMNS: &str =
     "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token, deadline, parent_id, queue, partition_key, priority, \
-                           start_at, version, previous_run, next_run";
+                           start_at, version, previous_run, next_run, trace_context";
 
 /// The statements for the tables in schema `s` (quoted).
 pub(super) fn statements(s: &str) -> Statements {
@@ -186,9 +187,9 @@ pub(super) fn statements(s: &str) -> Statements {
                      INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
                           deadline, parent_id, detached, queue, partition_key, priority,
-                          start_at, version)
+                          start_at, version, trace_context)
                      VALUES ($1, $2, 'pending', $3, $4, $4, GREATEST($4, $12), $5, $6, $7, $8,
-                             $9, $10, $11, $12, $13)
+                             $9, $10, $11, $12, $13, $14)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id)
                  SELECT id FROM inserted"
@@ -198,8 +199,10 @@ pub(super) fn statements(s: &str) -> Statements {
             insert_leased_run: format!(
                 "INSERT INTO {s}.runs
                      (id, workflow, status, input, created_at, updated_at, wake_at, hook_token,
-                      epoch, lease_until, deadline, parent_id, detached, start_at, version)
-                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7, $8, $9, $10, $11)
+                      epoch, lease_until, deadline, parent_id, detached, start_at, version,
+                      trace_context)
+                 VALUES ($1, $2, 'running', $3, $4, $4, $4, $5, 1, $6, $7, $8, $9, $10, $11,
+                         $12)
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
@@ -223,10 +226,11 @@ pub(super) fn statements(s: &str) -> Statements {
                 "SELECT run_id, seq, at, data FROM {s}.events
                  WHERE run_id = ANY($1) ORDER BY run_id, seq"
             ),
-            // MATERIALIZED: the locked pick is computed exactly once.
+            // MATERIALIZED: the locked pick is computed exactly once. `took_over`: the lease
+            // replaced was still set, so it expired under a worker that stopped renewing it.
             acquire: format!(
                 "WITH picked AS MATERIALIZED (
-                     SELECT id FROM {s}.runs
+                     SELECT id, lease_until IS NOT NULL AS took_over FROM {s}.runs
                      WHERE status IN ('pending', 'running', 'blocked')
                        AND wake_at <= $2
                        AND (lease_until IS NULL OR lease_until <= $2)
@@ -244,7 +248,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.previous_run, r.next_run, r.epoch, r.wake_at"
+                           r.previous_run, r.next_run, r.trace_context, r.epoch, r.wake_at,
+                           picked.took_over"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -604,7 +609,7 @@ pub(super) fn statements(s: &str) -> Statements {
             // cancelled) is passed over.
             begin_queued: format!(
                 "WITH picked AS MATERIALIZED (
-                     SELECT id FROM {s}.runs
+                     SELECT id, lease_until IS NOT NULL AS took_over FROM {s}.runs
                      WHERE id = ANY($3) AND began_at IS NULL
                        AND status IN ('pending', 'running', 'blocked')
                        AND (lease_until IS NULL OR lease_until <= $2)
@@ -617,7 +622,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.previous_run, r.next_run, r.epoch, r.wake_at"
+                           r.previous_run, r.next_run, r.trace_context, r.epoch, r.wake_at,
+                           picked.took_over"
             ),
             dialect: PgOnly {
                 chain: super::chain::ChainSql::new(s),
@@ -637,9 +643,9 @@ pub(super) fn statements(s: &str) -> Statements {
                     "INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at,
                           epoch, lease_until, deadline, parent_id, detached, queue,
-                          partition_key, priority, began_at, version)
+                          partition_key, priority, began_at, version, trace_context)
                      SELECT $1, $2, 'running', $3, $4, $4, $4, 1, $5, $6, $7, $8, $9, $10,
-                            $11, $4, $12
+                            $11, $4, $12, $13
                      FROM {s}.queues q
                      WHERE q.name = $9
                        AND NOT EXISTS (SELECT 1 FROM {s}.runs w
@@ -748,19 +754,20 @@ pub(super) fn statements(s: &str) -> Statements {
                     "INSERT INTO {s}.runs
                          (id, workflow, status, input, created_at, updated_at, wake_at,
                           epoch, lease_until, deadline, parent_id, detached, queue,
-                          partition_key, priority, start_at, version)
+                          partition_key, priority, start_at, version, trace_context)
                      SELECT a.id, a.workflow,
                             CASE WHEN a.lease_until IS NULL THEN 'pending' ELSE 'running' END,
                             a.input, a.at, a.at, GREATEST(a.at, a.start_at),
                             CASE WHEN a.lease_until IS NULL THEN 0 ELSE 1 END,
                             a.lease_until, a.deadline, a.parent_id, a.detached, a.queue,
-                            a.partition_key, a.priority, a.start_at, a.version
+                            a.partition_key, a.priority, a.start_at, a.version, a.trace_context
                      FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[],
                                  $5::bigint[], $6::bigint[], $7::text[], $8::bool[],
                                  $9::text[], $10::text[], $11::int[], $12::bigint[],
-                                 $13::text[])
+                                 $13::text[], $14::text[])
                           AS a(id, workflow, input, at, lease_until, deadline, parent_id,
-                               detached, queue, partition_key, priority, start_at, version)
+                               detached, queue, partition_key, priority, start_at, version,
+                               trace_context)
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id"
                 ),

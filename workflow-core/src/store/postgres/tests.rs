@@ -304,6 +304,7 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
     };
     let store = schema.connect().await;
     let run = |id: RunId| NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow: "orders".to_owned(),
@@ -390,6 +391,7 @@ const LEASE: Duration = Duration::from_secs(600);
 /// A run of `workflow` admitted at `t(0)` as `id`, without a token.
 fn new_run(id: RunId, workflow: &str) -> NewRun {
     NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow: workflow.to_owned(),
@@ -856,6 +858,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
     let (schema, store) = fresh!();
     let id = RunId::new();
     within(store.create_run(NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow: "orders".to_owned(),
@@ -895,7 +898,7 @@ async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
                  DROP COLUMN priority, DROP COLUMN began_at;
              ALTER TABLE {runs} DROP COLUMN start_at, DROP COLUMN version;
              ALTER TABLE {runs} DROP COLUMN previous_run, DROP COLUMN next_run,
-                 DROP COLUMN origin;
+                 DROP COLUMN origin, DROP COLUMN trace_context;
              ALTER TABLE {hooks} DROP COLUMN inherited;
              DROP TABLE {streams}, {chunks}, {queues}, {schedules}, {ticks}, {keys},
                  {published}, {requests};

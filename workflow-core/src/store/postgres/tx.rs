@@ -116,7 +116,10 @@ impl Tx for Pg<'_> {
                 .bind(run.priority),
             Some(_) => insert,
         };
-        let insert = insert.bind(run.start_at).bind(&run.version);
+        let insert = insert
+            .bind(run.start_at)
+            .bind(&run.version)
+            .bind(&run.trace_context);
         let inserted = insert.fetch_optional(&mut *self.conn).await?.is_some();
         // A run nobody leased: any worker may take it (a delayed one only later).
         if inserted && run.lease_until.is_none() && !run.delayed() {
@@ -147,6 +150,7 @@ impl Tx for Pg<'_> {
         let priorities: Vec<i32> = runs.iter().map(|r| r.priority).collect();
         let starts: Vec<Option<i64>> = runs.iter().map(|r| r.start_at).collect();
         let versions: Vec<Option<&str>> = runs.iter().map(|r| r.version.as_deref()).collect();
+        let traces: Vec<Option<&str>> = runs.iter().map(|r| r.trace_context.as_deref()).collect();
         let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
             .bind(&ids)
             .bind(&workflows)
@@ -161,6 +165,7 @@ impl Tx for Pg<'_> {
             .bind(&priorities)
             .bind(&starts)
             .bind(&versions)
+            .bind(&traces)
             .fetch_all(&mut *self.conn)
             .await?;
         // An id twice among them was inserted once: the first has it.
@@ -246,7 +251,10 @@ impl Tx for Pg<'_> {
                 .bind(&row.partition_key)
                 .bind(row.priority),
         };
-        let query = query.bind(row.start_at).bind(&row.version);
+        let query = query
+            .bind(row.start_at)
+            .bind(&row.version)
+            .bind(&row.trace_context);
         let (new, admitted, owner, taken) = query.fetch_one(&mut *self.conn).await?;
         if !new {
             return Err(policy::exists(&row.id));
@@ -533,6 +541,7 @@ impl Tx for Pg<'_> {
             .bind(&run.partition_key)
             .bind(run.priority)
             .bind(&run.version)
+            .bind(&run.trace_context)
             .execute(&mut *self.conn)
             .await?;
         Ok(inserted.rows_affected() > 0)

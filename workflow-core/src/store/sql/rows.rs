@@ -12,7 +12,7 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::{
     EventRecord, HookRecord, Inbound, InboxEntry, Lease, LeasedRun, QueueDef, QueueEntry,
-    QueueInfo, RunRecord, StoredChunk, StreamInfo, StreamPage,
+    QueueInfo, RunRecord, StoredChunk, StreamInfo, StreamPage, TraceContext,
 };
 
 /// Declares a row struct whose fields are the statement's columns in order, readable by
@@ -45,7 +45,7 @@ macro_rules! row {
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
     /// hook_token, deadline, parent_id, queue, partition_key, priority, start_at, version,
-    /// previous_run, next_run`.
+    /// previous_run, next_run, trace_context`.
     RunRow {
         id: String,
         workflow: String,
@@ -65,6 +65,7 @@ row! {
         version: Option<String>,
         previous_run: Option<String>,
         next_run: Option<String>,
+        trace_context: Option<String>,
     }
 }
 
@@ -72,6 +73,7 @@ impl RunRow {
     pub fn decode(self) -> Result<RunRecord, StoreError> {
         let run = self.id.as_str();
         Ok(RunRecord {
+            trace_context: self.trace_context.as_deref().and_then(TraceContext::parse),
             id: run.parse::<RunId>().map_err(|e| corrupt(run, "id", e))?,
             status: status_of(&self.status, run)?,
             input: json(&self.input, run, "input")?,
@@ -114,7 +116,8 @@ impl RunRow {
     }
 }
 
-/// A run `acquire` just leased: its row, then `epoch, wake_at`.
+/// A run `acquire` just leased: its row, then `epoch, wake_at, took_over` (whether the lease
+/// it replaced had expired while set, see [`LeasedRun::took_over`]).
 #[derive(Debug)]
 #[cfg_attr(feature = "postgres", derive(sqlx::FromRow))]
 pub(in crate::store) struct LeasedRow {
@@ -122,6 +125,7 @@ pub(in crate::store) struct LeasedRow {
     pub run: RunRow,
     pub epoch: i64,
     pub wake_at: i64,
+    pub took_over: bool,
 }
 
 row! {
@@ -316,8 +320,8 @@ impl StreamRow {
 /// other run or coming back forever. (A row whose id or epoch cannot be read at all is only
 /// logged: it cannot even be named to the database; its lease expires.)
 pub(in crate::store) struct Picked {
-    /// `(wake_at, id, run, epoch)`, earliest wake time first.
-    runs: Vec<(i64, String, RunRecord, u64)>,
+    /// `(wake_at, id, run, epoch, took_over)`, earliest wake time first.
+    runs: Vec<(i64, String, RunRecord, u64, bool)>,
     failed: Vec<(Lease, StoreError)>,
 }
 
@@ -358,7 +362,9 @@ impl Picked {
                 }
             };
             match row.run.decode() {
-                Ok(run) => picked.runs.push((row.wake_at, key, run, lease.epoch)),
+                Ok(run) => picked
+                    .runs
+                    .push((row.wake_at, key, run, lease.epoch, row.took_over)),
                 Err(e) => picked.failed.push((lease, e)),
             }
         }
@@ -391,13 +397,18 @@ impl Picked {
             runs: Vec::with_capacity(self.runs.len()),
             failed: self.failed,
         };
-        for (_, key, run, epoch) in self.runs {
+        for (_, key, run, epoch, took_over) in self.runs {
             let lease = Lease {
                 run_id: run.id,
                 epoch,
             };
             match histories.remove(&key).unwrap_or_else(|| Ok(Vec::new())) {
-                Ok(events) => out.runs.push(LeasedRun { lease, run, events }),
+                Ok(events) => out.runs.push(LeasedRun {
+                    lease,
+                    run,
+                    events,
+                    took_over,
+                }),
                 Err(e) => out.failed.push((lease, e)),
             }
         }

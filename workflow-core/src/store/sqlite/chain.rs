@@ -13,15 +13,15 @@ use crate::store::sql::EncodedAppend;
 use crate::store::{check_continuation, Append, Lease, NewRun, CHILD_NOTICE_TOKEN};
 
 /// `?1` the old run, `?2` the next run, `?3` its workflow, `?4` its input, `?5` its admission.
-/// The inherited columns are copied here: a column a run keeps through its chain (a trace
-/// context) is added to both lists.
+/// The inherited columns are copied here (a column a run keeps through its chain is added to
+/// both lists), the trace context among them.
 const INSERT_NEXT: &str = "
 INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
                   hook_token, deadline, parent_id, detached, queue, partition_key, priority,
-                  began_at, version, previous_run, origin)
+                  began_at, version, trace_context, previous_run, origin)
 SELECT ?2, ?3, 'pending', ?4, ?5, ?5, ?5,
        hook_token, deadline, parent_id, detached, queue, partition_key, priority,
-       began_at, version, id, COALESCE(origin, id)
+       began_at, version, trace_context, id, COALESCE(origin, id)
 FROM runs WHERE id = ?1";
 
 /// `?1` the old run, `?2` the next run, `?3` now.

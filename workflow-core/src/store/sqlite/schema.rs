@@ -58,6 +58,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_10,
     MIGRATION_11,
     MIGRATION_CHAINS,
+    MIGRATION_TRACES,
 ];
 
 /// Chains of runs (`continue_as_new`): a run names the run it continues and the run that
@@ -72,6 +73,19 @@ ALTER TABLE runs ADD COLUMN next_run TEXT;
 ALTER TABLE runs ADD COLUMN origin TEXT;
 -- 1 while the run that continued a chain owns a token it inherited and has not claimed.
 ALTER TABLE hooks ADD COLUMN inherited INTEGER NOT NULL DEFAULT 0;
+",
+};
+
+/// Traces and takeovers: each run keeps the W3C trace context it was started in (feature
+/// `otel`; plain text, it holds no user data), and `acquire` notes whether the lease it
+/// replaced had expired while set (a takeover), for its RETURNING to read: SQLite's RETURNING
+/// sees only the updated row.
+const MIGRATION_TRACES: Migration = Migration {
+    version: 13,
+    name: "each run's trace context; whether its current lease took over an expired one",
+    ddl: "
+ALTER TABLE runs ADD COLUMN trace_context TEXT;                 -- NULL: started in no trace
+ALTER TABLE runs ADD COLUMN took_over INTEGER NOT NULL DEFAULT 0; -- set by each acquire
 ",
 };
 

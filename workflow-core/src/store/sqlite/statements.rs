@@ -30,15 +30,16 @@ pub(super) const SQL: Statements = Statements {
     // A delayed run (`?12` start) is due at its start, not at its admission.
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
                                    hook_token, deadline, parent_id, detached, queue,
-                                   partition_key, priority, start_at, version)
+                                   partition_key, priority, start_at, version, trace_context)
                  VALUES (?1, ?2, 'pending', ?3, ?4, ?4, MAX(?4, COALESCE(?12, ?4)), ?5, ?6, ?7,
-                         ?8, ?9, ?10, ?11, ?12, ?13)
+                         ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT (id) DO NOTHING",
     insert_leased_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
                                           wake_at, hook_token, epoch, lease_until, deadline,
-                                          parent_id, detached, start_at, version)
+                                          parent_id, detached, start_at, version,
+                                          trace_context)
                         VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
-                                ?11)
+                                ?11, ?12)
                         ON CONFLICT (id) DO NOTHING",
     claim: "INSERT INTO hooks (token, run_id, created_at, active, retain_until)
             VALUES (?1, ?2, ?3, 1, ?4)
@@ -49,7 +50,7 @@ pub(super) const SQL: Statements = Statements {
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                      hook_token, deadline, parent_id, queue, partition_key, priority, start_at,
-                     version, previous_run, next_run
+                     version, previous_run, next_run, trace_context
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -58,9 +59,11 @@ pub(super) const SQL: Statements = Statements {
     // One statement picks and leases; the IMMEDIATE transaction around it keeps every other
     // connection, in any process, from leasing the same rows meanwhile.
     // Queued runs waiting for a slot are left to `begin_queued`, unless their deadline has
-    // passed: handed out without a slot, they fail at once.
+    // passed: handed out without a slot, they fail at once. `took_over` keeps, for RETURNING
+    // (which reads the new row), whether a lease was still set: it expired under a worker
+    // that stopped renewing it (a release or an end sets it NULL).
     acquire: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
-                  error = NULL,
+                  error = NULL, took_over = lease_until IS NOT NULL,
                   updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
               WHERE id IN (
                   SELECT id FROM runs
@@ -73,7 +76,8 @@ pub(super) const SQL: Statements = Statements {
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
-                        start_at, version, previous_run, next_run, epoch, wake_at",
+                        start_at, version, previous_run, next_run, trace_context, epoch,
+                        wake_at, took_over",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -145,7 +149,7 @@ pub(super) const SQL: Statements = Statements {
                  ORDER BY workflow, status",
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                        hook_token, deadline, parent_id, queue, partition_key, priority,
-                       start_at, version, previous_run, next_run
+                       start_at, version, previous_run, next_run, trace_context
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
                   AND (?9 IS NULL OR version = ?9)
@@ -260,15 +264,15 @@ pub(super) const SQL: Statements = Statements {
                        LIMIT ?4",
     // `?1` lease until, `?2` now, `?3` the run ids as a JSON array.
     begin_queued: "UPDATE runs SET epoch = epoch + 1, status = 'running', lease_until = ?1,
-                       error = NULL, began_at = ?2,
+                       error = NULL, began_at = ?2, took_over = lease_until IS NOT NULL,
                        updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
                    WHERE id IN (SELECT value FROM json_each(?3)) AND began_at IS NULL
                      AND status IN ('pending', 'running', 'blocked')
                      AND (lease_until IS NULL OR lease_until <= ?2)
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
-                             priority, start_at, version, previous_run, next_run, epoch,
-                             wake_at",
+                             priority, start_at, version, previous_run, next_run,
+                             trace_context, epoch, wake_at, took_over",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -301,9 +305,9 @@ pub(super) const SQL: Statements = Statements {
         insert_begun: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
                                          wake_at, hook_token, epoch, lease_until, deadline,
                                          parent_id, detached, queue, partition_key, priority,
-                                         began_at, version)
+                                         began_at, version, trace_context)
                        SELECT ?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
-                              ?11, ?12, ?4, ?13
+                              ?11, ?12, ?4, ?13, ?14
                        FROM queues q
                        WHERE q.name = ?10
                          AND NOT EXISTS (SELECT 1 FROM runs w INDEXED BY runs_queue_waiting

@@ -48,7 +48,8 @@ impl Tx for Lite<'_> {
                     run.partition_key,
                     run.priority,
                     run.start_at,
-                    run.version
+                    run.version,
+                    run.trace_context
                 ],
             )?,
             Some(until) => exec(
@@ -65,7 +66,8 @@ impl Tx for Lite<'_> {
                     parent,
                     detached,
                     run.start_at,
-                    run.version
+                    run.version,
+                    run.trace_context
                 ],
             )?,
         };
@@ -97,7 +99,8 @@ impl Tx for Lite<'_> {
                 queue,
                 run.partition_key,
                 run.priority,
-                run.version
+                run.version,
+                run.trace_context
             ],
         )?;
         Ok(inserted > 0)
@@ -394,11 +397,12 @@ pub(super) fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at) = (r.get(18)?, r.get(19)?);
+        let (epoch, wake_at, took_over) = (r.get(19)?, r.get(20)?, r.get(21)?);
         Ok(LeasedRow {
             run,
             epoch,
             wake_at,
+            took_over,
         })
     });
     let id = || r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());

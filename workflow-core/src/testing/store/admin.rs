@@ -32,6 +32,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
         note!(
             store
                 .create_run(NewRun {
+                    trace_context: None,
                     parent: None,
                     id: *id,
                     workflow: workflow.into(),
@@ -165,6 +166,7 @@ async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>
     let id = RunId::new();
     let admission = store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: workflow.into(),

@@ -29,6 +29,7 @@ fn continued(next: RunId, at: std::time::SystemTime) -> Append {
 /// The next run's own parts; the store fills in what it inherits.
 fn next_run(id: RunId, at: std::time::SystemTime) -> NewRun {
     NewRun {
+        trace_context: None,
         id,
         workflow: "hooked".to_owned(),
         input: json!([7]),
@@ -377,4 +378,37 @@ pub async fn a_continued_run_stays_its_schedule_tick_s_run<S: Store>(store: &S) 
         .find(|s| s.def.name == "chained")
         .unwrap();
     assert_eq!(state.last_started, Some((t(1000), next)));
+}
+
+/// The next run keeps the trace context its chain was started in: every attempt of every run
+/// of the chain is a span of the start's trace.
+pub async fn a_continued_run_keeps_its_trace_context<S: Store>(store: &S) {
+    let trace = TraceContext {
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        tracestate: Some("vendor=1".to_owned()),
+    };
+    let old = RunId::new();
+    store
+        .create_run(NewRun {
+            trace_context: Some(trace.clone()),
+            parent: None,
+            id: old,
+            workflow: "hooked".to_owned(),
+            input: json!([]),
+            created_at: t(0),
+            hook: None,
+            deadline: None,
+            queue: None,
+            start_at: None,
+            version: None,
+        })
+        .await
+        .unwrap();
+    let lease = lease_one(store, old, t(1)).await;
+    let next = RunId::new();
+    within(store.continue_as_new(&lease, &continued(next, t(2)), next_run(next, t(2))))
+        .await
+        .unwrap();
+    let next_rec = store.get_run(&next).await.unwrap().unwrap();
+    assert_eq!(next_rec.trace_context, Some(trace));
 }

@@ -25,6 +25,7 @@ fn notice_of(entry: &InboxEntry) -> ChildNotice {
 pub(super) fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool) -> NewRun {
     let _ = key;
     NewRun {
+        trace_context: None,
         queue: None,
         id: RunId::new(),
         workflow: "child".into(),
@@ -86,6 +87,7 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
     let owner = RunId::new();
     store
         .create_run(NewRun {
+            trace_context: None,
             queue: None,
             id: owner,
             workflow: "other".into(),
@@ -331,6 +333,7 @@ pub async fn an_end_writes_the_same_whatever_its_hint<S: Store>(store: &S) {
         let started = RunId::new();
         store
             .create_run(NewRun {
+                trace_context: None,
                 queue: None,
                 id: started,
                 workflow: s.clone(),

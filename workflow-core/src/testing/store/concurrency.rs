@@ -169,6 +169,7 @@ pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize)
                 let id = RunId::new();
                 let admission = store
                     .create_run(NewRun {
+                        trace_context: None,
                         parent: None,
                         id,
                         workflow: "hooked".to_owned(),

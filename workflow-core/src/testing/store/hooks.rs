@@ -51,6 +51,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
     // An existing id is an error before any claim.
     let again = store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id: first,
             workflow: "hooked".into(),
@@ -77,6 +78,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
 /// A run of `hooked` claiming `token` at `at`, for `admit_or_resume`.
 pub(super) fn hooked_run(token: &str, retain_until: Option<SystemTime>, at: SystemTime) -> NewRun {
     NewRun {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "hooked".to_owned(),
@@ -544,6 +546,7 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
         };
     }
     let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
+        trace_context: None,
         parent: None,
         id: ids[i],
         workflow: "hooked".into(),

@@ -61,6 +61,7 @@ mod schedules;
 mod starts;
 mod streams;
 mod support;
+mod telemetry;
 mod transactional;
 
 pub use admin::{
@@ -71,7 +72,8 @@ pub use admin::{
 };
 pub use chains::{
     a_continued_child_s_end_reaches_the_parent_under_its_first_id,
-    a_continued_run_keeps_its_queue_slot, a_continued_run_stays_its_schedule_tick_s_run,
+    a_continued_run_keeps_its_queue_slot, a_continued_run_keeps_its_trace_context,
+    a_continued_run_stays_its_schedule_tick_s_run,
     continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inherits,
     continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothing,
 };
@@ -144,6 +146,9 @@ pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
 pub use streams::{
     a_closed_stream_takes_no_more_chunks, a_stream_reads_in_pages_from_any_index,
     prune_takes_a_run_s_streams_with_it, stream_chunks_are_numbered_per_stream_and_fenced,
+};
+pub use telemetry::{
+    a_run_keeps_its_trace_context, an_acquire_says_whether_it_took_over_an_expired_lease,
 };
 pub use transactional::{
     a_step_transaction_commits_its_append_or_nothing,
@@ -283,6 +288,8 @@ macro_rules! __store_conformance_tests {
             a_run_leased_at_admission_is_fenced_like_an_acquired_one,
             failure_outcome_records_the_error,
             a_stale_epoch_cannot_write_after_a_takeover,
+            an_acquire_says_whether_it_took_over_an_expired_lease,
+            a_run_keeps_its_trace_context,
             acquire_respects_workflows_wake_time_leases_and_order,
             expired_leases_are_taken_back_in_wake_time_order,
             release_with_a_future_wake_time,
@@ -338,6 +345,7 @@ macro_rules! __store_conformance_tests {
             a_continued_run_keeps_its_queue_slot,
             a_continued_child_s_end_reaches_the_parent_under_its_first_id,
             a_continued_run_stays_its_schedule_tick_s_run,
+            a_continued_run_keeps_its_trace_context,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,

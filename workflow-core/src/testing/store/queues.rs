@@ -14,6 +14,7 @@ use crate::store::*;
 /// A run of `orders` at `at` in `queue` with partition key `key` and `priority`.
 fn queued_run(queue: &str, key: Option<&str>, priority: i32, at: SystemTime) -> NewRun {
     NewRun {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "orders".to_owned(),
@@ -325,6 +326,7 @@ pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Sto
     let late = RunId::new();
     store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id: late,
             workflow: "orders".to_owned(),

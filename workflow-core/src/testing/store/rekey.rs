@@ -61,6 +61,7 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
     let id = RunId::new();
     store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: "orders".to_owned(),

@@ -19,6 +19,7 @@ use crate::store::*;
 pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
     let id = RunId::new();
     let run = NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow: "leased".into(),
@@ -82,7 +83,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
     let id = create(store, "orders", t(0)).await;
     assert!(matches!(
         store
-            .create_run(NewRun { parent: None,
+            .create_run(NewRun { trace_context: None, parent: None,
                 id,
                 workflow: "orders".into(),
                 input: json!(null),
@@ -701,6 +702,7 @@ pub async fn retry_reopens_a_failed_run_and_refuses_other_statuses<S: Store>(sto
 pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
     let id = RunId::new();
     let new = |id, hook| NewRun {
+        trace_context: None,
         parent: None,
         id,
         workflow: "orders".to_owned(),
@@ -755,6 +757,7 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
 /// an admission that leases.
 pub async fn a_deadline_is_kept_with_the_run<S: Store>(store: &S) {
     let run = |deadline| NewRun {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "orders".to_owned(),

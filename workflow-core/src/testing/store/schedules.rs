@@ -29,6 +29,7 @@ fn def(name: &str) -> ScheduleDef {
 /// The run of a tick at `at`.
 fn run(at: SystemTime) -> NewRun {
     NewRun {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "tick".to_owned(),

@@ -18,6 +18,7 @@ fn run_at(
     created: u64,
 ) -> NewRun {
     NewRun {
+        trace_context: None,
         parent: None,
         id: RunId::new(),
         workflow: "hooked".to_owned(),

@@ -52,6 +52,7 @@ pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) 
     let id = RunId::new();
     store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: workflow.to_owned(),
@@ -116,6 +117,7 @@ pub(crate) async fn start<S: Store>(
     let id = RunId::new();
     let admission = store
         .create_run(NewRun {
+            trace_context: None,
             parent: None,
             id,
             workflow: "hooked".to_owned(),

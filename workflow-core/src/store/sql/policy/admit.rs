@@ -41,6 +41,8 @@ pub(in crate::store) struct NewRunRow {
     pub start_at: Option<i64>,
     /// The version of the build that started it.
     pub version: Option<String>,
+    /// Its trace context, as [`crate::store::TraceContext::to_text`] writes it.
+    pub trace_context: Option<String>,
 }
 
 impl NewRunRow {
@@ -72,6 +74,7 @@ impl NewRunRow {
             parent: run.parent.map(|p| (p.run.to_string(), p.detached)),
             start_at: run.start_at.map(sql_time),
             version: run.version,
+            trace_context: run.trace_context.as_ref().map(|t| t.to_text()),
         })
     }
 
