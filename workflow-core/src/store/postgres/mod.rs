@@ -33,6 +33,7 @@ use crate::store::Notice;
 
 mod admin;
 mod chain;
+mod chain_sql;
 mod commit;
 mod hooks;
 mod listen;

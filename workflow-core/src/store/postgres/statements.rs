@@ -19,8 +19,8 @@ pub(super) type Statements = crate::store::sql::Statements<String, PgOnly>;
 
 /// The statements SQLite does without: its writer holds the database's one write lock.
 pub(super) struct PgOnly {
-    /// Continue-as-new (`chain.rs`).
-    pub(super) chain: super::chain::ChainSql,
+    /// Continue-as-new (`chain_sql.rs`, run by `chain.rs`).
+    pub(super) chain: super::chain_sql::ChainSql,
     /// `append`, taking the inbox lock first when the run has a parent (`$6` lock key): the
     /// first statement of a run's end, which may queue a notice to the parent. The lock is
     /// an InitPlan of the row's UPDATE, so it is held before the row is locked.
@@ -626,7 +626,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            picked.took_over"
             ),
             dialect: PgOnly {
-                chain: super::chain::ChainSql::new(s),
+                chain: super::chain_sql::ChainSql::new(s),
                 record_reply: format!(
                     "UPDATE {s}.run_requests SET reply = $3, replied_at = $4
                      WHERE run_id = $1 AND id = $2 AND reply IS NULL"
