@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::time::Duration;
 
 use common::{bounded, Place, Worker};
@@ -30,23 +29,11 @@ async fn crash_chain(left: u32, mut got: Vec<String>) -> Result<Vec<String>> {
 #[test]
 #[ignore = "entry point of the worker processes the chain crash tests spawn"]
 fn child_main() {
-    if !Worker::is_child() {
-        return;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let _worker = Place::from_env()
-            .builder()
-            .worker(true)
+    common::serve_worker(|b| {
+        b.worker(true)
             .lease(LEASE)
             .poll_interval(Duration::from_millis(20))
             .retry_backoff(Duration::from_millis(10))
-            .build()
-            .await
-            .expect("worker runtime");
-        println!("READY");
-        std::io::stdout().flush().unwrap();
-        std::future::pending::<()>().await;
     });
 }
 

@@ -79,23 +79,11 @@ fn schedule(name: &str) -> Schedule {
 #[test]
 #[ignore = "entry point of the worker processes the schedule chaos tests spawn"]
 fn child_main() {
-    if !Worker::is_child() {
-        return;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let _worker = Place::from_env()
-            .builder()
-            .schedule(schedule(EVERY))
+    common::serve_worker(|b| {
+        b.schedule(schedule(EVERY))
             .schedule(schedule(CRON))
             .lease(LEASE)
             .poll_interval(Duration::from_millis(50))
-            .build()
-            .await
-            .expect("worker runtime");
-        println!("READY");
-        std::io::stdout().flush().unwrap();
-        std::future::pending::<()>().await;
     });
 }
 

@@ -156,21 +156,10 @@ async fn ten_transfers(prefix: String, run: u64) -> Result<i64> {
 #[test]
 #[ignore = "a worker process of the chaos tests, started by them"]
 fn child_main() {
-    if !Worker::is_child() {
-        return;
-    }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let _worker = Place::from_env()
-            .builder()
-            .lease(LEASE)
+    common::serve_worker(|b| {
+        b.lease(LEASE)
             .poll_interval(Duration::from_millis(50))
             .retry_backoff(Duration::from_millis(10))
-            .build()
-            .await
-            .expect("worker runtime");
-        println!("READY");
-        std::future::pending::<()>().await;
     });
 }
 

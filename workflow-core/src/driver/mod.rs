@@ -237,7 +237,7 @@ pub(crate) struct Driver {
     tx_pending: Option<Writes>,
     /// What the transactional attempt in flight carries for its commit: written by the
     /// driver after all should the attempt commit nothing.
-    tx_unwritten: Option<Writes>,
+    tx_unwritten: Option<Arc<Writes>>,
     /// Outcomes of other attempts that came in meanwhile, handled after it, in order.
     held: VecDeque<AttemptDone>,
     /// The trace context the run was started in: the parent of every attempt's span.
@@ -674,6 +674,8 @@ impl Driver {
                 // A transactional attempt that committed nothing: what it carried is written
                 // first, as it would have been before it.
                 if let Some(carried) = self.tx_unwritten.take() {
+                    // The attempt's task has ended: this is the last handle.
+                    let carried = Arc::try_unwrap(carried).unwrap_or_else(|c| (*c).clone());
                     self.replay.restore_writes(carried);
                 }
                 let backoff = self.host.config().backoff(done.attempt);
@@ -841,7 +843,7 @@ impl Driver {
         let sets = StepSets::new(self.ctx.run_id, self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
             self.tx_attempt = Some(step_id.clone());
-            let carried = self.tx_pending.take().unwrap_or_default();
+            let carried = Arc::new(self.tx_pending.take().unwrap_or_default());
             self.tx_unwritten = Some(carried.clone());
             let attempt = TxAttempt {
                 host: self.host.clone(),

@@ -63,7 +63,7 @@ pub(super) struct TxAttempt {
     pub(super) sets: Arc<StepSets>,
     /// What the driver had to write before the attempt (its `StepAttemptStarted` at least):
     /// committed first, in the same transaction.
-    pub(super) carried: Writes,
+    pub(super) carried: Arc<Writes>,
 }
 
 impl TxAttempt {

@@ -459,6 +459,27 @@ pub fn read_log_timed(log: &Path) -> Vec<(String, u32, String, u32, u64)> {
         .collect()
 }
 
+/// The body of a worker process's `child_main`: when this process was started by
+/// [`Worker::spawn`], a worker runtime on the store its parent named, with the test's own
+/// settings (`configure`), says READY on stdout and serves until it is killed.
+pub fn serve_worker(
+    configure: impl FnOnce(workflow_core::RuntimeBuilder) -> workflow_core::RuntimeBuilder,
+) {
+    if !Worker::is_child() {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let _worker = configure(Place::from_env().builder())
+            .build()
+            .await
+            .expect("worker runtime");
+        println!("READY");
+        std::io::Write::flush(&mut std::io::stdout()).unwrap();
+        std::future::pending::<()>().await;
+    });
+}
+
 /// Where a test's store is, as the test and its worker processes open it (passed to the
 /// children through the environment).
 #[derive(Clone)]
