@@ -71,7 +71,7 @@ pub async fn payments(payer: String, payees: Vec<String>, cents: i64) -> Result<
     Ok(left)
 }
 
-/// Creates the ledger's tables beside the store's, with `accounts` accounts of 1,000 cents.
+/// Creates the ledger's tables (beside the store's, if any), with `accounts` accounts of 1,000 cents.
 pub fn open_accounts(db: &Path, accounts: usize) -> workflow_core::rusqlite::Result<()> {
     let conn = Connection::open(db)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -130,8 +130,9 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         || std::env::temp_dir().join(format!("ledger-{}.db", std::process::id())),
         PathBuf::from,
     );
-    let rt = Runtime::builder().sqlite(&db).build().await?;
+    // The application's database first; the store creates its tables beside the ledger's.
     open_accounts(&db, 5)?;
+    let rt = Runtime::builder().sqlite_shared(&db).build().await?;
     run_payments(&rt, 5, 20).await?;
     let (rows, transfers) = balances(&db)?;
     for (id, balance) in &rows {

@@ -13,8 +13,8 @@ use workflow_core::Runtime;
 async fn transfers_apply_once_and_keep_the_sum() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ledger.db");
-    let rt = Runtime::builder().sqlite(&db).build().await.unwrap();
     ledger::open_accounts(&db, 5).unwrap();
+    let rt = Runtime::builder().sqlite_shared(&db).build().await.unwrap();
     tokio::time::timeout(Duration::from_secs(90), ledger::run_payments(&rt, 5, 20))
         .await
         .expect("the payments finished in time")

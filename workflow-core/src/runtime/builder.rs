@@ -27,8 +27,9 @@ use crate::store::{QueueDef, Store};
 /// Where the runtime keeps its state.
 enum StoreChoice {
     Memory,
+    /// The file, and whether it may hold the application's own tables (`sqlite_shared`).
     #[cfg(feature = "sqlite")]
-    Sqlite(PathBuf),
+    Sqlite(PathBuf, bool),
     #[cfg(feature = "postgres")]
     Postgres(String),
     Custom(Arc<dyn Store>),
@@ -58,7 +59,17 @@ impl RuntimeBuilder {
     /// Use the SQLite database at `path`, created if absent (the embedded default).
     #[cfg(feature = "sqlite")]
     pub fn sqlite(mut self, path: impl Into<PathBuf>) -> Self {
-        self.store = StoreChoice::Sqlite(path.into());
+        self.store = StoreChoice::Sqlite(path.into(), false);
+        self
+    }
+
+    /// Use the SQLite database at `path` like [`RuntimeBuilder::sqlite`], which may already
+    /// hold the application's own tables: the store's are created beside them (see
+    /// [`SqliteStore::open_shared`](crate::store::sqlite::SqliteStore::open_shared)), so
+    /// transactional steps write to the application's database.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_shared(mut self, path: impl Into<PathBuf>) -> Self {
+        self.store = StoreChoice::Sqlite(path.into(), true);
         self
     }
 
@@ -306,8 +317,12 @@ impl RuntimeBuilder {
         let store: Arc<dyn Store> = match self.store {
             StoreChoice::Memory => Arc::new(MemoryStore::new()),
             #[cfg(feature = "sqlite")]
-            StoreChoice::Sqlite(path) => {
+            StoreChoice::Sqlite(path, false) => {
                 Arc::new(crate::store::sqlite::SqliteStore::open(path).await?)
+            }
+            #[cfg(feature = "sqlite")]
+            StoreChoice::Sqlite(path, true) => {
+                Arc::new(crate::store::sqlite::SqliteStore::open_shared(path).await?)
             }
             #[cfg(feature = "postgres")]
             StoreChoice::Postgres(url) => {
@@ -373,7 +388,7 @@ impl Runtime {
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
             #[cfg(feature = "sqlite")]
-            store: StoreChoice::Sqlite(PathBuf::from("workflows.db")),
+            store: StoreChoice::Sqlite(PathBuf::from("workflows.db"), false),
             #[cfg(not(feature = "sqlite"))]
             store: StoreChoice::Memory,
             config: Config::default(),

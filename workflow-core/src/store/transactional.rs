@@ -50,10 +50,12 @@ pub trait StepTransaction: Send {
 /// ```
 #[async_trait::async_trait]
 pub trait TransactionalStore: Send + Sync + 'static {
-    /// Begins a step transaction for the run of `lease`: once the database's write lock (or
-    /// a connection in a transaction) is taken, checks that `lease` is still current
-    /// ([`StoreError::LeaseLost`] otherwise, nothing begun). `None`: this store has no
-    /// transactions to offer (the default).
+    /// Begins a step transaction for the run of `lease`. The commit is what is fenced: under
+    /// a lease that is no longer current it fails with [`StoreError::LeaseLost`] and nothing
+    /// of the transaction stays. A store may also refuse to begin under a lost lease where
+    /// checking costs nothing (SQLite checks once it holds the file's write lock; PostgreSQL
+    /// leaves it to the commit rather than spend a round trip per step). `None`: this store
+    /// has no transactions to offer (the default).
     async fn begin_step(
         &self,
         lease: &Lease,

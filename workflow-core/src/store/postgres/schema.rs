@@ -11,7 +11,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use super::with_source;
 use crate::error::StoreError;
 use crate::ids::stable_hash;
-use crate::store::sql::migrations::{self, Migration, Place};
+use crate::store::sql::migrations::{self, Migration, Others, Place};
 use crate::store::sql::sql_time;
 
 /// The schema's history, applied in order on connect. `{schema}` stands for the quoted
@@ -392,6 +392,7 @@ pub(super) async fn migrate(
         shown: format!("schema `{schema}` at {target}"),
         kind: "schema",
         foreign: "is not a workflow-rs store",
+        others: Others::Refused { hint: "" },
     };
     let fail = |e: sqlx::Error| with_source(format!("cannot prepare {place}: {e}"), e);
     let mut tx = conn.begin().await.map_err(fail)?;

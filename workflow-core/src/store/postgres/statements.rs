@@ -176,10 +176,6 @@ pub(super) fn statements(s: &str) -> Statements {
     {
         Statements {
             run_exists: format!("SELECT 1 FROM {s}.runs WHERE id = $1"),
-            lease_held: format!(
-                "SELECT 1 FROM {s}.runs
-                 WHERE id = $1 AND epoch = $2 AND status = 'running' AND lease_until IS NOT NULL"
-            ),
             // Inserted and announced, or nothing (the id exists): one row or none. A delayed
             // run (`$12` start) is due at its start.
             insert_run: format!(

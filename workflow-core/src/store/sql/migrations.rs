@@ -36,6 +36,20 @@ pub(in crate::store) struct Place {
     pub kind: &'static str,
     /// Says what else the place holds (`is a SQLite database but not a workflow-rs store`).
     pub foreign: &'static str,
+    /// What the place may hold beside the store when the store is created in it.
+    pub others: Others,
+}
+
+/// Whether a store may be created in a place that already holds tables of its own.
+#[derive(Clone, Copy)]
+pub(in crate::store) enum Others {
+    /// No: the place is refused (a mistyped path must not gain a store's tables); `hint`
+    /// says how to ask for the other answer, if there is one.
+    Refused { hint: &'static str },
+    /// Yes, when none of them has the name of a table the store creates: the application's
+    /// tables stay as they are, beside the store's (SQLite's transactional steps write to
+    /// the file that holds the store).
+    Kept,
 }
 
 impl fmt::Display for Place {
@@ -59,14 +73,36 @@ pub(in crate::store) fn pending<'m>(
     let version = match version {
         Some(v) => v,
         None if tables.is_empty() => 0,
+        None if matches!(place.others, Others::Kept) => {
+            let created = created_tables(migrations);
+            let taken: Vec<String> = tables
+                .iter()
+                .filter(|t| created.contains(&t.as_str()))
+                .map(|t| format!("`{t}`"))
+                .collect();
+            if !taken.is_empty() {
+                return Err(StoreError::Incompatible(format!(
+                    "{place} {} and has tables the store would create ({}); give the store a \
+                     {} of its own",
+                    place.foreign,
+                    taken.join(", "),
+                    place.kind
+                )));
+            }
+            0
+        }
         None => {
+            let hint = match place.others {
+                Others::Refused { hint } => hint,
+                Others::Kept => "",
+            };
             let list = tables
                 .iter()
                 .map(|t| format!("`{t}`"))
                 .collect::<Vec<_>>()
                 .join(", ");
             return Err(StoreError::Incompatible(format!(
-                "{place} {} (it has tables {list}); give the store a {} of its own",
+                "{place} {} (it has tables {list}); give the store a {} of its own{hint}",
                 place.foreign, place.kind
             )));
         }
@@ -93,6 +129,31 @@ pub(in crate::store) fn pending<'m>(
     }
     let first = migrations.partition_point(|m| m.version <= version);
     Ok(&migrations[first..])
+}
+
+/// The names of the tables `migrations` create (`CREATE TABLE [IF NOT EXISTS]
+/// [{schema}.]name`), the bookkeeping table included.
+pub(in crate::store) fn created_tables(migrations: &[Migration]) -> Vec<&str> {
+    let mut names = vec!["workflow_migrations"];
+    for m in migrations {
+        let mut rest = m.ddl;
+        while let Some(at) = rest.find("CREATE TABLE ") {
+            rest = &rest[at + "CREATE TABLE ".len()..];
+            let name = rest.trim_start();
+            let name = name
+                .strip_prefix("IF NOT EXISTS ")
+                .unwrap_or(name)
+                .trim_start();
+            let name = name.strip_prefix("{schema}.").unwrap_or(name);
+            let end = name
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(name.len());
+            if end > 0 && !names.contains(&&name[..end]) {
+                names.push(&name[..end]);
+            }
+        }
+    }
+    names
 }
 
 /// What opening a store runs, inside the dialect's transaction.

@@ -43,9 +43,6 @@ pub(in crate::store) const REQUEST_TOKEN: &str = "\u{1}request";
 /// statements only one dialect needs.
 pub(super) struct Statements<S, X> {
     pub run_exists: S,
-    /// A row when the run's lease is held by the epoch given (a transactional step's check
-    /// before its body runs; the append's fence decides again at the commit).
-    pub lease_held: S,
     pub insert_run: S,
     pub insert_leased_run: S,
     pub claim: S,

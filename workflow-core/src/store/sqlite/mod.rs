@@ -114,10 +114,49 @@ impl SqliteStore {
     /// Opens the store in the file at `path`, creating the file and its schema if absent.
     ///
     /// Fails with [`StoreError::Incompatible`], leaving the file untouched, when the file is
-    /// not a SQLite database, is a database of something else, or holds a store written by a
-    /// newer version of this crate.
+    /// not a SQLite database, is a database of something else (see
+    /// [`SqliteStore::open_shared`] to create the store beside an application's tables), or
+    /// holds a store written by a newer version of this crate.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        Self::opening(path.as_ref(), false).await
+    }
+
+    /// Opens the store in the file at `path` like [`SqliteStore::open`], and creates it also
+    /// in a database that holds the application's own tables, keeping them as they are: the
+    /// file transactional steps write to is the store's own (`tx.sqlite(..)`).
+    ///
+    /// Fails with [`StoreError::Incompatible`], leaving the file untouched, when one of the
+    /// application's tables has the name of a table the store creates (`runs`, `events`, ..),
+    /// and for the reasons [`SqliteStore::open`] gives.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use workflow_core::rusqlite::Connection;
+    /// use workflow_core::store::sqlite::SqliteStore;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let db = dir.path().join("app.db");
+    /// Connection::open(&db)?.execute_batch(
+    ///     "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
+    ///      INSERT INTO accounts VALUES ('alice', 100);",
+    /// )?;
+    /// // `SqliteStore::open` refuses this file: it is some application's database.
+    /// assert!(SqliteStore::open(&db).await.is_err());
+    /// let store = SqliteStore::open_shared(&db).await?;
+    /// let balance: i64 = Connection::open(&db)?
+    ///     .query_row("SELECT balance FROM accounts WHERE id = 'alice'", [], |r| r.get(0))?;
+    /// assert_eq!(balance, 100);
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_shared(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        Self::opening(path.as_ref(), true).await
+    }
+
+    async fn opening(path: &Path, shared: bool) -> Result<SqliteStore, StoreError> {
+        let path = path.to_path_buf();
         let stats = Arc::new(Stats::default());
 
         // Opening can wait on other processes' locks, so it happens on the writer thread too.
@@ -125,7 +164,7 @@ impl SqliteStore {
         let (path2, stats2) = (path.clone(), stats.clone());
         start_thread(
             "workflow-sqlite-writer".to_owned(),
-            move || open_writer(&path2),
+            move || open_writer(&path2, shared),
             move |conn| writer_loop(conn, write_jobs, stats2),
         )?
         .await

@@ -13,7 +13,7 @@ use super::database_error;
 use super::statements::SQL;
 use super::tx::now;
 use crate::error::StoreError;
-use crate::store::sql::migrations::{self, Migration, Place};
+use crate::store::sql::migrations::{self, Migration, Others, Place};
 use crate::store::sql::sql_time;
 
 /// The file format's history, applied on open in the transaction that checks the file.
@@ -347,11 +347,24 @@ pub(super) fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
 
 /// Creates or migrates the schema (see [`migrations::migrate`]) inside the caller's
 /// transaction: another process opening the file meanwhile waits, then sees it migrated.
-pub(super) fn prepare_schema(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+/// `shared`: the store may be created beside the application's own tables.
+pub(super) fn prepare_schema(
+    tx: &Transaction<'_>,
+    path: &Path,
+    shared: bool,
+) -> Result<(), StoreError> {
+    let others = match shared {
+        true => Others::Kept,
+        false => Others::Refused {
+            hint: ", or open it with `SqliteStore::open_shared` \
+                   (`RuntimeBuilder::sqlite_shared`) to keep the store's tables beside yours",
+        },
+    };
     let place = Place {
         shown: path.display().to_string(),
         kind: "file",
         foreign: "is a SQLite database but not a workflow-rs store",
+        others,
     };
     let mut opening = Opening { tx, path };
     now(migrations::migrate(

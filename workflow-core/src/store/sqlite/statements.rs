@@ -21,12 +21,13 @@ pub(super) struct SqliteOnly {
     pub(super) insert_begun: &'static str,
     pub(super) publish_event: &'static str,
     pub(super) record_reply: &'static str,
+    /// A row when the run's lease is held by the epoch given: a transactional step's check,
+    /// once its transaction holds the write lock, before its body runs.
+    pub(super) lease_held: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
     run_exists: "SELECT 1 FROM runs WHERE id = ?1",
-    lease_held: "SELECT 1 FROM runs
-                 WHERE id = ?1 AND epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL",
     // A delayed run (`?12` start) is due at its start, not at its admission.
     insert_run: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
                                    hook_token, deadline, parent_id, detached, queue,
@@ -338,5 +339,8 @@ pub(super) const SQL: Statements = Statements {
         // reply stays. Callers in other processes see it at their next poll.
         record_reply: "UPDATE run_requests SET reply = ?3, replied_at = ?4
                        WHERE run_id = ?1 AND id = ?2 AND reply IS NULL",
+        lease_held: "SELECT 1 FROM runs
+                     WHERE id = ?1 AND epoch = ?2 AND status = 'running'
+                       AND lease_until IS NOT NULL",
     },
 };

@@ -285,6 +285,67 @@ async fn rejects_a_foreign_database_without_touching_it() {
 }
 
 #[tokio::test]
+async fn a_shared_open_creates_the_store_beside_the_application_s_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    raw(&path)
+        .execute_batch(
+            "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
+             CREATE INDEX accounts_by_balance ON accounts (balance);
+             INSERT INTO accounts VALUES ('ada', 100);",
+        )
+        .unwrap();
+    let err = within(SqliteStore::open(&path)).await.unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "(it has tables `accounts`); give the store a file of its own, or open it with \
+             `SqliteStore::open_shared`"
+        ),
+        "{err}"
+    );
+
+    let store = within(SqliteStore::open_shared(&path)).await.unwrap();
+    let id = within(create(&store, "orders", t(0))).await;
+    drop(store);
+    let conn = raw(&path);
+    let balance: i64 = conn
+        .query_row("SELECT balance FROM accounts WHERE id = 'ada'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(balance, 100);
+    drop(conn);
+    // From now on the file is a store: the plain open takes it, the run still there.
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    let run = within(store.get_run(&id)).await.unwrap().unwrap();
+    assert_eq!(run.workflow, "orders");
+}
+
+#[tokio::test]
+async fn a_shared_open_refuses_tables_named_like_the_store_s_without_touching_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    raw(&path)
+        .execute_batch(
+            "CREATE TABLE accounts (id TEXT PRIMARY KEY);
+             CREATE TABLE events (id INTEGER PRIMARY KEY, what TEXT);
+             CREATE TABLE schedule_ticks (id INTEGER PRIMARY KEY);
+             INSERT INTO events (what) VALUES ('launch');",
+        )
+        .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let err = within(SqliteStore::open_shared(&path)).await.unwrap_err();
+    let StoreError::Incompatible(msg) = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    assert!(
+        msg.contains("has tables the store would create (`events`, `schedule_ticks`)"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[tokio::test]
 async fn rejects_a_file_that_is_not_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("junk.db");

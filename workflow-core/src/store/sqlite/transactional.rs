@@ -180,7 +180,7 @@ fn serve(conn: &Connection, session: Session) {
                 session.lease.run_id.to_string(),
                 sql_epoch(session.lease.epoch),
             );
-            match one(&tx, SQL.lease_held, params![run, epoch], |_| Ok(()))? {
+            match one(&tx, SQL.dialect.lease_held, params![run, epoch], |_| Ok(()))? {
                 Some(()) => Ok(tx),
                 None => Err(StoreError::LeaseLost(session.lease.run_id)),
             }

@@ -23,9 +23,10 @@ pub(super) const LOCK_WAIT: Duration = Duration::from_secs(30);
 /// Requests per transaction at most, so one burst cannot hold the lock for long.
 pub(super) const MAX_BATCH: usize = 1024;
 
-/// The writer's connection: validates the file, creates the schema if the file is new, and
-/// switches it to WAL, in that order, so that a rejected file is never modified.
-pub(super) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
+/// The writer's connection: validates the file, creates the schema if the file is new (or,
+/// `shared`, holds only the application's tables), and switches it to WAL, in that order, so
+/// that a rejected file is never modified.
+pub(super) fn open_writer(path: &Path, shared: bool) -> Result<Connection, StoreError> {
     let fail = |e: rusqlite::Error| open_error(path, e);
     let conn = Connection::open(path).map_err(fail)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
@@ -38,7 +39,7 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     // the second one sees the first one's schema.
     {
         let tx = begin_immediate(&conn).map_err(fail)?;
-        prepare_schema(&tx, path)?;
+        prepare_schema(&tx, path, shared)?;
         retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(fail)?;
     }
 
