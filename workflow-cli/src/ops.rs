@@ -159,10 +159,11 @@ pub async fn run_with_events(
     rt: &Runtime,
     id: RunId,
 ) -> Result<(RunDetail, Vec<EventView>), CliError> {
-    let run = rt.reveal_record(rt.get_run(&id).info().await?);
+    let stored = rt.get_run(&id).info().await?;
     let store = rt.store();
     let mut events = store.events(&id).await?;
-    rt.reveal_history(id, &mut events);
+    rt.reveal_history(&stored, &mut events);
+    let run = rt.reveal_record(stored);
     let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
     let children = runs(rt, RunFilter::new().parent(id).limit(10_000)).await?;
     let mut detail =
@@ -300,9 +301,9 @@ pub async fn follow(
 
 pub async fn events(rt: &Runtime, id: RunId) -> Result<Vec<EventView>, CliError> {
     // An unknown run has no history either; say which it is.
-    rt.get_run(&id).info().await?;
+    let run = rt.get_run(&id).info().await?;
     let mut events = rt.store().events(&id).await?;
-    rt.reveal_history(id, &mut events);
+    rt.reveal_history(&run, &mut events);
     Ok(events.into_iter().map(EventView::new).collect())
 }
 

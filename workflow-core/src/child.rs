@@ -236,7 +236,7 @@ impl<T: DeserializeOwned> Child<T> {
         self.ctx.issue(Command::AwaitChild { child_id: self.id });
         let value = match self.ctx.wait(Key::ChildEnd(self.id)).await {
             Ready::ChildEnded(result) => {
-                let binding = places::of_run(self.id, places::ERROR, "");
+                let binding = places::of_run(places::Owner::first(self.id), places::ERROR, "");
                 result.map_err(|e| self.ctx.payloads.open_error(e, &binding))?
             }
             _ => return Err(mismatched_delivery("Child::result")),

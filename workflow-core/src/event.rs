@@ -60,7 +60,7 @@ pub fn set_event<T: Serialize + ?Sized>(key: impl Into<String>, value: &T) -> Re
         .payloads()
         .encode(
             value,
-            PayloadKind::Event { key: &key }.of(publisher.run_id()),
+            PayloadKind::Event { key: &key }.of_run(publisher.owner()),
         )
         .map_err(PayloadError::fatal)?;
     publisher.publish(key, value);

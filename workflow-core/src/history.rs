@@ -338,6 +338,12 @@ pub struct ExportedRun {
     /// The token claimed at admission (`start(..).hook(token)`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_token: Option<String>,
+    /// The first run of the chain it continues (`continue_as_new`), if any: the payloads the
+    /// runs of a chain share are sealed for it (see [`RunRecord::origin`]).
+    ///
+    /// [`RunRecord::origin`]: crate::RunRecord::origin
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<RunId>,
 }
 
 /// One event of an [`ExportedHistory`].

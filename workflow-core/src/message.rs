@@ -128,7 +128,7 @@ impl<T: DeserializeOwned> Future for Recv<T> {
         match ctx.take_message(&this.mailbox, receiver, cx.waker()) {
             Some((_, v)) => {
                 this.receiver = None;
-                let what = PayloadKind::Message { topic: &this.topic }.of(ctx.run_id);
+                let what = PayloadKind::Message { topic: &this.topic }.of_run(ctx.owner());
                 Poll::Ready(ctx.payloads.decode(v, what).map_err(PayloadError::fatal))
             }
             None => Poll::Pending,

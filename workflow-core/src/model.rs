@@ -207,6 +207,11 @@ pub struct RunRecord {
     pub previous_run: Option<RunId>,
     /// The run that continues this one, once it ended as [`RunStatus::ContinuedAsNew`].
     pub next_run: Option<RunId>,
+    /// The first run of the chain this run continues (`continue_as_new`), `None` for a run
+    /// that continues none. Set at admission and never changed: the payloads the runs of a
+    /// chain share (messages, requests and replies, published values, the chain's end) are
+    /// sealed for it when encryption is on.
+    pub origin: Option<RunId>,
     /// The W3C trace context the run was started in (feature `otel`): every span of its step
     /// attempts is a child of it. `None` for a run started without the feature or outside
     /// any trace.

@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::crypto::places::Slot;
-use crate::crypto::{self, Binding, Keyring, OpenError, SharedCodec, Subject};
+use crate::crypto::places::{Owner, Slot};
+use crate::crypto::{self, Binding, Keyring, OpenError, SharedCodec};
 use crate::error::{Error, PayloadTooLarge};
 use crate::history::Event;
 use crate::ids::RunId;
@@ -53,8 +53,14 @@ pub(crate) enum PayloadKind<'a> {
 }
 
 impl<'a> PayloadKind<'a> {
-    /// This kind of value, of run `run`.
+    /// This kind of value, of run `run`, a run that begins its chain (or a value the chain
+    /// does not share: see [`crypto::places`]).
     pub(crate) fn of(self, run: RunId) -> PayloadContext<'a> {
+        self.of_run(Owner::first(run))
+    }
+
+    /// This kind of value, of run `run` of its chain.
+    pub(crate) fn of_run(self, run: Owner) -> PayloadContext<'a> {
         PayloadContext {
             kind: self,
             run: Some(run),
@@ -113,7 +119,7 @@ impl<'a> PayloadKind<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PayloadContext<'a> {
     pub(crate) kind: PayloadKind<'a>,
-    pub(crate) run: Option<RunId>,
+    pub(crate) run: Option<Owner>,
     /// Where in the run, when the kind alone does not say: a step's id.
     pub(crate) place: &'a str,
 }
@@ -146,17 +152,16 @@ impl<'a> PayloadContext<'a> {
         let run = self
             .run
             .ok_or_else(|| format!("{} has no run to be sealed for", self.kind.what()))?;
-        Ok(Binding {
-            subject: Subject::Run(run),
-            kind,
-            place,
-        })
+        Ok(k::of_run(run, kind, place))
     }
 
     /// Why a stored value does not decode into `type_name`, in the words each kind has used
     /// since it was recorded.
     fn mismatch(&self, type_name: &str, e: &serde_json::Error) -> String {
-        let run = || self.run.map_or_else(|| "?".to_owned(), |r| r.to_string());
+        let run = || {
+            self.run
+                .map_or_else(|| "?".to_owned(), |r| r.run.to_string())
+        };
         match self.kind {
             PayloadKind::WorkflowInput { workflow } => format!(
                 "the recorded arguments do not match workflow `{workflow}` in this binary \
@@ -323,7 +328,7 @@ impl Payloads {
 
     /// Whether stored payloads are transformed (encrypted, or a codec's), so wrapped in an
     /// envelope.
-    fn transforms(&self) -> bool {
+    pub(crate) fn transforms(&self) -> bool {
         self.keys.is_some() || self.codec.is_some()
     }
 
@@ -399,7 +404,7 @@ impl Payloads {
 
     /// Opens every payload and error message of `event` of run `from` (see
     /// [`crypto::places::visit_event`]), or says why one does not open.
-    pub(crate) fn open_event(&self, from: RunId, event: &mut Event) -> Result<(), OpenError> {
+    pub(crate) fn open_event(&self, from: Owner, event: &mut Event) -> Result<(), OpenError> {
         let mut result = Ok(());
         crypto::places::visit_event(from, event, |b, slot| {
             let opened = match slot {
@@ -418,7 +423,7 @@ impl Payloads {
     /// so neither the store, nor a key, nor `workflow rekey` changes it. A sealed value is
     /// measured from its ciphertext's length; a codec's bytes are decoded to be measured (and
     /// counted as stored if they do not open: such a run blocks before it replays).
-    pub(crate) fn event_bytes(&self, run: RunId, event: &mut Event) -> u64 {
+    pub(crate) fn event_bytes(&self, run: Owner, event: &mut Event) -> u64 {
         let mut bytes = 0usize;
         crypto::places::visit_event(run, event, |b, slot| {
             let n = match slot {
@@ -447,7 +452,7 @@ impl Payloads {
 
     /// Seals every payload and error message of `event`, as run `to`'s, under the current key
     /// (a no-op without keys).
-    pub(crate) fn seal_event(&self, to: RunId, event: &mut Event) {
+    pub(crate) fn seal_event(&self, to: Owner, event: &mut Event) {
         if self.keys.is_none() {
             return;
         }
@@ -515,7 +520,7 @@ impl Payloads {
     }
 
     /// [`Payloads::reveal_at`] of every payload and error message of `event` of run `run`.
-    pub(crate) fn reveal_event(&self, run: RunId, event: &mut Event) {
+    pub(crate) fn reveal_event(&self, run: Owner, event: &mut Event) {
         crypto::places::visit_event(run, event, |b, slot| match slot {
             Slot::Value(v) => self.reveal_at(v, &b),
             Slot::Error(e) => *e = self.open_error(e.clone(), &b),
@@ -526,7 +531,7 @@ impl Payloads {
     /// under a missing key stays sealed; its error message says which key).
     pub(crate) fn open_record(&self, mut run: RunRecord) -> RunRecord {
         use crypto::places::{of_run, ERROR, INPUT, OUTPUT};
-        let id = run.id;
+        let id = Owner::of(&run);
         if let Ok(v) = self.open_at(run.input.clone(), &of_run(id, INPUT, "")) {
             run.input = v;
         }

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::crypto::places::Owner;
 use crate::error::Error;
-use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind, Payloads};
 
 /// A boxed, sendable future.
@@ -105,9 +105,10 @@ impl<T> WorkflowReturn for Result<T, Error> {
     }
 }
 
-/// Decodes a run's recorded arguments and runs the body, whose output it encodes.
+/// Decodes a run's recorded arguments and runs the body, whose output it encodes (for the
+/// run's chain: its end is the chain's).
 type ErasedRun =
-    fn(&Payloads, RunId, Value) -> Result<BoxFuture<'static, Result<Value, Error>>, Error>;
+    fn(&Payloads, Owner, Value) -> Result<BoxFuture<'static, Result<Value, Error>>, Error>;
 
 /// A workflow in the link-time registry.
 pub struct WorkflowRegistration {
@@ -133,13 +134,13 @@ impl WorkflowRegistration {
 
 fn run_erased<W: WorkflowDef>(
     payloads: &Payloads,
-    run: RunId,
+    run: Owner,
     input: Value,
 ) -> Result<BoxFuture<'static, Result<Value, Error>>, Error> {
     let args = payloads
         .open(
             input,
-            PayloadKind::WorkflowInput { workflow: W::NAME }.of(run),
+            PayloadKind::WorkflowInput { workflow: W::NAME }.of_run(run),
             W::decode_args,
         )
         .map_err(PayloadError::fatal)?;
@@ -151,7 +152,7 @@ fn run_erased<W: WorkflowDef>(
             workflow: Some(W::NAME),
         };
         payloads
-            .seal(W::encode_output(&out), cx.of(run))
+            .seal(W::encode_output(&out), cx.of_run(run))
             .map_err(PayloadError::fatal)
     }))
 }

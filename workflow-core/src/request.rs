@@ -147,7 +147,7 @@ impl<Req: DeserializeOwned, Resp: Serialize> futures::Stream for Requests<Req, R
                 return Poll::Pending;
             };
             this.receiver = None;
-            let what = PayloadKind::Request { name: &this.name }.of(ctx.run_id);
+            let what = PayloadKind::Request { name: &this.name }.of_run(ctx.owner());
             match ctx.payloads.decode(body, what) {
                 Ok(body) => {
                     return Poll::Ready(Some(Request {
@@ -162,7 +162,7 @@ impl<Req: DeserializeOwned, Resp: Serialize> futures::Stream for Requests<Req, R
                 // body); the workflow waits for the next one.
                 Err(e) => {
                     let place = id.to_string();
-                    let at = places::of_run(ctx.run_id, places::REPLY, &place);
+                    let at = places::of_run(ctx.owner(), places::REPLY, &place);
                     let error = ctx.payloads.seal_error(e.fatal(), &at);
                     ctx.reply(id, this.name.clone(), Err(error));
                 }
@@ -256,7 +256,7 @@ impl<Req, Resp: Serialize> Request<Req, Resp> {
         }
         let place = self.id.to_string();
         let what = PayloadKind::Reply { name: &self.name }
-            .of(self.ctx.run_id)
+            .of_run(self.ctx.owner())
             .at(&place);
         let value = self
             .ctx

@@ -39,6 +39,7 @@ fn run(status: RunStatus, updated: u64, hook_token: Option<&str>) -> RunRecord {
         version: None,
         previous_run: None,
         next_run: None,
+        origin: None,
     }
 }
 

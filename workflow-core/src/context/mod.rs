@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
 use crate::config::HistoryLimits;
-use crate::crypto::places;
+use crate::crypto::places::{self, Owner};
 use crate::error::{Error, HookConflictError};
 use crate::history::{after, HistorySize};
 use crate::ids::RunId;
@@ -61,6 +61,9 @@ pub(crate) enum Ready {
 /// The per-run state shared by the workflow's futures and its driver.
 pub(crate) struct RunCtx {
     pub(crate) run_id: RunId,
+    /// The first run of the run's chain (`continue_as_new`), itself if it continues none:
+    /// the values the chain shares are sealed for it.
+    pub(crate) origin: RunId,
     pub(crate) workflow: &'static str,
     pub(crate) started_at: SystemTime,
     /// The token claimed at admission (`start(..).hook(token)`).
@@ -128,8 +131,13 @@ fn is_recorded(cmd: &Command) -> bool {
 }
 
 impl RunCtx {
+    /// The run and the first run of its chain.
+    pub(crate) fn owner(&self) -> Owner {
+        Owner::new(self.run_id, Some(self.origin))
+    }
+
     pub(crate) fn new(
-        run_id: RunId,
+        run: Owner,
         workflow: &'static str,
         started_at: SystemTime,
         start_token: Option<String>,
@@ -137,8 +145,10 @@ impl RunCtx {
         patches: Patches,
         limits: HistoryLimits,
     ) -> Arc<Self> {
+        let run_id = run.run;
         Arc::new(RunCtx {
             run_id,
+            origin: run.origin,
             workflow,
             started_at,
             start_token,
@@ -427,15 +437,15 @@ pub(crate) fn step_scope<F: Future>(
 /// The values one step attempt published with `set_event`, in call order: recorded with the
 /// attempt's outcome (its result, or its failure), so a replayed step publishes nothing again.
 pub(crate) struct StepSets {
-    run_id: RunId,
+    run: Owner,
     payloads: Payloads,
     sets: Mutex<Vec<(String, Value)>>,
 }
 
 impl StepSets {
-    pub(crate) fn new(run_id: RunId, payloads: Payloads) -> Arc<Self> {
+    pub(crate) fn new(run: Owner, payloads: Payloads) -> Arc<Self> {
         Arc::new(Self {
-            run_id,
+            run,
             payloads,
             sets: Mutex::new(Vec::new()),
         })
@@ -462,11 +472,11 @@ impl Publisher {
         }
     }
 
-    /// The run whose value this is.
-    pub(crate) fn run_id(&self) -> RunId {
+    /// The run whose value this is, and its chain's first run.
+    pub(crate) fn owner(&self) -> Owner {
         match self {
-            Self::Step(s) => s.run_id,
-            Self::Body(c) => c.run_id,
+            Self::Step(s) => s.run,
+            Self::Body(c) => c.owner(),
         }
     }
 
@@ -581,7 +591,7 @@ where
     }));
     let value = match ctx.wait(Key::Step(id)).await {
         Ready::Step(result) => {
-            let binding = places::of_run(ctx.run_id, places::STEP_ERROR, &place);
+            let binding = places::of_run(ctx.owner(), places::STEP_ERROR, &place);
             result.map_err(|e| ctx.payloads.open_error(e, &binding))?
         }
         _ => return Err(mismatched_delivery(name)),

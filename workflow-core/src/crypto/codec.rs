@@ -61,10 +61,12 @@ impl<'a> PayloadContext<'a> {
     }
 
     /// The run the payload belongs to; `None` for a payload sent to a hook token before a run
-    /// is known to own it (see [`PayloadContext::hook_token`]).
+    /// is known to own it (see [`PayloadContext::hook_token`]). A payload the runs of a
+    /// `continue_as_new` chain share (messages, requests and replies, published values, the
+    /// chain's end) belongs to the chain's first run, whichever run of it writes or reads it.
     pub fn run(&self) -> Option<RunId> {
         match self.binding.subject {
-            Subject::Run(run) => Some(run),
+            Subject::Run(run) | Subject::Chain { origin: run, .. } => Some(run),
             Subject::Token(_) => None,
         }
     }
@@ -73,7 +75,7 @@ impl<'a> PayloadContext<'a> {
     pub fn hook_token(&self) -> Option<&str> {
         match self.binding.subject {
             Subject::Token(token) => Some(token),
-            Subject::Run(_) => None,
+            Subject::Run(_) | Subject::Chain { .. } => None,
         }
     }
 

@@ -31,6 +31,17 @@ pub(crate) enum Subject<'a> {
     Run(RunId),
     /// A payload sent to a hook token before any run is known to own it.
     Token(&'a str),
+    /// A payload of run `run` that the other runs of its chain read too (a message waiting
+    /// in the inbox at a `continue_as_new`, a published value, the chain's end): sealed for
+    /// the chain's first run, `origin`, so it opens in every run of the chain without being
+    /// sealed again. It also opens sealed for `run` alone, as such payloads were before
+    /// chains shared them.
+    Chain {
+        /// The chain's first run (`run` itself for a run that continues nothing).
+        origin: RunId,
+        /// The run it is read or written by.
+        run: RunId,
+    },
 }
 
 /// Where a payload belongs: what the associated data of its ciphertext says.
@@ -45,18 +56,35 @@ pub(crate) struct Binding<'a> {
 }
 
 impl Binding<'_> {
+    /// The subject a payload is sealed for. A chain's payload is sealed for its first run:
+    /// the same bytes as that run's own payloads, so an unchained run's are unchanged.
     fn subject_bytes(&self) -> Vec<u8> {
         match self.subject {
-            Subject::Run(run) => format!("run:{run}").into_bytes(),
+            Subject::Run(run) | Subject::Chain { origin: run, .. } => {
+                format!("run:{run}").into_bytes()
+            }
             Subject::Token(token) => format!("hook:{token}").into_bytes(),
         }
     }
 
-    fn associated_data(&self, key_id: &str, coded: bool) -> Vec<u8> {
+    /// The subjects a payload of this binding opens for, in the order they are tried: the
+    /// one it is sealed for, then (for a chain's payload read by a later run) the run alone,
+    /// as payloads written before chains shared them were sealed.
+    fn open_subjects(&self) -> impl Iterator<Item = Vec<u8>> {
+        let fallback = match self.subject {
+            Subject::Chain { origin, run } if origin != run => {
+                Some(format!("run:{run}").into_bytes())
+            }
+            Subject::Run(_) | Subject::Token(_) | Subject::Chain { .. } => None,
+        };
+        std::iter::once(self.subject_bytes()).chain(fallback)
+    }
+
+    fn associated_data(&self, subject: &[u8], key_id: &str, coded: bool) -> Vec<u8> {
         let mut ad = b"workflow-rs/sealed/v1".to_vec();
         ad.push(u8::from(coded));
         for part in [
-            &self.subject_bytes()[..],
+            subject,
             self.kind.as_bytes(),
             self.place.as_bytes(),
             key_id.as_bytes(),
@@ -106,13 +134,12 @@ impl std::fmt::Display for OpenError {
 /// [`Codec`](super::Codec)'s (said in the envelope and bound by the associated data).
 pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, coded: bool) -> Value {
     let key_id = ring.current();
+    let subject = binding.subject_bytes();
     // The current key is in the ring by construction.
-    let key = ring
-        .data_key(key_id, &binding.subject_bytes())
-        .unwrap_or_default();
+    let key = ring.data_key(key_id, &subject).unwrap_or_default();
     let nonce: [u8; NONCE_BYTES] = rand::random();
     let cipher = XChaCha20Poly1305::new(&key.into());
-    let ad = binding.associated_data(key_id, coded);
+    let ad = binding.associated_data(&subject, key_id, coded);
     // Encryption with a valid key fails only for inputs over 256 GiB, far over any payload
     // limit; an empty ciphertext would then fail to open rather than leak.
     let data = cipher
@@ -215,13 +242,35 @@ pub(crate) fn open(
     let Some(ring) = ring.filter(|r| r.has(key_id)) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
     };
-    let ad = binding.associated_data(key_id, coded);
     let (nonce, data) = (field("nonce")?, field("data")?);
+    let mut failed = None;
+    for subject in binding.open_subjects() {
+        match open_for(ring, &subject, binding, key_id, coded, nonce, data) {
+            Err(e @ OpenError::Unauthentic { .. }) => failed = Some(e),
+            done => return done,
+        }
+    }
+    Err(failed.unwrap_or(OpenError::Unauthentic {
+        key: key_id.to_owned(),
+    }))
+}
+
+/// [`open`] for one of the binding's subjects.
+fn open_for(
+    ring: &Keyring,
+    subject: &[u8],
+    binding: &Binding<'_>,
+    key_id: &str,
+    coded: bool,
+    nonce: &str,
+    data: &str,
+) -> Result<(Vec<u8>, bool), OpenError> {
+    let ad = binding.associated_data(subject, key_id, coded);
     // Sealed here lately: the very envelope gives back the plaintext it was sealed from.
     if let Some(plain) = ring.recent().recall(nonce, key_id, &ad, data) {
         return Ok((plain, coded));
     }
-    let Some(key) = ring.data_key(key_id, &binding.subject_bytes()) else {
+    let Some(key) = ring.data_key(key_id, subject) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
     };
     let nonce = B64
@@ -347,5 +396,61 @@ mod tests {
         let plain = wrap(b"y");
         assert!(is_sealed(&plain) && sealed_key(&plain).is_none());
         assert_eq!(open(None, &plain, &b).unwrap(), (b"y".to_vec(), true));
+    }
+
+    #[test]
+    fn a_chains_payload_opens_in_every_run_of_the_chain_and_nowhere_else() {
+        let (origin, later, other) = (RunId::new(), RunId::new(), RunId::new());
+        let r = ring("k1", 1);
+        let chain = |origin, run| Binding {
+            subject: Subject::Chain { origin, run },
+            kind: "message",
+            place: "t",
+        };
+        // Sealed by the first run (or a sender to it): opened by a later run of the chain.
+        let v = seal(&r, b"m", &chain(origin, origin), false);
+        assert_eq!(open(Some(&r), &v, &chain(origin, later)).unwrap().0, b"m");
+        // Sealed by a later run: opened by the first.
+        let v = seal(&r, b"m", &chain(origin, later), false);
+        assert_eq!(open(Some(&r), &v, &chain(origin, origin)).unwrap().0, b"m");
+        // An unchained run's are what they always were: `Run` and `Chain` of itself agree.
+        let alone = Binding {
+            subject: Subject::Run(origin),
+            kind: "message",
+            place: "t",
+        };
+        assert_eq!(open(Some(&r), &v, &alone).unwrap().0, b"m");
+        // Sealed for the later run alone (before chains shared payloads): still opens there.
+        let own = Binding {
+            subject: Subject::Run(later),
+            ..alone
+        };
+        let old = seal(&r, b"old", &own, false);
+        assert_eq!(
+            open(Some(&r), &old, &chain(origin, later)).unwrap().0,
+            b"old"
+        );
+        // Another chain, or a run of none, opens neither.
+        for wrong in [
+            chain(other, other),
+            chain(other, later),
+            chain(later, other),
+        ] {
+            assert!(
+                matches!(
+                    open(
+                        Some(&r),
+                        &seal(&r, b"m", &chain(origin, later), false),
+                        &wrong
+                    ),
+                    Err(OpenError::Unauthentic { .. })
+                ),
+                "{wrong:?}"
+            );
+        }
+        assert!(matches!(
+            open(Some(&r), &old, &chain(origin, origin)),
+            Err(OpenError::Unauthentic { .. })
+        ));
     }
 }

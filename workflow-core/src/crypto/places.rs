@@ -2,6 +2,13 @@
 //! payloads sealed through [`crate::payload`] and for every value a history holds. One table,
 //! so that what the runtime seals and what a reader (the CLI, a fork, `workflow rekey`) opens
 //! can never disagree.
+//!
+//! The runs of a `continue_as_new` chain share what crosses the seam: messages, requests and
+//! replies, published values, and the chain's end (its output or error, which its parent and
+//! every handle of the chain read). Those are sealed for the chain's first run (its origin,
+//! [`Owner::origin`]), so the run that inherits them opens them as they are: the store moves
+//! them in its transaction without ever holding a key. Everything else (arguments, steps,
+//! streams) stays the run's own.
 
 use serde_json::Value;
 
@@ -9,6 +16,7 @@ use super::envelope::{Binding, Subject};
 use crate::error::Error;
 use crate::history::Event;
 use crate::ids::RunId;
+use crate::model::RunRecord;
 
 /// A run's arguments (also as its parent started it).
 pub(crate) const INPUT: &str = "input";
@@ -36,6 +44,45 @@ pub(crate) const REQUEST: &str = "request";
 /// copied to another request does not open.
 pub(crate) const REPLY: &str = "reply";
 
+/// A run, and the first run of the chain it belongs to: whom its values are sealed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The run.
+    pub(crate) run: RunId,
+    /// The first run of its chain: the run itself unless it continues another
+    /// (`continue_as_new`).
+    pub(crate) origin: RunId,
+}
+
+impl Owner {
+    /// Run `run` of the chain that begins with `origin` (`None`: it begins one).
+    pub(crate) fn new(run: RunId, origin: Option<RunId>) -> Self {
+        Owner {
+            run,
+            origin: origin.unwrap_or(run),
+        }
+    }
+
+    /// A run known to begin its chain: a run just started, a child as its parent knows it.
+    pub(crate) fn first(run: RunId) -> Self {
+        Owner { run, origin: run }
+    }
+
+    /// The run of `record`.
+    pub(crate) fn of(record: &RunRecord) -> Self {
+        Owner::new(record.id, record.origin)
+    }
+}
+
+/// The kinds of values the runs of a chain share (see the module's doc); the others
+/// ([`INPUT`], the steps', [`HOOK_PAYLOAD`] bound to its token, [`STREAM_CHUNK`]) are a
+/// run's own.
+const SHARED_BY_CHAIN: [&str; 6] = [OUTPUT, ERROR, MESSAGE, EVENT, REQUEST, REPLY];
+
+fn shared_by_chain(kind: &str) -> bool {
+    SHARED_BY_CHAIN.contains(&kind)
+}
+
 /// A payload sent to `token`: bound to the token, since it is sealed before any run is known
 /// to own it (the store finds the owner in the same transaction that keeps the payload).
 pub(crate) fn hook_payload(token: &str) -> Binding<'_> {
@@ -46,10 +93,19 @@ pub(crate) fn hook_payload(token: &str) -> Binding<'_> {
     }
 }
 
-/// Value `kind` of run `run` at `place`.
-pub(crate) fn of_run<'a>(run: RunId, kind: &'static str, place: &'a str) -> Binding<'a> {
+/// Value `kind` of run `run` at `place`: sealed for its chain's first run when the chain
+/// shares such values, for the run alone otherwise.
+pub(crate) fn of_run<'a>(run: Owner, kind: &'static str, place: &'a str) -> Binding<'a> {
+    let subject = if shared_by_chain(kind) {
+        Subject::Chain {
+            origin: run.origin,
+            run: run.run,
+        }
+    } else {
+        Subject::Run(run.run)
+    };
     Binding {
-        subject: Subject::Run(run),
+        subject,
         kind,
         place,
     }
@@ -64,7 +120,7 @@ pub(crate) enum Slot<'e> {
 }
 
 /// Calls `f` with every payload and error of `event` of run `run`, and where each belongs.
-pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Binding<'_>, Slot<'_>)) {
+pub(crate) fn visit_event(run: Owner, event: &mut Event, mut f: impl FnMut(Binding<'_>, Slot<'_>)) {
     match event {
         Event::StepScheduled { step_id, input, .. } => {
             f(of_run(run, STEP_INPUT, step_id), Slot::Value(input))
@@ -98,8 +154,10 @@ pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Bindi
         Event::ChildEnded {
             child_id, result, ..
         } => match result {
-            Ok(v) => f(of_run(*child_id, OUTPUT, ""), Slot::Value(v)),
-            Err(e) => f(of_run(*child_id, ERROR, ""), Slot::Error(e)),
+            // The child as its parent started it: the first run of its chain, whose end
+            // (from whichever run of the chain ended it) is sealed for it.
+            Ok(v) => f(of_run(Owner::first(*child_id), OUTPUT, ""), Slot::Value(v)),
+            Err(e) => f(of_run(Owner::first(*child_id), ERROR, ""), Slot::Error(e)),
         },
         Event::StepAttemptStarted { .. }
         | Event::TimerScheduled { .. }
@@ -118,7 +176,7 @@ pub(crate) fn visit_event(run: RunId, event: &mut Event, mut f: impl FnMut(Bindi
 /// delivered: a hook payload is bound to its token, a message to the run and its topic, a
 /// child's end to the child), and where each belongs.
 pub(crate) fn visit_inbound(
-    run: RunId,
+    run: Owner,
     what: &mut crate::model::Inbound,
     mut f: impl FnMut(Binding<'_>, Slot<'_>),
 ) {
@@ -128,7 +186,8 @@ pub(crate) fn visit_inbound(
         Inbound::Message { topic, payload } => f(of_run(run, MESSAGE, topic), Slot::Value(payload)),
         Inbound::Request { name, payload } => f(of_run(run, REQUEST, name), Slot::Value(payload)),
         Inbound::ChildEnded(notice) => {
-            let child = notice.child;
+            // The notice names the child's first run (see `Event::ChildEnded`).
+            let child = Owner::first(notice.child);
             if let Some(v) = notice.output.as_mut() {
                 f(of_run(child, OUTPUT, ""), Slot::Value(v));
             }
@@ -151,7 +210,7 @@ pub(crate) fn slot_key<'s>(slot: &'s Slot<'_>) -> Option<&'s str> {
 /// sealed with: a run that holds one cannot be replayed here.
 pub(crate) fn missing_key<'e>(
     keys: Option<&super::Keyring>,
-    run: RunId,
+    run: Owner,
     input: &Value,
     events: impl IntoIterator<Item = &'e mut Event>,
 ) -> Option<String> {

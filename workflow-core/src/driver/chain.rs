@@ -10,7 +10,7 @@ use super::{Driver, Stop};
 use crate::error::{Continuation, Error, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
-use crate::store::{Append, NewRun, RunStatus};
+use crate::store::{Append, Lease, LeasedRun, NewRun, RunStatus};
 
 impl Driver {
     /// Continues the run as `c` asks: records the decision and admits the next run in one
@@ -57,39 +57,73 @@ impl Driver {
             parent: None,
             queue: None,
         };
+        // Driven here at once when this process can take it: the store admits it leased
+        // under this run's lease, so no worker has to find it first.
+        let lease_next = self.host.can_continue(c.workflow);
         #[cfg(any(test, feature = "testing"))]
         crate::testing::failpoint("continue_as_new.before_commit");
         let mut tries = 0;
-        loop {
-            let done = self
-                .host
-                .store()
-                .continue_as_new(&self.lease, &append, next.clone())
-                .await;
+        let leased = loop {
+            let store = self.host.store();
+            let done = if lease_next {
+                store
+                    .continue_as_new_leased(&self.lease, &append, next.clone())
+                    .await
+            } else {
+                store
+                    .continue_as_new(&self.lease, &append, next.clone())
+                    .await
+                    .map(|()| None)
+            };
             match done {
-                Ok(()) => break,
+                Ok(leased) => break leased,
                 Err(e) if e.is_transient() => {
                     self.back_off(e, &mut tries).await?;
                     // Committed after all, if the run now names its next run.
                     let run = self.ctx.run_id;
                     let record = self.retry(|| self.host.store().get_run(&run)).await?;
                     match record {
-                        Some(r) if r.next_run == Some(next_id) => break,
+                        Some(r) if r.next_run == Some(next_id) && lease_next => {
+                            break self.leased_after_all(next_id).await?;
+                        }
+                        Some(r) if r.next_run == Some(next_id) => break None,
                         Some(r) if r.status == RunStatus::Running => {}
                         _ => return Err(StoreError::LeaseLost(run)),
                     }
                 }
                 Err(e) => return Err(e),
             }
-        }
+        };
         self.last_seq += append.events.len() as u64;
         crate::telemetry::run_ended(self.ctx.workflow, RunStatus::ContinuedAsNew);
         tracing::debug!(run_id = %self.ctx.run_id, next_run = %next_id, "continued as new");
         // Waiters on this run read its record and follow it to the next run; the parent is
         // told only by the chain's last run.
         self.host.ended(self.ctx.run_id, None, None);
-        self.host.admitted();
+        match leased {
+            Some(next) => self.host.clone().continued(next),
+            None => self.host.admitted(),
+        }
         Ok(Stop::Ended)
+    }
+
+    /// The next run, `next`, of a continuation asked to lease it that committed although
+    /// the store's answer was lost: leased here (epoch 1) while it runs. No other worker
+    /// acquires it before its lease ends, and one that does after holds a later epoch, so
+    /// the fence refuses every write of a driver whose lease that was.
+    async fn leased_after_all(&mut self, next: RunId) -> Result<Option<LeasedRun>, StoreError> {
+        let record = self.retry(|| self.host.store().get_run(&next)).await?;
+        Ok(record
+            .filter(|r| r.status == RunStatus::Running)
+            .map(|run| LeasedRun {
+                run,
+                lease: Lease {
+                    run_id: next,
+                    epoch: 1,
+                },
+                events: Vec::new(),
+                took_over: false,
+            }))
     }
 
     /// Ends the run with `result` as if the workflow had returned it.

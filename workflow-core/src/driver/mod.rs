@@ -70,6 +70,13 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
 
+    /// Whether this process may drive, at once and in the place of the driven run that is
+    /// continuing as new, the run of `workflow` that continues it (`continue_as_new`).
+    fn can_continue(&self, workflow: &str) -> bool;
+
+    /// The run that continues the driven one was admitted leased to this process: drive it.
+    fn continued(self: Arc<Self>, next: LeasedRun);
+
     /// The run published values (`set_event`): wake their readers here.
     fn published(&self, run: crate::RunId);
 
@@ -259,9 +266,10 @@ impl Driver {
             ..
         } = leased;
         let run_id = run.id;
+        let owner = places::Owner::of(&run);
         let missing_key = places::missing_key(
             host.config().payloads.keys(),
-            run_id,
+            owner,
             &run.input,
             events.iter_mut().map(|e| &mut e.event),
         );
@@ -278,7 +286,7 @@ impl Driver {
         let _active = crate::telemetry::ActiveRun::new();
         let replay_began = std::time::Instant::now();
         let payloads = host.config().payloads.clone();
-        let measure = Box::new(move |e: &mut Event| payloads.event_bytes(run_id, e));
+        let measure = Box::new(move |e: &mut Event| payloads.event_bytes(owner, e));
         let replay = Replay::new(events, measure);
         if let (Some(q), false) = (&run.queue, replay.has_history()) {
             let waited = host
@@ -299,7 +307,7 @@ impl Driver {
         };
         let begins = run.begins();
         let ctx = RunCtx::new(
-            run_id,
+            owner,
             reg.name,
             begins,
             run.hook_token,
@@ -352,7 +360,7 @@ impl Driver {
                 if let Some(key) = d.missing_key.take() {
                     return d.block_for_key(&key).await;
                 }
-                match (reg.run)(&d.ctx.payloads, run_id, run.input) {
+                match (reg.run)(&d.ctx.payloads, owner, run.input) {
                     Ok(fut) => {
                         let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut));
                         d.drive(fut, &signals).await
@@ -681,7 +689,7 @@ impl Driver {
                 let backoff = self.host.config().backoff(done.attempt);
                 // Every error an attempt recorded is sealed (a step's message, a panic's).
                 let place = done.step_id.to_string();
-                let binding = places::of_run(self.ctx.run_id, places::STEP_ERROR, &place);
+                let binding = places::of_run(self.ctx.owner(), places::STEP_ERROR, &place);
                 let outcome = outcome.map_err(|e| self.ctx.payloads.seal_error(e, &binding));
                 let now = self.host.now();
                 self.replay
@@ -840,7 +848,7 @@ impl Driver {
             crate::traces::set_parent(&span, trace);
         }
         let timed_out = Arc::new(AtomicBool::new(false));
-        let sets = StepSets::new(self.ctx.run_id, self.ctx.payloads.clone());
+        let sets = StepSets::new(self.ctx.owner(), self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
             self.tx_attempt = Some(step_id.clone());
             let carried = Arc::new(self.tx_pending.take().unwrap_or_default());

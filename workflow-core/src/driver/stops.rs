@@ -138,7 +138,7 @@ impl Driver {
 
     /// `error`, ending the run, with its message sealed when encryption is on.
     pub(super) fn seal_run_error(&self, error: Error) -> Error {
-        let binding = places::of_run(self.ctx.run_id, places::ERROR, "");
+        let binding = places::of_run(self.ctx.owner(), places::ERROR, "");
         self.ctx.payloads.seal_error(error, &binding)
     }
 

@@ -94,24 +94,27 @@ impl Runtime {
     pub fn reveal_record(&self, run: RunRecord) -> RunRecord {
         let payloads = &self.inner.config.payloads;
         let mut run = payloads.open_record(run);
-        let input = places::of_run(run.id, places::INPUT, "");
+        let owner = places::Owner::of(&run);
+        let input = places::of_run(owner, places::INPUT, "");
         payloads.reveal_at(&mut run.input, &input);
         if let Some(out) = &mut run.output {
-            payloads.reveal_at(out, &places::of_run(run.id, places::OUTPUT, ""));
+            payloads.reveal_at(out, &places::of_run(owner, places::OUTPUT, ""));
         }
         run
     }
 
-    /// [`Runtime::reveal_record`] for the events of `run`'s history.
-    pub fn reveal_history(&self, run: RunId, events: &mut [crate::store::EventRecord]) {
+    /// [`Runtime::reveal_record`] for the events of `run`'s history (`run` as stored: the
+    /// values the runs of a chain share are sealed for its first run, which the record names).
+    pub fn reveal_history(&self, run: &RunRecord, events: &mut [crate::store::EventRecord]) {
+        let owner = places::Owner::of(run);
         for e in events {
-            self.inner.config.payloads.reveal_event(run, &mut e.event);
+            self.inner.config.payloads.reveal_event(owner, &mut e.event);
         }
     }
 
     /// [`Runtime::reveal_record`] for a chunk of `run`'s stream `stream`.
     pub fn reveal_chunk(&self, run: RunId, stream: &str, value: &mut Value) {
-        let binding = places::of_run(run, places::STREAM_CHUNK, stream);
+        let binding = places::of_run(places::Owner::first(run), places::STREAM_CHUNK, stream);
         self.inner.config.payloads.reveal_at(value, &binding);
     }
 

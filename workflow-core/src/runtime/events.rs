@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Run, StreamWatch};
+use crate::crypto::places::Owner;
 use crate::error::RunError;
 use crate::ids::RunId;
 use crate::payload::PayloadKind;
@@ -51,7 +52,7 @@ impl<T> Run<T> {
     /// ```
     pub fn event<U: DeserializeOwned>(&self, key: impl Into<String>) -> EventRead<U> {
         EventRead {
-            run: Run::new(self.id, self.rt.clone()),
+            run: self.untyped(),
             key: key.into(),
             timeout: None,
             _t: PhantomData,
@@ -127,7 +128,10 @@ impl<T: DeserializeOwned> EventRead<T> {
         let value = match found.values.get(&self.key) {
             None => None,
             Some(v) => {
-                let cx = PayloadKind::Event { key: &self.key }.of(id);
+                // Published values are the chain's, sealed for its first run.
+                let owner = self.run.owner().await?;
+                let owner = Owner::new(id, Some(owner.origin));
+                let cx = PayloadKind::Event { key: &self.key }.of_run(owner);
                 let decoded = inner.config.payloads.decode(v.clone(), cx);
                 Some(decoded.map_err(|e| RunError::Payload(e.to_string()))?)
             }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Run;
 use crate::error::RunError;
 use crate::message::invalid_name;
-use crate::payload::{PayloadError, PayloadKind};
+use crate::payload::{to_json, PayloadError, PayloadKind};
 use crate::registry::BoxFuture;
 use crate::store::{NewMessage, RunStatus, SendOutcome};
 
@@ -55,13 +55,10 @@ impl<T> Run<T> {
     /// # }
     /// ```
     pub fn send<M: serde::Serialize>(&self, topic: impl Into<String>, msg: M) -> SendMessage {
-        let topic = topic.into();
-        let cx = PayloadKind::Message { topic: &topic }.of(self.id);
-        let payload = self.rt.inner.config.payloads.encode(&msg, cx);
         SendMessage {
-            run: Run::new(self.id, self.rt.clone()),
-            topic,
-            payload,
+            run: self.untyped(),
+            topic: topic.into(),
+            payload: to_json(&msg),
             key: None,
         }
     }
@@ -72,8 +69,8 @@ impl<T> Run<T> {
 pub struct SendMessage {
     run: Run<Value>,
     topic: String,
-    /// The message as encoded for the store, or why it cannot be.
-    payload: Result<Value, PayloadError>,
+    /// The message serialized, sealed (for the run's chain) when it is sent.
+    payload: Result<Value, serde_json::Error>,
     key: Option<String>,
 }
 
@@ -126,15 +123,20 @@ impl IntoFuture for SendMessage {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let id = self.run.id;
+            let inner = &self.run.rt.inner;
+            // Sealed for the chain's first run, as every run of the chain reads it: it opens
+            // in whichever run of the chain receives it.
+            let kind = PayloadKind::Message { topic: &self.topic };
+            let owner = self.run.owner().await?;
+            let payload = inner.config.payloads.seal(self.payload, kind.of_run(owner));
             let payload = checked_send(
                 "message topic",
                 "message idempotency key",
                 &self.topic,
                 self.key.as_deref(),
-                self.payload,
+                payload,
             )?;
-            let inner = &self.run.rt.inner;
-            let mut message = NewMessage {
+            let message = NewMessage {
                 topic: self.topic,
                 payload,
                 idempotency_key: self.key,
@@ -152,13 +154,10 @@ impl IntoFuture for SendMessage {
                         Ok(())
                     }
                     SendOutcome::Duplicate(_) => Ok(()),
+                    // Sealed for the chain, so it goes on as it is.
                     SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
                         match next_of(inner, to).await? {
                             Some(next) => {
-                                let kind = PayloadKind::Message {
-                                    topic: &message.topic,
-                                };
-                                message.payload = resealed(inner, message.payload, kind, to, next)?;
                                 to = next;
                                 continue;
                             }
@@ -179,22 +178,4 @@ pub(super) async fn next_of(
     id: crate::ids::RunId,
 ) -> Result<Option<crate::ids::RunId>, crate::error::StoreError> {
     Ok(inner.store.get_run(&id).await?.and_then(|r| r.next_run))
-}
-
-/// A payload sealed for run `from`, sealed again for run `to` (the run that continues it):
-/// the same value when encryption is off.
-pub(super) fn resealed(
-    inner: &super::Inner,
-    payload: Value,
-    kind: PayloadKind<'_>,
-    from: crate::ids::RunId,
-    to: crate::ids::RunId,
-) -> Result<Value, RunError> {
-    let payloads = &inner.config.payloads;
-    let plain: Value = payloads
-        .decode(payload, kind.of(from))
-        .map_err(|e| RunError::Payload(e.to_string()))?;
-    payloads
-        .encode(&plain, kind.of(to))
-        .map_err(|e| RunError::Payload(e.to_string()))
 }

@@ -155,6 +155,26 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Run `id` and the first run of its chain, whom the values its chain shares (messages,
+    /// requests, replies, published values, its end) are sealed for: `known` when the caller
+    /// knows it, otherwise read from the run's record when payloads are sealed, and `id`
+    /// itself when they are not (no binding is used) or the run is not found (the call that
+    /// needs it then says so).
+    pub(crate) async fn owner_of(
+        &self,
+        id: RunId,
+        known: Option<RunId>,
+    ) -> Result<crate::crypto::places::Owner, StoreError> {
+        use crate::crypto::places::Owner;
+        if known.is_some() || !self.config.payloads.transforms() {
+            return Ok(Owner::new(id, known));
+        }
+        Ok(match self.store.get_run(&id).await? {
+            Some(run) => Owner::of(&run),
+            None => Owner::first(id),
+        })
+    }
+
     /// The lease under which this runtime drives run `run`, if it does.
     pub(crate) fn lease_of(&self, run: &RunId) -> Option<Lease> {
         self.active().get(run).map(|a| a.lease.clone())
@@ -504,6 +524,18 @@ impl Host for Inner {
 
     fn admitted(&self) {
         self.work.notify_one();
+    }
+
+    fn can_continue(&self, workflow: &str) -> bool {
+        // The continuing run's driver, still counted, leaves as the next one's begins.
+        self.config.worker
+            && !*self.shutdown.borrow()
+            && self.workflows.contains_key(workflow)
+            && self.active().len() <= self.config.max_active_runs
+    }
+
+    fn continued(self: Arc<Self>, next: crate::store::LeasedRun) {
+        worker::spawn_run(&self, next);
     }
 
     fn published(&self, run: RunId) {

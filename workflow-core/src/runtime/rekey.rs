@@ -6,10 +6,10 @@
 //! in between is left as that writer left it (and counted), so live workers lose nothing. A
 //! rerun finds only what is left: payloads under the current key are not rewritten.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::Runtime;
-use crate::crypto::places::{self, of_run, Slot};
+use crate::crypto::places::{self, of_run, Owner, Slot};
 use crate::crypto::OpenError;
 use crate::error::StoreError;
 use crate::payload::{Payloads, Rekeyed};
@@ -157,11 +157,11 @@ fn describe(at: &SealedAt) -> String {
 /// and whether it was rewritten.
 fn rekey_value(
     payloads: &Payloads,
+    run: Owner,
     at: &SealedAt,
     value: &mut SealedValue,
 ) -> Result<Vec<(&'static str, Rekeyed)>, RekeyError> {
     use places::{ERROR, EVENT, INPUT, OUTPUT, REPLY, STREAM_CHUNK};
-    let run = at.run();
     let mut done = Vec::new();
     let mut failed = None;
     let mut each = |b: crate::crypto::Binding<'_>, slot: Slot<'_>| {
@@ -298,9 +298,26 @@ impl Runtime {
                     }
                     _ => rows.len(),
                 };
+                // The first run of each row's chain, read once per page (see `Owner`).
+                let mut owners = HashMap::new();
                 for row in rows {
                     cursor = Some(row.at.clone());
-                    if !self.rekey_row(payloads, row, &options, &mut report).await? {
+                    let run = row.at.run();
+                    let owner = match owners.get(&run) {
+                        Some(owner) => *owner,
+                        None => {
+                            let owner = match store.get_run(&run).await? {
+                                Some(record) => Owner::of(&record),
+                                None => Owner::first(run),
+                            };
+                            owners.insert(run, owner);
+                            owner
+                        }
+                    };
+                    if !self
+                        .rekey_row(payloads, owner, row, &options, &mut report)
+                        .await?
+                    {
                         report.stopped_early = true;
                         return Ok(report);
                     }
@@ -317,12 +334,13 @@ impl Runtime {
     async fn rekey_row(
         &self,
         payloads: &Payloads,
+        owner: Owner,
         row: SealedRow,
         options: &RekeyOptions,
         report: &mut RekeyReport,
     ) -> Result<bool, RekeyError> {
         let mut value = row.value.clone();
-        let done = rekey_value(payloads, &row.at, &mut value)?;
+        let done = rekey_value(payloads, owner, &row.at, &mut value)?;
         let rewrites = done.iter().any(|(_, r)| *r == Rekeyed::Rewritten);
         if rewrites {
             if options.limit.is_some_and(|l| report.rows_rewritten >= l) {

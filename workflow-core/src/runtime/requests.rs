@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::messages::{checked_send, next_of, resealed};
+use super::messages::{checked_send, next_of};
 use super::{Run, StreamWatch};
-use crate::crypto::places::{of_run, REPLY};
+use crate::crypto::places::{of_run, Owner, REPLY};
 use crate::error::RunError;
-use crate::payload::{PayloadError, PayloadKind};
+use crate::payload::{to_json, PayloadKind};
 use crate::registry::BoxFuture;
 use crate::store::{NewRequest, RunStatus, SendOutcome};
 
@@ -78,13 +78,10 @@ impl<T> Run<T> {
         name: impl Into<String>,
         req: Req,
     ) -> SendRequest<Resp> {
-        let name = name.into();
-        let cx = PayloadKind::Request { name: &name }.of(self.id);
-        let payload = self.rt.inner.config.payloads.encode(&req, cx);
         SendRequest {
-            run: Run::new(self.id, self.rt.clone()),
-            name,
-            payload,
+            run: self.untyped(),
+            name: name.into(),
+            payload: to_json(&req),
             key: None,
             timeout: None,
             _t: PhantomData,
@@ -97,8 +94,8 @@ impl<T> Run<T> {
 pub struct SendRequest<Resp> {
     run: Run<Value>,
     name: String,
-    /// The request as encoded for the store, or why it cannot be.
-    payload: Result<Value, PayloadError>,
+    /// The request serialized, sealed (for the run's chain) when it is sent.
+    payload: Result<Value, serde_json::Error>,
     key: Option<String>,
     timeout: Option<Duration>,
     _t: PhantomData<fn() -> Resp>,
@@ -138,18 +135,23 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let id = self.run.id;
+            let inner = &self.run.rt.inner;
+            // The request and its reply are the chain's: sealed for its first run, they open
+            // in whichever run of the chain receives the request and for the caller.
+            let owner = self.run.owner().await?;
+            let kind = PayloadKind::Request { name: &self.name };
+            let payload = inner.config.payloads.seal(self.payload, kind.of_run(owner));
             let payload = checked_send(
                 "request name",
                 "request idempotency key",
                 &self.name,
                 self.key.as_deref(),
-                self.payload,
+                payload,
             )?;
-            let inner = &self.run.rt.inner;
             // Watching before the send: a reply recorded at once is not missed.
             let deadline = self.timeout.map(|d| Instant::now().checked_add(d));
             let mut watch = StreamWatch::new(inner, id);
-            let mut request = NewRequest {
+            let request = NewRequest {
                 name: self.name.clone(),
                 payload,
                 idempotency_key: self.key,
@@ -168,11 +170,10 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
                         request_id
                     }
                     SendOutcome::Duplicate(request_id) => request_id,
+                    // Sealed for the chain, so it goes on as it is.
                     SendOutcome::Ended(RunStatus::ContinuedAsNew) => {
                         match next_of(inner, id).await? {
                             Some(next) => {
-                                let kind = PayloadKind::Request { name: &self.name };
-                                request.payload = resealed(inner, request.payload, kind, id, next)?;
                                 id = next;
                                 watch = StreamWatch::new(inner, id);
                                 continue;
@@ -193,15 +194,18 @@ impl<Resp: DeserializeOwned + Send + 'static> IntoFuture for SendRequest<Resp> {
                 };
                 match state.reply {
                     Some(Ok(v)) => {
-                        let cx = PayloadKind::Reply { name: &self.name }.of(id).at(&place);
+                        let replier = Owner::new(id, Some(owner.origin));
+                        let cx = PayloadKind::Reply { name: &self.name }
+                            .of_run(replier)
+                            .at(&place);
                         let decoded = inner.config.payloads.decode(v, cx);
                         return decoded.map_err(|e| RunError::Payload(e.to_string()));
                     }
                     Some(Err(e)) => {
-                        let e = inner
-                            .config
-                            .payloads
-                            .open_error(e, &of_run(id, REPLY, &place));
+                        let e = inner.config.payloads.open_error(
+                            e,
+                            &of_run(Owner::new(id, Some(owner.origin)), REPLY, &place),
+                        );
                         return Err(RunError::Payload(e.to_string()));
                     }
                     // Not replied to when the run continued as new: the request moved to

@@ -10,7 +10,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Inner, RunStream, Runtime, Waiting};
-use crate::crypto::places;
+use crate::crypto::places::{self, Owner};
+use crate::crypto::OpenError;
 use crate::error::{Error, RunError, StoreError};
 use crate::history::{
     fork_history, to_millis, ExportedEvent, ExportedHistory, ExportedRun, HISTORY_FORMAT,
@@ -27,6 +28,9 @@ use crate::store::{
 pub struct Run<T = Value> {
     pub(super) id: RunId,
     pub(super) rt: Runtime,
+    /// The first run of its chain, when known without a read (a run this handle started
+    /// begins one): what the values its chain shares are sealed for.
+    origin: Option<RunId>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -36,14 +40,41 @@ impl<T> Run<T> {
         Run {
             id,
             rt,
+            origin: None,
             _t: PhantomData,
         }
+    }
+
+    /// A handle on run `id`, just admitted by a start: the first run of its chain.
+    pub(super) fn started(id: RunId, rt: Runtime) -> Self {
+        Run {
+            origin: Some(id),
+            ..Run::new(id, rt)
+        }
+    }
+
+    /// The same handle, reading values as JSON.
+    pub(super) fn untyped(&self) -> Run<Value> {
+        Run {
+            id: self.id,
+            rt: self.rt.clone(),
+            origin: self.origin,
+            _t: PhantomData,
+        }
+    }
+
+    /// The run and the first run of its chain (see [`Inner::owner_of`]).
+    pub(super) async fn owner(&self) -> Result<Owner, StoreError> {
+        self.rt.inner.owner_of(self.id, self.origin).await
     }
 }
 
 impl<T> Clone for Run<T> {
     fn clone(&self) -> Self {
-        Run::new(self.id, self.rt.clone())
+        Run {
+            origin: self.origin,
+            ..Run::new(self.id, self.rt.clone())
+        }
     }
 }
 
@@ -61,7 +92,12 @@ impl<T> Run<T> {
 
     /// The same run, with its result read as `U`.
     pub fn typed<U>(self) -> Run<U> {
-        Run::new(self.id, self.rt)
+        Run {
+            id: self.id,
+            rt: self.rt,
+            origin: self.origin,
+            _t: PhantomData,
+        }
     }
 
     /// The run as stored.
@@ -220,6 +256,8 @@ impl<T> Run<T> {
         let run = self.stored().await?;
         let mut events = inner.store.events(&self.id).await?;
         let id = RunId::new();
+        // The copy begins a chain of its own.
+        let (from, to) = (Owner::of(&run), Owner::first(id));
         // Sealed payloads belong to their run and place (step ids change in the copy): opened
         // as the original's, then sealed again for the copy.
         let payloads = &inner.config.payloads;
@@ -229,19 +267,19 @@ impl<T> Run<T> {
         };
         for e in &mut events {
             payloads
-                .open_event(self.id, &mut e.event)
+                .open_event(from, &mut e.event)
                 .map_err(unreadable)?;
         }
         let mut history = fork_history(&events, from_step, &self.id, &id)
             .map_err(|why| RunError::CannotFork { id: self.id, why })?;
         for e in &mut history {
-            payloads.seal_event(id, &mut e.event);
+            payloads.seal_event(to, &mut e.event);
         }
         let input = payloads
             .reseal_at(
                 run.input,
-                &places::of_run(self.id, places::INPUT, ""),
-                &places::of_run(id, places::INPUT, ""),
+                &places::of_run(from, places::INPUT, ""),
+                &places::of_run(to, places::INPUT, ""),
             )
             .map_err(unreadable)?;
         // A trace of its own, under the caller's span (feature `otel`).
@@ -263,7 +301,7 @@ impl<T> Run<T> {
         };
         inner.store.create_run_with_history(new, &history).await?;
         inner.work.notify_one();
-        Ok(Run::new(id, self.rt.clone()))
+        Ok(Run::started(id, self.rt.clone()))
     }
 
     /// The run's history as documented, versioned JSON ([`ExportedHistory`]): feed it to
@@ -291,11 +329,12 @@ impl<T> Run<T> {
                     self.id
                 )))
             };
-            let input = places::of_run(self.id, places::INPUT, "");
+            let owner = Owner::of(&run);
+            let input = places::of_run(owner, places::INPUT, "");
             run.input = payloads.open_at(run.input, &input).map_err(unreadable)?;
             for e in &mut events {
                 payloads
-                    .open_event(self.id, &mut e.event)
+                    .open_event(owner, &mut e.event)
                     .map_err(unreadable)?;
             }
         }
@@ -309,6 +348,7 @@ impl<T> Run<T> {
                 input: run.input,
                 created_at_ms: to_millis(run.created_at),
                 hook_token: run.hook_token,
+                origin: run.origin,
             },
             events: events
                 .into_iter()
@@ -336,22 +376,30 @@ impl<T: DeserializeOwned> Run<T> {
     ///
     /// [`RunRecord::next_run`]: crate::store::RunRecord::next_run
     pub async fn return_value(&self) -> Result<T, Error> {
-        let mut id = self.id;
+        // The chain's first run, once a record named it: the chain's end is sealed for it.
+        let (mut id, mut origin) = (self.id, self.origin);
         loop {
-            match self.end_of(id).await? {
+            match self.end_of(id, origin).await? {
                 Link::Ended(result) => return result,
-                Link::Next(next) => id = next,
+                Link::Next(next, first) => (id, origin) = (next, Some(first)),
             }
         }
     }
 
-    /// Waits for run `id` (of this run's chain) to end: its value or error, or the run that
-    /// continues it.
-    async fn end_of(&self, id: RunId) -> Result<Link<T>, Error> {
+    /// Waits for run `id` (of this run's chain, whose first run is `origin` when known) to
+    /// end: its value or error, or the run that continues it.
+    async fn end_of(&self, id: RunId, origin: Option<RunId>) -> Result<Link<T>, Error> {
+        // Until a record says otherwise, `id` is taken for its chain's first run: true for
+        // every run but a later run of a chain, whose end then does not open as `id`'s and is
+        // read from the record instead.
+        let (guess, guessed) = (Owner::new(id, origin), origin.is_none());
         // A run that completed here never changes again, and one whose token is retained
         // cannot be pruned yet: remembered, it needs no read.
         if let Some(output) = self.rt.inner.completed_here(&id) {
-            return Ok(Link::Ended(self.decode_of(id, output)));
+            let end = RunOutcome::Completed(output);
+            if let Some(result) = self.told(guess, guessed, &end) {
+                return Ok(Link::Ended(result));
+            }
         }
         // Registered before the first read, so an end between the read and the wait counts.
         let mut ended = WaitForEnd::new(&self.rt.inner, id);
@@ -370,16 +418,18 @@ impl<T: DeserializeOwned> Run<T> {
                     .map_err(RunError::from)?
                     .ok_or(RunError::NotFound(id))?;
                 let run = self.rt.inner.config.payloads.open_record(run);
+                let owner = Owner::of(&run);
                 let result = match run.status {
-                    RunStatus::Completed => {
-                        Some(self.decode_of(id, run.output.unwrap_or(Value::Null)))
-                    }
+                    RunStatus::Completed => Some(
+                        self.decode_of(owner, run.output.unwrap_or(Value::Null))
+                            .map_err(PayloadError::fatal),
+                    ),
                     RunStatus::Failed => Some(Err(run
                         .error
                         .unwrap_or_else(|| Error::fatal(format!("run {id} failed"))))),
                     RunStatus::Cancelled => Some(Err(Error::cancelled(&id))),
                     RunStatus::ContinuedAsNew => match run.next_run {
-                        Some(next) => return Ok(Link::Next(next)),
+                        Some(next) => return Ok(Link::Next(next, owner.origin)),
                         None => Some(Err(Error::fatal(format!(
                             "run {id} continued as new, but its record names no next run"
                         )))),
@@ -395,45 +445,48 @@ impl<T: DeserializeOwned> Run<T> {
             continue_waiting(&mut ended, self.rt.inner.config.poll_interval).await;
             let seen = ended.signal.borrow_and_update().clone();
             let told = seen.filter(|end| !earlier.as_ref().is_some_and(|e| Arc::ptr_eq(e, end)));
-            match told.as_deref() {
-                Some(end) => return Ok(Link::Ended(self.told(id, end))),
-                None => read = true,
+            read = true;
+            if let Some(result) = told.and_then(|end| self.told(guess, guessed, &end)) {
+                return Ok(Link::Ended(result));
             }
         }
     }
 
     /// The result an in-process end told: its value, or its error opened.
-    fn told(&self, id: RunId, end: &RunOutcome) -> Result<T, Error> {
+    /// `None` when run `run`'s chain was `guessed` and the end does not open as its (it
+    /// is a later run of a chain: its record names the chain's first run).
+    fn told(&self, run: Owner, guessed: bool, end: &RunOutcome) -> Option<Result<T, Error>> {
+        let payloads = &self.rt.inner.config.payloads;
         match end {
-            RunOutcome::Completed(v) => self.decode_of(id, v.clone()),
+            RunOutcome::Completed(v) => match self.decode_of(run, v.clone()) {
+                Err(PayloadError::Sealed {
+                    cause: OpenError::Unauthentic { .. },
+                    ..
+                }) if guessed => None,
+                result => Some(result.map_err(PayloadError::fatal)),
+            },
             RunOutcome::Failed(e) => {
-                let binding = places::of_run(id, places::ERROR, "");
-                Err(self
-                    .rt
-                    .inner
-                    .config
-                    .payloads
-                    .open_error(e.clone(), &binding))
+                let binding = places::of_run(run, places::ERROR, "");
+                match payloads.try_open_error(e.clone(), &binding) {
+                    Err(OpenError::Unauthentic { .. }) if guessed => None,
+                    _ => Some(Err(payloads.open_error(e.clone(), &binding))),
+                }
             }
         }
     }
 
-    /// Run `id`'s output as a `T`.
-    fn decode_of(&self, id: RunId, output: Value) -> Result<T, Error> {
-        let cx = PayloadKind::WorkflowOutput { workflow: None }.of(id);
-        self.rt
-            .inner
-            .config
-            .payloads
-            .decode(output, cx)
-            .map_err(PayloadError::fatal)
+    /// Run `run`'s output as a `T`.
+    fn decode_of(&self, run: Owner, output: Value) -> Result<T, PayloadError> {
+        let cx = PayloadKind::WorkflowOutput { workflow: None }.of_run(run);
+        self.rt.inner.config.payloads.decode(output, cx)
     }
 }
 
 /// Where a run of a chain ended: the chain's end, or the next run.
 enum Link<T> {
     Ended(Result<T, Error>),
-    Next(RunId),
+    /// The next run, and the chain's first run.
+    Next(RunId, RunId),
 }
 
 /// Waits for the end of the run `ended` watches, at most `poll`.

@@ -348,7 +348,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(_) => return Err(StartError::NoRuntime),
             }
-            Ok(Run::new(id, self.rt))
+            Ok(Run::started(id, self.rt))
         })
     }
 }
@@ -454,7 +454,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             };
             Ok(match resumed {
                 Some(hook) => StartOrResume::Resumed(hook),
-                None => StartOrResume::Started(Run::new(id, rt)),
+                None => StartOrResume::Started(Run::started(id, rt)),
             })
         })
     }
@@ -572,6 +572,7 @@ fn admitted_run(run: &NewRun) -> RunRecord {
         version: run.version.clone(),
         previous_run: None,
         next_run: None,
+        origin: None,
     }
 }
 

@@ -289,6 +289,23 @@ pub trait RunStore: Send + Sync + 'static {
         next: NewRun,
     ) -> Result<(), StoreError>;
 
+    /// [`RunStore::continue_as_new`], and the next run is admitted leased to the caller (the
+    /// worker whose lease ended the previous run, which drives the next at once): `Running`,
+    /// epoch 1, its lease ending when the previous run's did, no acquire needed and no
+    /// notice to other workers. The [`LeasedRun`] it returns has no history. Fenced like
+    /// `continue_as_new`: a caller that lost its lease leases nothing and writes nothing.
+    /// Stores that cannot do this return no lease (the default) and the next run is acquired
+    /// as usual.
+    async fn continue_as_new_leased(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<Option<LeasedRun>, StoreError> {
+        self.continue_as_new(lease, write, next).await?;
+        Ok(None)
+    }
+
     /// Records that this try at the run (the lease's) ended on `cause`, a store error that is
     /// not transient, at `now`. Below [`MAX_FAILED_TRIES`] failed tries in a row the run is
     /// given back, due again after [`failure_backoff`]; on the last it fails with `cause`

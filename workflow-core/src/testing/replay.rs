@@ -181,9 +181,10 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
         )));
     }
     let mut records = history.records();
+    let owner = crate::crypto::places::Owner::new(history.run.id, history.run.origin);
     let missing = crate::crypto::places::missing_key(
         payloads.keys(),
-        history.run.id,
+        owner,
         &history.run.input,
         records.iter_mut().map(|e| &mut e.event),
     );
@@ -193,11 +194,11 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
              `replay_with_keys` and that key"
         )));
     }
-    let (run_id, sizes) = (history.run.id, payloads.clone());
-    let measure = Box::new(move |e: &mut crate::history::Event| sizes.event_bytes(run_id, e));
+    let sizes = payloads.clone();
+    let measure = Box::new(move |e: &mut crate::history::Event| sizes.event_bytes(owner, e));
     let mut core: Replay<StepExec> = Replay::new(records, measure);
     let ctx = RunCtx::new(
-        history.run.id,
+        owner,
         reg.name,
         from_millis(history.run.created_at_ms),
         history.run.hook_token.clone(),
@@ -205,7 +206,7 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
         core.patches(),
         crate::config::HistoryLimits::default(),
     );
-    let body = (reg.run)(&ctx.payloads, history.run.id, history.run.input.clone())
+    let body = (reg.run)(&ctx.payloads, owner, history.run.input.clone())
         .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
     let mut fut = Box::pin(ctx.scope(body));
     let mut cx = Context::from_waker(Waker::noop());

@@ -14,6 +14,7 @@ use workflow_core::{RunId, Runtime, StartError};
 
 mod failing;
 pub use failing::*;
+pub mod stored;
 
 /// The stores every behaviour test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,20 +7,49 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
 use super::state::{Row, Slot, State};
+use super::MemoryStore;
 use crate::error::StoreError;
 
-use crate::store::{Inbound, Lease, NewRun, RunRecord, RunStatus};
+use crate::store::{
+    check_continuation, Append, Inbound, Lease, LeasedRun, NewRun, RunRecord, RunStatus,
+};
+
+impl MemoryStore {
+    /// [`RunStore::continue_as_new`](crate::store::RunStore::continue_as_new), the next run
+    /// leased to the caller when `leased` (then returned).
+    pub(super) fn continue_chain(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+        leased: bool,
+    ) -> Result<Option<LeasedRun>, StoreError> {
+        check_continuation(write, &next)?;
+        let mut st = self.lock();
+        st.held(lease)?;
+        if st.runs.contains_key(&next.id) {
+            return Err(StoreError::database(format!(
+                "run {} already exists",
+                next.id
+            )));
+        }
+        let now = super::runs::record(&mut st, lease, write)?;
+        st.continue_run(lease, next, now, leased)
+    }
+}
 
 impl State {
     /// Ends run `old` (held by `lease`, its last events already pushed) as continued by
-    /// `next`, and admits `next` holding everything the chain keeps. Validates before it
-    /// mutates.
+    /// `next`, and admits `next` holding everything the chain keeps: leased under the same
+    /// lease (epoch 1, until the old run's lease ends) when `leased`, and then returned.
+    /// Validates before it mutates.
     pub(super) fn continue_run(
         &mut self,
         lease: &Lease,
         next: NewRun,
         now: SystemTime,
-    ) -> Result<(), StoreError> {
+        leased: bool,
+    ) -> Result<Option<LeasedRun>, StoreError> {
         let old = lease.run_id;
         if self.runs.contains_key(&next.id) {
             return Err(StoreError::database(format!(
@@ -29,6 +58,7 @@ impl State {
             )));
         }
         let row = self.held(lease)?;
+        let lease_until = row.lease_until.filter(|_| leased);
         row.record.status = RunStatus::ContinuedAsNew;
         row.record.next_run = Some(next.id);
         row.record.updated_at = now;
@@ -39,7 +69,7 @@ impl State {
         // messages' idempotency keys, the requests not replied to yet and the trace context.
         let began_at = row.began_at;
         let detached = row.detached;
-        let origin = row.origin.unwrap_or(old);
+        let origin = row.record.origin.unwrap_or(old);
         let message_keys = std::mem::take(&mut row.message_keys);
         let published = row.published.clone();
         let open: Vec<u64> = row
@@ -67,7 +97,11 @@ impl State {
                 record: RunRecord {
                     id: next.id,
                     workflow: next.workflow,
-                    status: RunStatus::Pending,
+                    status: if lease_until.is_some() {
+                        RunStatus::Running
+                    } else {
+                        RunStatus::Pending
+                    },
                     input: next.input,
                     output: None,
                     error: None,
@@ -81,12 +115,13 @@ impl State {
                     version: prev.version.clone(),
                     previous_run: Some(old),
                     next_run: None,
+                    origin: Some(origin),
                     trace_context: prev.trace_context.clone(),
                 },
                 events: Vec::new(),
                 wake_at: now,
-                epoch: 0,
-                lease_until: None,
+                epoch: u64::from(lease_until.is_some()),
+                lease_until,
                 due_at: None,
                 failed_tries: 0,
                 blocked_tries: 0,
@@ -98,7 +133,6 @@ impl State {
                 published,
                 requests,
                 request_keys,
-                origin: Some(origin),
             },
         );
         // The old run leaves its queue book before the next one enters it, so the slot
@@ -122,6 +156,17 @@ impl State {
         for s in self.schedules.values_mut() {
             s.repoint_ticks(old, next.id);
         }
-        Ok(())
+        let Some(row) = self.runs.get(&next.id).filter(|_| lease_until.is_some()) else {
+            return Ok(None);
+        };
+        Ok(Some(LeasedRun {
+            run: row.record.clone(),
+            lease: Lease {
+                run_id: next.id,
+                epoch: 1,
+            },
+            events: Vec::new(),
+            took_over: false,
+        }))
     }
 }

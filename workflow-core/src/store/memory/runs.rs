@@ -11,9 +11,9 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    block_backoff, check_continuation, failure_backoff, gave_up, AcquireRequest, Admission, Append,
-    CancelOutcome, Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun,
-    RetryOutcome, RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
+    Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun, RetryOutcome,
+    RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
 };
 
 #[async_trait::async_trait]
@@ -126,17 +126,17 @@ impl RunStore for MemoryStore {
         write: &Append,
         next: NewRun,
     ) -> Result<(), StoreError> {
-        check_continuation(write, &next)?;
-        let mut st = self.lock();
-        st.held(lease)?;
-        if st.runs.contains_key(&next.id) {
-            return Err(StoreError::database(format!(
-                "run {} already exists",
-                next.id
-            )));
-        }
-        let now = record(&mut st, lease, write)?;
-        st.continue_run(lease, next, now)
+        self.continue_chain(lease, write, next, false)?;
+        Ok(())
+    }
+
+    async fn continue_as_new_leased(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<Option<LeasedRun>, StoreError> {
+        self.continue_chain(lease, write, next, true)
     }
 
     async fn release(
@@ -336,7 +336,7 @@ impl RunStore for MemoryStore {
 
 /// Pushes `write`'s events to the run `lease` holds, publishing values, keeping replies and
 /// taking delivered payloads out of the inbox; the write's time (its last event's).
-fn record(
+pub(super) fn record(
     st: &mut super::state::State,
     lease: &Lease,
     write: &Append,

@@ -90,9 +90,6 @@ pub(super) struct Row {
     /// The requests sent to it, by id, and the ids of those sent with an idempotency key.
     pub(super) requests: BTreeMap<u64, RequestRow>,
     pub(super) request_keys: HashMap<String, u64>,
-    /// The first run of the chain this run continues (`continue_as_new`), whose id the
-    /// parent knows: a child's end names it. `None` for a run that continues none.
-    pub(super) origin: Option<RunId>,
 }
 
 /// A request sent to a run (`run.request`), kept for its reply.
@@ -422,6 +419,7 @@ impl State {
                     version: run.version,
                     previous_run: None,
                     next_run: None,
+                    origin: None,
                 },
                 events: Vec::new(),
                 wake_at,
@@ -438,7 +436,6 @@ impl State {
                 published: BTreeMap::new(),
                 requests: BTreeMap::new(),
                 request_keys: HashMap::new(),
-                origin: None,
             },
         );
         if begin {
@@ -519,7 +516,7 @@ impl State {
             let parent = row.record.parent?;
             let notice = ChildNotice {
                 // The parent awaits the chain's first run.
-                child: row.origin.unwrap_or(run),
+                child: row.record.origin.unwrap_or(run),
                 status,
                 output: if completed {
                     row.record.output.clone()

@@ -8,8 +8,9 @@ use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self, ChainTx, NextRunRow};
+use crate::store::sql::rows::RunRow;
 use crate::store::sql::EncodedAppend;
-use crate::store::{check_continuation, Append, Lease, NewRun, CHILD_NOTICE_TOKEN};
+use crate::store::{check_continuation, Append, Lease, LeasedRun, NewRun, CHILD_NOTICE_TOKEN};
 
 impl ChainTx for Pg<'_> {
     async fn continue_run(
@@ -17,8 +18,8 @@ impl ChainTx for Pg<'_> {
         old: &str,
         next: &NextRunRow,
         now: i64,
-    ) -> Result<(), StoreError> {
-        let inserted: bool = sqlx::query_scalar(&self.sql.dialect.chain.continue_run)
+    ) -> Result<Option<RunRow>, StoreError> {
+        let row: Option<RunRow> = sqlx::query_as(&self.sql.dialect.chain.continue_run)
             .bind(old)
             .bind(&next.key)
             .bind(&next.workflow)
@@ -26,29 +27,35 @@ impl ChainTx for Pg<'_> {
             .bind(next.at)
             .bind(now)
             .bind(CHILD_NOTICE_TOKEN)
-            .fetch_one(&mut *self.conn)
+            .bind(next.leased)
+            .fetch_optional(&mut *self.conn)
             .await?;
-        if !inserted {
-            return Err(StoreError::database(format!(
-                "the run continuing {old} was not admitted"
-            )));
+        if row.is_none() {
+            return Ok(None);
         }
-        self.announce(vec![NOTE_READY.to_owned(), format!("{NOTE_ENDED}{old}")])
-            .await
+        // A leased next run is driven by the caller: no other worker need look.
+        let mut notes = vec![format!("{NOTE_ENDED}{old}")];
+        if !next.leased {
+            notes.push(NOTE_READY.to_owned());
+        }
+        self.announce(notes).await?;
+        Ok(row)
     }
 }
 
 impl PostgresStore {
     /// [`crate::store::RunStore::continue_as_new`] in one transaction.
+    /// The next run leased to the caller when `leased`, and then returned.
     pub(super) async fn continue_chain(
         &self,
         lease: &Lease,
         write: &Append,
         next: NewRun,
-    ) -> Result<(), StoreError> {
+        leased: bool,
+    ) -> Result<Option<LeasedRun>, StoreError> {
         check_continuation(write, &next)?;
         let write = EncodedAppend::timed(write, std::time::SystemTime::now)?;
-        let next = NextRunRow::new(&next)?;
+        let next = NextRunRow::new(&next, leased)?;
         self.in_tx_noting(async |pg| policy::continue_as_new(pg, lease, &write, &next).await)
             .await
     }

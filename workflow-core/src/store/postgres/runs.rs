@@ -199,7 +199,17 @@ impl RunStore for PostgresStore {
         write: &Append,
         next: NewRun,
     ) -> Result<(), StoreError> {
-        self.continue_chain(lease, write, next).await
+        self.continue_chain(lease, write, next, false).await?;
+        Ok(())
+    }
+
+    async fn continue_as_new_leased(
+        &self,
+        lease: &Lease,
+        write: &Append,
+        next: NewRun,
+    ) -> Result<Option<LeasedRun>, StoreError> {
+        self.continue_chain(lease, write, next, true).await
     }
 
     async fn release(

@@ -117,7 +117,7 @@ pub(super) fn admit_claiming_sql(s: &str, leased: bool) -> String {
 pub(super) const RUN_COLUMNS: &str =
     "id, workflow, status, input, output, error, created_at, updated_at, \
                            hook_token, deadline, parent_id, queue, partition_key, priority, \
-                           start_at, version, previous_run, next_run, trace_context";
+                           start_at, version, previous_run, next_run, trace_context, origin";
 
 /// The statements for the tables in schema `s` (quoted).
 pub(super) fn statements(s: &str) -> Statements {
@@ -244,7 +244,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.previous_run, r.next_run, r.trace_context, r.epoch, r.wake_at,
+                           r.previous_run, r.next_run, r.trace_context, r.origin, r.epoch,
+                           r.wake_at,
                            picked.took_over"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
@@ -618,7 +619,8 @@ pub(super) fn statements(s: &str) -> Statements {
                  RETURNING r.id, r.workflow, r.status, r.input, r.output, r.error,
                            r.created_at, r.updated_at, r.hook_token, r.deadline, r.parent_id,
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
-                           r.previous_run, r.next_run, r.trace_context, r.epoch, r.wake_at,
+                           r.previous_run, r.next_run, r.trace_context, r.origin, r.epoch,
+                           r.wake_at,
                            picked.took_over"
             ),
             dialect: PgOnly {

@@ -45,7 +45,7 @@ macro_rules! row {
 row! {
     /// A `runs` row: `id, workflow, status, input, output, error, created_at, updated_at,
     /// hook_token, deadline, parent_id, queue, partition_key, priority, start_at, version,
-    /// previous_run, next_run, trace_context`.
+    /// previous_run, next_run, trace_context, origin`.
     RunRow {
         id: String,
         workflow: String,
@@ -66,6 +66,7 @@ row! {
         previous_run: Option<String>,
         next_run: Option<String>,
         trace_context: Option<String>,
+        origin: Option<String>,
     }
 }
 
@@ -111,6 +112,10 @@ impl RunRow {
             next_run: self
                 .next_run
                 .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "next_run", e)))
+                .transpose()?,
+            origin: self
+                .origin
+                .map(|p| p.parse::<RunId>().map_err(|e| corrupt(run, "origin", e)))
                 .transpose()?,
         })
     }

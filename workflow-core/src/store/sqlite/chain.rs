@@ -5,24 +5,31 @@
 
 use rusqlite::params;
 
-use super::tx::{exec, now, Lite};
+use super::tx::{exec, now, one, Lite};
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self, ChainTx, NextRunRow};
+use crate::store::sql::rows::RunRow;
 use crate::store::sql::EncodedAppend;
-use crate::store::{check_continuation, Append, Lease, NewRun, CHILD_NOTICE_TOKEN};
+use crate::store::{check_continuation, Append, Lease, LeasedRun, NewRun, CHILD_NOTICE_TOKEN};
 
-/// `?1` the old run, `?2` the next run, `?3` its workflow, `?4` its input, `?5` its admission.
-/// The inherited columns are copied here (a column a run keeps through its chain is added to
-/// both lists), the trace context among them.
+/// `?1` the old run, `?2` the next run, `?3` its workflow, `?4` its input, `?5` its admission,
+/// `?6` whether it is leased (under the old run's lease). The inherited columns are copied
+/// here (a column a run keeps through its chain is added to both lists), the trace context
+/// among them. Returns the next run's row (`RunRow`).
 const INSERT_NEXT: &str = "
 INSERT INTO runs (id, workflow, status, input, created_at, updated_at, wake_at,
+                  epoch, lease_until,
                   hook_token, deadline, parent_id, detached, queue, partition_key, priority,
                   began_at, version, trace_context, previous_run, origin)
-SELECT ?2, ?3, 'pending', ?4, ?5, ?5, ?5,
+SELECT ?2, ?3, CASE WHEN ?6 THEN 'running' ELSE 'pending' END, ?4, ?5, ?5, ?5,
+       CASE WHEN ?6 THEN 1 ELSE 0 END, CASE WHEN ?6 THEN lease_until END,
        hook_token, deadline, parent_id, detached, queue, partition_key, priority,
        began_at, version, trace_context, id, COALESCE(origin, id)
-FROM runs WHERE id = ?1";
+FROM runs WHERE id = ?1
+RETURNING id, workflow, status, input, output, error, created_at, updated_at,
+          hook_token, deadline, parent_id, queue, partition_key, priority, start_at,
+          version, previous_run, next_run, trace_context, origin";
 
 /// `?1` the old run, `?2` the next run, `?3` now.
 const END_OLD: &str = "
@@ -49,17 +56,18 @@ impl ChainTx for Lite<'_> {
         old: &str,
         next: &NextRunRow,
         at: i64,
-    ) -> Result<(), StoreError> {
-        let inserted = exec(
-            self.0,
-            INSERT_NEXT,
-            params![old, next.key, next.workflow, next.input, next.at],
-        )?;
-        if inserted != 1 {
-            return Err(StoreError::database(format!(
-                "the run continuing {old} was not admitted"
-            )));
-        }
+    ) -> Result<Option<RunRow>, StoreError> {
+        let args = params![
+            old,
+            next.key,
+            next.workflow,
+            next.input,
+            next.at,
+            next.leased
+        ];
+        let Some(row) = one(self.0, INSERT_NEXT, args, RunRow::from_sqlite)? else {
+            return Ok(None);
+        };
         exec(self.0, END_OLD, params![old, next.key, at])?;
         for sql in MOVE {
             // Each statement names the parameters it uses.
@@ -71,22 +79,24 @@ impl ChainTx for Lite<'_> {
             };
         }
         exec(self.0, COPY_EVENTS, params![old, next.key])?;
-        Ok(())
+        Ok(Some(row))
     }
 }
 
 impl SqliteStore {
     /// [`crate::store::RunStore::continue_as_new`] on the writer.
+    /// The next run leased to the caller when `leased`, and then returned.
     pub(super) async fn continue_chain(
         &self,
         lease: &Lease,
         write: &Append,
         next: NewRun,
-    ) -> Result<(), StoreError> {
+        leased: bool,
+    ) -> Result<Option<LeasedRun>, StoreError> {
         check_continuation(write, &next)?;
         let lease = lease.clone();
         let write = EncodedAppend::new(write)?;
-        let next = NextRunRow::new(&next)?;
+        let next = NextRunRow::new(&next, leased)?;
         self.write(move |tx| {
             now(policy::continue_as_new(
                 &mut Lite(tx),

@@ -51,7 +51,7 @@ pub(super) const SQL: Statements = Statements {
     hook_owner: "SELECT run_id, active FROM hooks WHERE token = ?1",
     get_run: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                      hook_token, deadline, parent_id, queue, partition_key, priority, start_at,
-                     version, previous_run, next_run, trace_context
+                     version, previous_run, next_run, trace_context, origin
               FROM runs WHERE id = ?1",
     events: "SELECT run_id, seq, at, data FROM events WHERE run_id = ?1 ORDER BY seq",
     // `?1`: the run ids as a JSON array.
@@ -77,8 +77,8 @@ pub(super) const SQL: Statements = Statements {
                   LIMIT ?4)
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
-                        start_at, version, previous_run, next_run, trace_context, epoch,
-                        wake_at, took_over",
+                        start_at, version, previous_run, next_run, trace_context, origin,
+                        epoch, wake_at, took_over",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -150,7 +150,7 @@ pub(super) const SQL: Statements = Statements {
                  ORDER BY workflow, status",
     list_runs: "SELECT id, workflow, status, input, output, error, created_at, updated_at,
                        hook_token, deadline, parent_id, queue, partition_key, priority,
-                       start_at, version, previous_run, next_run, trace_context
+                       start_at, version, previous_run, next_run, trace_context, origin
                 FROM runs
                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2)
                   AND (?9 IS NULL OR version = ?9)
@@ -273,7 +273,7 @@ pub(super) const SQL: Statements = Statements {
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
                              priority, start_at, version, previous_run, next_run,
-                             trace_context, epoch, wake_at, took_over",
+                             trace_context, origin, epoch, wake_at, took_over",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -397,7 +397,7 @@ pub(super) fn all<T>(
 /// a row is skipped like one that cannot be decoded.
 pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (String, StoreError)>> {
     let row = RunRow::from_sqlite(r).and_then(|run| {
-        let (epoch, wake_at, took_over) = (r.get(19)?, r.get(20)?, r.get(21)?);
+        let (epoch, wake_at, took_over) = (r.get(20)?, r.get(21)?, r.get(22)?);
         Ok(LeasedRow {
             run,
             epoch,

@@ -98,6 +98,8 @@ pub async fn continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inher
     let next_rec = store.get_run(&next).await.unwrap().unwrap();
     assert_eq!(next_rec.status, RunStatus::Pending);
     assert_eq!(next_rec.previous_run, Some(old));
+    assert_eq!(next_rec.origin, Some(old), "the chain's first run");
+    assert_eq!(old_rec.origin, None, "a first run continues no chain");
     assert_eq!(next_rec.next_run, None);
     assert_eq!(next_rec.input, json!([7]));
     assert_eq!(next_rec.hook_token.as_deref(), Some("chain-tok"));
@@ -411,4 +413,94 @@ pub async fn a_continued_run_keeps_its_trace_context<S: Store>(store: &S) {
         .unwrap();
     let next_rec = store.get_run(&next).await.unwrap().unwrap();
     assert_eq!(next_rec.trace_context, Some(trace));
+}
+
+/// `continue_as_new_leased` admits the next run leased to the caller under the same lease
+/// (epoch 1): no acquire hands it out while that lease lasts, its writes go through with
+/// the lease returned, and a further continuation names the chain's first run as its
+/// origin. A stale lease continues and leases nothing. A store that cannot lease at the seam
+/// returns no lease, and its next run is acquired as usual.
+pub async fn a_run_continued_under_a_lease_is_leased_to_the_same_worker<S: Store>(store: &S) {
+    let old = create(store, "orders", t(0)).await;
+    let lease = lease_one(store, old, t(1)).await;
+    let next = RunId::new();
+    let leased = within(store.continue_as_new_leased(
+        &lease,
+        &continued(next, t(2)),
+        NewRun {
+            workflow: "orders".to_owned(),
+            ..next_run(next, t(2))
+        },
+    ))
+    .await
+    .unwrap();
+    let old_rec = store.get_run(&old).await.unwrap().unwrap();
+    assert_eq!(old_rec.status, RunStatus::ContinuedAsNew);
+    assert_eq!(old_rec.next_run, Some(next));
+    let Some(leased) = leased else {
+        // This store leaves the next run to `acquire`.
+        let rec = store.get_run(&next).await.unwrap().unwrap();
+        assert_eq!(rec.status, RunStatus::Pending);
+        lease_one(store, next, t(3)).await;
+        return;
+    };
+    assert_eq!(
+        leased.lease,
+        Lease {
+            run_id: next,
+            epoch: 1
+        }
+    );
+    assert_eq!(leased.run.id, next);
+    assert_eq!(leased.run.status, RunStatus::Running);
+    assert_eq!(leased.run.previous_run, Some(old));
+    assert_eq!(leased.run.origin, Some(old));
+    assert!(leased.events.is_empty() && !leased.took_over);
+    assert_eq!(leased.run, store.get_run(&next).await.unwrap().unwrap());
+    let others = acquire(store, &names(&["orders"]), t(3), Duration::from_secs(1), 10).await;
+    assert!(
+        others.iter().all(|r| r.run.id != next),
+        "no other worker acquires a run leased at the seam"
+    );
+
+    // Its driver writes with the lease it was given; its own continuation keeps the origin.
+    let third = RunId::new();
+    let again = store
+        .continue_as_new_leased(
+            &leased.lease,
+            &continued(third, t(4)),
+            NewRun {
+                workflow: "orders".to_owned(),
+                ..next_run(third, t(4))
+            },
+        )
+        .await
+        .unwrap()
+        .expect("a store that leases at the seam leases every time");
+    assert_eq!(again.run.origin, Some(old));
+    assert_eq!(again.run.previous_run, Some(next));
+
+    // A stale lease (the run taken over after its lease expired) leases nothing.
+    let run = create(store, "orders", t(10)).await;
+    let short = Duration::from_millis(10);
+    let stale = acquire(store, &names(&["orders"]), t(11), short, 10).await;
+    let stale = stale
+        .into_iter()
+        .find(|r| r.run.id == run)
+        .expect("acquirable")
+        .lease;
+    let _current = lease_one(store, run, t(1_000)).await;
+    let refused_id = RunId::new();
+    let refused = store
+        .continue_as_new_leased(
+            &stale,
+            &continued(refused_id, t(1_001)),
+            next_run(refused_id, t(1_001)),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::LeaseLost(id)) if id == run),
+        "a stale lease continues nothing: {refused:?}"
+    );
+    assert!(store.get_run(&refused_id).await.unwrap().is_none());
 }

@@ -74,6 +74,7 @@ pub use chains::{
     a_continued_child_s_end_reaches_the_parent_under_its_first_id,
     a_continued_run_keeps_its_queue_slot, a_continued_run_keeps_its_trace_context,
     a_continued_run_stays_its_schedule_tick_s_run,
+    a_run_continued_under_a_lease_is_leased_to_the_same_worker,
     continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inherits,
     continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothing,
 };
@@ -346,6 +347,7 @@ macro_rules! __store_conformance_tests {
             a_continued_child_s_end_reaches_the_parent_under_its_first_id,
             a_continued_run_stays_its_schedule_tick_s_run,
             a_continued_run_keeps_its_trace_context,
+            a_run_continued_under_a_lease_is_leased_to_the_same_worker,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_sends_with_one_key_store_one,
