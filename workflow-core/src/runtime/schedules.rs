@@ -4,21 +4,25 @@
 //! `schedule::firing` which due ticks start, applies the overlap policy, and fires each tick
 //! through the store, which records it and admits its run in one act.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
+use super::start::{admitted_run, drive};
 use super::{Inner, Runtime};
+use crate::error::StoreError;
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
 use crate::payload::PayloadKind;
 use crate::schedule::firing::{due_at, plan, Action, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
-    NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome, TickRecord,
-    TickWrite,
+    FiredTick, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome,
+    TickRecord, TickWrite,
 };
 
 /// How long the firing loop sleeps at most without a wake-up: other processes' changes to
@@ -30,10 +34,12 @@ const LOOK_AGAIN_PUSHED: Duration = Duration::from_secs(10);
 const BUFFERED_POLL: Duration = Duration::from_millis(200);
 /// The most runs one backfill starts.
 const MAX_BACKFILL: usize = 10_000;
-/// How many schedules one look fires at once: their writes reach the store together, where
-/// SQLite's writer and PostgreSQL's committers batch them, instead of one commit after the
-/// other (1,000 every-second schedules took most of a second per look that way).
-const FIRE_AT_ONCE: usize = 64;
+/// How many schedules one look fires at once: their ticks go to the store together, in one
+/// `fire_ticks` call ([`Batch`]), instead of one commit after the other (1,000 every-second
+/// schedules took most of a second per look that way on SQLite, more on PostgreSQL).
+const FIRE_AT_ONCE: usize = 512;
+/// The most ticks one `fire_ticks` call carries.
+const MAX_TICKS_PER_CALL: usize = 512;
 
 /// `t` to the millisecond, as the stores keep it.
 fn millis(t: SystemTime) -> SystemTime {
@@ -66,6 +72,82 @@ fn checked_name(name: &str) -> Result<(), ScheduleError> {
         });
     }
     Ok(())
+}
+
+/// A tick a schedule's firing asks the batch to fire, and where its answer goes.
+struct Firing {
+    tick: NewTick,
+    answer: oneshot::Sender<Result<FiredTick, StoreError>>,
+}
+
+/// The ticks of one look, fired together: each schedule's firing sends its tick and waits
+/// for the answer, and while one `fire_ticks` call is under way the ticks sent meanwhile wait
+/// to go out together in the next (group commit, as the stores' writers do it). A schedule's
+/// own ticks still go one after the other, each decided on what the previous one did.
+#[derive(Clone)]
+struct Batch(mpsc::UnboundedSender<Firing>);
+
+impl Batch {
+    /// The batch, and the loop that fires what it is sent until every clone of it is gone.
+    fn new(rt: &Arc<Inner>) -> (Batch, impl std::future::Future<Output = ()> + '_) {
+        let (send, receive) = mpsc::unbounded_channel();
+        (Batch(send), fire_batches(rt, receive))
+    }
+
+    async fn fire(&self, tick: NewTick) -> Result<FiredTick, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        self.0
+            .send(Firing { tick, answer })
+            .map_err(|_| StoreError::database("the firing loop stopped"))?;
+        answered
+            .await
+            .map_err(|_| StoreError::database("the firing loop stopped"))?
+    }
+}
+
+/// Fires the ticks `firings` brings, as many at once as are waiting (up to
+/// [`MAX_TICKS_PER_CALL`]). A run is leased to this worker only while it has room for it:
+/// beyond that, the ticks' runs are admitted for any worker to take.
+async fn fire_batches(rt: &Arc<Inner>, mut firings: mpsc::UnboundedReceiver<Firing>) {
+    while let Some(first) = firings.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_TICKS_PER_CALL {
+            match firings.try_recv() {
+                Ok(more) => group.push(more),
+                Err(_) => break,
+            }
+        }
+        let mut room = rt.config.max_active_runs.saturating_sub(rt.active().len());
+        let (ticks, answers): (Vec<NewTick>, Vec<_>) = group
+            .into_iter()
+            .map(|mut f| {
+                if f.tick.lease.is_some() {
+                    if room == 0 {
+                        f.tick.lease = None;
+                    }
+                    room = room.saturating_sub(1);
+                }
+                (f.tick, f.answer)
+            })
+            .unzip();
+        match rt.store.fire_ticks(ticks).await {
+            Ok(fired) => {
+                for (answer, fired) in answers.into_iter().zip(fired) {
+                    let _ = answer.send(Ok(fired));
+                }
+            }
+            Err(e) => {
+                // Every tick of the call gets the error (none of them was written).
+                for answer in answers {
+                    let copy = match &e {
+                        StoreError::Database(why) => StoreError::Database(why.clone()),
+                        other => StoreError::database(other.to_string()),
+                    };
+                    let _ = answer.send(Err(copy));
+                }
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -106,7 +188,7 @@ impl Inner {
             .config
             .payloads
             .seal(serde_json::to_value((tick,)), cx)
-            .map_err(|e| crate::error::StoreError::database(e.to_string()))?;
+            .map_err(|e| StoreError::database(e.to_string()))?;
         // Each tick's run is a trace of its own (feature `otel`).
         let (_span, trace) = crate::traces::start_span(workflow, id, None);
         Ok(NewRun {
@@ -125,15 +207,19 @@ impl Inner {
     }
 
     /// Fires the tick of `state`'s schedule at `nominal`: records `outcome`, with a run when
-    /// it is `Started`, unless the tick has a record already.
+    /// it is `Started`, unless the tick has a record already; through `batch` when given,
+    /// else alone. A run this worker can drive is admitted leased to it and driven at once
+    /// (no `acquire`, no wake-up in between); another is left for any worker to take.
+    #[allow(clippy::too_many_arguments)]
     async fn fire(
-        &self,
+        self: &Arc<Self>,
         state: &ScheduleState,
         nominal: SystemTime,
         outcome: TickOutcome,
         backfill: bool,
         next: Option<SystemTime>,
         replace_runless: bool,
+        batch: Option<&Batch>,
     ) -> Result<Fired, ScheduleError> {
         let now = self.clock.tick().await;
         let run = match outcome {
@@ -147,26 +233,39 @@ impl Inner {
             }
             _ => None,
         };
-        let id = run.as_ref().map(|r| r.id);
-        let written = self
-            .store
-            .fire_tick(NewTick {
-                schedule: state.def.name.clone(),
-                nominal,
-                outcome,
-                run,
-                backfill,
-                at: now,
-                next,
-                replace_runless,
-            })
-            .await?;
-        match written {
+        let record = run.as_ref().map(admitted_run);
+        let lease = run
+            .as_ref()
+            .filter(|r| self.can_take(&r.workflow))
+            .map(|_| self.config.lease);
+        let tick = NewTick {
+            schedule: state.def.name.clone(),
+            nominal,
+            outcome,
+            run,
+            backfill,
+            at: now,
+            next,
+            replace_runless,
+            lease,
+        };
+        let fired = match batch {
+            Some(batch) => batch.fire(tick).await?,
+            None => self
+                .store
+                .fire_ticks(vec![tick])
+                .await?
+                .pop()
+                .ok_or_else(|| StoreError::database("the store answered no tick"))?,
+        };
+        match fired.write {
             TickWrite::Recorded => {
                 crate::telemetry::schedule_tick(&state.def.name, outcome.as_str());
-                if id.is_some() {
-                    // Any worker, here or elsewhere, may take the run.
-                    self.work.notify_one();
+                let id = record.as_ref().map(|r| r.id);
+                if let Some(record) = record {
+                    // Leased here: driven at once. Otherwise any worker, here or elsewhere,
+                    // may take it.
+                    drive(self, record, fired.lease);
                 }
                 Ok(Fired::Recorded(id))
             }
@@ -186,32 +285,44 @@ impl Inner {
             .is_some_and(|r| !r.status.is_terminal()))
     }
 
-    /// Fires what is due of `state`'s schedule at `now`, for a firing loop up without a stall
-    /// since `up_since`; when to look at it again.
+    /// Fires what is due of `state`'s schedule (read as `schedule`) at `now`, for a firing
+    /// loop up without a stall since `up_since`, its ticks through `batch`; when to look at
+    /// it again.
     async fn fire_due(
         self: &Arc<Self>,
         state: ScheduleState,
+        schedule: &Schedule,
         now: SystemTime,
         up_since: Option<SystemTime>,
+        batch: &Batch,
     ) -> Result<Option<SystemTime>, ScheduleError> {
-        let schedule = Schedule::from_def(state.def.clone())?;
+        let batch = Some(batch);
         let mut previous = state.last_started.map(|(_, run)| run);
+        // Whether `previous` has not ended: as listed with the schedule until a tick of this
+        // call starts another run, then read.
+        let mut listed_live = Some(state.last_started_live);
         let mut buffered = state.buffered;
         let mut look_again = None;
         // A tick waiting for the previous run starts once that run has ended (and the
         // schedule is not paused: then it waits for the resume).
         if let Some(waiting) = buffered.filter(|_| !state.paused) {
-            let busy = match &previous {
-                Some(run) => self.live(run).await?,
-                None => false,
-            };
-            if busy {
+            if self.busy(&previous, listed_live).await? {
                 look_again = Some(now + BUFFERED_POLL);
             } else {
                 let started = self
-                    .fire(&state, waiting, TickOutcome::Started, false, None, true)
+                    .fire(
+                        &state,
+                        waiting,
+                        TickOutcome::Started,
+                        false,
+                        None,
+                        true,
+                        batch,
+                    )
                     .await?;
-                previous = started.run().or(previous);
+                if let Some(run) = started.run() {
+                    (previous, listed_live) = (Some(run), None);
+                }
                 buffered = None;
             }
         }
@@ -223,10 +334,7 @@ impl Inner {
             let outcome = match action {
                 Action::Skip(reason) => TickOutcome::Skipped(reason),
                 Action::Fire => {
-                    let busy = match &previous {
-                        Some(run) => self.live(run).await?,
-                        None => false,
-                    };
+                    let busy = self.busy(&previous, listed_live).await?;
                     match (busy, state.def.overlap) {
                         (false, _) | (true, Overlap::AllowAll) => TickOutcome::Started,
                         (true, Overlap::Skip) => TickOutcome::Skipped(SkipReason::Overlap),
@@ -244,7 +352,7 @@ impl Inner {
                 }
             };
             let fired = self
-                .fire(&state, nominal, outcome, false, next, false)
+                .fire(&state, nominal, outcome, false, next, false, batch)
                 .await?;
             // A record written by another call may have moved the next time elsewhere (a
             // trigger's does not move it).
@@ -256,7 +364,9 @@ impl Inner {
                 buffered = Some(nominal);
                 look_again = Some(now + BUFFERED_POLL);
             }
-            previous = fired.run().or(previous);
+            if let Some(run) = fired.run() {
+                (previous, listed_live) = (Some(run), None);
+            }
         }
         if let Some(next) = plan.next {
             // Written only when it moves: a loop looking at a schedule with nothing due
@@ -270,14 +380,64 @@ impl Inner {
         Ok(look_again)
     }
 
+    /// Whether the schedule's previous run has not ended: `listed` when known, else read.
+    async fn busy(
+        &self,
+        previous: &Option<RunId>,
+        listed: Option<bool>,
+    ) -> Result<bool, ScheduleError> {
+        match (previous, listed) {
+            (None, _) => Ok(false),
+            (Some(_), Some(live)) => Ok(live),
+            (Some(run), None) => self.live(run).await,
+        }
+    }
+
     /// Cancels run `id` as `run.cancel()` does.
     async fn cancel_run(self: &Arc<Self>, id: RunId) -> Result<(), ScheduleError> {
         match Runtime::revive(self.clone()) {
-            Some(rt) => rt.get_run(&id).cancel().await.map_err(|e| {
-                ScheduleError::Store(crate::error::StoreError::database(e.to_string()))
-            }),
+            Some(rt) => rt
+                .get_run(&id)
+                .cancel()
+                .await
+                .map_err(|e| ScheduleError::Store(StoreError::database(e.to_string()))),
             None => Ok(()),
         }
+    }
+}
+
+/// The schedules as this loop read them last, each with its definition parsed: parsing a
+/// cron expression again on every look cost tens of microseconds per schedule. An entry is
+/// parsed again when its stored definition changes.
+#[derive(Default)]
+struct Parsed(HashMap<String, Arc<Schedule>>);
+
+impl Parsed {
+    /// `states`, each with its schedule; those whose definition this build cannot read are
+    /// reported and left out.
+    fn read(&mut self, states: Vec<ScheduleState>) -> Vec<(ScheduleState, Arc<Schedule>)> {
+        let mut kept = HashMap::with_capacity(states.len());
+        let mut read = Vec::with_capacity(states.len());
+        for state in states {
+            let cached = self
+                .0
+                .remove(&state.def.name)
+                .filter(|s| s.def == state.def);
+            let schedule = match cached {
+                Some(s) => s,
+                None => match Schedule::from_def(state.def.clone()) {
+                    Ok(s) => Arc::new(s),
+                    Err(e) => {
+                        tracing::warn!(schedule = state.def.name, error = %e, "a schedule's definition cannot be read; its ticks are not fired");
+                        continue;
+                    }
+                },
+            };
+            kept.insert(state.def.name.clone(), schedule.clone());
+            read.push((state, schedule));
+        }
+        self.0 = kept;
+        read
     }
 }
 
@@ -300,6 +460,7 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut up_since: Option<SystemTime> = None;
     // When this look was meant to happen (the end of the last sleep).
     let mut meant: Option<SystemTime> = None;
+    let mut parsed = Parsed::default();
     loop {
         if *shutdown.borrow() {
             return;
@@ -316,29 +477,34 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                     up_since = Some(now);
                 }
                 let stopping = &shutdown;
-                let mut fired = futures::stream::iter(states)
-                    .take_while(|_| std::future::ready(!*stopping.borrow()))
-                    .map(|state| {
-                        let rt = &rt;
-                        async move {
-                            let name = state.def.name.clone();
-                            (name, rt.fire_due(state, now, up_since).await)
-                        }
-                    })
-                    .buffer_unordered(FIRE_AT_ONCE);
-                while let Some((name, result)) = fired.next().await {
-                    match result {
-                        Ok(Some(at)) => {
-                            let until = at.duration_since(rt.clock.now()).unwrap_or_default();
-                            wait = wait.min(until);
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::warn!(schedule = name, error = %e, "firing a schedule's ticks failed; retrying")
+                let (batch, batches) = Batch::new(&rt);
+                let firing = async {
+                    let batch = batch;
+                    let mut fired = futures::stream::iter(parsed.read(states))
+                        .take_while(|_| std::future::ready(!*stopping.borrow()))
+                        .map(|(state, schedule)| {
+                            let (rt, batch) = (&rt, &batch);
+                            async move {
+                                let name = state.def.name.clone();
+                                let done = rt.fire_due(state, &schedule, now, up_since, batch);
+                                (name, done.await)
+                            }
+                        })
+                        .buffer_unordered(FIRE_AT_ONCE);
+                    while let Some((name, result)) = fired.next().await {
+                        match result {
+                            Ok(Some(at)) => {
+                                let until = at.duration_since(rt.clock.now()).unwrap_or_default();
+                                wait = wait.min(until);
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!(schedule = name, error = %e, "firing a schedule's ticks failed; retrying")
+                            }
                         }
                     }
-                }
-                drop(fired);
+                };
+                futures::join!(firing, batches);
                 if *shutdown.borrow() {
                     return;
                 }
@@ -472,14 +638,22 @@ impl Runtime {
         for _ in 0..1000 {
             let started = self
                 .inner
-                .fire(&state, nominal, TickOutcome::Started, false, None, false)
+                .fire(
+                    &state,
+                    nominal,
+                    TickOutcome::Started,
+                    false,
+                    None,
+                    false,
+                    None,
+                )
                 .await?;
             if let Some(id) = started.run() {
                 return Ok(id);
             }
             nominal += Duration::from_millis(1);
         }
-        Err(ScheduleError::Store(crate::error::StoreError::database(
+        Err(ScheduleError::Store(StoreError::database(
             "every nominal time of the last second has a tick already",
         )))
     }
@@ -513,6 +687,7 @@ impl Runtime {
                     true,
                     None,
                     true,
+                    None,
                 )
                 .await?;
             started += usize::from(run.run().is_some());

@@ -553,7 +553,7 @@ async fn admit(
 }
 
 /// The record of a run just admitted, as a worker that leased it at admission holds it.
-fn admitted_run(run: &NewRun) -> RunRecord {
+pub(super) fn admitted_run(run: &NewRun) -> RunRecord {
     RunRecord {
         trace_context: run.trace_context.clone(),
         parent: None,
@@ -578,7 +578,7 @@ fn admitted_run(run: &NewRun) -> RunRecord {
 
 /// Drives a run admitted with `lease` here at once; without one, wakes a worker for it (for
 /// a delayed run, when it is due).
-fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
+pub(super) fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
     match lease {
         Some(lease) => spawn_run(
             inner,

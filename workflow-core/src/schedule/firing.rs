@@ -201,6 +201,7 @@ mod tests {
             last: None,
             last_started: None,
             buffered: None,
+            last_started_live: false,
         }
     }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::model::NewRun;
+use crate::store::Lease;
 
 /// How many tick records a schedule keeps: its latest by nominal time.
 pub const TICKS_KEPT: usize = 1000;
@@ -179,6 +180,10 @@ pub struct ScheduleState {
     pub last_started: Option<(SystemTime, RunId)>,
     /// The earliest tick waiting for the previous run to end.
     pub buffered: Option<SystemTime>,
+    /// Whether the run of `last_started` had not ended when the schedule was listed (`false`
+    /// without one): the overlap policy's question, answered with the listing instead of a
+    /// read per schedule.
+    pub last_started_live: bool,
 }
 
 /// A tick to record with [`ScheduleStore::fire_tick`].
@@ -201,6 +206,12 @@ pub struct NewTick {
     /// A record of this tick that started no run (skipped or buffered) is replaced; otherwise
     /// any record of it stays and nothing is written.
     pub replace_runless: bool,
+    /// Lease the run to the caller for this long when it is admitted, as
+    /// [`RunStore::create_run_leased`](crate::store::RunStore::create_run_leased) leases (a
+    /// queued or delayed run only as that does): the caller drives it at once, without an
+    /// `acquire`. Only [`ScheduleStore::fire_ticks`] reports the lease, so only it leases;
+    /// [`ScheduleStore::fire_tick`] admits the run unleased.
+    pub lease: Option<Duration>,
 }
 
 /// What [`ScheduleStore::fire_tick`] did.
@@ -212,6 +223,15 @@ pub enum TickWrite {
     Exists,
     /// No such schedule: nothing was written.
     NoSchedule,
+}
+
+/// What [`ScheduleStore::fire_ticks`] did with one tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiredTick {
+    /// What was written.
+    pub write: TickWrite,
+    /// The lease of the tick's run when it was admitted leased to the caller.
+    pub lease: Option<Lease>,
 }
 
 /// Schedules, their next nominal times and their ticks. Stores without schedules keep the
@@ -244,6 +264,20 @@ pub trait ScheduleStore: Send + Sync + 'static {
     async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
         let _ = tick;
         Err(unsupported())
+    }
+
+    /// Fires `ticks` as [`ScheduleStore::fire_tick`] fires each, in order, with one answer
+    /// per tick; a store may commit them together (then an error writes none of them). A
+    /// tick's run admitted with [`NewTick::lease`] is leased to the caller, and its answer
+    /// carries the lease. The default fires each alone and leases none.
+    async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
+        let mut fired = Vec::with_capacity(ticks.len());
+        for mut tick in ticks {
+            tick.lease = None;
+            let write = self.fire_tick(tick).await?;
+            fired.push(FiredTick { write, lease: None });
+        }
+        Ok(fired)
     }
 
     /// Moves the schedule's next nominal time forward to `next` (never back); false for an

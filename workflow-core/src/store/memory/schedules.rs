@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+use super::state::State;
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::store::{
-    NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord, TickWrite,
-    TICKS_KEPT,
+    FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord,
+    TickWrite, TICKS_KEPT,
 };
 
 /// A schedule under the store's lock.
@@ -22,7 +23,8 @@ pub(super) struct ScheduleRow {
 }
 
 impl ScheduleRow {
-    fn state(&self) -> ScheduleState {
+    /// Its state; `live` tells whether a run has not ended.
+    fn state(&self, live: impl Fn(&crate::ids::RunId) -> bool) -> ScheduleState {
         let started = self
             .ticks
             .values()
@@ -34,6 +36,7 @@ impl ScheduleRow {
             next: self.next,
             last: self.ticks.keys().next_back().copied(),
             last_started: started.and_then(|t| t.run_id.map(|r| (t.nominal, r))),
+            last_started_live: started.and_then(|t| t.run_id).is_some_and(|r| live(&r)),
             buffered: self
                 .ticks
                 .values()
@@ -99,48 +102,34 @@ impl ScheduleStore for MemoryStore {
     }
 
     async fn list_schedules(&self) -> Result<Vec<ScheduleState>, StoreError> {
-        Ok(self
-            .lock()
-            .schedules
-            .values()
-            .map(ScheduleRow::state)
-            .collect())
+        let st = self.lock();
+        let live = |id: &crate::ids::RunId| {
+            st.runs
+                .get(id)
+                .is_some_and(|r| !r.record.status.is_terminal())
+        };
+        Ok(st.schedules.values().map(|row| row.state(live)).collect())
     }
 
-    async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
-        let nominal = millis(tick.nominal);
+    async fn fire_tick(&self, mut tick: NewTick) -> Result<TickWrite, StoreError> {
+        tick.lease = None;
+        Ok(fire(&mut self.lock(), tick)?.write)
+    }
+
+    /// Every tick under one lock: one act, all or nothing.
+    async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
         let mut st = self.lock();
-        let Some(row) = st.schedules.get(&tick.schedule) else {
-            return Ok(TickWrite::NoSchedule);
-        };
-        if let Some(old) = row.ticks.get(&nominal) {
-            if !tick.replace_runless || old.run_id.is_some() {
-                return Ok(TickWrite::Exists);
+        // Checked first: a run id that exists fails the whole call before anything is written.
+        let mut ids = std::collections::HashSet::new();
+        for run in ticks.iter().filter_map(|t| t.run.as_ref()) {
+            if st.runs.contains_key(&run.id) || !ids.insert(run.id) {
+                return Err(StoreError::database(format!(
+                    "run {} already exists",
+                    run.id
+                )));
             }
         }
-        let run_id = tick.run.as_ref().map(|r| r.id);
-        if let Some(run) = tick.run {
-            st.admit(run, None)?;
-        }
-        let Some(row) = st.schedules.get_mut(&tick.schedule) else {
-            return Ok(TickWrite::NoSchedule);
-        };
-        row.ticks.insert(
-            nominal,
-            TickRecord {
-                schedule: tick.schedule.clone(),
-                nominal,
-                outcome: tick.outcome,
-                run_id,
-                backfill: tick.backfill,
-                recorded_at: millis(tick.at),
-            },
-        );
-        while row.ticks.len() > TICKS_KEPT {
-            row.ticks.pop_first();
-        }
-        row.advance(tick.next.map(millis));
-        Ok(TickWrite::Recorded)
+        ticks.into_iter().map(|tick| fire(&mut st, tick)).collect()
     }
 
     async fn advance_schedule(&self, name: &str, next: SystemTime) -> Result<bool, StoreError> {
@@ -177,4 +166,46 @@ impl ScheduleStore for MemoryStore {
     async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
         Ok(self.lock().schedules.remove(name).is_some())
     }
+}
+
+/// Records `tick` and admits its run (leased to the caller for `tick.lease` when it may be),
+/// under the store's lock.
+fn fire(st: &mut State, tick: NewTick) -> Result<FiredTick, StoreError> {
+    let nominal = millis(tick.nominal);
+    let unwritten = |write| Ok(FiredTick { write, lease: None });
+    let Some(row) = st.schedules.get(&tick.schedule) else {
+        return unwritten(TickWrite::NoSchedule);
+    };
+    if let Some(old) = row.ticks.get(&nominal) {
+        if !tick.replace_runless || old.run_id.is_some() {
+            return unwritten(TickWrite::Exists);
+        }
+    }
+    let run_id = tick.run.as_ref().map(|r| r.id);
+    let lease = match tick.run {
+        Some(run) => st.admit(run, tick.lease)?.1,
+        None => None,
+    };
+    let Some(row) = st.schedules.get_mut(&tick.schedule) else {
+        return unwritten(TickWrite::NoSchedule);
+    };
+    row.ticks.insert(
+        nominal,
+        TickRecord {
+            schedule: tick.schedule.clone(),
+            nominal,
+            outcome: tick.outcome,
+            run_id,
+            backfill: tick.backfill,
+            recorded_at: millis(tick.at),
+        },
+    );
+    while row.ticks.len() > TICKS_KEPT {
+        row.ticks.pop_first();
+    }
+    row.advance(tick.next.map(millis));
+    Ok(FiredTick {
+        write: TickWrite::Recorded,
+        lease,
+    })
 }

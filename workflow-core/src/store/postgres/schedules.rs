@@ -5,6 +5,7 @@
 //! decides between firings of one tick. Changes to schedules are announced after their commit
 //! (`NOTE_SCHEDULES`), so other processes' firing loops look again at once.
 
+use std::collections::HashSet;
 use std::time::SystemTime;
 
 use super::listen::NOTE_SCHEDULES;
@@ -14,11 +15,13 @@ use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::schedules::{
-    decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleSql, ScheduleTx,
+    decode_schedule, decode_tick, encode_def, fire_ticks, ScheduleCols, ScheduleSql, ScheduleTx,
     TickCols, TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
-use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
+use crate::store::{
+    FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite,
+};
 
 /// The statements of this file (`ScheduleSql`), `{s}` standing for the quoted schema.
 const SQL: ScheduleSql = ScheduleSql {
@@ -28,13 +31,14 @@ const SQL: ScheduleSql = ScheduleSql {
              next_at = LEAST(schedules.next_at, excluded.next_at)",
     list: "SELECT s.name, s.def, s.paused, s.next_at,
              (SELECT MAX(t.nominal) FROM {s}.schedule_ticks t WHERE t.schedule = s.name),
-             (SELECT t.nominal FROM {s}.schedule_ticks t WHERE t.schedule = s.name
-                AND t.outcome = 'started' AND NOT t.backfill ORDER BY t.nominal DESC LIMIT 1),
-             (SELECT t.run_id FROM {s}.schedule_ticks t WHERE t.schedule = s.name
-                AND t.outcome = 'started' AND NOT t.backfill ORDER BY t.nominal DESC LIMIT 1),
+             l.nominal, l.run_id, (SELECT r.status FROM {s}.runs r WHERE r.id = l.run_id),
              (SELECT MIN(t.nominal) FROM {s}.schedule_ticks t WHERE t.schedule = s.name
                 AND t.outcome = 'buffered')
-         FROM {s}.schedules s ORDER BY s.name",
+         FROM {s}.schedules s
+         LEFT JOIN LATERAL (SELECT t.nominal, t.run_id FROM {s}.schedule_ticks t
+                WHERE t.schedule = s.name AND t.outcome = 'started' AND NOT t.backfill
+                ORDER BY t.nominal DESC LIMIT 1) l ON TRUE
+         ORDER BY s.name",
     lock: "SELECT 1 FROM {s}.schedules WHERE name = $1 FOR UPDATE",
     upsert_tick: "INSERT INTO {s}.schedule_ticks
              (schedule, nominal, outcome, run_id, backfill, recorded_at)
@@ -54,6 +58,45 @@ const SQL: ScheduleSql = ScheduleSql {
          WHERE name = $1",
     delete: "DELETE FROM {s}.schedules WHERE name = $1",
     delete_ticks: "DELETE FROM {s}.schedule_ticks WHERE schedule = $1",
+};
+
+/// The fast paths of firing a batch of ticks (`ScheduleTx`'s `_many` methods), each one
+/// statement over arrays.
+struct BatchSql {
+    lock: &'static str,
+    insert: &'static str,
+    replace: &'static str,
+    advance: &'static str,
+    trim: &'static str,
+}
+
+const BATCH: BatchSql = BatchSql {
+    lock: "SELECT name FROM {s}.schedules WHERE name = ANY($1::text[]) ORDER BY name
+         FOR UPDATE",
+    insert: "INSERT INTO {s}.schedule_ticks
+             (schedule, nominal, outcome, run_id, backfill, recorded_at)
+         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bool[],
+                              $6::bigint[])
+         ON CONFLICT (schedule, nominal) DO NOTHING
+         RETURNING schedule, nominal",
+    replace: "INSERT INTO {s}.schedule_ticks
+             (schedule, nominal, outcome, run_id, backfill, recorded_at)
+         SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bool[],
+                              $6::bigint[])
+         ON CONFLICT (schedule, nominal) DO UPDATE SET outcome = excluded.outcome,
+             run_id = excluded.run_id, backfill = excluded.backfill,
+             recorded_at = excluded.recorded_at
+         WHERE schedule_ticks.run_id IS NULL
+         RETURNING schedule, nominal",
+    advance: "UPDATE {s}.schedules s SET next_at = GREATEST(s.next_at, v.next)
+         FROM UNNEST($1::text[], $2::bigint[]) AS v(name, next)
+         WHERE s.name = v.name COLLATE \"C\"",
+    trim: "DELETE FROM {s}.schedule_ticks t USING
+             (SELECT v.name, c.nominal FROM UNNEST($1::text[]) AS v(name)
+              CROSS JOIN LATERAL (SELECT u.nominal FROM {s}.schedule_ticks u
+                  WHERE u.schedule = v.name COLLATE \"C\"
+                  ORDER BY u.nominal DESC LIMIT 1 OFFSET $2) c) cut
+         WHERE t.schedule = cut.name COLLATE \"C\" AND t.nominal < cut.nominal",
 };
 
 /// `sql` for the schema `schema`.
@@ -96,6 +139,62 @@ impl ScheduleTx for Pg<'_> {
     async fn trim_ticks(&mut self, name: &str, keep: i64) -> Result<(), StoreError> {
         sqlx::query(&on(SQL.trim, self.channel))
             .bind(name)
+            .bind(keep - 1)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn lock_schedules(&mut self, names: &[&str]) -> Result<HashSet<String>, StoreError> {
+        let found: Vec<String> = sqlx::query_scalar(&on(BATCH.lock, self.channel))
+            .bind(names)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        Ok(found.into_iter().collect())
+    }
+
+    /// Two statements at most: the ticks that may replace a run-less record, and the others.
+    async fn upsert_ticks(&mut self, ticks: &[&TickRow]) -> Result<Vec<bool>, StoreError> {
+        let mut written = HashSet::new();
+        for replace in [false, true] {
+            let some: Vec<&TickRow> = ticks
+                .iter()
+                .copied()
+                .filter(|t| t.replace_runless == replace)
+                .collect();
+            if some.is_empty() {
+                continue;
+            }
+            let sql = if replace { BATCH.replace } else { BATCH.insert };
+            let rows: Vec<(String, i64)> = sqlx::query_as(&on(sql, self.channel))
+                .bind(some.iter().map(|t| t.schedule.as_str()).collect::<Vec<_>>())
+                .bind(some.iter().map(|t| t.nominal).collect::<Vec<_>>())
+                .bind(some.iter().map(|t| t.outcome).collect::<Vec<_>>())
+                .bind(some.iter().map(|t| t.run_id.as_deref()).collect::<Vec<_>>())
+                .bind(some.iter().map(|t| t.backfill).collect::<Vec<_>>())
+                .bind(some.iter().map(|t| t.recorded_at).collect::<Vec<_>>())
+                .fetch_all(&mut *self.conn)
+                .await?;
+            written.extend(rows);
+        }
+        Ok(ticks
+            .iter()
+            .map(|t| written.contains(&(t.schedule.clone(), t.nominal)))
+            .collect())
+    }
+
+    async fn advance_many(&mut self, nexts: &[(&str, i64)]) -> Result<(), StoreError> {
+        sqlx::query(&on(BATCH.advance, self.channel))
+            .bind(nexts.iter().map(|(name, _)| *name).collect::<Vec<_>>())
+            .bind(nexts.iter().map(|(_, next)| *next).collect::<Vec<_>>())
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn trim_many(&mut self, names: &[&str], keep: i64) -> Result<(), StoreError> {
+        sqlx::query(&on(BATCH.trim, self.channel))
+            .bind(names)
             .bind(keep - 1)
             .execute(&mut *self.conn)
             .await?;
@@ -145,9 +244,19 @@ impl ScheduleStore for PostgresStore {
         rows.into_iter().map(decode_schedule).collect()
     }
 
-    async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
-        let row = TickRow::new(tick)?;
-        self.in_tx_noting(async |pg| fire_tick(pg, &row).await)
+    async fn fire_tick(&self, mut tick: NewTick) -> Result<TickWrite, StoreError> {
+        tick.lease = None;
+        let mut fired = self.fire_ticks(vec![tick]).await?;
+        Ok(fired.pop().map_or(TickWrite::NoSchedule, |f| f.write))
+    }
+
+    /// One transaction of five statements or so, however many ticks (see `BATCH`).
+    async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
+        let rows = ticks
+            .into_iter()
+            .map(TickRow::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.in_tx_noting(async |pg| fire_ticks(pg, &rows).await)
             .await
     }
 

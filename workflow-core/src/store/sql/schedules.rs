@@ -3,6 +3,7 @@
 //! supplies ([`ScheduleTx`]). The tick's record and its run's admission are one transaction;
 //! the record's primary key (schedule, nominal) decides between concurrent firings.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::time::SystemTime;
 
@@ -10,8 +11,9 @@ use super::policy::{self, NewRunRow, Tx};
 use super::{json, sql_time, time_of, to_json};
 use crate::error::StoreError;
 use crate::ids::RunId;
+use crate::model::RunStatus;
 use crate::store::{
-    NewTick, ScheduleDef, ScheduleState, TickOutcome, TickRecord, TickWrite, TICKS_KEPT,
+    FiredTick, NewTick, ScheduleDef, ScheduleState, TickOutcome, TickRecord, TickWrite, TICKS_KEPT,
 };
 
 /// The statements each dialect writes for the schedules (its `schedules.rs`), field by field
@@ -30,7 +32,8 @@ pub(in crate::store) struct ScheduleSql {
 }
 
 /// A schedule's columns as listed: name, definition (JSON), paused, next, the latest tick's
-/// nominal time, the latest started tick's nominal time and run, the earliest buffered tick.
+/// nominal time, the latest started tick's nominal time, run and that run's status, the
+/// earliest buffered tick.
 pub(in crate::store) type ScheduleCols = (
     String,
     String,
@@ -38,6 +41,7 @@ pub(in crate::store) type ScheduleCols = (
     Option<i64>,
     Option<i64>,
     Option<i64>,
+    Option<String>,
     Option<String>,
     Option<i64>,
 );
@@ -59,8 +63,14 @@ fn run_id(id: &str, name: &str) -> Result<RunId, StoreError> {
 
 /// A listed schedule read back.
 pub(in crate::store) fn decode_schedule(c: ScheduleCols) -> Result<ScheduleState, StoreError> {
-    let (name, def, paused, next, last, started_at, started_run, buffered) = c;
+    let (name, def, paused, next, last, started_at, started_run, started_status, buffered) = c;
     let def: ScheduleDef = json(&def, &name, "def")?;
+    let last_started_live = match started_status {
+        Some(status) => !RunStatus::parse(&status)
+            .ok_or_else(|| corrupt(&name, "status", format!("unknown status `{status}`")))?
+            .is_terminal(),
+        None => false,
+    };
     let last_started = match (started_at, started_run) {
         (Some(at), Some(run)) => Some((time_of(at, &name, "nominal")?, run_id(&run, &name)?)),
         _ => None,
@@ -72,7 +82,7 @@ pub(in crate::store) fn decode_schedule(c: ScheduleCols) -> Result<ScheduleState
         last: time(last, &name, "nominal")?,
         last_started,
         buffered: time(buffered, &name, "nominal")?,
-        // Read last: `name` is borrowed above.
+        last_started_live,
     })
 }
 
@@ -109,6 +119,8 @@ pub(in crate::store) struct TickRow {
 }
 
 impl TickRow {
+    /// `tick`, its run leased to the firing worker for `tick.lease` if given (as
+    /// [`NewRunRow::new`] leases).
     pub fn new(tick: NewTick) -> Result<Self, StoreError> {
         Ok(TickRow {
             nominal: sql_time(tick.nominal),
@@ -118,50 +130,202 @@ impl TickRow {
             recorded_at: sql_time(tick.at),
             next: tick.next.map(sql_time),
             replace_runless: tick.replace_runless,
-            run: tick.run.map(|r| NewRunRow::new(r, None)).transpose()?,
+            run: tick
+                .run
+                .map(|r| NewRunRow::new(r, tick.lease))
+                .transpose()?,
             schedule: tick.schedule,
         })
     }
 }
 
-/// The statements [`fire_tick`] runs, inside the transaction of the dialect that also runs
-/// the admission's ([`Tx`]).
+/// The statements [`fire_ticks`] runs, inside the transaction of the dialect that also runs
+/// the admissions' ([`Tx`]). The `_many` ones are fast paths: their defaults compose the
+/// single statements, and a dialect may do each in one statement.
 pub(in crate::store) trait ScheduleTx: Tx {
     /// True when the schedule exists; its row stays locked until the transaction ends where
     /// the dialect has row locks, so firings of one schedule take turns.
     fn lock_schedule(&mut self, name: &str) -> impl Future<Output = Result<bool, StoreError>>;
 
+    /// [`ScheduleTx::lock_schedule`] of each of `names` (sorted, distinct: the order every
+    /// firing locks in, so two never wait for each other both ways); the ones that exist.
+    fn lock_schedules(
+        &mut self,
+        names: &[&str],
+    ) -> impl Future<Output = Result<HashSet<String>, StoreError>> {
+        async move {
+            let mut found = HashSet::new();
+            for name in names {
+                if self.lock_schedule(name).await? {
+                    found.insert((*name).to_owned());
+                }
+            }
+            Ok(found)
+        }
+    }
+
     /// Inserts the tick's record, or with `replace_runless` replaces a record of the same
     /// tick that names no run; false, writing nothing, when a record stays.
     fn upsert_tick(&mut self, tick: &TickRow) -> impl Future<Output = Result<bool, StoreError>>;
 
+    /// [`ScheduleTx::upsert_tick`] of each of `ticks` (no two of the same tick); whether
+    /// each was written, in order.
+    fn upsert_ticks(
+        &mut self,
+        ticks: &[&TickRow],
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> {
+        async move {
+            let mut written = Vec::with_capacity(ticks.len());
+            for tick in ticks {
+                written.push(self.upsert_tick(tick).await?);
+            }
+            Ok(written)
+        }
+    }
+
     /// Moves the schedule's next nominal time forward to `next`, never back.
     fn advance(&mut self, name: &str, next: i64) -> impl Future<Output = Result<(), StoreError>>;
+
+    /// [`ScheduleTx::advance`] of each (schedule, next) (no schedule twice).
+    fn advance_many(
+        &mut self,
+        nexts: &[(&str, i64)],
+    ) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            for (name, next) in nexts {
+                self.advance(name, *next).await?;
+            }
+            Ok(())
+        }
+    }
 
     /// Deletes the schedule's tick records but the latest `keep` by nominal time.
     fn trim_ticks(&mut self, name: &str, keep: i64)
         -> impl Future<Output = Result<(), StoreError>>;
+
+    /// [`ScheduleTx::trim_ticks`] of each of `names` (distinct).
+    fn trim_many(
+        &mut self,
+        names: &[&str],
+        keep: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> {
+        async move {
+            for name in names {
+                self.trim_ticks(name, keep).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
-/// Records `tick` and admits its run in the caller's transaction: the schedule is checked
-/// (and locked) first, then the record's upsert decides; only a tick it recorded admits a
-/// run and moves the schedule on.
-pub(in crate::store) async fn fire_tick(
+/// Records `ticks` and admits their runs in the caller's transaction, answering each as a
+/// firing of it alone would: the schedules are checked (and locked, in name order) first,
+/// then each record's upsert decides; only a tick it recorded admits a run and moves its
+/// schedule on. A run that cannot be admitted (its id exists) fails the whole call, and the
+/// caller rolls it back.
+pub(in crate::store) async fn fire_ticks(
     tx: &mut impl ScheduleTx,
-    tick: &TickRow,
-) -> Result<TickWrite, StoreError> {
-    if !tx.lock_schedule(&tick.schedule).await? {
-        return Ok(TickWrite::NoSchedule);
+    ticks: &[TickRow],
+) -> Result<Vec<FiredTick>, StoreError> {
+    let names: Vec<&str> = ticks
+        .iter()
+        .map(|t| t.schedule.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let found = tx.lock_schedules(&names).await?;
+    let mut fired = vec![None; ticks.len()];
+    // In rounds with no tick twice (a tick repeated in one call is decided after the first).
+    let mut rest: Vec<usize> = (0..ticks.len())
+        .filter(|i| found.contains(&ticks[*i].schedule))
+        .collect();
+    let mut nexts: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut trim: Vec<&str> = Vec::new();
+    while !rest.is_empty() {
+        let mut seen = HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = std::mem::take(&mut rest)
+            .into_iter()
+            .partition(|i| seen.insert((&ticks[*i].schedule, ticks[*i].nominal)));
+        rest = later;
+        let rows: Vec<&TickRow> = round.iter().map(|i| &ticks[*i]).collect();
+        let written = tx.upsert_ticks(&rows).await?;
+        let recorded: Vec<usize> = round
+            .iter()
+            .zip(written)
+            .filter_map(|(i, w)| w.then_some(*i))
+            .collect();
+        let leases = admit(tx, recorded.iter().filter_map(|i| ticks[*i].run.as_ref())).await?;
+        let mut leases = leases.into_iter();
+        for i in recorded {
+            let tick = &ticks[i];
+            let lease = match tick.run {
+                Some(_) => leases.next().flatten(),
+                None => None,
+            };
+            fired[i] = Some(FiredTick {
+                write: TickWrite::Recorded,
+                lease,
+            });
+            if let Some(next) = tick.next {
+                let at = nexts.entry(&tick.schedule).or_insert(next);
+                *at = (*at).max(next);
+            }
+            trim.push(&tick.schedule);
+        }
+        for i in round {
+            if fired[i].is_none() {
+                fired[i] = Some(FiredTick {
+                    write: TickWrite::Exists,
+                    lease: None,
+                });
+            }
+        }
     }
-    if !tx.upsert_tick(tick).await? {
-        return Ok(TickWrite::Exists);
+    if !nexts.is_empty() {
+        let nexts: Vec<(&str, i64)> = nexts.into_iter().collect();
+        tx.advance_many(&nexts).await?;
     }
-    if let Some(run) = &tick.run {
-        policy::admit(tx, run).await?;
+    trim.sort_unstable();
+    trim.dedup();
+    if !trim.is_empty() {
+        tx.trim_many(&trim, TICKS_KEPT as i64).await?;
     }
-    if let Some(next) = tick.next {
-        tx.advance(&tick.schedule, next).await?;
+    Ok(fired
+        .into_iter()
+        .map(|f| {
+            f.unwrap_or(FiredTick {
+                write: TickWrite::NoSchedule,
+                lease: None,
+            })
+        })
+        .collect())
+}
+
+/// Admits `runs` in order: those without a token or a queue to decide in one insert
+/// ([`Tx::insert_many`]), the others one by one through the admission policy. Each run's
+/// lease, when it was admitted leased.
+async fn admit<'a>(
+    tx: &mut impl ScheduleTx,
+    runs: impl Iterator<Item = &'a NewRunRow>,
+) -> Result<Vec<Option<crate::store::Lease>>, StoreError> {
+    let runs: Vec<&NewRunRow> = runs.collect();
+    let plain: Vec<&NewRunRow> = runs
+        .iter()
+        .copied()
+        .filter(|r| r.hook.is_none() && r.queue_lease.is_none())
+        .collect();
+    let mut inserted: HashMap<RunId, Option<crate::store::Lease>> = HashMap::new();
+    if !plain.is_empty() {
+        for (run, answer) in plain.iter().zip(policy::admit_many(tx, &plain).await?) {
+            inserted.insert(run.id, answer?.1);
+        }
     }
-    tx.trim_ticks(&tick.schedule, TICKS_KEPT as i64).await?;
-    Ok(TickWrite::Recorded)
+    let mut leases = Vec::with_capacity(runs.len());
+    for run in runs {
+        match inserted.remove(&run.id) {
+            Some(lease) => leases.push(lease),
+            None => leases.push(policy::admit(tx, run).await?.1),
+        }
+    }
+    Ok(leases)
 }

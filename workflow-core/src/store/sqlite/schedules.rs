@@ -11,11 +11,13 @@ use super::tx::{all, exec, now, one, Lite};
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::schedules::{
-    decode_schedule, decode_tick, encode_def, fire_tick, ScheduleCols, ScheduleSql, ScheduleTx,
+    decode_schedule, decode_tick, encode_def, fire_ticks, ScheduleCols, ScheduleSql, ScheduleTx,
     TickCols, TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
-use crate::store::{NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite};
+use crate::store::{
+    FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite,
+};
 
 /// The statements of this file (`ScheduleSql`), side by side with PostgreSQL's.
 const SQL: ScheduleSql = ScheduleSql {
@@ -31,6 +33,9 @@ const SQL: ScheduleSql = ScheduleSql {
                 AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
              (SELECT t.run_id FROM schedule_ticks t WHERE t.schedule = s.name
                 AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
+             (SELECT r.status FROM runs r WHERE r.id =
+                (SELECT t.run_id FROM schedule_ticks t WHERE t.schedule = s.name
+                   AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1)),
              (SELECT MIN(t.nominal) FROM schedule_ticks t WHERE t.schedule = s.name
                 AND t.outcome = 'buffered')
          FROM schedules s ORDER BY s.name",
@@ -66,6 +71,7 @@ fn schedule_cols(r: &Row<'_>) -> rusqlite::Result<ScheduleCols> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
@@ -134,9 +140,19 @@ impl ScheduleStore for SqliteStore {
         rows.into_iter().map(decode_schedule).collect()
     }
 
-    async fn fire_tick(&self, tick: NewTick) -> Result<TickWrite, StoreError> {
-        let row = TickRow::new(tick)?;
-        self.write(move |tx| now(fire_tick(&mut Lite(tx), &row)))
+    async fn fire_tick(&self, mut tick: NewTick) -> Result<TickWrite, StoreError> {
+        tick.lease = None;
+        let mut fired = self.fire_ticks(vec![tick]).await?;
+        Ok(fired.pop().map_or(TickWrite::NoSchedule, |f| f.write))
+    }
+
+    /// One request to the writer: the ticks are one savepoint of its transaction.
+    async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
+        let rows = ticks
+            .into_iter()
+            .map(TickRow::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.write(move |tx| now(fire_ticks(&mut Lite(tx), &rows)))
             .await
     }
 

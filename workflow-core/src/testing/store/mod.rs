@@ -138,7 +138,9 @@ pub use runs::{
     retry_reopens_a_failed_run_and_refuses_other_statuses,
 };
 pub use schedules::{
-    a_backfill_replaces_a_run_less_record_once, a_schedule_keeps_its_latest_1000_ticks,
+    a_backfill_replaces_a_run_less_record_once, a_batch_of_ticks_is_answered_in_order,
+    a_schedule_keeps_its_latest_1000_ticks,
+    concurrent_batches_of_the_same_ticks_admit_exactly_one_run_each,
     concurrent_firings_of_one_tick_admit_exactly_one_run,
     delete_removes_the_schedule_and_its_ticks, pause_and_resume,
     the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
@@ -328,6 +330,7 @@ macro_rules! __store_conformance_tests {
             a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting,
             run_counts_group_runs_by_workflow_and_status,
             a_schedule_keeps_its_latest_1000_ticks,
+            a_batch_of_ticks_is_answered_in_order,
             the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
             pause_and_resume,
             a_backfill_replaces_a_run_less_record_once,
@@ -350,6 +353,7 @@ macro_rules! __store_conformance_tests {
             a_run_continued_under_a_lease_is_leased_to_the_same_worker,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
+            concurrent_batches_of_the_same_ticks_admit_exactly_one_run_each,
             concurrent_sends_with_one_key_store_one,
             concurrent_requests_with_one_key_store_one,
             concurrent_chunk_writers_get_every_index_once,

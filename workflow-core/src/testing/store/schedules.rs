@@ -54,6 +54,7 @@ fn tick(schedule: &str, nominal: SystemTime, outcome: TickOutcome) -> NewTick {
         at: nominal,
         next: None,
         replace_runless: false,
+        lease: None,
     }
 }
 
@@ -270,4 +271,197 @@ pub async fn delete_removes_the_schedule_and_its_ticks<S: Store>(store: &S) {
     assert!(store.get_run(&late_run).await.unwrap().is_none());
     assert!(!store.delete_schedule("d").await.unwrap());
     assert_eq!(state(store, "e").await.unwrap().next, None);
+}
+
+/// Handles fire the same batch of ticks (three schedules, two nominal times each) at once,
+/// each firing with runs of its own, half of them asking for leases: every tick is recorded
+/// once, by one firing, with one run, and no other firing's run exists; a run admitted with a
+/// lease asked for is leased to its firing (epoch 1, running, not handed out by `acquire`),
+/// one without is left pending for any worker.
+pub async fn concurrent_batches_of_the_same_ticks_admit_exactly_one_run_each<S: Store + Clone>(
+    stores: &[S],
+) {
+    let names = ["batch-a", "batch-b", "batch-c"];
+    for name in names {
+        stores[0]
+            .define_schedule(&def(name), Some(t(1000)), t(0))
+            .await
+            .unwrap();
+    }
+    let nominals = [t(1000), t(2000)];
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let store = stores[i % stores.len()].clone();
+            let leased = i % 2 == 0;
+            tokio::spawn(async move {
+                let mut batch = Vec::new();
+                // Half the firings take the ticks in the other order.
+                let mut order: Vec<(usize, usize)> = (0..names.len())
+                    .flat_map(|s| (0..nominals.len()).map(move |n| (s, n)))
+                    .collect();
+                if i % 4 < 2 {
+                    order.reverse();
+                }
+                for (s, n) in order {
+                    let mut tk = tick(names[s], nominals[n], TickOutcome::Started);
+                    tk.next = Some(t(3000));
+                    tk.lease = leased.then_some(Duration::from_secs(60));
+                    batch.push(tk);
+                }
+                let runs: Vec<(String, SystemTime, RunId)> = batch
+                    .iter()
+                    .map(|tk| (tk.schedule.clone(), tk.nominal, tk.run.as_ref().unwrap().id))
+                    .collect();
+                let fired = store.fire_ticks(batch).await.unwrap();
+                (leased, runs, fired)
+            })
+        })
+        .collect();
+    let mut winners: Vec<(String, SystemTime, RunId)> = Vec::new();
+    let mut pending: Vec<RunId> = Vec::new();
+    let store = &stores[0];
+    for task in tasks {
+        let (leased, runs, fired) = task.await.unwrap();
+        assert_eq!(fired.len(), runs.len());
+        for ((schedule, nominal, id), f) in runs.into_iter().zip(fired) {
+            let run = store.get_run(&id).await.unwrap();
+            match f.write {
+                TickWrite::Recorded => {
+                    let run = run.expect("a recorded tick's run is admitted");
+                    if leased {
+                        let lease = f.lease.expect("a run admitted with a lease asked for");
+                        assert_eq!((lease.run_id, lease.epoch), (id, 1));
+                        assert_eq!(run.status, RunStatus::Running);
+                    } else {
+                        assert_eq!(f.lease, None);
+                        assert_eq!(run.status, RunStatus::Pending);
+                        pending.push(id);
+                    }
+                    winners.push((schedule, nominal, id));
+                }
+                TickWrite::Exists => {
+                    assert!(run.is_none(), "a tick recorded elsewhere admits no run");
+                    assert_eq!(f.lease, None);
+                }
+                TickWrite::NoSchedule => panic!("every schedule exists"),
+            }
+        }
+    }
+    winners.sort();
+    assert_eq!(winners.len(), names.len() * nominals.len(), "{winners:?}");
+    winners.dedup_by(|a, b| (&a.0, a.1) == (&b.0, b.1));
+    assert_eq!(
+        winners.len(),
+        names.len() * nominals.len(),
+        "a tick recorded twice"
+    );
+    for (schedule, nominal, id) in &winners {
+        let ticks = store.schedule_ticks(schedule, 10).await.unwrap();
+        let record = ticks.iter().find(|r| r.nominal == *nominal).unwrap();
+        assert_eq!(
+            (record.outcome, record.run_id),
+            (TickOutcome::Started, Some(*id))
+        );
+    }
+    let kinds = vec!["tick".to_owned()];
+    let acquired = store
+        .acquire(AcquireRequest {
+            worker_id: "other",
+            workflows: &kinds,
+            lease: Duration::from_secs(60),
+            limit: 100,
+            now: t(5000),
+        })
+        .await
+        .unwrap();
+    // Only the runs admitted without a lease are handed out: the others are held.
+    let mut acquired: Vec<RunId> = acquired.iter().map(|l| l.run.id).collect();
+    acquired.sort();
+    pending.sort();
+    assert_eq!(acquired, pending);
+    for name in names {
+        let st = state(store, name).await.unwrap();
+        assert_eq!(st.next, Some(t(3000)));
+        assert_eq!(st.last, Some(t(2000)));
+        assert!(st.last_started_live);
+    }
+}
+
+/// A batch is answered tick by tick, in order, as firing each alone would answer: a tick of
+/// an unknown schedule writes nothing, a tick given twice is recorded once, a run-less tick
+/// records no run; the schedule moves on to the furthest next time asked for; and the
+/// listing tells whether the latest started tick's run has ended.
+pub async fn a_batch_of_ticks_is_answered_in_order<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("order"), Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    let mut first = tick("order", t(1000), TickOutcome::Started);
+    first.next = Some(t(2000));
+    first.lease = Some(Duration::from_secs(60));
+    let first_run = first.run.as_ref().unwrap().id;
+    let unknown = tick("unknown", t(1000), TickOutcome::Started);
+    let unknown_run = unknown.run.as_ref().unwrap().id;
+    let again = tick("order", t(1000), TickOutcome::Started);
+    let again_run = again.run.as_ref().unwrap().id;
+    let mut skipped = tick("order", t(2000), TickOutcome::Skipped(SkipReason::Overlap));
+    skipped.next = Some(t(4000));
+    let mut last = tick("order", t(3000), TickOutcome::Started);
+    last.next = Some(t(3500));
+    let last_run = last.run.as_ref().unwrap().id;
+    let fired = store
+        .fire_ticks(vec![first, unknown, again, skipped, last])
+        .await
+        .unwrap();
+    let writes: Vec<TickWrite> = fired.iter().map(|f| f.write).collect();
+    assert_eq!(
+        writes,
+        [
+            TickWrite::Recorded,
+            TickWrite::NoSchedule,
+            TickWrite::Exists,
+            TickWrite::Recorded,
+            TickWrite::Recorded
+        ]
+    );
+    assert_eq!(
+        fired[0].lease,
+        Some(Lease {
+            run_id: first_run,
+            epoch: 1
+        })
+    );
+    assert!(fired[1..].iter().all(|f| f.lease.is_none()));
+    for gone in [unknown_run, again_run] {
+        assert!(store.get_run(&gone).await.unwrap().is_none());
+    }
+    let ticks = store.schedule_ticks("order", 10).await.unwrap();
+    let listed: Vec<(SystemTime, TickOutcome, Option<RunId>)> = ticks
+        .iter()
+        .map(|r| (r.nominal, r.outcome, r.run_id))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (t(3000), TickOutcome::Started, Some(last_run)),
+            (t(2000), TickOutcome::Skipped(SkipReason::Overlap), None),
+            (t(1000), TickOutcome::Started, Some(first_run)),
+        ]
+    );
+    let st = state(store, "order").await.unwrap();
+    assert_eq!(st.next, Some(t(4000)));
+    assert_eq!(st.last_started, Some((t(3000), last_run)));
+    assert!(st.last_started_live, "a pending run has not ended");
+    // `fire_tick` leases nothing, whatever the tick asks.
+    let mut alone = tick("order", t(5000), TickOutcome::Started);
+    alone.lease = Some(Duration::from_secs(60));
+    let alone_run = alone.run.as_ref().unwrap().id;
+    assert_eq!(store.fire_tick(alone).await.unwrap(), TickWrite::Recorded);
+    let run = store.get_run(&alone_run).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Pending);
+    // Once the latest started run has ended, the listing says so.
+    store.cancel(&alone_run, t(5001)).await.unwrap();
+    let st = state(store, "order").await.unwrap();
+    assert_eq!(st.last_started, Some((t(5000), alone_run)));
+    assert!(!st.last_started_live, "a cancelled run has ended");
 }
