@@ -597,24 +597,33 @@ impl Payloads {
             what: cx.kind.what(),
             cause: e.to_string(),
         })?;
-        if cx.kind.bounded() {
-            let size = serialized_len(&value);
-            if size > self.max_bytes {
-                return Err(PayloadError::TooLarge(PayloadTooLarge {
-                    what: cx.kind.what(),
-                    size,
-                    limit: self.max_bytes,
-                }));
-            }
-        }
+        let too_large = |size| {
+            PayloadError::TooLarge(PayloadTooLarge {
+                what: cx.kind.what(),
+                size,
+                limit: self.max_bytes,
+            })
+        };
         if !self.transforms() {
+            if cx.kind.bounded() {
+                let size = serialized_len(&value);
+                if size > self.max_bytes {
+                    return Err(too_large(size));
+                }
+            }
             return Ok(value);
+        }
+        // The text that is sealed is the one measured: the value is serialized once.
+        // A `Value` always serializes.
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
+        if cx.kind.bounded() && bytes.len() > self.max_bytes {
+            return Err(too_large(bytes.len()));
         }
         let binding = cx.binding().map_err(|cause| PayloadError::Serialize {
             what: cx.kind.what(),
             cause,
         })?;
-        Ok(self.seal_at(value, &binding))
+        Ok(self.wrap_bytes(bytes, &binding))
     }
 
     /// The stored `value` of `cx` read as a `T`.

@@ -1,9 +1,19 @@
 //! The envelope a sealed payload is stored in: a JSON object, because every store keeps
-//! payloads as JSON values, that readers recognise by its reserved marker:
+//! payloads as JSON values, that readers recognise by its reserved marker. Written since
+//! version 2, the nonce and the ciphertext in one base64 string under the marker:
+//!
+//! ```json
+//! {"$wf_sealed": "<24 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
+//! ```
+//!
+//! Version 1 envelopes, written before, are read as well (a nonce of 24 bytes is exactly 32
+//! base64 characters, so both versions split into the same nonce and data texts):
 //!
 //! ```json
 //! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
 //! ```
+//!
+//! Either carries `"coded": 1` when its bytes are a [`Codec`](super::Codec)'s.
 //!
 //! The cipher is XChaCha20-Poly1305 (its 192-bit nonces are drawn at random without any risk
 //! of reuse), under the data key of the payload's subject (see [`Keyring::data_key`]); the
@@ -19,10 +29,14 @@ use serde_json::{Map, Value};
 use super::keys::Keyring;
 use crate::ids::RunId;
 
-/// The marker field of an envelope, and its version.
+/// The marker field of an envelope, and the version 1 number it holds (a version 2
+/// envelope holds its nonce and ciphertext there instead).
 pub(crate) const MARKER: &str = "$wf_sealed";
 const VERSION: u64 = 1;
 const NONCE_BYTES: usize = 24;
+/// The length of a nonce in base64: 24 bytes, a multiple of 3, so without padding and the
+/// prefix of the base64 of anything that starts with it.
+const NONCE_B64: usize = NONCE_BYTES / 3 * 4;
 
 /// Whom a payload belongs to: the data key is derived from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +95,11 @@ impl Binding<'_> {
     }
 
     fn associated_data(&self, subject: &[u8], key_id: &str, coded: bool) -> Vec<u8> {
-        let mut ad = b"workflow-rs/sealed/v1".to_vec();
+        const TAG: &[u8] = b"workflow-rs/sealed/v1";
+        let mut ad = Vec::with_capacity(
+            TAG.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
+        );
+        ad.extend_from_slice(TAG);
         ad.push(u8::from(coded));
         for part in [
             subject,
@@ -151,17 +169,18 @@ pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, code
             },
         )
         .unwrap_or_default();
-    let (nonce, data) = (B64.encode(nonce), B64.encode(data));
-    ring.recent()
-        .remember(&nonce, key_id, &ad, &data, plaintext);
-    let mut m = Map::with_capacity(5);
-    m.insert(MARKER.to_owned(), Value::from(VERSION));
+    // One string: the nonce's 32 characters, then the ciphertext's.
+    let mut sealed = String::with_capacity(NONCE_B64 + (data.len() + 2) / 3 * 4);
+    B64.encode_string(nonce, &mut sealed);
+    B64.encode_string(&data, &mut sealed);
+    let (nonce, data) = sealed.split_at(NONCE_B64);
+    ring.recent().remember(nonce, key_id, &ad, data, plaintext);
+    let mut m = Map::new();
+    m.insert(MARKER.to_owned(), Value::String(sealed));
     if coded {
         m.insert("coded".to_owned(), Value::from(1));
     }
     m.insert("key".to_owned(), Value::from(key_id));
-    m.insert("nonce".to_owned(), Value::from(nonce));
-    m.insert("data".to_owned(), Value::from(data));
     Value::Object(m)
 }
 
@@ -189,16 +208,80 @@ pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
 /// The Poly1305 tag every ciphertext carries after the plaintext's bytes.
 const TAG_BYTES: usize = 16;
 
+/// What an envelope holds, of either version (see the module docs).
+enum Envelope<'a> {
+    /// Encrypted under key `key`: the nonce and the ciphertext, each in base64.
+    Sealed {
+        key: &'a str,
+        coded: bool,
+        nonce: &'a str,
+        data: &'a str,
+    },
+    /// A codec's bytes, not encrypted, in base64.
+    Coded { data: &'a str },
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope `value` is, or why it is not one.
+    fn parse(value: &'a Value) -> Result<Envelope<'a>, OpenError> {
+        let m = value
+            .as_object()
+            .ok_or_else(|| OpenError::Malformed("not an object".to_owned()))?;
+        let field = |name: &str| {
+            m.get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| OpenError::Malformed(format!("no `{name}`")))
+        };
+        let coded = m.contains_key("coded");
+        match m.get(MARKER) {
+            // Version 2: the nonce's base64, then the ciphertext's, in one string.
+            Some(Value::String(sealed)) => {
+                let key = field("key")?;
+                if sealed.len() < NONCE_B64 || !sealed.is_char_boundary(NONCE_B64) {
+                    return Err(OpenError::Malformed(format!(
+                        "a sealed text of {} characters",
+                        sealed.len()
+                    )));
+                }
+                let (nonce, data) = sealed.split_at(NONCE_B64);
+                Ok(Envelope::Sealed {
+                    key,
+                    coded,
+                    nonce,
+                    data,
+                })
+            }
+            Some(v) if v.as_u64() == Some(VERSION) => match m.get("key") {
+                None => Ok(Envelope::Coded {
+                    data: field("data")?,
+                }),
+                Some(_) => Ok(Envelope::Sealed {
+                    key: field("key")?,
+                    coded,
+                    nonce: field("nonce")?,
+                    data: field("data")?,
+                }),
+            },
+            other => Err(OpenError::Malformed(format!(
+                "unknown version {}",
+                other.unwrap_or(&Value::Null)
+            ))),
+        }
+    }
+}
+
 /// The length of the plaintext sealed in envelope `value`, read from the ciphertext's length
 /// without opening it (XChaCha20-Poly1305 adds exactly its tag): `None` for an envelope whose
 /// bytes are a codec's (their plaintext is known only once the codec decodes them) or that is
 /// not well-formed.
 pub(crate) fn sealed_plain_len(value: &Value) -> Option<usize> {
-    let m = value.as_object()?;
-    if m.contains_key("coded") || !m.contains_key("key") {
+    let Ok(Envelope::Sealed {
+        coded: false, data, ..
+    }) = Envelope::parse(value)
+    else {
         return None;
-    }
-    let data = m.get("data")?.as_str()?.as_bytes();
+    };
+    let data = data.as_bytes();
     if data.len() % 4 != 0 {
         return None;
     }
@@ -216,33 +299,23 @@ pub(crate) fn open(
     value: &Value,
     binding: &Binding<'_>,
 ) -> Result<(Vec<u8>, bool), OpenError> {
-    let m = value
-        .as_object()
-        .ok_or_else(|| OpenError::Malformed("not an object".to_owned()))?;
-    if m.get(MARKER).and_then(Value::as_u64) != Some(VERSION) {
-        return Err(OpenError::Malformed(format!(
-            "unknown version {}",
-            m.get(MARKER).unwrap_or(&Value::Null)
-        )));
-    }
-    let field = |name: &str| {
-        m.get(name)
-            .and_then(Value::as_str)
-            .ok_or_else(|| OpenError::Malformed(format!("no `{name}`")))
+    let (key_id, coded, nonce, data) = match Envelope::parse(value)? {
+        Envelope::Coded { data } => {
+            let data = B64
+                .decode(data)
+                .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
+            return Ok((data, true));
+        }
+        Envelope::Sealed {
+            key,
+            coded,
+            nonce,
+            data,
+        } => (key, coded, nonce, data),
     };
-    let coded = m.contains_key("coded");
-    if !m.contains_key("key") {
-        // A codec's bytes, not encrypted.
-        let data = B64
-            .decode(field("data")?)
-            .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
-        return Ok((data, coded));
-    }
-    let key_id = field("key")?;
     let Some(ring) = ring.filter(|r| r.has(key_id)) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
     };
-    let (nonce, data) = (field("nonce")?, field("data")?);
     let mut failed = None;
     for subject in binding.open_subjects() {
         match open_for(ring, &subject, binding, key_id, coded, nonce, data) {
@@ -355,13 +428,18 @@ mod tests {
         assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
         // A flipped ciphertext byte is caught.
         let mut bad = v.clone();
-        let data = B64.decode(bad["data"].as_str().unwrap()).unwrap();
-        let mut data = data;
-        data[0] ^= 1;
-        bad["data"] = Value::from(B64.encode(data));
+        let mut bytes = B64.decode(bad[MARKER].as_str().unwrap()).unwrap();
+        bytes[NONCE_BYTES] ^= 1;
+        bad[MARKER] = Value::from(B64.encode(bytes));
         assert!(matches!(
             open(Some(&r), &bad, &b),
             Err(OpenError::Unauthentic { .. })
+        ));
+        // A sealed text too short to hold a nonce is not an envelope.
+        bad[MARKER] = Value::from("AAAA");
+        assert!(matches!(
+            open(Some(&r), &bad, &b),
+            Err(OpenError::Malformed(_))
         ));
         assert_eq!(sealed_key(&Value::from("plain")), None);
     }
@@ -452,5 +530,113 @@ mod tests {
             open(Some(&r), &old, &chain(origin, origin)),
             Err(OpenError::Unauthentic { .. })
         ));
+    }
+
+    /// The envelope of version 1 (`"$wf_sealed": 1` with `nonce` and `data` fields), which
+    /// stores hold from before version 2: the same nonce and ciphertext split in two fields.
+    fn as_version_1(v: &Value) -> Value {
+        let sealed = v[MARKER].as_str().unwrap();
+        let mut m = Map::new();
+        m.insert(MARKER.to_owned(), Value::from(1));
+        if v.get("coded").is_some() {
+            m.insert("coded".to_owned(), Value::from(1));
+        }
+        m.insert("key".to_owned(), v["key"].clone());
+        m.insert("nonce".to_owned(), Value::from(&sealed[..NONCE_B64]));
+        m.insert("data".to_owned(), Value::from(&sealed[NONCE_B64..]));
+        Value::Object(m)
+    }
+
+    #[test]
+    fn a_version_1_envelope_still_opens_and_is_measured() {
+        let run = RunId::new();
+        let b = Binding {
+            subject: Subject::Run(run),
+            kind: "step_result",
+            place: "s-1",
+        };
+        for coded in [false, true] {
+            let v2 = seal(&ring("k1", 1), b"\"old secret\"", &b, coded);
+            assert_eq!(
+                v2.as_object().unwrap().len(),
+                if coded { 3 } else { 2 },
+                "{v2}"
+            );
+            let v1 = as_version_1(&v2);
+            assert_eq!(sealed_key(&v1), Some("k1"));
+            assert!(is_sealed(&v1));
+            // A fresh ring: nothing sealed lately, so the cipher opens it.
+            let fresh = ring("k1", 1);
+            assert_eq!(
+                open(Some(&fresh), &v1, &b).unwrap(),
+                (b"\"old secret\"".to_vec(), coded)
+            );
+            assert_eq!(
+                sealed_plain_len(&v1),
+                (!coded).then_some(b"\"old secret\"".len())
+            );
+            // Still bound to its place and key.
+            let elsewhere = Binding { place: "s-2", ..b };
+            assert!(matches!(
+                open(Some(&fresh), &v1, &elsewhere),
+                Err(OpenError::Unauthentic { .. })
+            ));
+            assert_eq!(
+                open(Some(&ring("k2", 1)), &v1, &b),
+                Err(OpenError::MissingKey("k1".into()))
+            );
+        }
+        // A version 1 envelope as the previous release wrote it, field for field.
+        let text = seal(&ring("k1", 1), b"1", &b, false);
+        let v1 = as_version_1(&text);
+        let written: Value = serde_json::from_str(&v1.to_string()).unwrap();
+        assert_eq!(
+            written.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["$wf_sealed", "data", "key", "nonce"]
+        );
+        assert_eq!(open(Some(&ring("k1", 1)), &written, &b).unwrap().0, b"1");
+        // An unknown version is named.
+        let mut v9 = written.clone();
+        v9[MARKER] = Value::from(9);
+        assert!(
+            matches!(open(Some(&ring("k1", 1)), &v9, &b), Err(OpenError::Malformed(m)) if m.contains("unknown version 9"))
+        );
+    }
+
+    /// A version 1 envelope as stores hold it from before version 2, made outside this crate
+    /// (Python's `cryptography`: HKDF-SHA256, HChaCha20 and ChaCha20-Poly1305, the same
+    /// construction): key "2025-06" = 32 bytes of 7, run `01JF8Z3V5K6M7N8P9QRSTVWXYZ`, a step
+    /// result at `stp_1`.
+    #[test]
+    fn a_stored_version_1_envelope_opens() {
+        let stored: Value = serde_json::from_str(
+            r#"{"$wf_sealed":1,"key":"2025-06","nonce":"ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7","data":"qU8z+e19AmJAjuAYrXA7O17qcONvMCz32hTZiu5/EiL/oxc3i6/8jKFs"}"#,
+        )
+        .unwrap();
+        let run: RunId = "01JF8Z3V5K6M7N8P9QRSTVWXYZ".parse().unwrap();
+        let b = Binding {
+            subject: Subject::Run(run),
+            kind: "step_result",
+            place: "stp_1",
+        };
+        let keys = Keys::new()
+            .current("2026-12", [1; 32])
+            .old("2025-06", [7; 32])
+            .ring()
+            .unwrap();
+        let plain = b"\"written before version 2\"";
+        assert_eq!(
+            open(Some(&keys), &stored, &b).unwrap(),
+            (plain.to_vec(), false)
+        );
+        assert_eq!(sealed_key(&stored), Some("2025-06"));
+        assert_eq!(sealed_plain_len(&stored), Some(plain.len()));
+        // Sealed again (as `workflow rekey` does): version 2 under the current key.
+        let again = seal(&keys, plain, &b, false);
+        assert!(
+            again[MARKER].is_string() && again["key"] == "2026-12",
+            "{again}"
+        );
+        assert_eq!(open(Some(&keys), &again, &b).unwrap().0, plain);
     }
 }

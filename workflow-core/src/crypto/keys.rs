@@ -170,7 +170,10 @@ impl Keys {
                     id: id.clone(),
                     size: key.len(),
                 })?;
-            if keys.insert(id.clone(), key).is_some() {
+            // The extraction step of HKDF depends on the key alone: done once here, so a
+            // run's data key costs only the expansion.
+            let extracted = Hkdf::<Sha256>::new(Some(HKDF_SALT), &key);
+            if keys.insert(id.clone(), extracted).is_some() {
                 return Err(KeyError::Duplicate { id: id.clone() });
             }
         }
@@ -178,7 +181,7 @@ impl Keys {
         Ok(Keyring(Arc::new(Ring {
             current: current.clone(),
             keys,
-            derived: Mutex::new(HashMap::new()),
+            derived: Mutex::default(),
             recent: Recent::default(),
         })))
     }
@@ -235,9 +238,13 @@ pub enum KeyError {
     },
 }
 
+/// The salt of every data key's HKDF.
+const HKDF_SALT: &[u8] = b"workflow-rs payload key v1";
+
 struct Ring {
     current: String,
-    keys: HashMap<String, [u8; KEY_BYTES]>,
+    /// Every key by id, as HKDF extracted it (the keys themselves are not kept).
+    keys: HashMap<String, Hkdf<Sha256>>,
     /// Data keys derived lately, by (key id, subject): a run's payloads are sealed and
     /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
     /// Emptied when it reaches [`DERIVED_KEPT`] entries.
@@ -246,8 +253,14 @@ struct Ring {
     recent: Recent,
 }
 
-/// Data keys by (key id, subject).
-type DerivedKeys = HashMap<(String, Vec<u8>), [u8; KEY_BYTES]>;
+/// Data keys by key id, then subject: found without building a key to look them up (a
+/// lookup is made for every payload sealed or opened).
+#[derive(Default)]
+struct DerivedKeys {
+    by_id: HashMap<String, HashMap<Vec<u8>, [u8; KEY_BYTES]>>,
+    /// How many data keys `by_id` holds.
+    len: usize,
+}
 
 /// At most this many derived data keys are kept (about 100 KiB).
 const DERIVED_KEPT: usize = 1024;
@@ -287,27 +300,27 @@ impl Keyring {
     /// its info): each run (or hook token) has its own, so one run's ciphertext means nothing
     /// under another's. `None` when key `id` was not given.
     pub(crate) fn data_key(&self, id: &str, subject: &[u8]) -> Option<[u8; KEY_BYTES]> {
-        let key = self.0.keys.get(id)?;
-        let cache_key = (id.to_owned(), subject.to_vec());
+        let hk = self.0.keys.get(id)?;
         // A poisoned cache only held derived keys: they are derived again.
-        if let Some(k) = self
-            .0
-            .derived
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&cache_key).copied())
-        {
+        if let Some(k) = self.0.derived.lock().ok().and_then(|c| {
+            c.by_id
+                .get(id)
+                .and_then(|by_subject| by_subject.get(subject))
+                .copied()
+        }) {
             return Some(k);
         }
-        let hk = Hkdf::<Sha256>::new(Some(b"workflow-rs payload key v1"), key);
         let mut out = [0u8; KEY_BYTES];
         // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so expand cannot fail.
         hk.expand(subject, &mut out).ok()?;
         if let Ok(mut cache) = self.0.derived.lock() {
-            if cache.len() >= DERIVED_KEPT {
-                cache.clear();
+            if cache.len >= DERIVED_KEPT {
+                *cache = DerivedKeys::default();
             }
-            cache.insert(cache_key, out);
+            let by_subject = cache.by_id.entry(id.to_owned()).or_default();
+            if by_subject.insert(subject.to_vec(), out).is_none() {
+                cache.len += 1;
+            }
         }
         Some(out)
     }

@@ -8,7 +8,8 @@
 //! the cipher as before.
 //!
 //! Bounded: only plaintexts up to [`MAX_PLAIN`] bytes are kept, at most [`KEPT`] of them, the
-//! oldest forgotten first.
+//! oldest forgotten first. Remembering is on the path of every seal, so an entry is two
+//! allocations (what the envelope holds, its plaintext) under a fixed-size key.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -17,22 +18,33 @@ use std::sync::Mutex;
 const KEPT: usize = 1024;
 /// Larger plaintexts are not kept (so the cache holds at most about 16 MiB of them).
 const MAX_PLAIN: usize = 16 << 10;
+/// A nonce in base64 (24 bytes): the key of an entry.
+type Nonce = [u8; 32];
 
 /// One sealed payload: what its envelope holds, and its plaintext.
 struct Sealed {
-    key_id: String,
-    associated_data: Vec<u8>,
-    /// The envelope's ciphertext, as stored (base64).
-    data: String,
+    /// The key id, the associated data and the ciphertext (base64) one after the other.
+    parts: Vec<u8>,
+    /// Where the associated data and the ciphertext begin in `parts`.
+    ad_at: usize,
+    data_at: usize,
     plaintext: Vec<u8>,
+}
+
+impl Sealed {
+    fn holds(&self, key_id: &str, associated_data: &[u8], data: &str) -> bool {
+        let p = &self.parts;
+        p[..self.ad_at] == *key_id.as_bytes()
+            && p[self.ad_at..self.data_at] == *associated_data
+            && p[self.data_at..] == *data.as_bytes()
+    }
 }
 
 #[derive(Default)]
 struct Kept {
-    /// By the envelope's nonce (base64).
-    by_nonce: HashMap<String, Sealed>,
+    by_nonce: HashMap<Nonce, Sealed>,
     /// Nonces, oldest first.
-    order: VecDeque<String>,
+    order: VecDeque<Nonce>,
 }
 
 /// Payloads sealed lately, by nonce.
@@ -49,9 +61,22 @@ impl Recent {
         data: &str,
         plaintext: &[u8],
     ) {
+        let Ok(nonce) = Nonce::try_from(nonce.as_bytes()) else {
+            return;
+        };
         if plaintext.len() > MAX_PLAIN {
             return;
         }
+        let mut parts = Vec::with_capacity(key_id.len() + associated_data.len() + data.len());
+        parts.extend_from_slice(key_id.as_bytes());
+        parts.extend_from_slice(associated_data);
+        parts.extend_from_slice(data.as_bytes());
+        let sealed = Sealed {
+            parts,
+            ad_at: key_id.len(),
+            data_at: key_id.len() + associated_data.len(),
+            plaintext: plaintext.to_vec(),
+        };
         // A poisoned cache only held copies: it is left alone.
         let Ok(mut kept) = self.0.lock() else {
             return;
@@ -61,16 +86,8 @@ impl Recent {
                 kept.by_nonce.remove(&old);
             }
         }
-        kept.order.push_back(nonce.to_owned());
-        kept.by_nonce.insert(
-            nonce.to_owned(),
-            Sealed {
-                key_id: key_id.to_owned(),
-                associated_data: associated_data.to_vec(),
-                data: data.to_owned(),
-                plaintext: plaintext.to_vec(),
-            },
-        );
+        kept.order.push_back(nonce);
+        kept.by_nonce.insert(nonce, sealed);
     }
 
     /// The plaintext of the envelope with these parts, if this process sealed that very
@@ -82,9 +99,10 @@ impl Recent {
         associated_data: &[u8],
         data: &str,
     ) -> Option<Vec<u8>> {
+        let nonce = Nonce::try_from(nonce.as_bytes()).ok()?;
         let kept = self.0.lock().ok()?;
-        let s = kept.by_nonce.get(nonce)?;
-        (s.key_id == key_id && s.associated_data == associated_data && s.data == data)
+        let s = kept.by_nonce.get(&nonce)?;
+        s.holds(key_id, associated_data, data)
             .then(|| s.plaintext.clone())
     }
 }
@@ -93,31 +111,62 @@ impl Recent {
 mod tests {
     use super::*;
 
+    /// A nonce as an envelope holds it: 32 characters.
+    fn n(name: &str) -> String {
+        format!("{name:A>32}")
+    }
+
     #[test]
     fn only_the_very_envelope_is_recalled_and_the_oldest_go_first() {
         let r = Recent::default();
-        r.remember("n1", "k", b"ad", "data", b"plain");
-        assert_eq!(r.recall("n1", "k", b"ad", "data"), Some(b"plain".to_vec()));
-        assert_eq!(r.recall("n1", "k2", b"ad", "data"), None, "another key id");
-        assert_eq!(r.recall("n1", "k", b"ad2", "data"), None, "another binding");
+        r.remember(&n("n1"), "k", b"ad", "data", b"plain");
         assert_eq!(
-            r.recall("n1", "k", b"ad", "datb"),
+            r.recall(&n("n1"), "k", b"ad", "data"),
+            Some(b"plain".to_vec())
+        );
+        assert_eq!(
+            r.recall(&n("n1"), "k2", b"ad", "data"),
+            None,
+            "another key id"
+        );
+        assert_eq!(
+            r.recall(&n("n1"), "k", b"ad2", "data"),
+            None,
+            "another binding"
+        );
+        assert_eq!(
+            r.recall(&n("n1"), "k", b"ad", "datb"),
             None,
             "altered ciphertext"
         );
-        assert_eq!(r.recall("n2", "k", b"ad", "data"), None, "another nonce");
-        r.remember("big", "k", b"ad", "d", &vec![0u8; MAX_PLAIN + 1]);
-        assert_eq!(r.recall("big", "k", b"ad", "d"), None, "too large to keep");
+        // The parts are told apart, not only their concatenation.
+        assert_eq!(
+            r.recall(&n("n1"), "ka", b"d", "data"),
+            None,
+            "shifted parts"
+        );
+        assert_eq!(
+            r.recall(&n("n2"), "k", b"ad", "data"),
+            None,
+            "another nonce"
+        );
+        assert_eq!(r.recall("n1", "k", b"ad", "data"), None, "not a nonce");
+        r.remember(&n("big"), "k", b"ad", "d", &vec![0u8; MAX_PLAIN + 1]);
+        assert_eq!(
+            r.recall(&n("big"), "k", b"ad", "d"),
+            None,
+            "too large to keep"
+        );
         for i in 0..KEPT {
-            r.remember(&format!("m{i}"), "k", b"ad", "d", b"p");
+            r.remember(&n(&format!("m{i}")), "k", b"ad", "d", b"p");
         }
         assert_eq!(
-            r.recall("n1", "k", b"ad", "data"),
+            r.recall(&n("n1"), "k", b"ad", "data"),
             None,
             "the oldest was forgotten"
         );
         assert!(r
-            .recall(&format!("m{}", KEPT - 1), "k", b"ad", "d")
+            .recall(&n(&format!("m{}", KEPT - 1)), "k", b"ad", "d")
             .is_some());
         assert_eq!(r.0.lock().unwrap().by_nonce.len(), KEPT);
     }

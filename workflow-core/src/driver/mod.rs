@@ -249,6 +249,13 @@ pub(crate) struct Driver {
     held: VecDeque<AttemptDone>,
     /// The trace context the run was started in: the parent of every attempt's span.
     trace: Option<TraceContext>,
+    /// The run's span (`workflow_run`): in logs, the parent of its attempts' spans and the
+    /// span the workflow's own code runs in. Entered only while the workflow is polled (and
+    /// each attempt's span while the attempt is), not around the driver's own awaits: a
+    /// subscriber's work on every enter and exit (an OpenTelemetry layer's timings and
+    /// context) then happens once per step of the workflow, not once per wake-up of the
+    /// driver.
+    span: tracing::Span,
 }
 
 impl Driver {
@@ -342,34 +349,32 @@ impl Driver {
             tx_unwritten: None,
             held: VecDeque::new(),
             trace: run.trace_context,
+            span: span.clone(),
         };
         if d.replay.has_history() {
             d.replay_began = Some(replay_began);
         }
-        let result = AssertUnwindSafe(
-            async {
-                if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
-                    return d.time_out().await;
-                }
-                if let Some(key) = missing_key.or_else(|| d.missing_key.take()) {
-                    return d.block_for_key(&key).await;
-                }
-                if !fresh {
-                    d.fetch_payloads().await?;
-                }
-                if let Some(key) = d.missing_key.take() {
-                    return d.block_for_key(&key).await;
-                }
-                match (reg.run)(&d.ctx.payloads, owner, run.input) {
-                    Ok(fut) => {
-                        let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut));
-                        d.drive(fut, &signals).await
-                    }
-                    Err(e) => d.fail_at_start(e).await,
-                }
+        let result = AssertUnwindSafe(async {
+            if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
+                return d.time_out().await;
             }
-            .instrument(span),
-        )
+            if let Some(key) = missing_key.or_else(|| d.missing_key.take()) {
+                return d.block_for_key(&key).await;
+            }
+            if !fresh {
+                d.fetch_payloads().await?;
+            }
+            if let Some(key) = d.missing_key.take() {
+                return d.block_for_key(&key).await;
+            }
+            match (reg.run)(&d.ctx.payloads, owner, run.input) {
+                Ok(fut) => {
+                    let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut).instrument(span));
+                    d.drive(fut, &signals).await
+                }
+                Err(e) => d.fail_at_start(e).await,
+            }
+        })
         .catch_unwind()
         .await;
         for (_, h) in d.attempts.drain() {
@@ -835,6 +840,7 @@ impl Driver {
         // run was started in, whatever process runs it and however often the run was picked
         // up again: a span a crash left unfinished is never its parent.
         let span = tracing::info_span!(
+            parent: &self.span,
             "step",
             workflow.run_id = %self.ctx.run_id,
             workflow.name = self.ctx.workflow,
