@@ -170,7 +170,7 @@ pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, code
         )
         .unwrap_or_default();
     // One string: the nonce's 32 characters, then the ciphertext's.
-    let mut sealed = String::with_capacity(NONCE_B64 + (data.len() + 2) / 3 * 4);
+    let mut sealed = String::with_capacity(NONCE_B64 + data.len().div_ceil(3) * 4);
     B64.encode_string(nonce, &mut sealed);
     B64.encode_string(&data, &mut sealed);
     let (nonce, data) = sealed.split_at(NONCE_B64);

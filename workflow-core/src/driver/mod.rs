@@ -15,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use futures::task::AtomicWaker;
@@ -37,11 +37,13 @@ use crate::store::{
     Store, TraceContext,
 };
 use crate::telemetry::AttemptOutcome;
+use waker::FlagWaker;
 
 mod chain;
 mod children;
 mod stops;
 mod transactional;
+mod waker;
 
 use self::transactional::{Recorded as TxRecorded, TxAttempt};
 
@@ -92,39 +94,6 @@ pub(crate) trait Host: Send + Sync + 'static {
         self: Arc<Self>,
         attempt: BoxFuture<'static, Result<Value, Error>>,
     ) -> BoxFuture<'static, Result<Value, Error>>;
-}
-
-/// Wakes the driver when anything inside the workflow future is woken.
-struct FlagWaker {
-    /// Set by a wake, cleared before each poll of the workflow future.
-    woken: AtomicBool,
-    /// The driver's task while it waits in its `select!`.
-    driver: AtomicWaker,
-}
-
-impl Wake for FlagWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.driver.wake();
-    }
-}
-
-impl FlagWaker {
-    /// Ready once the workflow future was woken after its last poll. (A wake during a poll is
-    /// already handled by polling again, so it costs no extra round of the driver's loop.)
-    fn woken(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(|cx| {
-            self.driver.register(cx.waker());
-            if self.woken.load(Ordering::Acquire) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-    }
 }
 
 type WorkflowFuture = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send>>;
