@@ -5,22 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use super::state::State;
+use super::state::{ScheduleRow, State};
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::store::{
     FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord,
     TickWrite, TICKS_KEPT,
 };
-
-/// A schedule under the store's lock.
-pub(super) struct ScheduleRow {
-    def: ScheduleDef,
-    paused: bool,
-    next: Option<SystemTime>,
-    /// Its tick records by nominal time.
-    ticks: BTreeMap<SystemTime, TickRecord>,
-}
 
 impl ScheduleRow {
     /// Its state; `live` tells whether a run has not ended.
@@ -42,16 +33,6 @@ impl ScheduleRow {
                 .values()
                 .find(|t| t.outcome == TickOutcome::Buffered)
                 .map(|t| t.nominal),
-        }
-    }
-
-    /// The ticks whose run `old` continued as `next` now name `next`: the chain is the
-    /// tick's run (the overlap policy sees it running).
-    pub(super) fn repoint_ticks(&mut self, old: crate::ids::RunId, next: crate::ids::RunId) {
-        for t in self.ticks.values_mut() {
-            if t.run_id == Some(old) {
-                t.run_id = Some(next);
-            }
         }
     }
 

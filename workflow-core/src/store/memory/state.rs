@@ -14,7 +14,8 @@ use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
     AcquireRequest, Admission, CancelOutcome, ChildNotice, Event, EventRecord, Inbound, InboxEntry,
-    Lease, NewRun, QueueDef, RunOutcome, RunRecord, RunStatus, StoredChunk,
+    Lease, NewRun, QueueDef, RunOutcome, RunRecord, RunStatus, ScheduleDef, StoredChunk,
+    TickRecord,
 };
 
 #[derive(Default)]
@@ -35,7 +36,7 @@ pub(super) struct State {
     /// What each queue holds, kept in step with the runs by [`State::schedule`].
     pub(super) books: BTreeMap<String, QueueBook>,
     /// Schedules by name, with their tick records (`schedules.rs`).
-    pub(super) schedules: BTreeMap<String, super::schedules::ScheduleRow>,
+    pub(super) schedules: BTreeMap<String, ScheduleRow>,
 }
 
 /// The runs of one queue that have not ended: those waiting to begin, in the order they
@@ -588,6 +589,27 @@ impl State {
             .collect();
         for t in tokens {
             self.release_token(run, &t, now);
+        }
+    }
+}
+
+/// A schedule under the store's lock (its methods are in `schedules.rs`).
+pub(super) struct ScheduleRow {
+    pub(super) def: ScheduleDef,
+    pub(super) paused: bool,
+    pub(super) next: Option<SystemTime>,
+    /// Its tick records by nominal time.
+    pub(super) ticks: BTreeMap<SystemTime, TickRecord>,
+}
+
+impl ScheduleRow {
+    /// The ticks whose run `old` continued as `next` now name `next`: the chain is the
+    /// tick's run (the overlap policy sees it running).
+    pub(super) fn repoint_ticks(&mut self, old: RunId, next: RunId) {
+        for t in self.ticks.values_mut() {
+            if t.run_id == Some(old) {
+                t.run_id = Some(next);
+            }
         }
     }
 }
