@@ -39,6 +39,10 @@ struct State {
     checked: Instant,
     /// ...and on the wall clock.
     checked_wall: SystemTime,
+    /// A caller is reading the store's clock: the others keep the best sample meanwhile
+    /// instead of each sending a round trip of its own (a firing loop's look asks for the
+    /// time once per tick, hundreds at once).
+    renewing: bool,
 }
 
 impl State {
@@ -47,6 +51,7 @@ impl State {
             best,
             checked: best.at,
             checked_wall: best.wall,
+            renewing: false,
         }
     }
 
@@ -59,6 +64,14 @@ impl State {
             .duration_since(self.checked_wall)
             .unwrap_or(Duration::ZERO);
         mono >= REFRESH || mono.abs_diff(wall) > JUMP
+    }
+
+    /// Whether the caller should read the store's clock now: it is stale and nobody else is
+    /// reading it. Then marks the reading under way (cleared by [`Renewing`]).
+    fn claim_renewal(&mut self) -> bool {
+        let renew = !self.renewing && self.stale();
+        self.renewing |= renew;
+        renew
     }
 
     /// Records a reading: `new`, when there is one, competes with the best so far.
@@ -150,10 +163,15 @@ impl Clock {
     /// Samples the store's clock again if the last sample is due for renewal, then reads it.
     /// A failed reading keeps the last sample (the caller's own store call reports the
     /// outage) until the next renewal.
+    ///
+    /// One caller at a time reads it: while a reading is under way, the others read the best
+    /// sample so far without waiting.
     pub(crate) async fn tick(&self) -> SystemTime {
         if let Some(cell) = &self.sample {
-            let stale = crate::lock(cell).stale();
-            if stale {
+            let renew = crate::lock(cell).claim_renewal();
+            if renew {
+                // Cleared however this call ends (a caller dropped mid-reading included).
+                let _renewing = Renewing(cell);
                 let new = sample(&*self.store).await.unwrap_or_else(|e| {
                     tracing::debug!(error = %e, "reading the store's clock failed; keeping the last reading");
                     None
@@ -162,6 +180,15 @@ impl Clock {
             }
         }
         self.now()
+    }
+}
+
+/// Marks the reading of the store's clock under way until dropped.
+struct Renewing<'a>(&'a Mutex<State>);
+
+impl Drop for Renewing<'_> {
+    fn drop(&mut self) {
+        crate::lock(self.0).renewing = false;
     }
 }
 
@@ -214,6 +241,29 @@ mod tests {
         // The store's clock moved by an hour: the old prediction is no longer true.
         let moved = sample(11_000 + 3_600_000, t1, 40);
         assert_eq!(old.or(moved).store, moved.store);
+    }
+
+    #[test]
+    fn one_caller_at_a_time_reads_a_stale_clock() {
+        let old = Instant::now() - REFRESH - Duration::from_secs(1);
+        let cell = Mutex::new(State::new(sample(1_000, old, 1)));
+        {
+            let claimed = crate::lock(&cell).claim_renewal();
+            assert!(claimed, "a stale clock is read");
+            let _renewing = Renewing(&cell);
+            // Everyone else meanwhile keeps the best sample.
+            assert!(!crate::lock(&cell).claim_renewal());
+            assert!(!crate::lock(&cell).claim_renewal());
+        }
+        // The reader was dropped before recording anything (a cancelled call): the next
+        // caller reads it.
+        assert!(crate::lock(&cell).claim_renewal());
+        {
+            let _renewing = Renewing(&cell);
+            crate::lock(&cell).checked(None);
+        }
+        // Read just now: fresh until the next refresh.
+        assert!(!crate::lock(&cell).claim_renewal());
     }
 
     #[test]

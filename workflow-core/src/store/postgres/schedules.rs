@@ -29,6 +29,8 @@ const SQL: ScheduleSql = ScheduleSql {
          VALUES ($1, $2, FALSE, $3, $4, $4)
          ON CONFLICT (name) DO UPDATE SET def = excluded.def, updated_at = excluded.updated_at,
              next_at = LEAST(schedules.next_at, excluded.next_at)",
+    // Each subquery is one probe of an index: the key's for the latest tick, and the
+    // partial indexes of migration 13 for the latest started and the earliest buffered.
     list: "SELECT s.name, s.def, s.paused, s.next_at,
              (SELECT MAX(t.nominal) FROM {s}.schedule_ticks t WHERE t.schedule = s.name),
              l.nominal, l.run_id, (SELECT r.status FROM {s}.runs r WHERE r.id = l.run_id),

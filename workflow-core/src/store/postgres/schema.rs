@@ -53,6 +53,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_10,
     MIGRATION_CHAINS,
     MIGRATION_TRACES,
+    MIGRATION_TICK_INDEXES,
 ];
 
 /// Chains of runs (see SQLite's migration of the same name).
@@ -78,6 +79,19 @@ const MIGRATION_TRACES: Migration = Migration {
     name: "each run's trace context",
     ddl: r#"
 ALTER TABLE {schema}.runs ADD COLUMN trace_context TEXT;   -- NULL: started in no trace
+"#,
+};
+
+/// Indexes of each schedule's started and buffered ticks (see SQLite's migration of the same
+/// name).
+const MIGRATION_TICK_INDEXES: Migration = Migration {
+    version: 13,
+    name: "indexes of each schedule's started and buffered ticks",
+    ddl: r#"
+CREATE INDEX schedule_ticks_started ON {schema}.schedule_ticks (schedule, nominal)
+    WHERE outcome = 'started' AND NOT backfill;
+CREATE INDEX schedule_ticks_buffered ON {schema}.schedule_ticks (schedule, nominal)
+    WHERE outcome = 'buffered';
 "#,
 };
 

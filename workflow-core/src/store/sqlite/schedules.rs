@@ -27,18 +27,19 @@ const SQL: ScheduleSql = ScheduleSql {
              next_at = CASE WHEN schedules.next_at IS NULL THEN excluded.next_at
                             WHEN excluded.next_at IS NULL THEN schedules.next_at
                             ELSE MIN(schedules.next_at, excluded.next_at) END",
+    // The latest started tick is found once (in `schedule_ticks_started`), then joined by
+    // its key; MIN/MAX over the key's index would read every tick of the schedule.
     list: "SELECT s.name, s.def, s.paused, s.next_at,
-             (SELECT MAX(t.nominal) FROM schedule_ticks t WHERE t.schedule = s.name),
              (SELECT t.nominal FROM schedule_ticks t WHERE t.schedule = s.name
-                AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
-             (SELECT t.run_id FROM schedule_ticks t WHERE t.schedule = s.name
-                AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1),
-             (SELECT r.status FROM runs r WHERE r.id =
-                (SELECT t.run_id FROM schedule_ticks t WHERE t.schedule = s.name
-                   AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1)),
-             (SELECT MIN(t.nominal) FROM schedule_ticks t WHERE t.schedule = s.name
-                AND t.outcome = 'buffered')
-         FROM schedules s ORDER BY s.name",
+                ORDER BY t.nominal DESC LIMIT 1),
+             l.nominal, l.run_id, (SELECT r.status FROM runs r WHERE r.id = l.run_id),
+             (SELECT t.nominal FROM schedule_ticks t WHERE t.schedule = s.name
+                AND t.outcome = 'buffered' ORDER BY t.nominal LIMIT 1)
+         FROM schedules s
+         LEFT JOIN schedule_ticks l ON l.schedule = s.name AND l.nominal =
+             (SELECT t.nominal FROM schedule_ticks t WHERE t.schedule = s.name
+                AND t.outcome = 'started' AND t.backfill = 0 ORDER BY t.nominal DESC LIMIT 1)
+         ORDER BY s.name",
     lock: "SELECT 1 FROM schedules WHERE name = ?1",
     upsert_tick: "INSERT INTO schedule_ticks
              (schedule, nominal, outcome, run_id, backfill, recorded_at)

@@ -59,6 +59,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_11,
     MIGRATION_CHAINS,
     MIGRATION_TRACES,
+    MIGRATION_TICK_INDEXES,
 ];
 
 /// Chains of runs (`continue_as_new`): a run names the run it continues and the run that
@@ -86,6 +87,20 @@ const MIGRATION_TRACES: Migration = Migration {
     ddl: "
 ALTER TABLE runs ADD COLUMN trace_context TEXT;                 -- NULL: started in no trace
 ALTER TABLE runs ADD COLUMN took_over INTEGER NOT NULL DEFAULT 0; -- set by each acquire
+",
+};
+
+/// What listing the schedules reads of their ticks, found without reading the ticks: each
+/// schedule's latest started tick and its earliest buffered one. Without these, every look of
+/// a firing loop read every kept tick of every schedule (up to 1,000 each).
+const MIGRATION_TICK_INDEXES: Migration = Migration {
+    version: 14,
+    name: "indexes of each schedule's started and buffered ticks",
+    ddl: "
+CREATE INDEX schedule_ticks_started ON schedule_ticks (schedule, nominal)
+    WHERE outcome = 'started' AND backfill = 0;
+CREATE INDEX schedule_ticks_buffered ON schedule_ticks (schedule, nominal)
+    WHERE outcome = 'buffered';
 ",
 };
 

@@ -629,6 +629,8 @@ async fn a_new_file_gets_every_migration() {
             "runs_queue_waiting",
             "runs_ready",
             "schedule_ticks",
+            "schedule_ticks_buffered",
+            "schedule_ticks_started",
             "schedules",
             "stream_chunks",
             "streams",
