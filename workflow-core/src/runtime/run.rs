@@ -3,7 +3,7 @@
 //! the runtime gives at once for runs ending in this process.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -28,9 +28,11 @@ use crate::store::{
 pub struct Run<T = Value> {
     pub(super) id: RunId,
     pub(super) rt: Runtime,
-    /// The first run of its chain, when known without a read (a run this handle started
-    /// begins one): what the values its chain shares are sealed for.
-    origin: Option<RunId>,
+    /// The first run of its chain: what the values its chain shares are sealed for. Known
+    /// at once for a run this handle started (it begins one), else read from the run's
+    /// record the first time it is needed and kept for this handle and its clones (a run's
+    /// chain never changes).
+    origin: Arc<OnceLock<RunId>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -40,7 +42,7 @@ impl<T> Run<T> {
         Run {
             id,
             rt,
-            origin: None,
+            origin: Arc::default(),
             _t: PhantomData,
         }
     }
@@ -48,7 +50,7 @@ impl<T> Run<T> {
     /// A handle on run `id`, just admitted by a start: the first run of its chain.
     pub(super) fn started(id: RunId, rt: Runtime) -> Self {
         Run {
-            origin: Some(id),
+            origin: Arc::new(OnceLock::from(id)),
             ..Run::new(id, rt)
         }
     }
@@ -58,21 +60,27 @@ impl<T> Run<T> {
         Run {
             id: self.id,
             rt: self.rt.clone(),
-            origin: self.origin,
+            origin: self.origin.clone(),
             _t: PhantomData,
         }
     }
 
     /// The run and the first run of its chain (see [`Inner::owner_of`]).
     pub(super) async fn owner(&self) -> Result<Owner, StoreError> {
-        self.rt.inner.owner_of(self.id, self.origin).await
+        let known = self.origin.get().copied();
+        let owner = self.rt.inner.owner_of(self.id, known).await?;
+        if known.is_none() && self.rt.inner.config.payloads.transforms() {
+            // Read from the record: later calls through this handle need no read.
+            let _ = self.origin.set(owner.origin);
+        }
+        Ok(owner)
     }
 }
 
 impl<T> Clone for Run<T> {
     fn clone(&self) -> Self {
         Run {
-            origin: self.origin,
+            origin: self.origin.clone(),
             ..Run::new(self.id, self.rt.clone())
         }
     }
@@ -377,7 +385,7 @@ impl<T: DeserializeOwned> Run<T> {
     /// [`RunRecord::next_run`]: crate::store::RunRecord::next_run
     pub async fn return_value(&self) -> Result<T, Error> {
         // The chain's first run, once a record named it: the chain's end is sealed for it.
-        let (mut id, mut origin) = (self.id, self.origin);
+        let (mut id, mut origin) = (self.id, self.origin.get().copied());
         loop {
             match self.end_of(id, origin).await? {
                 Link::Ended(result) => return result,
