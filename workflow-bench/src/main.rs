@@ -129,7 +129,7 @@ struct Cli {
     /// of their medians. The revision is built once into target/bench-compare/.
     #[arg(long, value_name = "REV")]
     against: Option<String>,
-    /// Encrypt every payload (SPEC 18: XChaCha20-Poly1305 with a per-run key), to compare
+    /// Encrypt every payload (SPEC 18: AES-256-GCM with a per-run key), to compare
     /// with the same figures without.
     #[arg(long)]
     encrypt: bool,

@@ -36,6 +36,13 @@ impl RunId {
     }
 }
 
+impl RunId {
+    /// The ULID this id is.
+    pub(crate) fn ulid(self) -> ulid::Ulid {
+        self.0
+    }
+}
+
 impl fmt::Display for RunId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)

@@ -1,28 +1,33 @@
 //! The envelope a sealed payload is stored in: a JSON object, because every store keeps
 //! payloads as JSON values, that readers recognise by its reserved marker. Written since
-//! version 2, the nonce and the ciphertext in one base64 string under the marker:
+//! version 3, the cipher's name, then the nonce and the ciphertext in one base64 string
+//! under the marker:
+//!
+//! ```json
+//! {"$wf_sealed": "gcm:<12 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
+//! ```
+//!
+//! The cipher is AES-256-GCM under the data key of the payload's subject (see
+//! [`Keyring::gcm`]): a data key seals the payloads of one run (or one chain, or one hook
+//! token), far fewer than the 2^32 messages below which random 96-bit nonces are safe.
+//!
+//! Envelopes written before are read as well, sealed with XChaCha20-Poly1305: version 2
+//! (no cipher name, a nonce of 24 bytes) and version 1 (the nonce and the ciphertext in
+//! fields of their own; a nonce of 24 bytes is exactly 32 base64 characters, so both split
+//! into the same nonce and data texts):
 //!
 //! ```json
 //! {"$wf_sealed": "<24 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
-//! ```
-//!
-//! Version 1 envelopes, written before, are read as well (a nonce of 24 bytes is exactly 32
-//! base64 characters, so both versions split into the same nonce and data texts):
-//!
-//! ```json
 //! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
 //! ```
 //!
-//! Either carries `"coded": 1` when its bytes are a [`Codec`](super::Codec)'s.
-//!
-//! The cipher is XChaCha20-Poly1305 (its 192-bit nonces are drawn at random without any risk
-//! of reuse), under the data key of the payload's subject (see [`Keyring::data_key`]); the
-//! associated data binds the ciphertext to its subject, its kind, its place and its key id, so
-//! a ciphertext moved anywhere else fails to open.
+//! Each carries `"coded": 1` when its bytes are a [`Codec`](super::Codec)'s. The associated
+//! data binds the ciphertext to its cipher, its subject, its kind, its place and its key id,
+//! so a ciphertext moved anywhere else fails to open.
 
+use aes_gcm::aead::{Aead, KeyInit, Payload};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde_json::{Map, Value};
 
@@ -33,10 +38,41 @@ use crate::ids::RunId;
 /// envelope holds its nonce and ciphertext there instead).
 pub(crate) const MARKER: &str = "$wf_sealed";
 const VERSION: u64 = 1;
-const NONCE_BYTES: usize = 24;
-/// The length of a nonce in base64: 24 bytes, a multiple of 3, so without padding and the
-/// prefix of the base64 of anything that starts with it.
-const NONCE_B64: usize = NONCE_BYTES / 3 * 4;
+/// What begins the sealed text of a version 3 envelope (never base64, which has no `:`).
+const GCM_PREFIX: &str = "gcm:";
+
+/// The cipher of a sealed envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cipher {
+    /// AES-256-GCM: version 3, what is sealed now.
+    Gcm,
+    /// XChaCha20-Poly1305: versions 1 and 2.
+    XChaCha,
+}
+
+impl Cipher {
+    /// The nonce's size in bytes.
+    const fn nonce_bytes(self) -> usize {
+        match self {
+            Cipher::Gcm => 12,
+            Cipher::XChaCha => 24,
+        }
+    }
+
+    /// The nonce's length in base64: a multiple of 3 bytes, so without padding and the prefix
+    /// of the base64 of anything that starts with it.
+    const fn nonce_b64(self) -> usize {
+        self.nonce_bytes() / 3 * 4
+    }
+
+    /// What the associated data begins with.
+    const fn tag(self) -> &'static [u8] {
+        match self {
+            Cipher::Gcm => b"workflow-rs/sealed/v3",
+            Cipher::XChaCha => b"workflow-rs/sealed/v1",
+        }
+    }
+}
 
 /// Whom a payload belongs to: the data key is derived from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,10 +110,8 @@ impl Binding<'_> {
     /// the same bytes as that run's own payloads, so an unchained run's are unchanged.
     fn subject_bytes(&self) -> Vec<u8> {
         match self.subject {
-            Subject::Run(run) | Subject::Chain { origin: run, .. } => {
-                format!("run:{run}").into_bytes()
-            }
-            Subject::Token(token) => format!("hook:{token}").into_bytes(),
+            Subject::Run(run) | Subject::Chain { origin: run, .. } => run_subject(run),
+            Subject::Token(token) => [b"hook:", token.as_bytes()].concat(),
         }
     }
 
@@ -86,20 +120,24 @@ impl Binding<'_> {
     /// as payloads written before chains shared them were sealed.
     fn open_subjects(&self) -> impl Iterator<Item = Vec<u8>> {
         let fallback = match self.subject {
-            Subject::Chain { origin, run } if origin != run => {
-                Some(format!("run:{run}").into_bytes())
-            }
+            Subject::Chain { origin, run } if origin != run => Some(run_subject(run)),
             Subject::Run(_) | Subject::Token(_) | Subject::Chain { .. } => None,
         };
         std::iter::once(self.subject_bytes()).chain(fallback)
     }
 
-    fn associated_data(&self, subject: &[u8], key_id: &str, coded: bool) -> Vec<u8> {
-        const TAG: &[u8] = b"workflow-rs/sealed/v1";
+    fn associated_data(
+        &self,
+        cipher: Cipher,
+        subject: &[u8],
+        key_id: &str,
+        coded: bool,
+    ) -> Vec<u8> {
+        let tag = cipher.tag();
         let mut ad = Vec::with_capacity(
-            TAG.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
+            tag.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
         );
-        ad.extend_from_slice(TAG);
+        ad.extend_from_slice(tag);
         ad.push(u8::from(coded));
         for part in [
             subject,
@@ -113,6 +151,14 @@ impl Binding<'_> {
         }
         ad
     }
+}
+
+/// A run's subject, `run:<id>`, written without the formatting machinery (it is made for
+/// every payload sealed or opened).
+fn run_subject(run: RunId) -> Vec<u8> {
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let id = run.ulid().array_to_str(&mut buf);
+    [b"run:", id.as_bytes()].concat()
 }
 
 /// Why an envelope did not open.
@@ -153,28 +199,39 @@ impl std::fmt::Display for OpenError {
 pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, coded: bool) -> Value {
     let key_id = ring.current();
     let subject = binding.subject_bytes();
-    // The current key is in the ring by construction.
-    let key = ring.data_key(key_id, &subject).unwrap_or_default();
-    let nonce: [u8; NONCE_BYTES] = rand::random();
-    let cipher = XChaCha20Poly1305::new(&key.into());
-    let ad = binding.associated_data(&subject, key_id, coded);
-    // Encryption with a valid key fails only for inputs over 256 GiB, far over any payload
-    // limit; an empty ciphertext would then fail to open rather than leak.
-    let data = cipher
-        .encrypt(
-            XNonce::from_slice(&nonce),
-            Payload {
-                msg: plaintext,
-                aad: &ad,
-            },
-        )
+    let cipher = Cipher::Gcm;
+    let nonce: [u8; 12] = rand::random();
+    let ad = binding.associated_data(cipher, &subject, key_id, coded);
+    // The current key is in the ring by construction. Encryption with a valid key fails only
+    // for inputs over 64 GiB, far over any payload limit; an empty ciphertext would then fail
+    // to open rather than leak.
+    let data = ring
+        .gcm(key_id, &subject)
+        .and_then(|gcm| {
+            gcm.encrypt(
+                aes_gcm::Nonce::from_slice(&nonce),
+                Payload {
+                    msg: plaintext,
+                    aad: &ad,
+                },
+            )
+            .ok()
+        })
         .unwrap_or_default();
-    // One string: the nonce's 32 characters, then the ciphertext's.
-    let mut sealed = String::with_capacity(NONCE_B64 + data.len().div_ceil(3) * 4);
+    // One string: the cipher's name, the nonce's 16 characters, then the ciphertext's.
+    let nonce_at = GCM_PREFIX.len();
+    let data_at = nonce_at + cipher.nonce_b64();
+    let mut sealed = String::with_capacity(data_at + data.len().div_ceil(3) * 4);
+    sealed.push_str(GCM_PREFIX);
     B64.encode_string(nonce, &mut sealed);
     B64.encode_string(&data, &mut sealed);
-    let (nonce, data) = sealed.split_at(NONCE_B64);
-    ring.recent().remember(nonce, key_id, &ad, data, plaintext);
+    ring.recent().remember(
+        &sealed[nonce_at..data_at],
+        key_id,
+        &ad,
+        &sealed[data_at..],
+        plaintext,
+    );
     let mut m = Map::new();
     m.insert(MARKER.to_owned(), Value::String(sealed));
     if coded {
@@ -214,6 +271,7 @@ enum Envelope<'a> {
     Sealed {
         key: &'a str,
         coded: bool,
+        cipher: Cipher,
         nonce: &'a str,
         data: &'a str,
     },
@@ -234,19 +292,26 @@ impl<'a> Envelope<'a> {
         };
         let coded = m.contains_key("coded");
         match m.get(MARKER) {
-            // Version 2: the nonce's base64, then the ciphertext's, in one string.
+            // Version 3 (the cipher's name first) or 2: the nonce's base64, then the
+            // ciphertext's, in one string.
             Some(Value::String(sealed)) => {
                 let key = field("key")?;
-                if sealed.len() < NONCE_B64 || !sealed.is_char_boundary(NONCE_B64) {
+                let (cipher, text) = match sealed.strip_prefix(GCM_PREFIX) {
+                    Some(text) => (Cipher::Gcm, text),
+                    None => (Cipher::XChaCha, sealed.as_str()),
+                };
+                let at = cipher.nonce_b64();
+                if text.len() < at || !text.is_char_boundary(at) {
                     return Err(OpenError::Malformed(format!(
                         "a sealed text of {} characters",
                         sealed.len()
                     )));
                 }
-                let (nonce, data) = sealed.split_at(NONCE_B64);
+                let (nonce, data) = text.split_at(at);
                 Ok(Envelope::Sealed {
                     key,
                     coded,
+                    cipher,
                     nonce,
                     data,
                 })
@@ -258,6 +323,7 @@ impl<'a> Envelope<'a> {
                 Some(_) => Ok(Envelope::Sealed {
                     key: field("key")?,
                     coded,
+                    cipher: Cipher::XChaCha,
                     nonce: field("nonce")?,
                     data: field("data")?,
                 }),
@@ -271,7 +337,7 @@ impl<'a> Envelope<'a> {
 }
 
 /// The length of the plaintext sealed in envelope `value`, read from the ciphertext's length
-/// without opening it (XChaCha20-Poly1305 adds exactly its tag): `None` for an envelope whose
+/// without opening it (either cipher adds exactly its tag): `None` for an envelope whose
 /// bytes are a codec's (their plaintext is known only once the codec decodes them) or that is
 /// not well-formed.
 pub(crate) fn sealed_plain_len(value: &Value) -> Option<usize> {
@@ -299,7 +365,7 @@ pub(crate) fn open(
     value: &Value,
     binding: &Binding<'_>,
 ) -> Result<(Vec<u8>, bool), OpenError> {
-    let (key_id, coded, nonce, data) = match Envelope::parse(value)? {
+    let (key_id, coded, cipher, nonce, data) = match Envelope::parse(value)? {
         Envelope::Coded { data } => {
             let data = B64
                 .decode(data)
@@ -309,16 +375,24 @@ pub(crate) fn open(
         Envelope::Sealed {
             key,
             coded,
+            cipher,
             nonce,
             data,
-        } => (key, coded, nonce, data),
+        } => (key, coded, cipher, nonce, data),
     };
     let Some(ring) = ring.filter(|r| r.has(key_id)) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
     };
     let mut failed = None;
     for subject in binding.open_subjects() {
-        match open_for(ring, &subject, binding, key_id, coded, nonce, data) {
+        let sealed = Sealed {
+            key_id,
+            coded,
+            cipher,
+            nonce,
+            data,
+        };
+        match open_for(ring, &subject, binding, &sealed) {
             Err(e @ OpenError::Unauthentic { .. }) => failed = Some(e),
             done => return done,
         }
@@ -328,28 +402,39 @@ pub(crate) fn open(
     }))
 }
 
+/// The parts of a sealed envelope.
+struct Sealed<'a> {
+    key_id: &'a str,
+    coded: bool,
+    cipher: Cipher,
+    nonce: &'a str,
+    data: &'a str,
+}
+
 /// [`open`] for one of the binding's subjects.
 fn open_for(
     ring: &Keyring,
     subject: &[u8],
     binding: &Binding<'_>,
-    key_id: &str,
-    coded: bool,
-    nonce: &str,
-    data: &str,
+    sealed: &Sealed<'_>,
 ) -> Result<(Vec<u8>, bool), OpenError> {
-    let ad = binding.associated_data(subject, key_id, coded);
+    let Sealed {
+        key_id,
+        coded,
+        cipher,
+        nonce,
+        data,
+    } = *sealed;
+    let ad = binding.associated_data(cipher, subject, key_id, coded);
     // Sealed here lately: the very envelope gives back the plaintext it was sealed from.
     if let Some(plain) = ring.recent().recall(nonce, key_id, &ad, data) {
         return Ok((plain, coded));
     }
-    let Some(key) = ring.data_key(key_id, subject) else {
-        return Err(OpenError::MissingKey(key_id.to_owned()));
-    };
+    let missing = || OpenError::MissingKey(key_id.to_owned());
     let nonce = B64
         .decode(nonce)
         .map_err(|e| OpenError::Malformed(format!("nonce: {e}")))?;
-    if nonce.len() != NONCE_BYTES {
+    if nonce.len() != cipher.nonce_bytes() {
         return Err(OpenError::Malformed(format!(
             "a nonce of {} bytes",
             nonce.len()
@@ -358,15 +443,21 @@ fn open_for(
     let data = B64
         .decode(data)
         .map_err(|e| OpenError::Malformed(format!("data: {e}")))?;
-    let cipher = XChaCha20Poly1305::new(&key.into());
-    cipher
-        .decrypt(
-            XNonce::from_slice(&nonce),
-            Payload {
-                msg: &data,
-                aad: &ad,
-            },
-        )
+    let payload = Payload {
+        msg: &data,
+        aad: &ad,
+    };
+    let opened = match cipher {
+        Cipher::Gcm => ring
+            .gcm(key_id, subject)
+            .ok_or_else(missing)?
+            .decrypt(aes_gcm::Nonce::from_slice(&nonce), payload),
+        Cipher::XChaCha => {
+            let key = ring.data_key(key_id, subject).ok_or_else(missing)?;
+            XChaCha20Poly1305::new(&key.into()).decrypt(XNonce::from_slice(&nonce), payload)
+        }
+    };
+    opened
         .map(|plain| (plain, coded))
         .map_err(|_| OpenError::Unauthentic {
             key: key_id.to_owned(),
@@ -380,6 +471,40 @@ mod tests {
 
     fn ring(id: &str, byte: u8) -> Keyring {
         Keys::new().current(id, [byte; 32]).ring().unwrap()
+    }
+
+    /// `plaintext` sealed as version 2 was (XChaCha20-Poly1305, no cipher name): what stores
+    /// hold from before version 3.
+    fn seal_version_2(
+        ring: &Keyring,
+        plaintext: &[u8],
+        binding: &Binding<'_>,
+        coded: bool,
+    ) -> Value {
+        let key_id = ring.current();
+        let subject = binding.subject_bytes();
+        let key = ring.data_key(key_id, &subject).unwrap();
+        let nonce: [u8; 24] = rand::random();
+        let ad = binding.associated_data(Cipher::XChaCha, &subject, key_id, coded);
+        let data = XChaCha20Poly1305::new(&key.into())
+            .encrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: plaintext,
+                    aad: &ad,
+                },
+            )
+            .unwrap();
+        let mut m = Map::new();
+        m.insert(
+            MARKER.to_owned(),
+            Value::from(format!("{}{}", B64.encode(nonce), B64.encode(data))),
+        );
+        if coded {
+            m.insert("coded".to_owned(), Value::from(1));
+        }
+        m.insert("key".to_owned(), Value::from(key_id));
+        Value::Object(m)
     }
 
     #[test]
@@ -427,20 +552,27 @@ mod tests {
         assert!(err.to_string().contains("key \"k1\""), "{err}");
         assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
         // A flipped ciphertext byte is caught.
+        let text = v[MARKER].as_str().unwrap();
+        assert!(text.starts_with("gcm:"), "{v}");
         let mut bad = v.clone();
-        let mut bytes = B64.decode(bad[MARKER].as_str().unwrap()).unwrap();
-        bytes[NONCE_BYTES] ^= 1;
-        bad[MARKER] = Value::from(B64.encode(bytes));
+        let mut bytes = B64.decode(&text[GCM_PREFIX.len()..]).unwrap();
+        bytes[Cipher::Gcm.nonce_bytes()] ^= 1;
+        bad[MARKER] = Value::from(format!("gcm:{}", B64.encode(bytes)));
         assert!(matches!(
             open(Some(&r), &bad, &b),
             Err(OpenError::Unauthentic { .. })
         ));
+        // Named as the other cipher, it does not open either.
+        bad[MARKER] = Value::from(&text[GCM_PREFIX.len()..]);
+        assert!(open(Some(&r), &bad, &b).is_err());
         // A sealed text too short to hold a nonce is not an envelope.
-        bad[MARKER] = Value::from("AAAA");
-        assert!(matches!(
-            open(Some(&r), &bad, &b),
-            Err(OpenError::Malformed(_))
-        ));
+        for short in ["AAAA", "gcm:AAAA"] {
+            bad[MARKER] = Value::from(short);
+            assert!(matches!(
+                open(Some(&r), &bad, &b),
+                Err(OpenError::Malformed(_))
+            ));
+        }
         assert_eq!(sealed_key(&Value::from("plain")), None);
     }
 
@@ -533,8 +665,10 @@ mod tests {
     }
 
     /// The envelope of version 1 (`"$wf_sealed": 1` with `nonce` and `data` fields), which
-    /// stores hold from before version 2: the same nonce and ciphertext split in two fields.
+    /// stores hold from before version 2: the nonce and ciphertext of version 2 `v` split in
+    /// two fields.
     fn as_version_1(v: &Value) -> Value {
+        const NONCE_B64: usize = Cipher::XChaCha.nonce_b64();
         let sealed = v[MARKER].as_str().unwrap();
         let mut m = Map::new();
         m.insert(MARKER.to_owned(), Value::from(1));
@@ -548,7 +682,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_envelope_still_opens_and_is_measured() {
+    fn versions_1_and_2_still_open_and_are_measured() {
         let run = RunId::new();
         let b = Binding {
             subject: Subject::Run(run),
@@ -556,38 +690,35 @@ mod tests {
             place: "s-1",
         };
         for coded in [false, true] {
-            let v2 = seal(&ring("k1", 1), b"\"old secret\"", &b, coded);
-            assert_eq!(
-                v2.as_object().unwrap().len(),
-                if coded { 3 } else { 2 },
-                "{v2}"
-            );
+            let v2 = seal_version_2(&ring("k1", 1), b"\"old secret\"", &b, coded);
             let v1 = as_version_1(&v2);
-            assert_eq!(sealed_key(&v1), Some("k1"));
-            assert!(is_sealed(&v1));
-            // A fresh ring: nothing sealed lately, so the cipher opens it.
-            let fresh = ring("k1", 1);
-            assert_eq!(
-                open(Some(&fresh), &v1, &b).unwrap(),
-                (b"\"old secret\"".to_vec(), coded)
-            );
-            assert_eq!(
-                sealed_plain_len(&v1),
-                (!coded).then_some(b"\"old secret\"".len())
-            );
-            // Still bound to its place and key.
-            let elsewhere = Binding { place: "s-2", ..b };
-            assert!(matches!(
-                open(Some(&fresh), &v1, &elsewhere),
-                Err(OpenError::Unauthentic { .. })
-            ));
-            assert_eq!(
-                open(Some(&ring("k2", 1)), &v1, &b),
-                Err(OpenError::MissingKey("k1".into()))
-            );
+            for old in [v1, v2] {
+                assert_eq!(sealed_key(&old), Some("k1"));
+                assert!(is_sealed(&old));
+                // A fresh ring: nothing sealed lately, so the cipher opens it.
+                let fresh = ring("k1", 1);
+                assert_eq!(
+                    open(Some(&fresh), &old, &b).unwrap(),
+                    (b"\"old secret\"".to_vec(), coded)
+                );
+                assert_eq!(
+                    sealed_plain_len(&old),
+                    (!coded).then_some(b"\"old secret\"".len())
+                );
+                // Still bound to its place and key.
+                let elsewhere = Binding { place: "s-2", ..b };
+                assert!(matches!(
+                    open(Some(&fresh), &old, &elsewhere),
+                    Err(OpenError::Unauthentic { .. })
+                ));
+                assert_eq!(
+                    open(Some(&ring("k2", 1)), &old, &b),
+                    Err(OpenError::MissingKey("k1".into()))
+                );
+            }
         }
-        // A version 1 envelope as the previous release wrote it, field for field.
-        let text = seal(&ring("k1", 1), b"1", &b, false);
+        // A version 1 envelope as the release before version 2 wrote it, field for field.
+        let text = seal_version_2(&ring("k1", 1), b"1", &b, false);
         let v1 = as_version_1(&text);
         let written: Value = serde_json::from_str(&v1.to_string()).unwrap();
         assert_eq!(
@@ -631,12 +762,53 @@ mod tests {
         );
         assert_eq!(sealed_key(&stored), Some("2025-06"));
         assert_eq!(sealed_plain_len(&stored), Some(plain.len()));
-        // Sealed again (as `workflow rekey` does): version 2 under the current key.
+        // The same nonce and ciphertext in one string: version 2 as stores hold it.
+        let v2: Value = serde_json::from_str(
+            r#"{"$wf_sealed":"ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7qU8z+e19AmJAjuAYrXA7O17qcONvMCz32hTZiu5/EiL/oxc3i6/8jKFs","key":"2025-06"}"#,
+        )
+        .unwrap();
+        assert_eq!(open(Some(&keys), &v2, &b).unwrap(), (plain.to_vec(), false));
+        assert_eq!(sealed_plain_len(&v2), Some(plain.len()));
+        // Sealed again (as `workflow rekey` does): version 3 under the current key.
         let again = seal(&keys, plain, &b, false);
         assert!(
-            again[MARKER].is_string() && again["key"] == "2026-12",
+            again[MARKER].as_str().unwrap().starts_with("gcm:") && again["key"] == "2026-12",
             "{again}"
         );
         assert_eq!(open(Some(&keys), &again, &b).unwrap().0, plain);
+        assert_eq!(open(Some(&fresh_copy()), &again, &b).unwrap().0, plain);
     }
+
+    /// A ring of the keys of `a_stored_version_1_envelope_opens` that sealed nothing: what
+    /// another process has.
+    fn fresh_copy() -> Keyring {
+        Keys::new()
+            .current("2026-12", [1; 32])
+            .old("2025-06", [7; 32])
+            .ring()
+            .unwrap()
+    }
+
+    /// A version 3 envelope made outside this crate (Python's `cryptography`: HKDF-SHA256 with
+    /// the info `aes-256-gcm:run:<id>`, AES-256-GCM with the associated data of
+    /// `Binding::associated_data`): key "2026-12" = 32 bytes of 1, run
+    /// `01JF8Z3V5K6M7N8P9QRSTVWXYZ`, a step result at `stp_1`.
+    #[test]
+    fn a_version_3_envelope_made_elsewhere_opens() {
+        let run: RunId = "01JF8Z3V5K6M7N8P9QRSTVWXYZ".parse().unwrap();
+        let b = Binding {
+            subject: Subject::Run(run),
+            kind: "step_result",
+            place: "stp_1",
+        };
+        let keys = Keys::new().current("2026-12", [1; 32]).ring().unwrap();
+        let stored: Value = serde_json::from_str(STORED_V3).unwrap();
+        assert_eq!(
+            open(Some(&keys), &stored, &b).unwrap(),
+            (b"\"written by version 3\"".to_vec(), false)
+        );
+        assert_eq!(sealed_plain_len(&stored), Some(22));
+    }
+
+    const STORED_V3: &str = r#"{"$wf_sealed":"gcm:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo=","key":"2026-12"}"#;
 }

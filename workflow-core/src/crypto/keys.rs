@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use aes_gcm::{Aes256Gcm, KeyInit};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
@@ -181,6 +182,7 @@ impl Keys {
         Ok(Keyring(Arc::new(Ring {
             current: current.clone(),
             keys,
+            ciphers: Mutex::default(),
             derived: Mutex::default(),
             recent: Recent::default(),
         })))
@@ -245,25 +247,62 @@ struct Ring {
     current: String,
     /// Every key by id, as HKDF extracted it (the keys themselves are not kept).
     keys: HashMap<String, Hkdf<Sha256>>,
-    /// Data keys derived lately, by (key id, subject): a run's payloads are sealed and
-    /// opened many times in a row, and HKDF costs more than the cipher on small payloads.
-    /// Emptied when it reaches [`DERIVED_KEPT`] entries.
-    derived: Mutex<DerivedKeys>,
+    /// AES-256-GCM ciphers of the data keys derived lately, by (key id, subject): a run's
+    /// payloads are sealed and opened many times in a row, and HKDF and the cipher's key
+    /// schedule cost more than sealing a small payload.
+    ciphers: Mutex<Derived<Arc<Aes256Gcm>>>,
+    /// XChaCha20-Poly1305 data keys derived lately, the same way: they open envelopes
+    /// sealed before version 3.
+    derived: Mutex<Derived<[u8; KEY_BYTES]>>,
     /// Payloads sealed lately, opened again without the cipher (see `recent.rs`).
     recent: Recent,
 }
 
-/// Data keys by key id, then subject: found without building a key to look them up (a
-/// lookup is made for every payload sealed or opened).
-#[derive(Default)]
-struct DerivedKeys {
-    by_id: HashMap<String, HashMap<Vec<u8>, [u8; KEY_BYTES]>>,
-    /// How many data keys `by_id` holds.
+/// What was derived from each key for each subject: found without building a key to look
+/// it up (a lookup is made for every payload sealed or opened). Emptied when it reaches
+/// [`DERIVED_KEPT`] entries.
+struct Derived<T> {
+    by_id: HashMap<String, HashMap<Vec<u8>, T>>,
+    /// How many entries `by_id` holds.
     len: usize,
 }
 
-/// At most this many derived data keys are kept (about 100 KiB).
+impl<T> Default for Derived<T> {
+    fn default() -> Self {
+        Derived {
+            by_id: HashMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Clone> Derived<T> {
+    fn get(cache: &Mutex<Self>, id: &str, subject: &[u8]) -> Option<T> {
+        // A poisoned cache only held derived keys: they are derived again.
+        let c = cache.lock().ok()?;
+        c.by_id.get(id)?.get(subject).cloned()
+    }
+
+    fn keep(cache: &Mutex<Self>, id: &str, subject: &[u8], value: T) {
+        let Ok(mut c) = cache.lock() else {
+            return;
+        };
+        if c.len >= DERIVED_KEPT {
+            *c = Derived::default();
+        }
+        let by_subject = c.by_id.entry(id.to_owned()).or_default();
+        if by_subject.insert(subject.to_vec(), value).is_none() {
+            c.len += 1;
+        }
+    }
+}
+
+/// At most this many derived data keys (and as many ciphers, about 1 MiB) are kept.
 const DERIVED_KEPT: usize = 1024;
+
+/// The HKDF info prefix of the AES-256-GCM data keys: they differ from the XChaCha20-Poly1305
+/// keys of the same subject, so no key serves two ciphers.
+const GCM_INFO: &[u8] = b"aes-256-gcm:";
 
 /// Checked keys, cheap to clone: the current key's id and every key by id.
 #[derive(Clone)]
@@ -297,32 +336,34 @@ impl Keyring {
     }
 
     /// The data key of `subject` under key `id` (HKDF-SHA256 of the key, with the subject as
-    /// its info): each run (or hook token) has its own, so one run's ciphertext means nothing
-    /// under another's. `None` when key `id` was not given.
+    /// its info), for XChaCha20-Poly1305: each run (or hook token) has its own, so one run's
+    /// ciphertext means nothing under another's. `None` when key `id` was not given.
     pub(crate) fn data_key(&self, id: &str, subject: &[u8]) -> Option<[u8; KEY_BYTES]> {
         let hk = self.0.keys.get(id)?;
-        // A poisoned cache only held derived keys: they are derived again.
-        if let Some(k) = self.0.derived.lock().ok().and_then(|c| {
-            c.by_id
-                .get(id)
-                .and_then(|by_subject| by_subject.get(subject))
-                .copied()
-        }) {
+        if let Some(k) = Derived::get(&self.0.derived, id, subject) {
             return Some(k);
         }
         let mut out = [0u8; KEY_BYTES];
         // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so expand cannot fail.
         hk.expand(subject, &mut out).ok()?;
-        if let Ok(mut cache) = self.0.derived.lock() {
-            if cache.len >= DERIVED_KEPT {
-                *cache = DerivedKeys::default();
-            }
-            let by_subject = cache.by_id.entry(id.to_owned()).or_default();
-            if by_subject.insert(subject.to_vec(), out).is_none() {
-                cache.len += 1;
-            }
-        }
+        Derived::keep(&self.0.derived, id, subject, out);
         Some(out)
+    }
+
+    /// The AES-256-GCM cipher of `subject`'s data key under key `id` (derived as
+    /// [`Keyring::data_key`], with its own info prefix), its key schedule made once.
+    /// `None` when key `id` was not given.
+    pub(crate) fn gcm(&self, id: &str, subject: &[u8]) -> Option<Arc<Aes256Gcm>> {
+        let hk = self.0.keys.get(id)?;
+        if let Some(c) = Derived::get(&self.0.ciphers, id, subject) {
+            return Some(c);
+        }
+        let mut out = [0u8; KEY_BYTES];
+        hk.expand_multi_info(&[GCM_INFO, subject], &mut out).ok()?;
+        let cipher = Arc::new(Aes256Gcm::new(&out.into()));
+        out.fill(0);
+        Derived::keep(&self.0.ciphers, id, subject, cipher.clone());
+        Some(cipher)
     }
 }
 

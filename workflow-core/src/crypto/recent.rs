@@ -18,8 +18,16 @@ use std::sync::Mutex;
 const KEPT: usize = 1024;
 /// Larger plaintexts are not kept (so the cache holds at most about 16 MiB of them).
 const MAX_PLAIN: usize = 16 << 10;
-/// A nonce in base64 (24 bytes): the key of an entry.
+/// A nonce in base64 (12 or 24 bytes: 16 or 32 characters), zero-padded: the key of an entry.
 type Nonce = [u8; 32];
+
+/// The key of the entry of a nonce's base64; `None` for a text longer than any nonce.
+fn key_of(nonce: &str) -> Option<Nonce> {
+    let bytes = nonce.as_bytes();
+    let mut key = [0u8; 32];
+    key.get_mut(..bytes.len())?.copy_from_slice(bytes);
+    Some(key)
+}
 
 /// One sealed payload: what its envelope holds, and its plaintext.
 struct Sealed {
@@ -61,7 +69,7 @@ impl Recent {
         data: &str,
         plaintext: &[u8],
     ) {
-        let Ok(nonce) = Nonce::try_from(nonce.as_bytes()) else {
+        let Some(nonce) = key_of(nonce) else {
             return;
         };
         if plaintext.len() > MAX_PLAIN {
@@ -99,7 +107,7 @@ impl Recent {
         associated_data: &[u8],
         data: &str,
     ) -> Option<Vec<u8>> {
-        let nonce = Nonce::try_from(nonce.as_bytes()).ok()?;
+        let nonce = key_of(nonce)?;
         let kept = self.0.lock().ok()?;
         let s = kept.by_nonce.get(&nonce)?;
         s.holds(key_id, associated_data, data)
@@ -150,7 +158,17 @@ mod tests {
             None,
             "another nonce"
         );
-        assert_eq!(r.recall("n1", "k", b"ad", "data"), None, "not a nonce");
+        assert_eq!(
+            r.recall(&"n".repeat(33), "k", b"ad", "data"),
+            None,
+            "not a nonce"
+        );
+        // A nonce of 12 bytes (16 characters) is kept too.
+        r.remember("ABCDEFGHIJKLMNOP", "k", b"ad", "d", b"short");
+        assert_eq!(
+            r.recall("ABCDEFGHIJKLMNOP", "k", b"ad", "d"),
+            Some(b"short".to_vec())
+        );
         r.remember(&n("big"), "k", b"ad", "d", &vec![0u8; MAX_PLAIN + 1]);
         assert_eq!(
             r.recall(&n("big"), "k", b"ad", "d"),
