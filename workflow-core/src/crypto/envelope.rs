@@ -108,17 +108,22 @@ pub(crate) struct Binding<'a> {
 impl Binding<'_> {
     /// The subject a payload is sealed for. A chain's payload is sealed for its first run:
     /// the same bytes as that run's own payloads, so an unchained run's are unchanged.
-    fn subject_bytes(&self) -> Vec<u8> {
+    fn subject_bytes(&self) -> Bytes<32> {
         match self.subject {
             Subject::Run(run) | Subject::Chain { origin: run, .. } => run_subject(run),
-            Subject::Token(token) => [b"hook:", token.as_bytes()].concat(),
+            Subject::Token(token) => {
+                let mut b = Bytes::new();
+                b.extend_from_slice(b"hook:");
+                b.extend_from_slice(token.as_bytes());
+                b
+            }
         }
     }
 
     /// The subjects a payload of this binding opens for, in the order they are tried: the
     /// one it is sealed for, then (for a chain's payload read by a later run) the run alone,
     /// as payloads written before chains shared them were sealed.
-    fn open_subjects(&self) -> impl Iterator<Item = Vec<u8>> {
+    fn open_subjects(&self) -> impl Iterator<Item = Bytes<32>> {
         let fallback = match self.subject {
             Subject::Chain { origin, run } if origin != run => Some(run_subject(run)),
             Subject::Run(_) | Subject::Token(_) | Subject::Chain { .. } => None,
@@ -132,13 +137,11 @@ impl Binding<'_> {
         subject: &[u8],
         key_id: &str,
         coded: bool,
-    ) -> Vec<u8> {
+    ) -> Bytes<192> {
         let tag = cipher.tag();
-        let mut ad = Vec::with_capacity(
-            tag.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
-        );
+        let mut ad = Bytes::new();
         ad.extend_from_slice(tag);
-        ad.push(u8::from(coded));
+        ad.extend_from_slice(&[u8::from(coded)]);
         for part in [
             subject,
             self.kind.as_bytes(),
@@ -153,12 +156,58 @@ impl Binding<'_> {
     }
 }
 
-/// A run's subject, `run:<id>`, written without the formatting machinery (it is made for
-/// every payload sealed or opened).
-fn run_subject(run: RunId) -> Vec<u8> {
+/// Bytes made for every payload sealed or opened (a subject, associated data), a few parts
+/// put one after the other: on the stack up to `N` bytes, on the heap beyond.
+struct Bytes<const N: usize> {
+    inline: [u8; N],
+    len: usize,
+    /// Everything, once it outgrew `inline`.
+    spilled: Vec<u8>,
+}
+
+impl<const N: usize> Bytes<N> {
+    fn new() -> Self {
+        Bytes {
+            inline: [0; N],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
+
+    fn extend_from_slice(&mut self, part: &[u8]) {
+        if self.spilled.is_empty() {
+            if let Some(room) = self.inline.get_mut(self.len..self.len + part.len()) {
+                room.copy_from_slice(part);
+                self.len += part.len();
+                return;
+            }
+            self.spilled.reserve(self.len + part.len());
+            self.spilled.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.spilled.extend_from_slice(part);
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Bytes<N> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        if self.spilled.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spilled
+        }
+    }
+}
+
+/// A run's subject, `run:<id>`, written without the formatting machinery.
+fn run_subject(run: RunId) -> Bytes<32> {
     let mut buf = [0u8; ulid::ULID_LEN];
     let id = run.ulid().array_to_str(&mut buf);
-    [b"run:", id.as_bytes()].concat()
+    let mut b = Bytes::new();
+    b.extend_from_slice(b"run:");
+    b.extend_from_slice(id.as_bytes());
+    b
 }
 
 /// Why an envelope did not open.
@@ -787,6 +836,38 @@ mod tests {
             .old("2025-06", [7; 32])
             .ring()
             .unwrap()
+    }
+
+    #[test]
+    fn long_subjects_and_places_spill_to_the_heap_and_still_bind() {
+        let mut b = Bytes::<4>::new();
+        for part in [&b"ab"[..], b"", b"cd", b"e", b"fghij"] {
+            b.extend_from_slice(part);
+        }
+        assert_eq!(&*b, b"abcdefghij");
+        let r = ring("k1", 1);
+        let token = "t".repeat(300);
+        let place = "p".repeat(300);
+        let at = |token, place| Binding {
+            subject: Subject::Token(token),
+            kind: "hook_payload",
+            place,
+        };
+        let v = seal(&r, b"long", &at(&token, &place), false);
+        let fresh = ring("k1", 1);
+        assert_eq!(
+            open(Some(&fresh), &v, &at(&token, &place)).unwrap().0,
+            b"long"
+        );
+        let other = format!("{}u", "t".repeat(299));
+        assert!(matches!(
+            open(Some(&fresh), &v, &at(&other, &place)),
+            Err(OpenError::Unauthentic { .. })
+        ));
+        assert!(matches!(
+            open(Some(&fresh), &v, &at(&token, &place[1..])),
+            Err(OpenError::Unauthentic { .. })
+        ));
     }
 
     /// A version 3 envelope made outside this crate (Python's `cryptography`: HKDF-SHA256 with

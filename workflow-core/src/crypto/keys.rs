@@ -159,7 +159,7 @@ impl Keys {
                 })
             }
         };
-        let mut keys = HashMap::new();
+        let mut keys: Vec<(String, Hkdf<Sha256>)> = Vec::new();
         for (id, key) in std::iter::once((current, key)).chain(self.old.iter().map(|(i, k)| (i, k)))
         {
             if id.is_empty() || id.len() > MAX_ID_BYTES || !id.chars().all(|c| c.is_ascii_graphic())
@@ -174,16 +174,17 @@ impl Keys {
             // The extraction step of HKDF depends on the key alone: done once here, so a
             // run's data key costs only the expansion.
             let extracted = Hkdf::<Sha256>::new(Some(HKDF_SALT), &key);
-            if keys.insert(id.clone(), extracted).is_some() {
+            if keys.iter().any(|(known, _)| known == id) {
                 return Err(KeyError::Duplicate { id: id.clone() });
             }
+            keys.push((id.clone(), extracted));
         }
         let _ = key;
         Ok(Keyring(Arc::new(Ring {
             current: current.clone(),
+            ciphers: Mutex::new(keys.iter().map(|_| Derived::default()).collect()),
+            derived: Mutex::new(keys.iter().map(|_| Derived::default()).collect()),
             keys,
-            ciphers: Mutex::default(),
-            derived: Mutex::default(),
             recent: Recent::default(),
         })))
     }
@@ -245,55 +246,51 @@ const HKDF_SALT: &[u8] = b"workflow-rs payload key v1";
 
 struct Ring {
     current: String,
-    /// Every key by id, as HKDF extracted it (the keys themselves are not kept).
-    keys: HashMap<String, Hkdf<Sha256>>,
-    /// AES-256-GCM ciphers of the data keys derived lately, by (key id, subject): a run's
-    /// payloads are sealed and opened many times in a row, and HKDF and the cipher's key
-    /// schedule cost more than sealing a small payload.
-    ciphers: Mutex<Derived<Arc<Aes256Gcm>>>,
+    /// Every key with its id, the current one first, as HKDF extracted it (the keys
+    /// themselves are not kept). A ring holds a few keys: they are found by their id's bytes
+    /// faster than by hashing it.
+    keys: Vec<(String, Hkdf<Sha256>)>,
+    /// AES-256-GCM ciphers of the data keys derived lately, by key (as `keys` orders them),
+    /// then subject: a run's payloads are sealed and opened many times in a row, and HKDF and
+    /// the cipher's key schedule cost more than sealing a small payload.
+    ciphers: Mutex<Vec<Derived<Arc<Aes256Gcm>>>>,
     /// XChaCha20-Poly1305 data keys derived lately, the same way: they open envelopes
     /// sealed before version 3.
-    derived: Mutex<Derived<[u8; KEY_BYTES]>>,
+    derived: Mutex<Vec<Derived<[u8; KEY_BYTES]>>>,
     /// Payloads sealed lately, opened again without the cipher (see `recent.rs`).
     recent: Recent,
 }
 
-/// What was derived from each key for each subject: found without building a key to look
-/// it up (a lookup is made for every payload sealed or opened). Emptied when it reaches
-/// [`DERIVED_KEPT`] entries.
-struct Derived<T> {
-    by_id: HashMap<String, HashMap<Vec<u8>, T>>,
-    /// How many entries `by_id` holds.
-    len: usize,
-}
+/// What was derived from one key for each subject, found without building a key to look it
+/// up (a lookup is made for every payload sealed or opened) and hashed with foldhash (the
+/// subjects are run ids and hook tokens; SipHash cost more than the lookup's other work).
+/// Emptied when it reaches [`DERIVED_KEPT`] entries.
+struct Derived<T>(HashMap<Vec<u8>, T, foldhash::fast::RandomState>);
 
 impl<T> Default for Derived<T> {
     fn default() -> Self {
-        Derived {
-            by_id: HashMap::new(),
-            len: 0,
-        }
+        Derived(HashMap::default())
     }
 }
 
 impl<T: Clone> Derived<T> {
-    fn get(cache: &Mutex<Self>, id: &str, subject: &[u8]) -> Option<T> {
+    fn get(cache: &Mutex<Vec<Self>>, key: usize, subject: &[u8]) -> Option<T> {
         // A poisoned cache only held derived keys: they are derived again.
         let c = cache.lock().ok()?;
-        c.by_id.get(id)?.get(subject).cloned()
+        c.get(key)?.0.get(subject).cloned()
     }
 
-    fn keep(cache: &Mutex<Self>, id: &str, subject: &[u8], value: T) {
+    fn keep(cache: &Mutex<Vec<Self>>, key: usize, subject: &[u8], value: T) {
         let Ok(mut c) = cache.lock() else {
             return;
         };
-        if c.len >= DERIVED_KEPT {
-            *c = Derived::default();
+        let Some(d) = c.get_mut(key) else {
+            return;
+        };
+        if d.0.len() >= DERIVED_KEPT {
+            d.0.clear();
         }
-        let by_subject = c.by_id.entry(id.to_owned()).or_default();
-        if by_subject.insert(subject.to_vec(), value).is_none() {
-            c.len += 1;
-        }
+        d.0.insert(subject.to_vec(), value);
     }
 }
 
@@ -310,7 +307,7 @@ pub(crate) struct Keyring(Arc<Ring>);
 
 impl fmt::Debug for Keyring {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut ids: Vec<&str> = self.0.keys.keys().map(String::as_str).collect();
+        let mut ids: Vec<&str> = self.0.keys.iter().map(|(id, _)| id.as_str()).collect();
         ids.sort_unstable();
         f.debug_struct("Keyring")
             .field("current", &self.0.current)
@@ -332,21 +329,21 @@ impl Keyring {
 
     /// Whether key `id` was given.
     pub(crate) fn has(&self, id: &str) -> bool {
-        self.0.keys.contains_key(id)
+        self.key(id).is_some()
     }
 
     /// The data key of `subject` under key `id` (HKDF-SHA256 of the key, with the subject as
     /// its info), for XChaCha20-Poly1305: each run (or hook token) has its own, so one run's
     /// ciphertext means nothing under another's. `None` when key `id` was not given.
     pub(crate) fn data_key(&self, id: &str, subject: &[u8]) -> Option<[u8; KEY_BYTES]> {
-        let hk = self.0.keys.get(id)?;
-        if let Some(k) = Derived::get(&self.0.derived, id, subject) {
+        let (at, hk) = self.key(id)?;
+        if let Some(k) = Derived::get(&self.0.derived, at, subject) {
             return Some(k);
         }
         let mut out = [0u8; KEY_BYTES];
         // 32 bytes is far below HKDF-SHA256's limit of 255 * 32, so expand cannot fail.
         hk.expand(subject, &mut out).ok()?;
-        Derived::keep(&self.0.derived, id, subject, out);
+        Derived::keep(&self.0.derived, at, subject, out);
         Some(out)
     }
 
@@ -354,16 +351,25 @@ impl Keyring {
     /// [`Keyring::data_key`], with its own info prefix), its key schedule made once.
     /// `None` when key `id` was not given.
     pub(crate) fn gcm(&self, id: &str, subject: &[u8]) -> Option<Arc<Aes256Gcm>> {
-        let hk = self.0.keys.get(id)?;
-        if let Some(c) = Derived::get(&self.0.ciphers, id, subject) {
+        let (at, hk) = self.key(id)?;
+        if let Some(c) = Derived::get(&self.0.ciphers, at, subject) {
             return Some(c);
         }
         let mut out = [0u8; KEY_BYTES];
         hk.expand_multi_info(&[GCM_INFO, subject], &mut out).ok()?;
         let cipher = Arc::new(Aes256Gcm::new(&out.into()));
         out.fill(0);
-        Derived::keep(&self.0.ciphers, id, subject, cipher.clone());
+        Derived::keep(&self.0.ciphers, at, subject, cipher.clone());
         Some(cipher)
+    }
+
+    /// Key `id`'s place in the ring and its HKDF.
+    fn key(&self, id: &str) -> Option<(usize, &Hkdf<Sha256>)> {
+        self.0
+            .keys
+            .iter()
+            .enumerate()
+            .find_map(|(at, (known, hk))| (known == id).then_some((at, hk)))
     }
 }
 

@@ -50,7 +50,9 @@ impl Sealed {
 
 #[derive(Default)]
 struct Kept {
-    by_nonce: HashMap<Nonce, Sealed>,
+    /// Hashed with foldhash: the nonces are random, and SipHash cost more than the rest of a
+    /// lookup.
+    by_nonce: HashMap<Nonce, Sealed, foldhash::fast::RandomState>,
     /// Nonces, oldest first.
     order: VecDeque<Nonce>,
 }
