@@ -14,6 +14,48 @@
 use crate::ids::RunId;
 use crate::model::TraceContext;
 
+/// The OpenTelemetry parent of a run's spans: the context its start kept, decoded once per
+/// drive rather than re-read from its text for every span (a run span and one span per step
+/// attempt). Holds nothing without the feature, or for a context that does not parse.
+#[derive(Clone, Default)]
+pub(crate) struct Parent {
+    #[cfg(feature = "otel")]
+    cx: Option<opentelemetry::Context>,
+}
+
+impl Parent {
+    /// The parent a run started in `stored` gives its spans.
+    pub(crate) fn of(stored: Option<&TraceContext>) -> Parent {
+        #[cfg(feature = "otel")]
+        {
+            Parent {
+                cx: stored.and_then(otel::remote),
+            }
+        }
+        #[cfg(not(feature = "otel"))]
+        {
+            let _ = stored;
+            Parent {}
+        }
+    }
+
+    /// Makes this the OpenTelemetry parent of `span`, which must not have been entered yet.
+    /// Nothing happens without the feature, without a context, or for a span no
+    /// OpenTelemetry layer records.
+    pub(crate) fn adopt(&self, span: &tracing::Span) {
+        #[cfg(feature = "otel")]
+        if let Some(cx) = &self.cx {
+            if !span.is_disabled() {
+                use tracing_opentelemetry::OpenTelemetrySpanExt;
+                // Fails only without a layer or once the span started: nothing to parent then.
+                let _ = span.set_parent(cx.clone());
+            }
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = span;
+    }
+}
+
 /// The span a start runs its admission in, and the context to keep with the run: the
 /// span's own, as a child of `parent` (a child run's start, inside its parent's trace) or of
 /// the caller's current span. `None` when no OpenTelemetry layer records the span (or without
@@ -21,7 +63,7 @@ use crate::model::TraceContext;
 pub(crate) fn start_span(
     workflow: &str,
     run_id: RunId,
-    parent: Option<&TraceContext>,
+    parent: Option<&Parent>,
 ) -> (tracing::Span, Option<TraceContext>) {
     #[cfg(feature = "otel")]
     {
@@ -30,8 +72,12 @@ pub(crate) fn start_span(
             workflow.name = workflow,
             workflow.run_id = %run_id,
         );
+        // No subscriber wants the span: no context to read from it either.
+        if span.is_disabled() {
+            return (span, None);
+        }
         if let Some(parent) = parent {
-            set_parent(&span, parent);
+            parent.adopt(&span);
         }
         let cx = otel::context_of(&span);
         (span, cx)
@@ -43,16 +89,6 @@ pub(crate) fn start_span(
     }
 }
 
-/// Makes `cx` the OpenTelemetry parent of `span`, which must not have been entered yet.
-/// Nothing happens without the feature, without an OpenTelemetry layer, or for a context
-/// that does not parse.
-pub(crate) fn set_parent(span: &tracing::Span, cx: &TraceContext) {
-    #[cfg(feature = "otel")]
-    otel::set_parent(span, cx);
-    #[cfg(not(feature = "otel"))]
-    let _ = (span, cx);
-}
-
 #[cfg(feature = "otel")]
 mod otel {
     use opentelemetry::trace::{
@@ -60,48 +96,60 @@ mod otel {
     };
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-    use crate::model::TraceContext;
+    use crate::model::{traceparent_fields, TraceContext};
 
     /// The W3C context of `span` as the OpenTelemetry layer built it; `None` when no layer
     /// did (its context is invalid then).
     pub(super) fn context_of(span: &tracing::Span) -> Option<TraceContext> {
         let cx = span.context();
-        let sc = cx.span().span_context().clone();
-        encode(&sc)
+        encode(cx.span().span_context())
     }
 
-    pub(super) fn set_parent(span: &tracing::Span, cx: &TraceContext) {
-        if let Some(sc) = decode(cx) {
-            // Fails only without a layer or once the span started: nothing to parent then.
-            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(sc));
-        }
+    /// The context a span continues when `stored` is its remote parent.
+    pub(super) fn remote(stored: &TraceContext) -> Option<opentelemetry::Context> {
+        let sc = decode(stored)?;
+        Some(opentelemetry::Context::new().with_remote_span_context(sc))
     }
 
     pub(super) fn encode(sc: &SpanContext) -> Option<TraceContext> {
         if !sc.is_valid() {
             return None;
         }
+        // `00-` 32 hex digits `-` 16 `-` 2, written by hand: `format!`'s padded hex costs
+        // about ten times as much, once per start.
+        let mut traceparent = String::with_capacity(55);
+        traceparent.push_str("00-");
+        push_hex(&mut traceparent, &sc.trace_id().to_bytes());
+        traceparent.push('-');
+        push_hex(&mut traceparent, &sc.span_id().to_bytes());
+        traceparent.push('-');
+        push_hex(&mut traceparent, &[sc.trace_flags().to_u8()]);
         let state = sc.trace_state().header();
         Some(TraceContext {
-            traceparent: format!(
-                "00-{:032x}-{:016x}-{:02x}",
-                sc.trace_id(),
-                sc.span_id(),
-                sc.trace_flags().to_u8()
-            ),
+            traceparent,
             tracestate: (!state.is_empty()).then_some(state),
         })
     }
 
+    fn push_hex(out: &mut String, bytes: &[u8]) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for b in bytes {
+            out.push(DIGITS[usize::from(b >> 4)] as char);
+            out.push(DIGITS[usize::from(b & 0xf)] as char);
+        }
+    }
+
+    /// The span context `cx` holds, checked as [`TraceContext::parse`] checks a column's text.
     pub(super) fn decode(cx: &TraceContext) -> Option<SpanContext> {
-        let cx = TraceContext::parse(&cx.to_text())?;
-        let mut fields = cx.traceparent.split('-').skip(1);
-        let trace_id = TraceId::from_hex(fields.next()?).ok()?;
-        let span_id = SpanId::from_hex(fields.next()?).ok()?;
-        let flags = u8::from_str_radix(fields.next()?, 16).ok()?;
+        let [_, trace_id, span_id, flags] = traceparent_fields(cx.traceparent.trim())?;
+        let trace_id = TraceId::from_hex(trace_id).ok()?;
+        let span_id = SpanId::from_hex(span_id).ok()?;
+        let flags = u8::from_str_radix(flags, 16).ok()?;
         let state = cx
             .tracestate
             .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
             .and_then(|s| s.parse::<TraceState>().ok())
             .unwrap_or_default();
         let sc = SpanContext::new(trace_id, span_id, TraceFlags::new(flags), true, state);
