@@ -11,8 +11,58 @@
 //! Without the feature these functions record nothing and set no parent: the `tracing` spans
 //! stay what they are for logs.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
 use crate::ids::RunId;
 use crate::model::TraceContext;
+
+/// `fut` polled inside `span`, as `tracing::Instrument` does, except that a future that
+/// finished is not entered again to be dropped: `Instrumented` enters its span on drop too,
+/// which with an OpenTelemetry layer (its context attached and timings kept on every enter)
+/// costs as much as a poll, once per admission, drive and step attempt. A future dropped
+/// before it finished (an aborted attempt, an evicted run) is still dropped inside the span.
+pub(crate) struct InSpan<F> {
+    span: tracing::Span,
+    /// `None` once it finished.
+    fut: Option<F>,
+}
+
+impl<F> InSpan<F> {
+    pub(crate) fn new(span: tracing::Span, fut: F) -> Self {
+        InSpan {
+            span,
+            fut: Some(fut),
+        }
+    }
+}
+
+impl<F: Future + Unpin> Future for InSpan<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.span.enter();
+        let fut = this
+            .fut
+            .as_mut()
+            .expect("`InSpan` polled after it finished");
+        let out = ready!(Pin::new(fut).poll(cx));
+        // Dropped here, still inside the span, so that dropping `self` need not enter it.
+        this.fut = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<F> Drop for InSpan<F> {
+    fn drop(&mut self) {
+        if let Some(fut) = self.fut.take() {
+            let _entered = self.span.enter();
+            drop(fut);
+        }
+    }
+}
 
 /// The OpenTelemetry parent of a run's spans: the context its start kept, decoded once per
 /// drive rather than re-read from its text for every span (a run span and one span per step

@@ -22,7 +22,6 @@ use futures::task::AtomicWaker;
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
-use tracing::Instrument;
 
 use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
@@ -37,6 +36,7 @@ use crate::store::{
     Store,
 };
 use crate::telemetry::AttemptOutcome;
+use crate::traces::InSpan;
 use waker::FlagWaker;
 
 mod chain;
@@ -338,7 +338,8 @@ impl Driver {
             }
             match (reg.run)(&d.ctx.payloads, owner, run.input) {
                 Ok(fut) => {
-                    let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut).instrument(span));
+                    let fut: WorkflowFuture =
+                        Box::pin(InSpan::new(span, Box::pin(d.ctx.scope(fut))));
                     d.drive(fut, &signals).await
                 }
                 Err(e) => d.fail_at_start(e).await,
@@ -897,9 +898,8 @@ impl Driver {
                 span.record("otel.status_code", "error");
             }
             report.send(outcome, recorded);
-        }
-        .instrument(span);
-        let h = tokio::spawn(task);
+        };
+        let h = tokio::spawn(InSpan::new(span, Box::pin(task)));
         self.attempts.insert(key, h.abort_handle());
     }
 
