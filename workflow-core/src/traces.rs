@@ -18,15 +18,29 @@ use std::task::{ready, Context, Poll};
 use crate::ids::RunId;
 use crate::model::TraceContext;
 
-/// `fut` polled inside `span`, as `tracing::Instrument` does, except that a future that
-/// finished is not entered again to be dropped: `Instrumented` enters its span on drop too,
-/// which with an OpenTelemetry layer (its context attached and timings kept on every enter)
-/// costs as much as a poll, once per admission, drive and step attempt. A future dropped
-/// before it finished (an aborted attempt, an evicted run) is still dropped inside the span.
-pub(crate) struct InSpan<F> {
-    span: tracing::Span,
-    /// `None` once it finished.
-    fut: Option<F>,
+pin_project_lite::pin_project! {
+    /// `fut` polled inside `span`, as `tracing::Instrument` does, except that a future that
+    /// finished is not entered again to be dropped: `Instrumented` enters its span on drop
+    /// too, which with an OpenTelemetry layer (its context attached and timings kept on every
+    /// enter) costs as much as a poll, once per admission, drive and step attempt. A future
+    /// dropped before it finished (an aborted attempt, an evicted run) is still dropped inside
+    /// the span.
+    pub(crate) struct InSpan<F> {
+        span: tracing::Span,
+        // `None` once it finished.
+        #[pin]
+        fut: Option<F>,
+    }
+
+    impl<F> PinnedDrop for InSpan<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            if this.fut.is_some() {
+                let _entered = this.span.enter();
+                this.fut.set(None);
+            }
+        }
+    }
 }
 
 impl<F> InSpan<F> {
@@ -38,29 +52,21 @@ impl<F> InSpan<F> {
     }
 }
 
-impl<F: Future + Unpin> Future for InSpan<F> {
+impl<F: Future> Future for InSpan<F> {
     type Output = F::Output;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = &mut *self;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut this = self.project();
         let _entered = this.span.enter();
         let fut = this
             .fut
             .as_mut()
+            .as_pin_mut()
             .expect("`InSpan` polled after it finished");
-        let out = ready!(Pin::new(fut).poll(cx));
+        let out = ready!(fut.poll(cx));
         // Dropped here, still inside the span, so that dropping `self` need not enter it.
-        this.fut = None;
+        this.fut.set(None);
         Poll::Ready(out)
-    }
-}
-
-impl<F> Drop for InSpan<F> {
-    fn drop(&mut self) {
-        if let Some(fut) = self.fut.take() {
-            let _entered = self.span.enter();
-            drop(fut);
-        }
     }
 }
 

@@ -338,8 +338,7 @@ impl Driver {
             }
             match (reg.run)(&d.ctx.payloads, owner, run.input) {
                 Ok(fut) => {
-                    let fut: WorkflowFuture =
-                        Box::pin(InSpan::new(span, Box::pin(d.ctx.scope(fut))));
+                    let fut: WorkflowFuture = Box::pin(InSpan::new(span, d.ctx.scope(fut)));
                     d.drive(fut, &signals).await
                 }
                 Err(e) => d.fail_at_start(e).await,
@@ -899,7 +898,7 @@ impl Driver {
             }
             report.send(outcome, recorded);
         };
-        let h = tokio::spawn(InSpan::new(span, Box::pin(task)));
+        let h = tokio::spawn(InSpan::new(span, task));
         self.attempts.insert(key, h.abort_handle());
     }
 

@@ -341,10 +341,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             // this future is dropped meanwhile.
             let admitted = inner
                 .tasks
-                .spawn(InSpan::new(
-                    span,
-                    Box::pin(admit(inner.clone(), start, flight)),
-                ))
+                .spawn(InSpan::new(span, admit(inner.clone(), start, flight)))
                 .await;
             match admitted {
                 Ok(admitted) => admitted?,
@@ -450,7 +447,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 .tasks
                 .spawn(InSpan::new(
                     span,
-                    Box::pin(admit_or_resume(inner.clone(), start, payload, flight)),
+                    admit_or_resume(inner.clone(), start, payload, flight),
                 ))
                 .await;
             let resumed = match done {
