@@ -878,6 +878,8 @@ impl Driver {
             attempt,
             sets,
         };
+        // The attempt records its outcome on its span, handed in rather than looked up.
+        let outcome_span = span.clone();
         let task = async move {
             let began = std::time::Instant::now();
             let (outcome, recorded) = run.await;
@@ -891,10 +893,9 @@ impl Driver {
                 Err(_) => AttemptOutcome::Error,
             };
             crate::telemetry::step_attempt(name, how, began.elapsed());
-            let span = tracing::Span::current();
-            span.record("step.outcome", how.label());
+            outcome_span.record("step.outcome", how.label());
             if how != AttemptOutcome::Ok {
-                span.record("otel.status_code", "error");
+                outcome_span.record("otel.status_code", "error");
             }
             report.send(outcome, recorded);
         };
