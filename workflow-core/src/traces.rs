@@ -234,6 +234,75 @@ mod otel {
             assert!(!sc.is_sampled());
             assert_eq!(encode(&sc), Some(unsampled));
             assert!(encode(&SpanContext::empty_context()).is_none());
+            // A column's text is checked as `TraceContext::parse` checks it.
+            for bad in [
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                "00-4bf92f35-00f067aa0ba902b7-01",
+                "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            ] {
+                let cx = TraceContext {
+                    traceparent: bad.to_owned(),
+                    tracestate: None,
+                };
+                assert!(decode(&cx).is_none(), "{bad}");
+                assert!(TraceContext::parse(bad).is_none(), "{bad}");
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use futures::FutureExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::InSpan;
+
+    /// Counts the enters of every span.
+    struct Enters(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Enters {
+        fn on_enter(&self, _: &tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Keeps the name of the span current where it is dropped.
+    struct Probe(Arc<Mutex<Option<&'static str>>>);
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = tracing::Span::current().metadata().map(|m| m.name());
+        }
+    }
+
+    #[test]
+    fn a_finished_future_is_not_entered_to_drop_an_unfinished_one_drops_inside() {
+        let enters = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(Enters(enters.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            let done = InSpan::new(tracing::info_span!("probe"), async { 7 });
+            assert_eq!(done.now_or_never(), Some(7));
+            assert_eq!(enters.load(Ordering::SeqCst), 1, "entered to poll only");
+
+            let dropped_in = Arc::new(Mutex::new(None));
+            let probe = Probe(dropped_in.clone());
+            let pending = InSpan::new(tracing::info_span!("probe"), async move {
+                let _probe = probe;
+                std::future::pending::<()>().await
+            });
+            assert!(pending.now_or_never().is_none());
+            assert_eq!(
+                enters.load(Ordering::SeqCst),
+                3,
+                "entered to poll and to drop"
+            );
+            assert_eq!(*dropped_in.lock().unwrap(), Some("probe"));
+        });
     }
 }
