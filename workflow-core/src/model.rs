@@ -276,18 +276,8 @@ impl TraceContext {
             Some((p, s)) => (p.trim(), Some(s.trim()).filter(|s| !s.is_empty())),
             None => (text.trim(), None),
         };
-        let fields: Vec<&str> = parent.split('-').collect();
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
-        let zero = |s: &str| s.bytes().all(|b| b == b'0');
-        let ok = fields.len() >= 4
-            && hex(fields[0], 2)
-            && fields[0] != "ff"
-            && hex(fields[1], 32)
-            && !zero(fields[1])
-            && hex(fields[2], 16)
-            && !zero(fields[2])
-            && hex(fields[3], 2);
-        ok.then(|| TraceContext {
+        traceparent_fields(parent)?;
+        Some(TraceContext {
             traceparent: parent.to_ascii_lowercase(),
             tracestate: state.map(str::to_owned),
         })
@@ -300,6 +290,29 @@ impl TraceContext {
             .nth(1)
             .filter(|id| id.len() == 32)
     }
+}
+
+/// The version, trace id, parent id and flags of a well-formed `traceparent` (four fields of
+/// 2, 32, 16 and 2 hex digits, the ids not all zeros, a version other than `ff`; a later
+/// version may add fields), as [`TraceContext::parse`] and the `otel` decoding both check it.
+pub(crate) fn traceparent_fields(parent: &str) -> Option<[&str; 4]> {
+    let mut fields = parent.split('-');
+    let fields = [
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+        fields.next()?,
+    ];
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let ok = hex(fields[0], 2)
+        && fields[0] != "ff"
+        && hex(fields[1], 32)
+        && !zero(fields[1])
+        && hex(fields[2], 16)
+        && !zero(fields[2])
+        && hex(fields[3], 2);
+    ok.then_some(fields)
 }
 
 /// How a run ended, written by [`RunStore::append`] together with its last events.

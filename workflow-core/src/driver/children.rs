@@ -28,8 +28,7 @@ impl Driver {
         // The store and the history know the key as text.
         let child_key = call.child_key.to_string();
         // The child's start span is a child of the parent's start (one trace for both).
-        let (_span, trace) =
-            crate::traces::start_span(call.workflow, child_id, self.trace.as_ref());
+        let (_span, trace) = crate::traces::start_span(call.workflow, child_id, Some(&self.trace));
         let child = NewRun {
             trace_context: trace,
             queue: call.queue,

@@ -22,7 +22,6 @@ use futures::task::AtomicWaker;
 use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
-use tracing::Instrument;
 
 use crate::config::Config;
 use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
@@ -34,9 +33,10 @@ use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
     Append, ClaimOutcome, EndHint, Event as Recorded, Lease, LeasedRun, RunOutcome, RunStatus,
-    Store, TraceContext,
+    Store,
 };
 use crate::telemetry::AttemptOutcome;
+use crate::traces::InSpan;
 use waker::FlagWaker;
 
 mod chain;
@@ -216,8 +216,9 @@ pub(crate) struct Driver {
     tx_unwritten: Option<Arc<Writes>>,
     /// Outcomes of other attempts that came in meanwhile, handled after it, in order.
     held: VecDeque<AttemptDone>,
-    /// The trace context the run was started in: the parent of every attempt's span.
-    trace: Option<TraceContext>,
+    /// The trace context the run was started in, decoded once: the parent of every
+    /// attempt's span.
+    trace: crate::traces::Parent,
     /// The run's span (`workflow_run`): in logs, the parent of its attempts' spans and the
     /// span the workflow's own code runs in. Entered only while the workflow is polled (and
     /// each attempt's span while the attempt is), not around the driver's own awaits: a
@@ -256,9 +257,8 @@ impl Driver {
             workflow.name = reg.name,
         );
         // In the run's trace (feature `otel`) rather than a trace of its own per drive.
-        if let Some(trace) = &run.trace_context {
-            crate::traces::set_parent(&span, trace);
-        }
+        let trace = crate::traces::Parent::of(run.trace_context.as_ref());
+        trace.adopt(&span);
         let _active = crate::telemetry::ActiveRun::new();
         let replay_began = std::time::Instant::now();
         let payloads = host.config().payloads.clone();
@@ -317,7 +317,7 @@ impl Driver {
             tx_pending: None,
             tx_unwritten: None,
             held: VecDeque::new(),
-            trace: run.trace_context,
+            trace,
             span: span.clone(),
         };
         if d.replay.has_history() {
@@ -338,7 +338,7 @@ impl Driver {
             }
             match (reg.run)(&d.ctx.payloads, owner, run.input) {
                 Ok(fut) => {
-                    let fut: WorkflowFuture = Box::pin(d.ctx.scope(fut).instrument(span));
+                    let fut: WorkflowFuture = Box::pin(InSpan::new(span, d.ctx.scope(fut)));
                     d.drive(fut, &signals).await
                 }
                 Err(e) => d.fail_at_start(e).await,
@@ -819,9 +819,7 @@ impl Driver {
             step.outcome = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        if let Some(trace) = &self.trace {
-            crate::traces::set_parent(&span, trace);
-        }
+        self.trace.adopt(&span);
         let timed_out = Arc::new(AtomicBool::new(false));
         let sets = StepSets::new(self.ctx.owner(), self.ctx.payloads.clone());
         let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
@@ -880,6 +878,8 @@ impl Driver {
             attempt,
             sets,
         };
+        // The attempt records its outcome on its span, handed in rather than looked up.
+        let outcome_span = span.clone();
         let task = async move {
             let began = std::time::Instant::now();
             let (outcome, recorded) = run.await;
@@ -893,15 +893,13 @@ impl Driver {
                 Err(_) => AttemptOutcome::Error,
             };
             crate::telemetry::step_attempt(name, how, began.elapsed());
-            let span = tracing::Span::current();
-            span.record("step.outcome", how.label());
+            outcome_span.record("step.outcome", how.label());
             if how != AttemptOutcome::Ok {
-                span.record("otel.status_code", "error");
+                outcome_span.record("otel.status_code", "error");
             }
             report.send(outcome, recorded);
-        }
-        .instrument(span);
-        let h = tokio::spawn(task);
+        };
+        let h = tokio::spawn(InSpan::new(span, task));
         self.attempts.insert(key, h.abort_handle());
     }
 

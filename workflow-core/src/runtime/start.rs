@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use tracing::Instrument;
 
 use super::flight::{Joined, StartFlight};
 use super::spawn_run;
@@ -24,6 +23,7 @@ use crate::store::{
     Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus,
     StartHook, TraceContext,
 };
+use crate::traces::InSpan;
 
 /// A pending start; await it. From [`Runtime::start`].
 #[must_use = "a start does nothing unless awaited"]
@@ -341,7 +341,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             // this future is dropped meanwhile.
             let admitted = inner
                 .tasks
-                .spawn(admit(inner.clone(), start, flight).instrument(span))
+                .spawn(InSpan::new(span, admit(inner.clone(), start, flight)))
                 .await;
             match admitted {
                 Ok(admitted) => admitted?,
@@ -445,7 +445,10 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             // In a task of its own, as for `start`: a dropped call does not strand followers.
             let done = inner
                 .tasks
-                .spawn(admit_or_resume(inner.clone(), start, payload, flight).instrument(span))
+                .spawn(InSpan::new(
+                    span,
+                    admit_or_resume(inner.clone(), start, payload, flight),
+                ))
                 .await;
             let resumed = match done {
                 Ok(resumed) => resumed?,
