@@ -246,7 +246,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
                            r.previous_run, r.next_run, r.trace_context, r.origin, r.epoch,
                            r.wake_at,
-                           picked.took_over"
+                           picked.took_over, r.last_seq"
             ),
             // Fenced (with epoch `$5`, unless NULL), numbered after the run's last event
             // (`runs.last_seq`, bumped in the same statement) and inserted: one statement. The
@@ -621,7 +621,7 @@ pub(super) fn statements(s: &str) -> Statements {
                            r.queue, r.partition_key, r.priority, r.start_at, r.version,
                            r.previous_run, r.next_run, r.trace_context, r.origin, r.epoch,
                            r.wake_at,
-                           picked.took_over"
+                           picked.took_over, r.last_seq"
             ),
             dialect: PgOnly {
                 chain: super::chain_sql::ChainSql::new(s),

@@ -131,6 +131,9 @@ pub(in crate::store) struct LeasedRow {
     pub epoch: i64,
     pub wake_at: i64,
     pub took_over: bool,
+    /// How many events the run has recorded (`runs.last_seq`, which numbers every event
+    /// written): 0 for a run never driven, whose history need not be read.
+    pub last_seq: i64,
 }
 
 row! {
@@ -325,8 +328,8 @@ impl StreamRow {
 /// other run or coming back forever. (A row whose id or epoch cannot be read at all is only
 /// logged: it cannot even be named to the database; its lease expires.)
 pub(in crate::store) struct Picked {
-    /// `(wake_at, id, run, epoch, took_over)`, earliest wake time first.
-    runs: Vec<(i64, String, RunRecord, u64, bool)>,
+    /// `(wake_at, id, run, epoch, took_over, has_history)`, earliest wake time first.
+    runs: Vec<(i64, String, RunRecord, u64, bool, bool)>,
     failed: Vec<(Lease, StoreError)>,
 }
 
@@ -367,9 +370,14 @@ impl Picked {
                 }
             };
             match row.run.decode() {
-                Ok(run) => picked
-                    .runs
-                    .push((row.wake_at, key, run, lease.epoch, row.took_over)),
+                Ok(run) => picked.runs.push((
+                    row.wake_at,
+                    key,
+                    run,
+                    lease.epoch,
+                    row.took_over,
+                    row.last_seq > 0,
+                )),
                 Err(e) => picked.failed.push((lease, e)),
             }
         }
@@ -378,9 +386,15 @@ impl Picked {
         picked
     }
 
-    /// The ids whose histories [`Picked::attach`] needs.
+    /// The ids whose histories [`Picked::attach`] needs: those of the runs that recorded
+    /// events. A run never driven (admitted for any worker, a queued run begun now) has none,
+    /// so an acquire of only such runs reads no history at all.
     pub fn ids(&self) -> Vec<String> {
-        self.runs.iter().map(|p| p.1.clone()).collect()
+        self.runs
+            .iter()
+            .filter(|p| p.5)
+            .map(|p| p.1.clone())
+            .collect()
     }
 
     /// The leased runs with their histories (`events`: the rows of every picked run, each
@@ -402,7 +416,7 @@ impl Picked {
             runs: Vec::with_capacity(self.runs.len()),
             failed: self.failed,
         };
-        for (_, key, run, epoch, took_over) in self.runs {
+        for (_, key, run, epoch, took_over, _) in self.runs {
             let lease = Lease {
                 run_id: run.id,
                 epoch,

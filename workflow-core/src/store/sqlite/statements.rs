@@ -78,7 +78,7 @@ pub(super) const SQL: Statements = Statements {
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
                         start_at, version, previous_run, next_run, trace_context, origin,
-                        epoch, wake_at, took_over",
+                        epoch, wake_at, took_over, last_seq",
     // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
     // `?2` events from, or no row when the lease is lost.
     append: "UPDATE runs SET last_seq = last_seq + ?2
@@ -273,7 +273,7 @@ pub(super) const SQL: Statements = Statements {
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
                              priority, start_at, version, previous_run, next_run,
-                             trace_context, origin, epoch, wake_at, took_over",
+                             trace_context, origin, epoch, wake_at, took_over, last_seq",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -403,6 +403,7 @@ pub(super) fn leased_row(r: &Row<'_>) -> rusqlite::Result<Result<LeasedRow, (Str
             epoch,
             wake_at,
             took_over,
+            last_seq: r.get(23)?,
         })
     });
     let id = || r.get(0).unwrap_or_else(|_| "<unreadable id>".to_owned());
