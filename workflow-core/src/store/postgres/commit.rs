@@ -253,7 +253,9 @@ impl Writer {
         let single = match write {
             // Both are one statement (see `policy::append`).
             Write::Append(r) => r.write.1.events_only() || r.write.1.plain_end(),
-            Write::Admit(..) => true,
+            // A queued run that may begin at admission takes its queue's lock, then inserts
+            // (`Tx::admit_begun`): two statements, the lock held to the commit.
+            Write::Admit(r) => r.write.queue_lease.is_none(),
         };
         let conn = match self.stash.conn().await {
             Ok(conn) => conn,

@@ -33,16 +33,12 @@ impl PostgresStore {
         lease: Option<Duration>,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let row = NewRunRow::new(run, lease)?;
-        if row.queue_lease.is_some() && row.hook.is_none() {
-            // A queued run this worker would lease: its queue's row is locked to decide
-            // whether it begins at once, and a group transaction would hold that lock to its
-            // commit, making every other admission and acquire of the queue wait for it.
-            return self
-                .in_tx_noting(async |pg| policy::admit(pg, &row).await)
-                .await;
-        }
         if row.hook.is_none() {
             // One statement (the insert): committed with whatever other writes are waiting.
+            // A queued run the admitting worker would lease begins at once when it is
+            // committed alone and its queue has room and an unheld lock (`Tx::admit_begun`);
+            // among other writes it is inserted waiting, and the next `acquire` begins it
+            // with the others that waited, taking the queue's lock once for all of them.
             let (write, answer) = Write::admit(row);
             self.commit(write).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));

@@ -57,6 +57,10 @@ pub(super) struct PgOnly {
     /// `$6` deadline, `$7` parent, `$8` detached, `$9` queue, `$10` partition key, `$11`
     /// priority, `$12` version, `$13` trace context. A row when it was inserted.
     pub(super) insert_begun: String,
+    /// Locks queue `$1`'s row unless another transaction holds it or a run of the queue waits
+    /// to begin (then no admission may begin: nobody is overtaken): a row when locked, none
+    /// otherwise (or when the queue was not declared). `Tx::admit_begun` takes it.
+    pub(super) try_lock_queue: String,
     /// Run `$1`'s latest value of key `$2` is `$3` (JSON), set at `$4` (`Tx::publish_event`).
     pub(super) publish_event: String,
     /// Run `$1`'s reply to its request `$2` is `$3` (JSON), recorded at `$4`, unless one is
@@ -634,7 +638,15 @@ pub(super) fn statements(s: &str) -> Statements {
                      ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value,
                                                              at = excluded.at"
                 ),
-                // The queue's row is locked by the statement before (`lock_queue`), so the
+                try_lock_queue: format!(
+                    "SELECT 1 FROM {s}.queues q
+                     WHERE q.name = $1
+                       AND NOT EXISTS (SELECT 1 FROM {s}.runs w
+                                       WHERE w.queue = $1 AND w.began_at IS NULL
+                                         AND w.status IN ('pending', 'running', 'blocked'))
+                     FOR UPDATE OF q SKIP LOCKED"
+                ),
+                // The queue's row is locked by the statement before (`try_lock_queue`), so the
                 // counts are read after every other admission or acquire of the queue
                 // committed. Nobody is overtaken: no run of the queue may wait to begin.
                 insert_begun: format!(
