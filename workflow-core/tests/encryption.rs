@@ -272,6 +272,55 @@ async fn a_payload_moved_to_another_run_does_not_decrypt(backend: Backend) {
     assert_eq!(rt.get_run(&copy).status().await.unwrap(), RunStatus::Failed);
 }
 
+/// Arguments sealed in a form this build does not read (as a newer build would write them:
+/// another cipher's name, another envelope version) block the run, unchanged, saying so;
+/// they neither fail it nor reach the workflow.
+async fn a_payload_in_a_newer_form_blocks_its_run(backend: Backend) {
+    let db = TestDb::new(backend);
+    let rt = runtime(&db, keys_a(), true).await;
+    let done = rt.start(sealed_failing, ("x".to_owned(),)).await.unwrap();
+    let _ = done.return_value().await;
+    let workflow = rt
+        .store()
+        .get_run(&done.id())
+        .await
+        .unwrap()
+        .unwrap()
+        .workflow;
+    for (input, form) in [
+        (
+            serde_json::json!({"$wf_sealed": "zz9:AAAAAAAAAAAAAAAAAAAAAAAA", "key": "key-A"}),
+            "cipher `zz9`",
+        ),
+        (
+            serde_json::json!({"$wf_sealed": 4, "key": "key-A", "data": "AAAA"}),
+            "envelope version 4",
+        ),
+    ] {
+        let id = RunId::new();
+        rt.store()
+            .create_run(workflow_core::store::NewRun {
+                trace_context: None,
+                id,
+                workflow: workflow.clone(),
+                input,
+                created_at: std::time::SystemTime::now(),
+                hook: None,
+                deadline: None,
+                parent: None,
+                queue: None,
+                start_at: None,
+                version: None,
+            })
+            .await
+            .unwrap();
+        let blocked = until_status(&rt, id, RunStatus::Blocked).await;
+        let why = blocked.error.expect("a blocked run says why").to_string();
+        assert!(why.contains(form) && why.contains("newer build"), "{why}");
+        assert!(rt.store().events(&id).await.unwrap().is_empty());
+    }
+}
+
 /// Runs in flight under key A: a worker with only key B leaves them blocked and unchanged,
 /// naming A; a worker with current key B and old key A completes them, sealing what it adds
 /// with B.
@@ -481,6 +530,7 @@ async fn a_hook_payload_under_an_unknown_key_blocks_its_run(backend: Backend) {
 
 on_every_store!(
     a_hook_payload_under_an_unknown_key_blocks_its_run,
+    a_payload_in_a_newer_form_blocks_its_run,
     a_codec_composes_with_encryption,
     a_marker_in_every_payload_is_nowhere_in_the_store,
     a_payload_moved_to_another_run_does_not_decrypt,

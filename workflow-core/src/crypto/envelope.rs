@@ -40,6 +40,8 @@ pub(crate) const MARKER: &str = "$wf_sealed";
 const VERSION: u64 = 1;
 /// What begins the sealed text of a version 3 envelope (never base64, which has no `:`).
 const GCM_PREFIX: &str = "gcm:";
+/// How far into a sealed text a cipher's name and its `:` may reach.
+const NAME_MAX: usize = 16;
 
 /// The cipher of a sealed envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,6 +301,29 @@ pub(crate) fn wrap(bytes: &[u8]) -> Value {
     Value::Object(m)
 }
 
+/// What `value`'s envelope says of its form when this build does not read that form (a newer
+/// build wrote it: a cipher's name before the sealed text other than `gcm`, a version number
+/// other than 1); `None` for a value that is no envelope, or is one of the forms read here
+/// (a malformed one included: it is corrupt, not newer).
+pub(crate) fn unknown_form(value: &Value) -> Option<String> {
+    match value.as_object()?.get(MARKER)? {
+        Value::String(sealed) => {
+            let name = cipher_name(sealed)?;
+            (name != &GCM_PREFIX[..GCM_PREFIX.len() - 1]).then(|| format!("cipher `{name}`"))
+        }
+        Value::Number(n) if n.as_u64() == Some(VERSION) => None,
+        Value::Number(n) => Some(format!("envelope version {n}")),
+        _ => None,
+    }
+}
+
+/// The cipher's name before the `:` of a sealed text; `None` for a text without one (version
+/// 2, whose text is base64 alone).
+fn cipher_name(sealed: &str) -> Option<&str> {
+    let colon = sealed.bytes().take(NAME_MAX).position(|b| b == b':')?;
+    Some(&sealed[..colon])
+}
+
 /// Whether `value` is an envelope (sealed, or a codec's bytes).
 pub(crate) fn is_sealed(value: &Value) -> bool {
     value.as_object().is_some_and(|m| m.contains_key(MARKER))
@@ -347,7 +372,15 @@ impl<'a> Envelope<'a> {
                 let key = field("key")?;
                 let (cipher, text) = match sealed.strip_prefix(GCM_PREFIX) {
                     Some(text) => (Cipher::Gcm, text),
-                    None => (Cipher::XChaCha, sealed.as_str()),
+                    None => match cipher_name(sealed) {
+                        Some(name) => {
+                            return Err(OpenError::Malformed(format!(
+                                "it is sealed with cipher `{name}`, which this build does not \
+                                 read (a newer build wrote it)"
+                            )))
+                        }
+                        None => (Cipher::XChaCha, sealed.as_str()),
+                    },
                 };
                 let at = cipher.nonce_b64();
                 if text.len() < at || !text.is_char_boundary(at) {
@@ -868,6 +901,42 @@ mod tests {
             open(Some(&fresh), &v, &at(&token, &place[1..])),
             Err(OpenError::Unauthentic { .. })
         ));
+    }
+
+    #[test]
+    fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
+        let r = ring("k1", 1);
+        let b = Binding {
+            subject: Subject::Run(RunId::new()),
+            kind: "input",
+            place: "",
+        };
+        let v3 = seal(&r, b"1", &b, false);
+        let v2 = seal_version_2(&r, b"1", &b, false);
+        for known in [
+            &v3,
+            &v2,
+            &as_version_1(&v2),
+            &wrap(b"1"),
+            &Value::from("plain"),
+        ] {
+            assert_eq!(unknown_form(known), None, "{known}");
+        }
+        let newer = serde_json::json!({"$wf_sealed": "x2:AAAA", "key": "k1"});
+        assert_eq!(unknown_form(&newer).as_deref(), Some("cipher `x2`"));
+        assert!(
+            matches!(open(Some(&r), &newer, &b), Err(OpenError::Malformed(m)) if m.contains("`x2`"))
+        );
+        let v9 = serde_json::json!({"$wf_sealed": 9, "key": "k1"});
+        assert_eq!(unknown_form(&v9).as_deref(), Some("envelope version 9"));
+        // A `:` beyond where a cipher's name may reach, or a marker of another type: corrupt,
+        // not newer.
+        let far = format!("{}:AAAA", "A".repeat(NAME_MAX));
+        assert_eq!(
+            unknown_form(&serde_json::json!({"$wf_sealed": far, "key": "k1"})),
+            None
+        );
+        assert_eq!(unknown_form(&serde_json::json!({"$wf_sealed": true})), None);
     }
 
     /// A version 3 envelope made outside this crate (Python's `cryptography`: HKDF-SHA256 with

@@ -12,7 +12,8 @@ mod recent;
 pub(crate) use codec::SharedCodec;
 pub use codec::{Codec, PayloadContext};
 pub(crate) use envelope::{
-    is_sealed, open, seal, sealed_key, sealed_plain_len, wrap, Binding, OpenError, MARKER,
+    is_sealed, open, seal, sealed_key, sealed_plain_len, unknown_form, wrap, Binding, OpenError,
+    MARKER,
 };
 pub(crate) use keys::Keyring;
 pub use keys::{KeyError, Keys};

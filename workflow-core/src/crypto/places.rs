@@ -198,31 +198,52 @@ pub(crate) fn visit_inbound(
     }
 }
 
-/// The id of the key `value` (a payload, or an error's sealed message) was sealed with.
-pub(crate) fn slot_key<'s>(slot: &'s Slot<'_>) -> Option<&'s str> {
+/// Why a run's payloads cannot be opened by this worker, found before anything of the run is
+/// replayed or delivered: the run is blocked, unchanged, until a worker that can takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// Sealed with this key id, which this worker was not given.
+    Key(String),
+    /// Sealed in a form this build does not read, as a newer build writes it: what its
+    /// envelope says of the form.
+    Form(String),
+}
+
+/// Why `value` (a payload, or an error's sealed message) cannot be opened with `keys`.
+fn unreadable(keys: Option<&super::Keyring>, value: &Value) -> Option<Unreadable> {
+    if let Some(form) = super::unknown_form(value) {
+        return Some(Unreadable::Form(form));
+    }
+    super::sealed_key(value)
+        .filter(|id| !keys.is_some_and(|k| k.has(id)))
+        .map(|id| Unreadable::Key(id.to_owned()))
+}
+
+/// [`unreadable`] of a slot.
+fn slot_unreadable(keys: Option<&super::Keyring>, slot: &Slot<'_>) -> Option<Unreadable> {
     match slot {
-        Slot::Value(v) => super::sealed_key(v),
-        Slot::Error(e) => e.sealed_message().and_then(super::sealed_key),
+        Slot::Value(v) => unreadable(keys, v),
+        Slot::Error(e) => e.sealed_message().and_then(|m| unreadable(keys, m)),
     }
 }
 
-/// The id of the first key, not among `keys`, that run `run`'s arguments or history were
-/// sealed with: a run that holds one cannot be replayed here.
-pub(crate) fn missing_key<'e>(
+/// Why the first payload of run `run`'s arguments or history that this worker cannot open
+/// (its key is not among `keys`, or its form is newer than this build) does not open: a run
+/// that holds one cannot be replayed here.
+pub(crate) fn unreadable_run<'e>(
     keys: Option<&super::Keyring>,
     run: Owner,
     input: &Value,
     events: impl IntoIterator<Item = &'e mut Event>,
-) -> Option<String> {
-    let missing = |id: &str| !keys.is_some_and(|k| k.has(id));
-    if let Some(id) = super::sealed_key(input).filter(|id| missing(id)) {
-        return Some(id.to_owned());
+) -> Option<Unreadable> {
+    if let Some(why) = unreadable(keys, input) {
+        return Some(why);
     }
     let mut found = None;
     for event in events {
         visit_event(run, event, |_, slot| {
             if found.is_none() {
-                found = slot_key(&slot).filter(|id| missing(id)).map(str::to_owned);
+                found = slot_unreadable(keys, &slot);
             }
         });
         if found.is_some() {
@@ -233,28 +254,24 @@ pub(crate) fn missing_key<'e>(
 }
 
 /// The same for entries of a run's inbox (payloads sent to its hooks, its children's ends).
-pub(crate) fn missing_key_in_inbox<'e>(
+pub(crate) fn unreadable_inbox<'e>(
     keys: Option<&super::Keyring>,
     entries: impl IntoIterator<Item = &'e crate::model::InboxEntry>,
-) -> Option<String> {
+) -> Option<Unreadable> {
     use crate::model::Inbound;
-    let missing = |id: &str| !keys.is_some_and(|k| k.has(id));
-    entries.into_iter().find_map(|entry| {
-        let key = match &entry.what {
-            Inbound::Hook { payload, .. }
-            | Inbound::Message { payload, .. }
-            | Inbound::Request { payload, .. } => super::sealed_key(payload),
-            Inbound::ChildEnded(notice) => notice
-                .output
-                .as_ref()
-                .and_then(super::sealed_key)
-                .or_else(|| {
-                    notice
-                        .error
-                        .as_ref()
-                        .and_then(|e| e.sealed_message().and_then(super::sealed_key))
-                }),
-        };
-        key.filter(|id| missing(id)).map(str::to_owned)
+    entries.into_iter().find_map(|entry| match &entry.what {
+        Inbound::Hook { payload, .. }
+        | Inbound::Message { payload, .. }
+        | Inbound::Request { payload, .. } => unreadable(keys, payload),
+        Inbound::ChildEnded(notice) => notice
+            .output
+            .as_ref()
+            .and_then(|v| unreadable(keys, v))
+            .or_else(|| {
+                notice
+                    .error
+                    .as_ref()
+                    .and_then(|e| e.sealed_message().and_then(|m| unreadable(keys, m)))
+            }),
     })
 }

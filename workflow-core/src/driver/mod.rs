@@ -199,9 +199,9 @@ pub(crate) struct Driver {
     /// The inbox was not read since the run began here (a fresh run skips that read: only
     /// messages sent before it began can be there, read once a `recv` waits).
     inbox_unread: bool,
-    /// A key the run's inbox holds payloads sealed with and this process lacks: the run is
-    /// blocked at the next turn of its loop.
-    missing_key: Option<String>,
+    /// Why the run's inbox holds payloads this process cannot open (a key it lacks, a form
+    /// newer than this build): the run is blocked at the next turn of its loop.
+    unreadable: Option<places::Unreadable>,
     /// When the driver began to replay a recorded history, until the replay caught up
     /// (`workflow_replay_seconds`); `None` for a run without history, and once caught up.
     replay_began: Option<std::time::Instant>,
@@ -244,7 +244,7 @@ impl Driver {
         } = leased;
         let run_id = run.id;
         let owner = places::Owner::of(&run);
-        let missing_key = places::missing_key(
+        let unreadable = places::unreadable_run(
             host.config().payloads.keys(),
             owner,
             &run.input,
@@ -311,7 +311,7 @@ impl Driver {
             shared_children: HashMap::new(),
             ties,
             inbox_unread: true,
-            missing_key: None,
+            unreadable: None,
             replay_began: None,
             tx_attempt: None,
             tx_pending: None,
@@ -327,14 +327,14 @@ impl Driver {
             if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
                 return d.time_out().await;
             }
-            if let Some(key) = missing_key.or_else(|| d.missing_key.take()) {
-                return d.block_for_key(&key).await;
+            if let Some(why) = unreadable.or_else(|| d.unreadable.take()) {
+                return d.block_unreadable(&why).await;
             }
             if !fresh {
                 d.fetch_payloads().await?;
             }
-            if let Some(key) = d.missing_key.take() {
-                return d.block_for_key(&key).await;
+            if let Some(why) = d.unreadable.take() {
+                return d.block_unreadable(&why).await;
             }
             match (reg.run)(&d.ctx.payloads, owner, run.input) {
                 Ok(fut) => {
@@ -447,9 +447,9 @@ impl Driver {
             .await?;
         self.inbox_unread = false;
         let keys = self.ctx.payloads.keys();
-        if let Some(key) = places::missing_key_in_inbox(keys, &fresh) {
+        if let Some(why) = places::unreadable_inbox(keys, &fresh) {
             // Nothing of it is delivered: the run blocks before it moves on.
-            self.missing_key = Some(key);
+            self.unreadable = Some(why);
             return Ok(());
         }
         self.replay.add_inbox(fresh);
@@ -467,8 +467,8 @@ impl Driver {
         });
         let waker = Waker::from(flag.clone());
         loop {
-            if let Some(key) = self.missing_key.take() {
-                return self.block_for_key(&key).await;
+            if let Some(why) = self.unreadable.take() {
+                return self.block_unreadable(&why).await;
             }
             // Poll to quiescence.
             let polled = loop {

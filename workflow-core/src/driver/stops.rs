@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use super::{Driver, Stop};
 use crate::config::Past;
-use crate::crypto::places;
+use crate::crypto::places::{self, Unreadable};
 use crate::error::{Error, StoreError};
 use crate::history::{Event, NewEvent};
 use crate::replay::{Divergence, End, Writes};
@@ -143,16 +143,26 @@ impl Driver {
     }
 
     /// Blocks the run, before anything of it is replayed, because a payload of its record or
-    /// history is sealed with key `key`, which this process was not given: nothing is written
-    /// and nothing decoded; a worker that has the key takes it (workers retry blocked runs when
-    /// they start, with backoff, and on `retry()`).
-    pub(super) async fn block_for_key(&mut self, key: &str) -> Result<Stop, StoreError> {
-        let error = Error::fatal(format!(
-            "run {} (workflow `{}`) holds payloads encrypted with key {key:?}, which this \
-             worker was not given; the run is blocked, unchanged, until a worker with that key \
-             takes it (give it with `Keys::old({key:?}, key)`, or `workflow rekey` the store)",
-            self.ctx.run_id, self.ctx.workflow
-        ));
+    /// history cannot be opened here (`why`: sealed with a key this process was not given, or
+    /// in a form a newer build writes): nothing is written and nothing decoded; a worker that
+    /// can open it takes it (workers retry blocked runs when they start, with backoff, and on
+    /// `retry()`).
+    pub(super) async fn block_unreadable(&mut self, why: &Unreadable) -> Result<Stop, StoreError> {
+        let error = Error::fatal(match why {
+            Unreadable::Key(key) => format!(
+                "run {} (workflow `{}`) holds payloads encrypted with key {key:?}, which this \
+                 worker was not given; the run is blocked, unchanged, until a worker with that \
+                 key takes it (give it with `Keys::old({key:?}, key)`, or `workflow rekey` the \
+                 store)",
+                self.ctx.run_id, self.ctx.workflow
+            ),
+            Unreadable::Form(form) => format!(
+                "run {} (workflow `{}`) holds payloads sealed in a form this build does not read \
+                 ({form}): a newer build of workflow-rs wrote them; the run is blocked, \
+                 unchanged, until a worker of a build that reads them takes it",
+                self.ctx.run_id, self.ctx.workflow
+            ),
+        });
         tracing::error!(run_id = %self.ctx.run_id, "{error}");
         let at = self
             .retry(|| {

@@ -182,17 +182,26 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
     }
     let mut records = history.records();
     let owner = crate::crypto::places::Owner::new(history.run.id, history.run.origin);
-    let missing = crate::crypto::places::missing_key(
+    use crate::crypto::places::{unreadable_run, Unreadable};
+    match unreadable_run(
         payloads.keys(),
         owner,
         &history.run.input,
         records.iter_mut().map(|e| &mut e.event),
-    );
-    if let Some(key) = missing {
-        return Err(ReplayError::Mismatch(format!(
-            "the history holds payloads encrypted with key {key:?}: replay it with \
-             `replay_with_keys` and that key"
-        )));
+    ) {
+        Some(Unreadable::Key(key)) => {
+            return Err(ReplayError::Mismatch(format!(
+                "the history holds payloads encrypted with key {key:?}: replay it with \
+                 `replay_with_keys` and that key"
+            )))
+        }
+        Some(Unreadable::Form(form)) => {
+            return Err(ReplayError::Mismatch(format!(
+                "the history holds payloads sealed in a form this build does not read \
+                 ({form}): replay it with the build of workflow-rs that wrote it, or a newer one"
+            )))
+        }
+        None => {}
     }
     let sizes = payloads.clone();
     let measure = Box::new(move |e: &mut crate::history::Event| sizes.event_bytes(owner, e));
