@@ -109,6 +109,29 @@ async fn runtime(db: &TestDb, keys: Keys, worker: bool) -> Runtime {
         .expect("runtime builds")
 }
 
+/// Admits run `id` of `workflow` with `input` as its stored arguments, straight into the
+/// store (as another run's payload or another build's envelope would reach it).
+async fn admit_stored(rt: &Runtime, id: RunId, workflow: String, input: serde_json::Value) {
+    let admitted = rt
+        .store()
+        .create_run(workflow_core::store::NewRun {
+            trace_context: None,
+            id,
+            workflow,
+            input,
+            created_at: std::time::SystemTime::now(),
+            hook: None,
+            deadline: None,
+            parent: None,
+            queue: None,
+            start_at: None,
+            version: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(admitted, workflow_core::store::Admission::Admitted);
+}
+
 /// Sends `payload` to `token` once a hook owns it.
 async fn resume(rt: &Runtime, token: &str, payload: String) {
     loop {
@@ -242,24 +265,7 @@ async fn a_payload_moved_to_another_run_does_not_decrypt(backend: Backend) {
     assert!(sealed.get("$wf_sealed").is_some(), "{sealed}");
 
     let copy = RunId::new();
-    let admitted = rt
-        .store()
-        .create_run(workflow_core::store::NewRun {
-            trace_context: None,
-            id: copy,
-            workflow,
-            input: sealed,
-            created_at: std::time::SystemTime::now(),
-            hook: None,
-            deadline: None,
-            parent: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(admitted, workflow_core::store::Admission::Admitted);
+    admit_stored(&rt, copy, workflow, sealed).await;
     let err = rt
         .get_run(&copy)
         .typed::<()>()
@@ -298,22 +304,7 @@ async fn a_payload_in_a_newer_form_blocks_its_run(backend: Backend) {
         ),
     ] {
         let id = RunId::new();
-        rt.store()
-            .create_run(workflow_core::store::NewRun {
-                trace_context: None,
-                id,
-                workflow: workflow.clone(),
-                input,
-                created_at: std::time::SystemTime::now(),
-                hook: None,
-                deadline: None,
-                parent: None,
-                queue: None,
-                start_at: None,
-                version: None,
-            })
-            .await
-            .unwrap();
+        admit_stored(&rt, id, workflow.clone(), input).await;
         let blocked = until_status(&rt, id, RunStatus::Blocked).await;
         let why = blocked.error.expect("a blocked run says why").to_string();
         assert!(why.contains(form) && why.contains("newer build"), "{why}");

@@ -38,7 +38,8 @@ use crate::ids::RunId;
 /// envelope holds its nonce and ciphertext there instead).
 pub(crate) const MARKER: &str = "$wf_sealed";
 const VERSION: u64 = 1;
-/// What begins the sealed text of a version 3 envelope (never base64, which has no `:`).
+/// What begins the sealed text of a version 3 envelope: the cipher's name and a `:` (never
+/// base64, which has no `:`).
 const GCM_PREFIX: &str = "gcm:";
 /// How far into a sealed text a cipher's name and its `:` may reach.
 const NAME_MAX: usize = 16;
@@ -53,6 +54,11 @@ enum Cipher {
 }
 
 impl Cipher {
+    /// The cipher a sealed text names before its `:` (`None`: this build reads no such one).
+    fn named(name: &str) -> Option<Cipher> {
+        (GCM_PREFIX.strip_suffix(':') == Some(name)).then_some(Cipher::Gcm)
+    }
+
     /// The nonce's size in bytes.
     const fn nonce_bytes(self) -> usize {
         match self {
@@ -110,22 +116,17 @@ pub(crate) struct Binding<'a> {
 impl Binding<'_> {
     /// The subject a payload is sealed for. A chain's payload is sealed for its first run:
     /// the same bytes as that run's own payloads, so an unchained run's are unchanged.
-    fn subject_bytes(&self) -> Bytes<32> {
+    fn subject_bytes(&self) -> Vec<u8> {
         match self.subject {
             Subject::Run(run) | Subject::Chain { origin: run, .. } => run_subject(run),
-            Subject::Token(token) => {
-                let mut b = Bytes::new();
-                b.extend_from_slice(b"hook:");
-                b.extend_from_slice(token.as_bytes());
-                b
-            }
+            Subject::Token(token) => [b"hook:", token.as_bytes()].concat(),
         }
     }
 
     /// The subjects a payload of this binding opens for, in the order they are tried: the
     /// one it is sealed for, then (for a chain's payload read by a later run) the run alone,
     /// as payloads written before chains shared them were sealed.
-    fn open_subjects(&self) -> impl Iterator<Item = Bytes<32>> {
+    fn open_subjects(&self) -> impl Iterator<Item = Vec<u8>> {
         let fallback = match self.subject {
             Subject::Chain { origin, run } if origin != run => Some(run_subject(run)),
             Subject::Run(_) | Subject::Token(_) | Subject::Chain { .. } => None,
@@ -139,11 +140,13 @@ impl Binding<'_> {
         subject: &[u8],
         key_id: &str,
         coded: bool,
-    ) -> Bytes<192> {
+    ) -> Vec<u8> {
         let tag = cipher.tag();
-        let mut ad = Bytes::new();
+        let mut ad = Vec::with_capacity(
+            tag.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
+        );
         ad.extend_from_slice(tag);
-        ad.extend_from_slice(&[u8::from(coded)]);
+        ad.push(u8::from(coded));
         for part in [
             subject,
             self.kind.as_bytes(),
@@ -158,58 +161,11 @@ impl Binding<'_> {
     }
 }
 
-/// Bytes made for every payload sealed or opened (a subject, associated data), a few parts
-/// put one after the other: on the stack up to `N` bytes, on the heap beyond.
-struct Bytes<const N: usize> {
-    inline: [u8; N],
-    len: usize,
-    /// Everything, once it outgrew `inline`.
-    spilled: Vec<u8>,
-}
-
-impl<const N: usize> Bytes<N> {
-    fn new() -> Self {
-        Bytes {
-            inline: [0; N],
-            len: 0,
-            spilled: Vec::new(),
-        }
-    }
-
-    fn extend_from_slice(&mut self, part: &[u8]) {
-        if self.spilled.is_empty() {
-            if let Some(room) = self.inline.get_mut(self.len..self.len + part.len()) {
-                room.copy_from_slice(part);
-                self.len += part.len();
-                return;
-            }
-            self.spilled.reserve(self.len + part.len());
-            self.spilled.extend_from_slice(&self.inline[..self.len]);
-        }
-        self.spilled.extend_from_slice(part);
-    }
-}
-
-impl<const N: usize> std::ops::Deref for Bytes<N> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        if self.spilled.is_empty() {
-            &self.inline[..self.len]
-        } else {
-            &self.spilled
-        }
-    }
-}
-
 /// A run's subject, `run:<id>`, written without the formatting machinery.
-fn run_subject(run: RunId) -> Bytes<32> {
+fn run_subject(run: RunId) -> Vec<u8> {
     let mut buf = [0u8; ulid::ULID_LEN];
     let id = run.ulid().array_to_str(&mut buf);
-    let mut b = Bytes::new();
-    b.extend_from_slice(b"run:");
-    b.extend_from_slice(id.as_bytes());
-    b
+    [b"run:", id.as_bytes()].concat()
 }
 
 /// Why an envelope did not open.
@@ -309,7 +265,9 @@ pub(crate) fn unknown_form(value: &Value) -> Option<String> {
     match value.as_object()?.get(MARKER)? {
         Value::String(sealed) => {
             let name = cipher_name(sealed)?;
-            (name != &GCM_PREFIX[..GCM_PREFIX.len() - 1]).then(|| format!("cipher `{name}`"))
+            Cipher::named(name)
+                .is_none()
+                .then(|| format!("cipher `{name}`"))
         }
         Value::Number(n) if n.as_u64() == Some(VERSION) => None,
         Value::Number(n) => Some(format!("envelope version {n}")),
@@ -370,16 +328,16 @@ impl<'a> Envelope<'a> {
             // ciphertext's, in one string.
             Some(Value::String(sealed)) => {
                 let key = field("key")?;
-                let (cipher, text) = match sealed.strip_prefix(GCM_PREFIX) {
-                    Some(text) => (Cipher::Gcm, text),
-                    None => match cipher_name(sealed) {
-                        Some(name) => {
+                let (cipher, text) = match cipher_name(sealed) {
+                    None => (Cipher::XChaCha, sealed.as_str()),
+                    Some(name) => match Cipher::named(name) {
+                        Some(cipher) => (cipher, &sealed[name.len() + 1..]),
+                        None => {
                             return Err(OpenError::Malformed(format!(
                                 "it is sealed with cipher `{name}`, which this build does not \
                                  read (a newer build wrote it)"
                             )))
                         }
-                        None => (Cipher::XChaCha, sealed.as_str()),
                     },
                 };
                 let at = cipher.nonce_b64();
@@ -465,15 +423,15 @@ pub(crate) fn open(
     let Some(ring) = ring.filter(|r| r.has(key_id)) else {
         return Err(OpenError::MissingKey(key_id.to_owned()));
     };
+    let sealed = Sealed {
+        key_id,
+        coded,
+        cipher,
+        nonce,
+        data,
+    };
     let mut failed = None;
     for subject in binding.open_subjects() {
-        let sealed = Sealed {
-            key_id,
-            coded,
-            cipher,
-            nonce,
-            data,
-        };
         match open_for(ring, &subject, binding, &sealed) {
             Err(e @ OpenError::Unauthentic { .. }) => failed = Some(e),
             done => return done,
@@ -872,12 +830,7 @@ mod tests {
     }
 
     #[test]
-    fn long_subjects_and_places_spill_to_the_heap_and_still_bind() {
-        let mut b = Bytes::<4>::new();
-        for part in [&b"ab"[..], b"", b"cd", b"e", b"fghij"] {
-            b.extend_from_slice(part);
-        }
-        assert_eq!(&*b, b"abcdefghij");
+    fn long_subjects_and_places_still_bind() {
         let r = ring("k1", 1);
         let token = "t".repeat(300);
         let place = "p".repeat(300);

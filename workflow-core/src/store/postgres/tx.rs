@@ -519,9 +519,9 @@ impl Tx for Pg<'_> {
     /// counts come after every other begin of the queue: two statements. Only when nobody
     /// holds that lock and no run of the queue waits: while another admission or acquire of
     /// the queue holds it (until its commit), or runs wait, this run is inserted waiting
-    /// without taking it, and the next `acquire` begins it with the others that waited. Waiting for the lock made the admissions into one queue
-    /// commit one at a time (PostgreSQL W3q: 1,108-1,463 runs/s, against 2,695-3,231 with
-    /// every admission inserted waiting).
+    /// without taking it, and the next `acquire` begins it with the others that waited.
+    /// Waiting for the lock made the admissions into one queue commit one at a time
+    /// (PostgreSQL W3q: 891-1,172 runs/s, against 2,162-2,986 since).
     async fn admit_begun(&mut self, run: &NewRunRow, until: i64) -> Result<bool, StoreError> {
         let Some(queue) = &run.queue else {
             return Ok(false);

@@ -328,9 +328,21 @@ impl StreamRow {
 /// other run or coming back forever. (A row whose id or epoch cannot be read at all is only
 /// logged: it cannot even be named to the database; its lease expires.)
 pub(in crate::store) struct Picked {
-    /// `(wake_at, id, run, epoch, took_over, has_history)`, earliest wake time first.
-    runs: Vec<(i64, String, RunRecord, u64, bool, bool)>,
+    /// Earliest wake time first.
+    runs: Vec<PickedRun>,
     failed: Vec<(Lease, StoreError)>,
+}
+
+/// A run one acquire leased and decoded.
+struct PickedRun {
+    wake_at: i64,
+    /// Its id as the database holds it (the key of its history rows).
+    key: String,
+    run: RunRecord,
+    epoch: u64,
+    took_over: bool,
+    /// It recorded events (`runs.last_seq > 0`): its history is read.
+    has_history: bool,
 }
 
 /// What [`Picked::attach`] makes of one acquire.
@@ -370,19 +382,21 @@ impl Picked {
                 }
             };
             match row.run.decode() {
-                Ok(run) => picked.runs.push((
-                    row.wake_at,
+                Ok(run) => picked.runs.push(PickedRun {
+                    wake_at: row.wake_at,
                     key,
                     run,
-                    lease.epoch,
-                    row.took_over,
-                    row.last_seq > 0,
-                )),
+                    epoch: lease.epoch,
+                    took_over: row.took_over,
+                    has_history: row.last_seq > 0,
+                }),
                 Err(e) => picked.failed.push((lease, e)),
             }
         }
         // The database hands leased rows back in no particular order.
-        picked.runs.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        picked
+            .runs
+            .sort_by(|a, b| (a.wake_at, &a.key).cmp(&(b.wake_at, &b.key)));
         picked
     }
 
@@ -392,8 +406,8 @@ impl Picked {
     pub fn ids(&self) -> Vec<String> {
         self.runs
             .iter()
-            .filter(|p| p.5)
-            .map(|p| p.1.clone())
+            .filter(|p| p.has_history)
+            .map(|p| p.key.clone())
             .collect()
     }
 
@@ -416,7 +430,14 @@ impl Picked {
             runs: Vec::with_capacity(self.runs.len()),
             failed: self.failed,
         };
-        for (_, key, run, epoch, took_over, _) in self.runs {
+        for PickedRun {
+            key,
+            run,
+            epoch,
+            took_over,
+            ..
+        } in self.runs
+        {
             let lease = Lease {
                 run_id: run.id,
                 epoch,
