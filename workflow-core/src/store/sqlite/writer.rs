@@ -33,6 +33,13 @@ pub(super) fn open_writer(path: &Path, shared: bool) -> Result<Connection, Store
     // Per connection: a commit reported to the caller has reached the disk.
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(fail)?;
+    // Every request of a group commit runs in a savepoint, whose first change to a page
+    // copies the page to the sub-journal. SQLite keeps that journal in memory only up to
+    // 64 KiB by default, then moves it to a temporary file for the connection's life (one
+    // batch of 512 schedule ticks was enough), after which every such copy was a `pwrite`.
+    // In memory it stays a copy: it is emptied when the transaction's last savepoint ends.
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(fail)?;
     conn.set_prepared_statement_cache_capacity(64);
 
     // One IMMEDIATE transaction: processes opening the same new file at once take turns, and
@@ -194,34 +201,55 @@ pub(super) fn writer_loop(
 }
 
 /// One group transaction. Err only when the transaction as a whole did not commit.
+///
+/// Each request of a group runs in a savepoint, so that a failing one is undone alone; a
+/// request alone needs none (undoing it is undoing the transaction). The transaction-control
+/// statements are prepared once per connection, not parsed again for every request.
 pub(super) fn run_batch(
     conn: &Connection,
     batch: &mut [Box<dyn WriteJob>],
 ) -> Result<(), DatabaseError> {
     let failed =
         |e: rusqlite::Error| database_error(format!("the write transaction failed: {e}"), e);
+    let control = |tx: &Transaction<'_>, sql: &str| {
+        tx.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map_err(failed)
+    };
     let began = std::time::Instant::now();
     let tx = begin_immediate(conn).map_err(failed)?;
-    for job in batch.iter_mut() {
-        tx.prepare_cached("SAVEPOINT request")
-            .and_then(|mut s| s.execute([]))
-            .map_err(failed)?;
-        let ok = job.run(&tx);
+    if let [job] = batch {
+        if !job.run(&tx) {
+            // Nothing else is in the transaction: its rollback (dropping `tx`) undoes the
+            // request, whose own answer is its error.
+            return Ok(());
+        }
         if tx.is_autocommit() {
-            // Some errors (disk full, I/O) make SQLite roll back the whole transaction.
             return Err(DatabaseError::new(
                 "the write transaction was rolled back by SQLite",
             ));
         }
-        let end = if ok {
-            "RELEASE request"
-        } else {
-            "ROLLBACK TO request; RELEASE request"
-        };
-        tx.execute_batch(end).map_err(failed)?;
+    } else {
+        for job in batch.iter_mut() {
+            control(&tx, "SAVEPOINT request")?;
+            let ok = job.run(&tx);
+            if tx.is_autocommit() {
+                // Some errors (disk full, I/O) make SQLite roll back the whole transaction.
+                return Err(DatabaseError::new(
+                    "the write transaction was rolled back by SQLite",
+                ));
+            }
+            if !ok {
+                control(&tx, "ROLLBACK TO request")?;
+            }
+            control(&tx, "RELEASE request")?;
+        }
     }
     // On any error return, dropping `tx` rolls back whatever is left.
-    retry_busy("COMMIT", || tx.execute_batch("COMMIT")).map_err(failed)?;
+    retry_busy("COMMIT", || {
+        tx.prepare_cached("COMMIT").and_then(|mut s| s.execute([]))
+    })
+    .map_err(failed)?;
     crate::telemetry::store_commit("sqlite", began.elapsed());
     Ok(())
 }
