@@ -94,6 +94,9 @@ enum Scenario {
     /// on one worker (lateness, CPU per tick), and the firing loop's idle CPU.
     #[value(alias = "schedule")]
     Schedules,
+    /// Only the 1,000 every-second schedules on one worker of `schedules`: lateness p99, CPU
+    /// per tick (to profile the firing path or compare builds on it).
+    ScheduleLoad,
     /// Talking to a running run: send → recv p50 in-process, request → reply p50, messages/s
     /// from eight senders into one run.
     #[value(alias = "message")]
@@ -221,6 +224,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => &Streams,
             QueueHandoff => &QueueHandoff,
             Schedules => &Schedules,
+            ScheduleLoad => &ScheduleLoad,
             Messages => &Messages,
             Transactional => &Transactional,
             ContinueAsNew => &ContinueAsNew,
@@ -246,6 +250,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
             Schedules => schedules::schedules(ctx, &mut rep).await?,
+            ScheduleLoad => schedules::schedule_load(ctx, &mut rep).await?,
             Messages => messages::messages(ctx, &mut rep).await?,
             Transactional => transactional::transactional(ctx, &mut rep).await?,
             ContinueAsNew => chains::continue_as_new_cost(ctx, &mut rep).await?,

@@ -24,6 +24,13 @@ async fn slow(tick: ScheduleTick) -> Result<()> {
     Ok(())
 }
 
+#[workflow(name = "sched.gated")]
+async fn gated(tick: ScheduleTick) -> Result<()> {
+    let _ = tick;
+    recv::<u32>("go").await?;
+    Ok(())
+}
+
 fn ms(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -450,7 +457,66 @@ async fn the_last_declaration_of_a_name_wins_and_keeps_the_ticks(b: Backend) {
     assert_eq!(again.schedule_ticks("dup", 10).await.unwrap().len(), 1);
 }
 
+/// A run that ends shortly before its schedule's next tick does not make that tick skip under
+/// `Overlap::Skip`: the firing loop lists the schedules a little ahead of the due time (20 ms
+/// here) and reads a run it listed as not ended again when the tick fires. Each round ends
+/// the current run 12 ms before the next whole second; a round whose run did not end at least
+/// 1 ms before that second (a slow commit) proves nothing and is not counted.
+async fn a_run_ended_just_before_the_next_tick_does_not_skip_it(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("gate", gated, Duration::from_secs(1)).overlap(Overlap::Skip))
+        .build()
+        .await
+        .unwrap();
+    let began = Instant::now();
+    let (mut proved, mut rounds) = (0, 0);
+    while proved < 2 && began.elapsed() < Duration::from_secs(40) {
+        rounds += 1;
+        // The run of the latest started tick, still waiting for its message.
+        let t = wait_ticks(&rt, "gate", Duration::from_secs(10), |t| {
+            !started(t).is_empty()
+        })
+        .await;
+        let run = started(&t).last().unwrap().run_id.unwrap();
+        if rt.get_run(&run).info().await.unwrap().status.is_terminal() {
+            continue;
+        }
+        // The next whole second at least 100 ms away.
+        let next = (ms(SystemTime::now()) + 100).div_ceil(1000) * 1000;
+        let at = |m: u128| SystemTime::UNIX_EPOCH + Duration::from_millis(m as u64);
+        let wait = at(next - 12)
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::sleep(wait).await;
+        let handle = rt.get_run(&run);
+        handle.send("go", 1u32).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), handle.return_value())
+            .await
+            .expect("the gated run ends once told")
+            .unwrap();
+        if ms(SystemTime::now()) >= next - 1 {
+            continue;
+        }
+        let t = wait_ticks(&rt, "gate", Duration::from_secs(10), |t| {
+            t.iter().any(|r| ms(r.nominal) == next)
+        })
+        .await;
+        let tick = t.iter().find(|r| ms(r.nominal) == next).unwrap();
+        assert_eq!(
+            tick.outcome,
+            TickOutcome::Started,
+            "the run ended before the tick of {next} ms: {t:?}"
+        );
+        proved += 1;
+    }
+    eprintln!("{b:?}: {proved} of {rounds} rounds ended their run in time");
+    rt.shutdown();
+}
+
 on_every_store!(
+    a_run_ended_just_before_the_next_tick_does_not_skip_it,
     the_last_declaration_of_a_name_wins_and_keeps_the_ticks,
     an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes,
     catch_up_none_starts_no_missed_tick,

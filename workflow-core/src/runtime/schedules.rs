@@ -34,12 +34,15 @@ const LOOK_AGAIN_PUSHED: Duration = Duration::from_secs(10);
 const BUFFERED_POLL: Duration = Duration::from_millis(200);
 /// The most runs one backfill starts.
 const MAX_BACKFILL: usize = 10_000;
-/// How many schedules one look fires at once: their ticks go to the store together, in one
-/// `fire_ticks` call ([`Batch`]), instead of one commit after the other (1,000 every-second
-/// schedules took most of a second per look that way on SQLite, more on PostgreSQL).
-const FIRE_AT_ONCE: usize = 512;
+/// How many schedules one look fires at once: their ticks go to the store together, in
+/// `fire_ticks` calls ([`Batch`]), instead of one commit after the other (1,000 every-second
+/// schedules took most of a second per look that way on SQLite, more on PostgreSQL). Every
+/// tick of a look is built before the first call returns, so the next call goes out as soon
+/// as it does (with 512, building the second half waited for the first and competed with its
+/// runs).
+const FIRE_AT_ONCE: usize = 4096;
 /// The most ticks one `fire_ticks` call carries.
-const MAX_TICKS_PER_CALL: usize = 512;
+const MAX_TICKS_PER_CALL: usize = 1024;
 
 /// `t` to the millisecond, as the stores keep it.
 fn millis(t: SystemTime) -> SystemTime {
@@ -287,7 +290,8 @@ impl Inner {
 
     /// Fires what is due of `state`'s schedule (read as `schedule`) at `now`, for a firing
     /// loop up without a stall since `up_since`, its ticks through `batch`; when to look at
-    /// it again.
+    /// it again. `ahead`: `state` was listed before its ticks fell due.
+    #[allow(clippy::too_many_arguments)]
     async fn fire_due(
         self: &Arc<Self>,
         state: ScheduleState,
@@ -295,12 +299,14 @@ impl Inner {
         now: SystemTime,
         up_since: Option<SystemTime>,
         batch: &Batch,
+        ahead: bool,
     ) -> Result<Option<SystemTime>, ScheduleError> {
         let batch = Some(batch);
         let mut previous = state.last_started.map(|(_, run)| run);
         // Whether `previous` has not ended: as listed with the schedule until a tick of this
-        // call starts another run, then read.
-        let mut listed_live = Some(state.last_started_live);
+        // call starts another run, then read. A run listed live ahead of the due time may
+        // have ended since: read again. One listed ended stays ended.
+        let mut listed_live = Some(state.last_started_live).filter(|live| !(ahead && *live));
         let mut buffered = state.buffered;
         let mut look_again = None;
         // A tick waiting for the previous run starts once that run has ended (and the
@@ -450,6 +456,11 @@ impl Parsed {
 /// since then were not missed (SPEC 13: a missed tick is one whose time passed while no worker
 /// was up): they start however late, within the catch-up window, whatever the catch-up
 /// policy.
+///
+/// The schedules are listed shortly before the next tick falls due ([`lead`]), so that at
+/// the due time the loop fires at once instead of reading 1,000 schedules first; a change of
+/// the schedules in between (here, or pushed by the store) has them listed again, and a
+/// previous run listed as not ended is read again when its tick fires.
 pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let most = if rt.pushed {
@@ -461,13 +472,22 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     // When this look was meant to happen (the end of the last sleep).
     let mut meant: Option<SystemTime> = None;
     let mut parsed = Parsed::default();
+    // The schedules listed ahead of this look's due time, if they were.
+    let mut ahead: Option<Vec<ScheduleState>> = None;
+    // How long the last listing took.
+    let mut listing = Duration::ZERO;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let mut wait = most;
         let mut looked = false;
-        match rt.store.list_schedules().await {
+        let listed_ahead = ahead.is_some();
+        let listed = match ahead.take() {
+            Some(states) => Ok(states),
+            None => timed(&mut listing, rt.store.list_schedules()).await,
+        };
+        match listed {
             Ok(states) => {
                 looked = true;
                 let now = rt.clock.tick().await;
@@ -486,7 +506,14 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                             let (rt, batch) = (&rt, &batch);
                             async move {
                                 let name = state.def.name.clone();
-                                let done = rt.fire_due(state, &schedule, now, up_since, batch);
+                                let done = rt.fire_due(
+                                    state,
+                                    &schedule,
+                                    now,
+                                    up_since,
+                                    batch,
+                                    listed_ahead,
+                                );
                                 (name, done.await)
                             }
                         })
@@ -516,12 +543,46 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
             // STALLED, the ticks of the outage were missed.
             meant = Some(rt.clock.now() + wait);
         }
+        let early = wait.saturating_sub(lead(listing));
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(early) => {}
+            _ = rt.schedules_changed.notified() => continue,
+            _ = shutdown.changed() => return,
+        }
+        if early == wait || !looked {
+            continue;
+        }
+        // Listed now, fired at the due time with what was listed.
+        let Ok(states) = timed(&mut listing, rt.store.list_schedules()).await else {
+            // Listed again at the due time.
+            continue;
+        };
+        let rest = meant
+            .and_then(|m| m.duration_since(rt.clock.now()).ok())
+            .unwrap_or_default();
+        tokio::select! {
+            _ = tokio::time::sleep(rest) => ahead = Some(states),
             _ = rt.schedules_changed.notified() => {}
             _ = shutdown.changed() => return,
         }
     }
+}
+
+/// How long before a look's due time the loop lists the schedules, when the last listing
+/// took `listing`: twice that, at least 20 ms, at most 500 ms. Longer would fire on an older
+/// reading of schedules other processes change without a notice (SQLite).
+fn lead(listing: Duration) -> Duration {
+    listing
+        .saturating_mul(2)
+        .clamp(Duration::from_millis(20), Duration::from_millis(500))
+}
+
+/// `f`, noting in `took` how long it took.
+async fn timed<T>(took: &mut Duration, f: impl std::future::Future<Output = T>) -> T {
+    let began = std::time::Instant::now();
+    let out = f.await;
+    *took = began.elapsed();
+    out
 }
 
 impl Runtime {
