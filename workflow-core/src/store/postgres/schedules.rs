@@ -21,6 +21,7 @@ use crate::store::sql::schedules::{
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{
     FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite,
+    TICKS_KEPT,
 };
 
 /// The statements of this file (`ScheduleSql`), `{s}` standing for the quoted schema.
@@ -276,7 +277,7 @@ impl ScheduleStore for PostgresStore {
         let mut conn = self.conn().await?;
         let rows = sqlx::query_as(&self.sql(SQL.ticks))
             .bind(name)
-            .bind(sql_id(n))
+            .bind(sql_id(n.min(TICKS_KEPT)))
             .fetch_all(&mut *conn)
             .await;
         let rows: Vec<TickCols> = conn.kept(rows)?;

@@ -17,6 +17,7 @@ use crate::store::sql::schedules::{
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{
     FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite,
+    TICKS_KEPT,
 };
 
 /// The statements of this file (`ScheduleSql`), side by side with PostgreSQL's.
@@ -164,7 +165,8 @@ impl ScheduleStore for SqliteStore {
     }
 
     async fn schedule_ticks(&self, name: &str, n: usize) -> Result<Vec<TickRecord>, StoreError> {
-        let (name, n) = (name.to_owned(), sql_id(n));
+        // Records beyond the latest TICKS_KEPT wait for the next trim: never listed.
+        let (name, n) = (name.to_owned(), sql_id(n.min(TICKS_KEPT)));
         let rows = self
             .read(move |conn| all(conn, SQL.ticks, params![name, n], tick_cols))
             .await?;

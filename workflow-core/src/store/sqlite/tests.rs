@@ -862,3 +862,56 @@ async fn listing_reports_an_unknown_status() {
         "{err:?}"
     );
 }
+
+/// A schedule with thousands of ticks lists its latest `TICKS_KEPT` and keeps only a few
+/// dozen records more between trims (one recorded tick in 32 trims, so that a tick does not
+/// pay for walking 1,000 records).
+#[tokio::test]
+async fn a_schedule_s_tick_records_stay_near_the_kept_count() {
+    use crate::store::{
+        CatchUp, NewTick, Overlap, ScheduleDef, ScheduleSpec, ScheduleStore, SkipReason,
+        TickOutcome, TICKS_KEPT,
+    };
+    let (dir, store) = fresh().await;
+    let def = ScheduleDef {
+        name: "many".into(),
+        workflow: "tick".into(),
+        queue: None,
+        spec: ScheduleSpec::Every { period_ms: 1000 },
+        overlap: Overlap::Skip,
+        catch_up: CatchUp::Latest,
+        catch_up_window: Duration::from_secs(3600),
+        jitter: Duration::ZERO,
+    };
+    store.define_schedule(&def, Some(t(0)), t(0)).await.unwrap();
+    let tick = |i: u64| NewTick {
+        schedule: "many".into(),
+        nominal: t(i * 1000),
+        outcome: TickOutcome::Skipped(SkipReason::Missed),
+        run: None,
+        backfill: false,
+        at: t(i * 1000),
+        next: None,
+        replace_runless: false,
+        lease: None,
+    };
+    let conn = raw(&dir.path().join("wf.db"));
+    let (mut most, mut trimmed) = (0, 0);
+    for chunk in 0..300u64 {
+        store
+            .fire_ticks((chunk * 10..chunk * 10 + 10).map(tick).collect())
+            .await
+            .unwrap();
+        let n: usize = conn
+            .query_row("SELECT count(*) FROM schedule_ticks", [], |r| r.get(0))
+            .unwrap();
+        most = most.max(n);
+        trimmed += usize::from(n == TICKS_KEPT);
+    }
+    assert!(most > TICKS_KEPT && most <= TICKS_KEPT + 320, "{most} records");
+    assert!(trimmed > 10, "trimmed back to {TICKS_KEPT} only {trimmed} times");
+    let listed = store.schedule_ticks("many", 5000).await.unwrap();
+    assert_eq!(listed.len(), TICKS_KEPT);
+    assert_eq!(listed[0].nominal, t(2999 * 1000));
+    assert_eq!(listed[TICKS_KEPT - 1].nominal, t(2000 * 1000));
+}
