@@ -908,8 +908,14 @@ async fn a_schedule_s_tick_records_stay_near_the_kept_count() {
         most = most.max(n);
         trimmed += usize::from(n == TICKS_KEPT);
     }
-    assert!(most > TICKS_KEPT && most <= TICKS_KEPT + 320, "{most} records");
-    assert!(trimmed > 10, "trimmed back to {TICKS_KEPT} only {trimmed} times");
+    assert!(
+        most > TICKS_KEPT && most <= TICKS_KEPT + 320,
+        "{most} records"
+    );
+    assert!(
+        trimmed > 10,
+        "trimmed back to {TICKS_KEPT} only {trimmed} times"
+    );
     let listed = store.schedule_ticks("many", 5000).await.unwrap();
     assert_eq!(listed.len(), TICKS_KEPT);
     assert_eq!(listed[0].nominal, t(2999 * 1000));
