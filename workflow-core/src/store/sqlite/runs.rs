@@ -93,10 +93,11 @@ impl RunStore for SqliteStore {
     }
 
     async fn append(&self, lease: &Lease, write: &Append) -> Result<(), StoreError> {
-        let lease = lease.clone();
-        let write = EncodedAppend::new(write)?;
-        self.write(move |tx| now(policy::append(&mut Lite(tx), &lease, &write)))
-            .await
+        let write = (lease.clone(), EncodedAppend::new(write)?);
+        self.write_on(write, |tx, (lease, write)| {
+            now(policy::append(&mut Lite(tx), lease, write))
+        })
+        .await
     }
 
     async fn continue_as_new(

@@ -154,7 +154,7 @@ impl ScheduleStore for SqliteStore {
             .into_iter()
             .map(TickRow::new)
             .collect::<Result<Vec<_>, _>>()?;
-        self.write(move |tx| now(fire_ticks(&mut Lite(tx), &rows)))
+        self.write_on(rows, |tx, rows| now(fire_ticks(&mut Lite(tx), rows)))
             .await
     }
 
