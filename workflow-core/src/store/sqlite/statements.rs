@@ -24,6 +24,11 @@ pub(super) struct SqliteOnly {
     /// A row when the run's lease is held by the epoch given: a transactional step's check,
     /// once its transaction holds the write lock, before its body runs.
     pub(super) lease_held: &'static str,
+    /// A run's last write in one statement: numbers `?2` events as `append` does (fenced by
+    /// `?3`) and ends the run as `end_run` does (`?4`-`?7` its status, output, error and
+    /// time): the base to number from, the parent and the chain's first run, or no row when
+    /// the lease is lost.
+    pub(super) append_end: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
@@ -342,5 +347,11 @@ pub(super) const SQL: Statements = Statements {
         lease_held: "SELECT 1 FROM runs
                      WHERE id = ?1 AND epoch = ?2 AND status = 'running'
                        AND lease_until IS NOT NULL",
+        append_end: "UPDATE runs SET last_seq = last_seq + ?2, status = ?4, output = ?5,
+                         error = ?6, updated_at = ?7, lease_until = NULL
+                     WHERE id = ?1
+                       AND (?3 IS NULL OR (epoch = ?3 AND status = 'running'
+                                           AND lease_until IS NOT NULL))
+                     RETURNING last_seq - ?2, parent_id, COALESCE(origin, id)",
     },
 };

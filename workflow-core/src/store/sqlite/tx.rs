@@ -166,16 +166,39 @@ impl Tx for Lite<'_> {
         else {
             return Ok(false);
         };
-        let mut insert = self.0.prepare_cached(SQL.dialect.insert_event)?;
-        for (i, seq) in (base + 1..).take(events.len()).enumerate() {
-            insert.execute(params![
-                run,
-                seq,
-                events.at[i],
-                events.kind[i],
-                events.data[i]
-            ])?;
+        insert_events(self.0, run, base, events)?;
+        Ok(true)
+    }
+
+    /// One statement numbers the events and ends the run (the run's row is read and
+    /// written once, not twice), then the events, the parent's notice and the tokens.
+    async fn append_and_end(
+        &mut self,
+        run: &str,
+        fence: Option<i64>,
+        events: &EncodedEvents,
+        end: &EncodedEnd,
+        now: i64,
+        _hint: crate::store::EndHint,
+    ) -> Result<bool, StoreError> {
+        let n = sql_id(events.len());
+        let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
+        let args = params![run, n, fence, status, output, error, now];
+        let Some((base, parent, origin)) = one(self.0, SQL.dialect.append_end, args, |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?
+        else {
+            return Ok(false);
+        };
+        insert_events(self.0, run, base, events)?;
+        if let Some(parent) = parent {
+            notify_parent(self.0, &parent, &origin, end, now)?;
         }
+        self.release_tokens(run, None, now).await?;
         Ok(true)
     }
 
@@ -335,15 +358,8 @@ impl Tx for Lite<'_> {
             params![run, status, output, error, now],
             |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, String>(1)?)),
         )?;
-        // A chain's end names its first run, which the parent awaits.
         if let Some((Some(parent), origin)) = parent {
-            let notice = end.notice(&origin);
-            exec(
-                self.0,
-                SQL.dialect.child_notice,
-                params![parent, CHILD_NOTICE_TOKEN, notice, now],
-            )?;
-            exec(self.0, SQL.dialect.wake, params![parent, now])?;
+            notify_parent(self.0, &parent, &origin, end, now)?;
         }
         Ok(())
     }
@@ -356,6 +372,45 @@ impl Tx for Lite<'_> {
     async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
         all(self.0, SQL.children_to_cancel, params![run], |r| r.get(0))
     }
+}
+
+/// Inserts `events` as run `run`'s, numbered from `base + 1`.
+fn insert_events(
+    conn: &Connection,
+    run: &str,
+    base: i64,
+    events: &EncodedEvents,
+) -> Result<(), StoreError> {
+    let mut insert = conn.prepare_cached(SQL.dialect.insert_event)?;
+    for (i, seq) in (base + 1..).take(events.len()).enumerate() {
+        insert.execute(params![
+            run,
+            seq,
+            events.at[i],
+            events.kind[i],
+            events.data[i]
+        ])?;
+    }
+    Ok(())
+}
+
+/// Tells `parent` that its child ended with `end`. A chain's end names its first run
+/// (`origin`), which the parent awaits.
+fn notify_parent(
+    conn: &Connection,
+    parent: &str,
+    origin: &str,
+    end: &EncodedEnd,
+    now: i64,
+) -> Result<(), StoreError> {
+    let notice = end.notice(origin);
+    exec(
+        conn,
+        SQL.dialect.child_notice,
+        params![parent, CHILD_NOTICE_TOKEN, notice, now],
+    )?;
+    exec(conn, SQL.dialect.wake, params![parent, now])?;
+    Ok(())
 }
 
 /// The value of a policy run on the writer thread, whose statements never wait.
