@@ -29,6 +29,9 @@ pub(super) struct SqliteOnly {
     /// time): the base to number from, the parent and the chain's first run, or no row when
     /// the lease is lost.
     pub(super) append_end: &'static str,
+    /// A row when run `?1` holds an active hook: without one, giving up all its tokens
+    /// writes nothing, and its two statements are skipped.
+    pub(super) holds_hooks: &'static str,
 }
 
 pub(super) const SQL: Statements = Statements {
@@ -353,5 +356,6 @@ pub(super) const SQL: Statements = Statements {
                        AND (?3 IS NULL OR (epoch = ?3 AND status = 'running'
                                            AND lease_until IS NOT NULL))
                      RETURNING last_seq - ?2, parent_id, COALESCE(origin, id)",
+        holds_hooks: "SELECT 1 FROM hooks WHERE run_id = ?1 AND active = 1 LIMIT 1",
     },
 };
