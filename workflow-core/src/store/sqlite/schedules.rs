@@ -3,6 +3,7 @@
 //! tick is the shared policy's (`store::sql::schedules::fire_tick`), run in one writer
 //! transaction with the run's admission.
 
+use std::collections::HashSet;
 use std::time::SystemTime;
 
 use rusqlite::{params, Row};
@@ -14,7 +15,7 @@ use crate::store::sql::schedules::{
     decode_schedule, decode_tick, encode_def, fire_ticks, ScheduleCols, ScheduleSql, ScheduleTx,
     TickCols, TickRow,
 };
-use crate::store::sql::{sql_id, sql_time};
+use crate::store::sql::{sql_id, sql_time, to_json};
 use crate::store::{
     FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickRecord, TickWrite,
     TICKS_KEPT,
@@ -116,7 +117,30 @@ impl ScheduleTx for Lite<'_> {
         exec(self.0, SQL.trim, params![name, keep - 1])?;
         Ok(())
     }
+
+    /// One statement for all of them (a second's 1,000 schedules were 1,000 statements).
+    async fn lock_schedules(&mut self, names: &[&str]) -> Result<HashSet<String>, StoreError> {
+        let names = to_json(&names, "schedule names")?;
+        let found = all(self.0, LOCK_MANY, [names], |r| r.get::<_, String>(0))?;
+        Ok(found.into_iter().collect())
+    }
+
+    /// One statement for all of them.
+    async fn advance_many(&mut self, nexts: &[(&str, i64)]) -> Result<(), StoreError> {
+        let nexts = to_json(&nexts, "next nominal times")?;
+        exec(self.0, ADVANCE_MANY, [nexts])?;
+        Ok(())
+    }
 }
+
+/// [`ScheduleSql::lock`] of the names in the JSON array `?1`: those that exist.
+const LOCK_MANY: &str =
+    "SELECT name FROM schedules WHERE name IN (SELECT value FROM json_each(?1))";
+
+/// [`ScheduleSql::advance`] of each `[name, next]` of the JSON array `?1`.
+const ADVANCE_MANY: &str = "UPDATE schedules SET next_at = MAX(COALESCE(next_at, v.next), v.next)
+     FROM (SELECT value ->> 0 AS name, value ->> 1 AS next FROM json_each(?1)) AS v
+     WHERE schedules.name = v.name";
 
 #[async_trait::async_trait]
 impl ScheduleStore for SqliteStore {
