@@ -146,7 +146,19 @@ impl Fresh {
     pub async fn cleanup(self) -> BoxResult<()> {
         #[cfg(feature = "postgres")]
         if let Some((_, store)) = self.pg {
-            store.drop_schema().await?;
+            // `Runtime::shutdown` does not wait for the writes under way (a firing loop's,
+            // a run's): dropping the schema can deadlock with one, which PostgreSQL reports
+            // as a transient error. Such a drop is tried again.
+            let mut tries = 0;
+            loop {
+                match store.clone().drop_schema().await {
+                    Err(e) if e.is_transient() && tries < 5 => {
+                        tries += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    done => break done?,
+                }
+            }
         }
         drop(self.dir);
         Ok(())
