@@ -49,8 +49,7 @@ const SQL: ScheduleSql = ScheduleSql {
          ON CONFLICT (schedule, nominal) DO UPDATE SET outcome = excluded.outcome,
              run_id = excluded.run_id, backfill = excluded.backfill,
              recorded_at = excluded.recorded_at
-         WHERE ?7 AND schedule_ticks.run_id IS NULL
-         RETURNING 1",
+         WHERE ?7 AND schedule_ticks.run_id IS NULL",
     advance: "UPDATE schedules SET next_at = MAX(COALESCE(next_at, ?2), ?2) WHERE name = ?1",
     trim: "DELETE FROM schedule_ticks WHERE schedule = ?1 AND nominal <
          (SELECT nominal FROM schedule_ticks WHERE schedule = ?1
@@ -105,7 +104,9 @@ impl ScheduleTx for Lite<'_> {
             t.recorded_at,
             t.replace_runless
         ];
-        Ok(one(self.0, SQL.upsert_tick, args, |_| Ok(()))?.is_some())
+        // A row inserted or replaced counts as changed; a record that stays does not (no
+        // RETURNING: it would build an ephemeral table per tick).
+        Ok(exec(self.0, SQL.upsert_tick, args)? > 0)
     }
 
     async fn advance(&mut self, name: &str, next: i64) -> Result<(), StoreError> {

@@ -26,9 +26,12 @@ pub(super) struct SqliteOnly {
     pub(super) lease_held: &'static str,
     /// A run's last write in one statement: numbers `?2` events as `append` does (fenced by
     /// `?3`) and ends the run as `end_run` does (`?4`-`?7` its status, output, error and
-    /// time): the base to number from, the parent and the chain's first run, or no row when
-    /// the lease is lost.
+    /// time); no row changed when the lease is lost. `numbered` then reads the base, the
+    /// parent and the chain's first run.
     pub(super) append_end: &'static str,
+    /// After `append` or `append_end` of `?2` events to run `?1` in this transaction: the
+    /// base to number them from, the run's parent and its chain's first run.
+    pub(super) numbered: &'static str,
     /// A row when run `?1` holds an active hook: without one, giving up all its tokens
     /// writes nothing, and its two statements are skipped.
     pub(super) holds_hooks: &'static str,
@@ -87,12 +90,13 @@ pub(super) const SQL: Statements = Statements {
                         hook_token, deadline, parent_id, queue, partition_key, priority,
                         start_at, version, previous_run, next_run, trace_context, origin,
                         epoch, wake_at, took_over, last_seq",
-    // Fences (with epoch `?3`, unless NULL) and numbers in one statement: the base to number
-    // `?2` events from, or no row when the lease is lost.
+    // Fences (with epoch `?3`, unless NULL) and numbers in one statement: no row changed when
+    // the lease is lost; `SqliteOnly::numbered` then reads the base to number `?2` events
+    // from. (A RETURNING clause would build an ephemeral table for its one row: about a
+    // tenth of a W3 run's instructions went to opening and closing those.)
     append: "UPDATE runs SET last_seq = last_seq + ?2
              WHERE id = ?1
-               AND (?3 IS NULL OR (epoch = ?3 AND status = 'running' AND lease_until IS NOT NULL))
-             RETURNING last_seq - ?2",
+               AND (?3 IS NULL OR (epoch = ?3 AND status = 'running' AND lease_until IS NOT NULL))",
     run_status: "SELECT status FROM runs WHERE id = ?1",
     // The parent, if any, is told next (`SqliteOnly::child_notice`).
     end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
@@ -354,8 +358,8 @@ pub(super) const SQL: Statements = Statements {
                          error = ?6, updated_at = ?7, lease_until = NULL
                      WHERE id = ?1
                        AND (?3 IS NULL OR (epoch = ?3 AND status = 'running'
-                                           AND lease_until IS NOT NULL))
-                     RETURNING last_seq - ?2, parent_id, COALESCE(origin, id)",
+                                           AND lease_until IS NOT NULL))",
+        numbered: "SELECT last_seq - ?2, parent_id, COALESCE(origin, id) FROM runs WHERE id = ?1",
         holds_hooks: "SELECT 1 FROM hooks WHERE run_id = ?1 AND active = 1 LIMIT 1",
     },
 };

@@ -160,13 +160,13 @@ impl Tx for Lite<'_> {
         events: &EncodedEvents,
     ) -> Result<bool, StoreError> {
         let n = sql_id(events.len());
-        let Some(base) = one(self.0, SQL.append, params![run, n, fence], |r| {
-            r.get::<_, i64>(0)
-        })?
-        else {
+        if exec(self.0, SQL.append, params![run, n, fence])? == 0 {
             return Ok(false);
-        };
-        insert_events(self.0, run, base, events)?;
+        }
+        if n > 0 {
+            let (base, ..) = numbered(self.0, run, n)?;
+            insert_events(self.0, run, base, events)?;
+        }
         Ok(true)
     }
 
@@ -184,16 +184,10 @@ impl Tx for Lite<'_> {
         let n = sql_id(events.len());
         let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
         let args = params![run, n, fence, status, output, error, now];
-        let Some((base, parent, origin)) = one(self.0, SQL.dialect.append_end, args, |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, Option<String>>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?
-        else {
+        if exec(self.0, SQL.dialect.append_end, args)? == 0 {
             return Ok(false);
-        };
+        }
+        let (base, parent, origin) = numbered(self.0, run, n)?;
         insert_events(self.0, run, base, events)?;
         if let Some(parent) = parent {
             notify_parent(self.0, &parent, &origin, end, now)?;
@@ -377,6 +371,19 @@ impl Tx for Lite<'_> {
     async fn children_to_cancel(&mut self, run: &str) -> Result<Vec<String>, StoreError> {
         all(self.0, SQL.children_to_cancel, params![run], |r| r.get(0))
     }
+}
+
+/// What `SqliteOnly::numbered` reads after `n` events were numbered for run `run`: the base
+/// to number them from, the run's parent and its chain's first run.
+fn numbered(
+    conn: &Connection,
+    run: &str,
+    n: i64,
+) -> Result<(i64, Option<String>, String), StoreError> {
+    one(conn, SQL.dialect.numbered, params![run, n], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })?
+    .ok_or_else(|| StoreError::database(format!("run {run} vanished while it was written")))
 }
 
 /// Inserts `events` as run `run`'s, numbered from `base + 1`.
