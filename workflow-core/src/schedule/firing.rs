@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
 
 use super::timing::Timing;
-use crate::store::{CatchUp, ScheduleDef, ScheduleState, SkipReason, TICKS_KEPT};
+use crate::store::{tick_hash, CatchUp, ScheduleDef, ScheduleState, SkipReason, TICKS_KEPT};
 
 /// How late a firing loop that just came up may look at the latest due tick and still count
 /// it as on time.
@@ -51,13 +51,7 @@ pub(crate) fn jitter_of(def: &ScheduleDef, nominal: SystemTime) -> Duration {
     if jitter == 0 {
         return Duration::ZERO;
     }
-    // FNV-1a: stable across processes, builds and platforms.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let ms = crate::history::to_millis(nominal);
-    for b in def.name.as_bytes().iter().chain(&ms.to_le_bytes()) {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = tick_hash(&def.name, crate::history::to_millis(nominal));
     Duration::from_millis(h % jitter)
 }
 

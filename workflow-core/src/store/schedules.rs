@@ -19,6 +19,18 @@ use crate::store::Lease;
 /// How many tick records a schedule keeps: its latest by nominal time.
 pub const TICKS_KEPT: usize = 1000;
 
+/// A hash of a schedule's tick (its name and nominal time in ms since the Unix epoch), the
+/// same on every worker, build and platform (FNV-1a): what a tick's jitter and whether it
+/// trims the schedule's records are drawn from.
+pub(crate) fn tick_hash(schedule: &str, nominal_ms: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in schedule.as_bytes().iter().chain(&nominal_ms.to_le_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// What a schedule's tick does when the schedule's previous run has not ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -118,17 +118,8 @@ impl TickRow {
     /// [`TRIM_EVERY`], picked by a hash of the schedule and the nominal time (the same on
     /// every worker and build, whatever the schedule's period).
     fn trims(&self) -> bool {
-        // FNV-1a.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in self
-            .schedule
-            .as_bytes()
-            .iter()
-            .chain(&self.nominal.to_le_bytes())
-        {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        let nominal = u64::try_from(self.nominal).unwrap_or_default();
+        let h = crate::store::tick_hash(&self.schedule, nominal);
         h % TRIM_EVERY == 0
     }
 }

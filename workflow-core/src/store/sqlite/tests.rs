@@ -868,38 +868,25 @@ async fn listing_reports_an_unknown_status() {
 /// pay for walking 1,000 records).
 #[tokio::test]
 async fn a_schedule_s_tick_records_stay_near_the_kept_count() {
-    use crate::store::{
-        CatchUp, NewTick, Overlap, ScheduleDef, ScheduleSpec, ScheduleStore, SkipReason,
-        TickOutcome, TICKS_KEPT,
-    };
+    use crate::store::{ScheduleStore, SkipReason, TickOutcome, TICKS_KEPT};
+    use crate::testing::store::{schedule_def, tick};
     let (dir, store) = fresh().await;
-    let def = ScheduleDef {
-        name: "many".into(),
-        workflow: "tick".into(),
-        queue: None,
-        spec: ScheduleSpec::Every { period_ms: 1000 },
-        overlap: Overlap::Skip,
-        catch_up: CatchUp::Latest,
-        catch_up_window: Duration::from_secs(3600),
-        jitter: Duration::ZERO,
-    };
-    store.define_schedule(&def, Some(t(0)), t(0)).await.unwrap();
-    let tick = |i: u64| NewTick {
-        schedule: "many".into(),
-        nominal: t(i * 1000),
-        outcome: TickOutcome::Skipped(SkipReason::Missed),
-        run: None,
-        backfill: false,
-        at: t(i * 1000),
-        next: None,
-        replace_runless: false,
-        lease: None,
+    store
+        .define_schedule(&schedule_def("many"), Some(t(0)), t(0))
+        .await
+        .unwrap();
+    let missed = |i: u64| {
+        tick(
+            "many",
+            t(i * 1000),
+            TickOutcome::Skipped(SkipReason::Missed),
+        )
     };
     let conn = raw(&dir.path().join("wf.db"));
     let (mut most, mut trimmed) = (0, 0);
     for chunk in 0..300u64 {
         store
-            .fire_ticks((chunk * 10..chunk * 10 + 10).map(tick).collect())
+            .fire_ticks((chunk * 10..chunk * 10 + 10).map(missed).collect())
             .await
             .unwrap();
         let n: usize = conn

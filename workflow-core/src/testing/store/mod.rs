@@ -165,6 +165,7 @@ pub use transactional::{
 pub(crate) use {
     concurrency::storm,
     migrations::previous_release_is_kept,
+    schedules::{def as schedule_def, tick},
     support::{acquire, ap, create, event_seqs, lease_one, names, owner, start, step_done, t},
 };
 

@@ -13,7 +13,7 @@ use crate::ids::RunId;
 use crate::store::*;
 
 /// A schedule named `name` of workflow `tick`, every second.
-fn def(name: &str) -> ScheduleDef {
+pub(crate) fn def(name: &str) -> ScheduleDef {
     ScheduleDef {
         name: name.to_owned(),
         workflow: "tick".to_owned(),
@@ -44,7 +44,7 @@ fn run(at: SystemTime) -> NewRun {
 }
 
 /// A tick of `schedule` at `nominal` with outcome `outcome` (and a run when started).
-fn tick(schedule: &str, nominal: SystemTime, outcome: TickOutcome) -> NewTick {
+pub(crate) fn tick(schedule: &str, nominal: SystemTime, outcome: TickOutcome) -> NewTick {
     NewTick {
         schedule: schedule.to_owned(),
         nominal,
