@@ -79,7 +79,7 @@ pub(super) const SQL: Statements = Statements {
                   updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
               WHERE id IN (
                   SELECT id FROM runs
-                  WHERE status IN ('pending', 'running', 'blocked')
+                  WHERE (status IN ('pending', 'running') OR status = 'blocked')
                     AND wake_at <= ?2
                     AND (lease_until IS NULL OR lease_until <= ?2)
                     AND workflow IN (SELECT value FROM json_each(?3))
@@ -211,16 +211,16 @@ pub(super) const SQL: Statements = Statements {
     list_queues: "SELECT q.name, q.concurrency, q.rate_limit, q.rate_period,
                          (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
                           WHERE queue = q.name AND began_at IS NOT NULL
-                            AND status IN ('pending', 'running', 'blocked')),
+                            AND (status IN ('pending', 'running') OR status = 'blocked')),
                          (SELECT COUNT(*) FROM runs
                           WHERE queue = q.name AND began_at IS NULL
-                            AND status IN ('pending', 'running', 'blocked')),
+                            AND (status IN ('pending', 'running') OR status = 'blocked')),
                          (SELECT COUNT(*) FROM runs
                           WHERE q.rate_period IS NOT NULL AND queue = q.name
                             AND began_at > ?1 - q.rate_period),
                          (SELECT MIN(created_at) FROM runs
                           WHERE queue = q.name AND began_at IS NULL
-                            AND status IN ('pending', 'running', 'blocked'))
+                            AND (status IN ('pending', 'running') OR status = 'blocked'))
                   FROM queues q ORDER BY q.name",
     // `?1` now. The window's oldest begin leaves it at `began_at + rate_period`.
     queue_opening: "SELECT MIN(opening) FROM (
@@ -232,14 +232,15 @@ pub(super) const SQL: Statements = Statements {
                           AND EXISTS (SELECT 1 FROM runs w
                                       WHERE w.queue = q.name AND w.queue IS NOT NULL
                                         AND w.began_at IS NULL
-                                        AND w.status IN ('pending', 'running', 'blocked'))
+                                        AND (w.status IN ('pending', 'running')
+                                             OR w.status = 'blocked'))
                           AND (SELECT COUNT(*) FROM runs r
                                WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
                               >= q.rate_limit)",
     // `?1` now, `?2` the workflows as a JSON array.
     waiting_queues: "SELECT DISTINCT queue FROM runs
                      WHERE queue IS NOT NULL AND began_at IS NULL
-                       AND status IN ('pending', 'running', 'blocked')
+                       AND (status IN ('pending', 'running') OR status = 'blocked')
                        AND wake_at <= ?1 AND (lease_until IS NULL OR lease_until <= ?1)
                        AND workflow IN (SELECT value FROM json_each(?2))
                      ORDER BY queue",
@@ -250,14 +251,14 @@ pub(super) const SQL: Statements = Statements {
     queue_counts: "SELECT
                        (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
                         WHERE queue = ?1 AND began_at IS NOT NULL
-                          AND status IN ('pending', 'running', 'blocked')),
+                          AND (status IN ('pending', 'running') OR status = 'blocked')),
                        (SELECT COUNT(*) FROM runs WHERE queue = ?1 AND began_at > ?2)",
     // `?1` queue, `?2` now, `?3` the workflows as a JSON array, `?4` limit. Walks the
     // waiting runs in the order they begin and stops at the limit. Of a key, only the
     // earliest started waiting run may begin, and only while none of the key holds a slot.
     queue_candidates: "SELECT id FROM runs w
                        WHERE queue = ?1 AND queue IS NOT NULL AND began_at IS NULL
-                         AND status IN ('pending', 'running', 'blocked')
+                         AND (status IN ('pending', 'running') OR status = 'blocked')
                          AND wake_at <= ?2 AND (lease_until IS NULL OR lease_until <= ?2)
                          AND workflow IN (SELECT value FROM json_each(?3))
                          AND (partition_key IS NULL OR (
@@ -266,13 +267,14 @@ pub(super) const SQL: Statements = Statements {
                                  WHERE e.queue = ?1 AND e.partition_key = w.partition_key
                                    AND e.queue IS NOT NULL AND e.partition_key IS NOT NULL
                                    AND e.began_at IS NULL
-                                   AND e.status IN ('pending', 'running', 'blocked')
+                                   AND (e.status IN ('pending', 'running') OR e.status = 'blocked')
                                    AND (e.created_at, e.id) < (w.created_at, w.id))
                              AND NOT EXISTS (
                                  SELECT 1 FROM runs h INDEXED BY runs_queue_holding
                                  WHERE h.queue = ?1 AND h.partition_key = w.partition_key
                                    AND h.queue IS NOT NULL AND h.began_at IS NOT NULL
-                                   AND h.status IN ('pending', 'running', 'blocked'))))
+                                   AND (h.status IN ('pending', 'running')
+                                        OR h.status = 'blocked'))))
                        ORDER BY priority DESC, created_at, id
                        LIMIT ?4",
     // `?1` lease until, `?2` now, `?3` the run ids as a JSON array.
@@ -280,7 +282,7 @@ pub(super) const SQL: Statements = Statements {
                        error = NULL, began_at = ?2, took_over = lease_until IS NOT NULL,
                        updated_at = CASE WHEN status = 'running' THEN updated_at ELSE ?2 END
                    WHERE id IN (SELECT value FROM json_each(?3)) AND began_at IS NULL
-                     AND status IN ('pending', 'running', 'blocked')
+                     AND (status IN ('pending', 'running') OR status = 'blocked')
                      AND (lease_until IS NULL OR lease_until <= ?2)
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
@@ -308,7 +310,8 @@ pub(super) const SQL: Statements = Statements {
         // `?1`: run ids as a JSON array; those not live.
         ended_among: "SELECT value FROM json_each(?1)
                       WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = value
-                                        AND status IN ('pending', 'running', 'blocked'))",
+                                        AND (status IN ('pending', 'running')
+                                             OR status = 'blocked'))",
         // A queued run admitted holding its slot, begun now and leased to the admitting
         // worker (epoch 1) until `?6`, if it may take a slot at once: its queue (`?10`) is
         // declared, no run of it waits to begin (nobody is overtaken, whatever their priority
@@ -326,11 +329,12 @@ pub(super) const SQL: Statements = Statements {
                          AND NOT EXISTS (SELECT 1 FROM runs w INDEXED BY runs_queue_waiting
                                          WHERE w.queue = ?10 AND w.queue IS NOT NULL
                                            AND w.began_at IS NULL
-                                           AND w.status IN ('pending', 'running', 'blocked'))
+                                           AND (w.status IN ('pending', 'running')
+                                                OR w.status = 'blocked'))
                          AND (q.concurrency IS NULL OR
                               (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
                                WHERE queue = ?10 AND began_at IS NOT NULL
-                                 AND status IN ('pending', 'running', 'blocked'))
+                                 AND (status IN ('pending', 'running') OR status = 'blocked'))
                               < q.concurrency)
                          AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
                               (SELECT COUNT(*) FROM runs
@@ -340,7 +344,7 @@ pub(super) const SQL: Statements = Statements {
                               SELECT 1 FROM runs h INDEXED BY runs_queue_holding
                               WHERE h.queue = ?10 AND h.partition_key = ?11
                                 AND h.began_at IS NOT NULL
-                                AND h.status IN ('pending', 'running', 'blocked')))
+                                AND (h.status IN ('pending', 'running') OR h.status = 'blocked')))
                        ON CONFLICT (id) DO NOTHING",
         // Run `?1`'s latest value of key `?2` is `?3` (JSON), set at `?4`: readers in other
         // processes see it at their next poll.
