@@ -7,8 +7,10 @@
 //! the commit ([`batch`]).
 //!
 //! Each dialect keeps its SQL in one `Statements` table and its connection handling; the
-//! tables, the event numbering (`runs.last_seq`) and the `workflow_migrations` layout are
-//! the same in both.
+//! tables and the `workflow_migrations` layout are the same in both. Both number a run's
+//! events after its last one, read in the fenced append: PostgreSQL from the count its run's
+//! row keeps (`runs.last_seq`, advanced by the append, which row-locks the run), SQLite from
+//! the last event itself (its one writer holds the file's write lock).
 
 pub(super) mod batch;
 pub(super) mod messages;

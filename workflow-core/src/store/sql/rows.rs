@@ -131,8 +131,9 @@ pub(in crate::store) struct LeasedRow {
     pub epoch: i64,
     pub wake_at: i64,
     pub took_over: bool,
-    /// How many events the run has recorded (`runs.last_seq`, which numbers every event
-    /// written): 0 for a run never driven, whose history need not be read.
+    /// Whether the run has recorded events: 0 for a run never driven, whose history need
+    /// not be read. PostgreSQL reads its count (`runs.last_seq`, which numbers every event
+    /// written), SQLite whether one exists.
     pub last_seq: i64,
 }
 

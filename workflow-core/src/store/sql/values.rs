@@ -118,6 +118,11 @@ impl EncodedEvents {
     pub fn len(&self) -> usize {
         self.at.len()
     }
+
+    #[cfg(feature = "sqlite")]
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
 }
 
 /// A run's end as the columns of its row.

@@ -24,13 +24,13 @@ pub(super) struct SqliteOnly {
     /// A row when the run's lease is held by the epoch given: a transactional step's check,
     /// once its transaction holds the write lock, before its body runs.
     pub(super) lease_held: &'static str,
-    /// A run's last write in one statement: numbers `?2` events as `append` does (fenced by
-    /// `?3`) and ends the run as `end_run` does (`?4`-`?7` its status, output, error and
-    /// time); no row changed when the lease is lost. `numbered` then reads the base, the
-    /// parent and the chain's first run.
+    /// A run's last write in one statement: fenced as `append` is (by `?2`), ends the run as
+    /// `end_run` does (`?3`-`?6` its status, output, error and time); no row changed when the
+    /// lease is lost. `numbered` then reads the base to number its events from, the parent
+    /// and the chain's first run.
     pub(super) append_end: &'static str,
-    /// After `append` or `append_end` of `?2` events to run `?1` in this transaction: the
-    /// base to number them from, the run's parent and its chain's first run.
+    /// After `append_end` of run `?1` in this transaction: the base to number its events from
+    /// (its last event), the run's parent and its chain's first run.
     pub(super) numbered: &'static str,
     /// A row when run `?1` holds an active hook: without one, giving up all its tokens
     /// writes nothing, and its two statements are skipped.
@@ -89,14 +89,17 @@ pub(super) const SQL: Statements = Statements {
               RETURNING id, workflow, status, input, output, error, created_at, updated_at,
                         hook_token, deadline, parent_id, queue, partition_key, priority,
                         start_at, version, previous_run, next_run, trace_context, origin,
-                        epoch, wake_at, took_over, last_seq",
-    // Fences (with epoch `?3`, unless NULL) and numbers in one statement: no row changed when
-    // the lease is lost; `SqliteOnly::numbered` then reads the base to number `?2` events
-    // from. (A RETURNING clause would build an ephemeral table for its one row: about a
-    // tenth of a W3 run's instructions went to opening and closing those.)
-    append: "UPDATE runs SET last_seq = last_seq + ?2
+                        epoch, wake_at, took_over,
+                        EXISTS (SELECT 1 FROM events WHERE run_id = runs.id)",
+    // Fences (with epoch `?2`, unless NULL) and reads the base to number the events from, the
+    // run's last event, in one read: no row when the lease is lost. The writer holds the
+    // file's write lock (`BEGIN IMMEDIATE`) from this read to the commit, so nothing writes
+    // the run in between, and the run's row is not written for an append: each step's
+    // commit writes the pages of its events, not also the run's.
+    append: "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1)
+             FROM runs
              WHERE id = ?1
-               AND (?3 IS NULL OR (epoch = ?3 AND status = 'running' AND lease_until IS NOT NULL))",
+               AND (?2 IS NULL OR (epoch = ?2 AND status = 'running' AND lease_until IS NOT NULL))",
     run_status: "SELECT status FROM runs WHERE id = ?1",
     // The parent, if any, is told next (`SqliteOnly::child_notice`).
     end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
@@ -287,7 +290,8 @@ pub(super) const SQL: Statements = Statements {
                    RETURNING id, workflow, status, input, output, error, created_at,
                              updated_at, hook_token, deadline, parent_id, queue, partition_key,
                              priority, start_at, version, previous_run, next_run,
-                             trace_context, origin, epoch, wake_at, took_over, last_seq",
+                             trace_context, origin, epoch, wake_at, took_over,
+                             EXISTS (SELECT 1 FROM events WHERE run_id = runs.id)",
     dialect: SqliteOnly {
         insert_event:
             "INSERT INTO events (run_id, seq, at, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -358,12 +362,14 @@ pub(super) const SQL: Statements = Statements {
         lease_held: "SELECT 1 FROM runs
                      WHERE id = ?1 AND epoch = ?2 AND status = 'running'
                        AND lease_until IS NOT NULL",
-        append_end: "UPDATE runs SET last_seq = last_seq + ?2, status = ?4, output = ?5,
-                         error = ?6, updated_at = ?7, lease_until = NULL
+        append_end: "UPDATE runs SET status = ?3, output = ?4, error = ?5, updated_at = ?6,
+                         lease_until = NULL
                      WHERE id = ?1
-                       AND (?3 IS NULL OR (epoch = ?3 AND status = 'running'
+                       AND (?2 IS NULL OR (epoch = ?2 AND status = 'running'
                                            AND lease_until IS NOT NULL))",
-        numbered: "SELECT last_seq - ?2, parent_id, COALESCE(origin, id) FROM runs WHERE id = ?1",
+        numbered: "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1),
+                          parent_id, COALESCE(origin, id)
+                   FROM runs WHERE id = ?1",
         holds_hooks: "SELECT 1 FROM hooks WHERE run_id = ?1 AND active = 1 LIMIT 1",
     },
 };

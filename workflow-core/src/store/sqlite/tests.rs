@@ -113,8 +113,6 @@ impl Damage for SqliteStore {
             [&id],
         )
         .unwrap();
-        conn.execute("UPDATE runs SET last_seq = 1 WHERE id = ?1", [&id])
-            .unwrap();
     }
 
     async fn rewrite_inbox(&self, run: RunId, json: &str) {
@@ -722,7 +720,8 @@ async fn a_new_file_gets_every_migration() {
         .unwrap()
         .exists([])
         .unwrap();
-    assert!(has_last_seq);
+    // Version 3 added it; version 16 numbers events from the events and drops it.
+    assert!(!has_last_seq);
 }
 
 #[tokio::test]

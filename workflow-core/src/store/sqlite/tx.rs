@@ -11,7 +11,7 @@ use super::statements::SQL;
 use crate::error::StoreError;
 use crate::store::sql::policy::{ChunkAppend, EncodedChunk, NewRunRow, Tx};
 use crate::store::sql::rows::{InboxRow, LeasedRow, QueueLimits, RunRow};
-use crate::store::sql::{sql_id, to_json, EncodedEnd, EncodedEvents};
+use crate::store::sql::{to_json, EncodedEnd, EncodedEvents};
 use crate::store::CHILD_NOTICE_TOKEN;
 
 /// The policies' statements on the writer's transaction. They run synchronously, so every
@@ -159,12 +159,10 @@ impl Tx for Lite<'_> {
         fence: Option<i64>,
         events: &EncodedEvents,
     ) -> Result<bool, StoreError> {
-        let n = sql_id(events.len());
-        if exec(self.0, SQL.append, params![run, n, fence])? == 0 {
+        let Some(base) = one(self.0, SQL.append, params![run, fence], |r| r.get(0))? else {
             return Ok(false);
-        }
-        if n > 0 {
-            let (base, ..) = numbered(self.0, run, n)?;
+        };
+        if !events.is_empty() {
             insert_events(self.0, run, base, events)?;
         }
         Ok(true)
@@ -181,13 +179,12 @@ impl Tx for Lite<'_> {
         now: i64,
         _hint: crate::store::EndHint,
     ) -> Result<bool, StoreError> {
-        let n = sql_id(events.len());
         let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
-        let args = params![run, n, fence, status, output, error, now];
+        let args = params![run, fence, status, output, error, now];
         if exec(self.0, SQL.dialect.append_end, args)? == 0 {
             return Ok(false);
         }
-        let (base, parent, origin) = numbered(self.0, run, n)?;
+        let (base, parent, origin) = numbered(self.0, run)?;
         insert_events(self.0, run, base, events)?;
         if let Some(parent) = parent {
             notify_parent(self.0, &parent, &origin, end, now)?;
@@ -373,14 +370,10 @@ impl Tx for Lite<'_> {
     }
 }
 
-/// What `SqliteOnly::numbered` reads after `n` events were numbered for run `run`: the base
-/// to number them from, the run's parent and its chain's first run.
-fn numbered(
-    conn: &Connection,
-    run: &str,
-    n: i64,
-) -> Result<(i64, Option<String>, String), StoreError> {
-    one(conn, SQL.dialect.numbered, params![run, n], |r| {
+/// What `SqliteOnly::numbered` reads of run `run` before its last events are inserted: the
+/// base to number them from (its last event's number), its parent and its chain's first run.
+fn numbered(conn: &Connection, run: &str) -> Result<(i64, Option<String>, String), StoreError> {
+    one(conn, SQL.dialect.numbered, [run], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
     })?
     .ok_or_else(|| StoreError::database(format!("run {run} vanished while it was written")))

@@ -1,10 +1,11 @@
 //! The write policies of the SQL stores, written once over the statements each dialect
 //! supplies ([`Tx`]): admission with its token claim, the claim of a token for a hook, fenced
-//! appends (event numbering from `runs.last_seq`, delivered payloads leaving the inbox, token
-//! releases, the run's end), failed tries, cancellation and pruning. Each policy runs inside
-//! one transaction the dialect opened; the decisions that must be atomic across processes are
-//! still single statements (the claim's upsert, the fence's `UPDATE`), so the database, not
-//! this code, decides between contenders.
+//! appends (event numbering after the run's last event, delivered payloads leaving the inbox,
+//! token releases, the run's end), failed tries, cancellation and pruning. Each policy runs
+//! inside one transaction the dialect opened; the decisions that must be atomic across
+//! processes are single statements (the claim's upsert, the fence's `UPDATE` on PostgreSQL)
+//! or made under SQLite's write lock, so the database, not this code, decides between
+//! contenders.
 //!
 //! A dialect's fused statement (one round trip doing what several policy steps do) is an
 //! optional [`Tx`] method declared next to the statements it stands for, whose default body
@@ -132,11 +133,11 @@ pub(in crate::store) trait Tx: Sized {
         at: i64,
     ) -> impl Future<Output = Result<Option<InboxRow>, StoreError>>;
 
-    /// Appends `events` numbered after the run's last (`runs.last_seq`, advanced by the same
-    /// statement), only while `fence` (an epoch) holds the lease and the run may still be
-    /// written, when given; false, writing nothing, when it does not. The statement updates
-    /// the run's row, so where the dialect has row locks it stays locked until the
-    /// transaction ends: no takeover, cancel or other write to the run interleaves.
+    /// Appends `events` numbered after the run's last, only while `fence` (an epoch) holds
+    /// the lease and the run may still be written, when given; false, writing nothing, when
+    /// it does not. No takeover, cancel or other write to the run may interleave until the
+    /// transaction ends: PostgreSQL's statement updates the run's row (`runs.last_seq`), which
+    /// stays row-locked; SQLite's one writer holds the file's write lock.
     fn append_events(
         &mut self,
         run: &str,
