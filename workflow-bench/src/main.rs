@@ -353,7 +353,12 @@ fn install_telemetry() -> BoxResult<metrics_exporter_prometheus::PrometheusHandl
     use tracing_subscriber::util::SubscriberInitExt;
 
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::sink);
+    // Without colours, as a service writing its logs to a file or a collector has them: a
+    // sink is no terminal, and ANSI styling of every field was a fifth of what the layers
+    // added to W3 under callgrind (nu_ansi_term, 38.5M of 211M instructions).
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(std::io::sink);
     let registry = tracing_subscriber::registry()
         .with(tracing_subscriber::filter::LevelFilter::INFO)
         .with(fmt);
