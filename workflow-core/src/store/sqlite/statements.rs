@@ -18,6 +18,7 @@ pub(super) struct SqliteOnly {
     pub(super) record_migration: &'static str,
     pub(super) legacy_meta: &'static str,
     pub(super) ended_among: &'static str,
+    pub(super) may_begin: &'static str,
     pub(super) insert_begun: &'static str,
     pub(super) publish_event: &'static str,
     pub(super) record_reply: &'static str,
@@ -316,39 +317,42 @@ pub(super) const SQL: Statements = Statements {
                       WHERE NOT EXISTS (SELECT 1 FROM runs WHERE id = value
                                         AND (status IN ('pending', 'running')
                                              OR status = 'blocked'))",
-        // A queued run admitted holding its slot, begun now and leased to the admitting
-        // worker (epoch 1) until `?6`, if it may take a slot at once: its queue (`?10`) is
+        // Whether a queued run admitted at `?3` may take a slot at once: its queue (`?1`) is
         // declared, no run of it waits to begin (nobody is overtaken, whatever their priority
         // or key), a slot is free, the rate window has room, and no run of its partition key
-        // (`?11`) holds a slot. The writer is serial (and `BEGIN IMMEDIATE` between
-        // processes): nothing changes between the check and the insert.
+        // (`?2`) holds a slot. The writer is serial (and `BEGIN IMMEDIATE` between
+        // processes): nothing changes between this check and `insert_begun`. (One statement
+        // of both, an INSERT .. SELECT reading `runs`, had SQLite copy the row through a
+        // temporary b-tree first.)
+        may_begin: "SELECT 1 FROM queues q
+                    WHERE q.name = ?1
+                      AND NOT EXISTS (SELECT 1 FROM runs w INDEXED BY runs_queue_waiting
+                                      WHERE w.queue = ?1 AND w.queue IS NOT NULL
+                                        AND w.began_at IS NULL
+                                        AND (w.status IN ('pending', 'running')
+                                             OR w.status = 'blocked'))
+                      AND (q.concurrency IS NULL OR
+                           (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+                            WHERE queue = ?1 AND began_at IS NOT NULL
+                              AND (status IN ('pending', 'running') OR status = 'blocked'))
+                           < q.concurrency)
+                      AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
+                           (SELECT COUNT(*) FROM runs
+                            WHERE queue = ?1 AND began_at > ?3 - q.rate_period)
+                           < q.rate_limit)
+                      AND (?2 IS NULL OR NOT EXISTS (
+                           SELECT 1 FROM runs h INDEXED BY runs_queue_holding
+                           WHERE h.queue = ?1 AND h.partition_key = ?2
+                             AND h.began_at IS NOT NULL
+                             AND (h.status IN ('pending', 'running') OR h.status = 'blocked')))",
+        // A queued run admitted holding its slot (`may_begin` said it may), begun now and
+        // leased to the admitting worker (epoch 1) until `?6`.
         insert_begun: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
                                          wake_at, hook_token, epoch, lease_until, deadline,
                                          parent_id, detached, queue, partition_key, priority,
                                          began_at, version, trace_context)
-                       SELECT ?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
-                              ?11, ?12, ?4, ?13, ?14
-                       FROM queues q
-                       WHERE q.name = ?10
-                         AND NOT EXISTS (SELECT 1 FROM runs w INDEXED BY runs_queue_waiting
-                                         WHERE w.queue = ?10 AND w.queue IS NOT NULL
-                                           AND w.began_at IS NULL
-                                           AND (w.status IN ('pending', 'running')
-                                                OR w.status = 'blocked'))
-                         AND (q.concurrency IS NULL OR
-                              (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
-                               WHERE queue = ?10 AND began_at IS NOT NULL
-                                 AND (status IN ('pending', 'running') OR status = 'blocked'))
-                              < q.concurrency)
-                         AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
-                              (SELECT COUNT(*) FROM runs
-                               WHERE queue = ?10 AND began_at > ?4 - q.rate_period)
-                              < q.rate_limit)
-                         AND (?11 IS NULL OR NOT EXISTS (
-                              SELECT 1 FROM runs h INDEXED BY runs_queue_holding
-                              WHERE h.queue = ?10 AND h.partition_key = ?11
-                                AND h.began_at IS NOT NULL
-                                AND (h.status IN ('pending', 'running') OR h.status = 'blocked')))
+                       VALUES (?1, ?2, 'running', ?3, ?4, ?4, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10,
+                               ?11, ?12, ?4, ?13, ?14)
                        ON CONFLICT (id) DO NOTHING",
         // Run `?1`'s latest value of key `?2` is `?3` (JSON), set at `?4`: readers in other
         // processes see it at their next poll.

@@ -289,8 +289,8 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
         ("queue_opening", SQL.queue_opening, &["runs_queue_waiting"]),
         ("queue_counts", SQL.queue_counts, &["runs_queue_holding"]),
         (
-            "insert_begun",
-            SQL.dialect.insert_begun,
+            "may_begin",
+            SQL.dialect.may_begin,
             &["runs_queue_waiting", "runs_queue_holding"],
         ),
     ];
@@ -311,9 +311,10 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
 }
 
 /// What the migration to version 15 is for: a run's status change, which evaluates every
-/// live index's predicate for the old and the new row, builds no temporary b-tree.
+/// live index's predicate for the old and the new row, builds no temporary b-tree; nor does
+/// a queued admission's insert.
 #[tokio::test]
-async fn a_status_change_builds_no_temporary_b_tree() {
+async fn a_status_change_or_a_queued_admission_builds_no_temporary_b_tree() {
     let (dir, _store) = fresh().await;
     let conn = raw(&dir.path().join("wf.db"));
     let program = explain(&conn, "EXPLAIN", SQL.end_run, 1);
@@ -323,9 +324,14 @@ async fn a_status_change_builds_no_temporary_b_tree() {
         ephemeral <= 1,
         "{ephemeral} OpenEphemeral in end_run:\n{program:?}"
     );
-    let program = explain(&conn, "EXPLAIN", SQL.dialect.append_end, 1);
-    let ephemeral = program.iter().filter(|op| *op == "OpenEphemeral").count();
-    assert_eq!(ephemeral, 0, "append_end:\n{program:?}");
+    for (name, sql) in [
+        ("append_end", SQL.dialect.append_end),
+        ("insert_begun", SQL.dialect.insert_begun),
+    ] {
+        let program = explain(&conn, "EXPLAIN", sql, 1);
+        let ephemeral = program.iter().filter(|op| *op == "OpenEphemeral").count();
+        assert_eq!(ephemeral, 0, "{name}:\n{program:?}");
+    }
 }
 
 #[tokio::test]

@@ -83,6 +83,10 @@ impl Tx for Lite<'_> {
             Some((p, detached)) => (Some(p.as_str()), *detached),
             None => (None, false),
         };
+        let may = params![queue, run.partition_key, run.created_at];
+        if one(self.0, SQL.dialect.may_begin, may, |_| Ok(()))?.is_none() {
+            return Ok(false);
+        }
         let inserted = exec(
             self.0,
             SQL.dialect.insert_begun,
