@@ -6,7 +6,7 @@
 //! into the journal and waits for its result under a key (the step id or timer id); the driver
 //! (`driver.rs`) executes commands, records them and delivers results one at a time.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use rand::distr::{Distribution, StandardUniform};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -9,7 +9,7 @@
 //! costs O(n); replay happens only when a run is picked up (after a restart, a takeover, or an
 //! eviction during a long sleep). The driver talks to its runtime through [`Host`] alone.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use futures::task::AtomicWaker;
 use futures::FutureExt;
 use serde_json::Value;

@@ -1,13 +1,13 @@
 //! Configuring and building a runtime: the choice of store, the [`Config`] options, and
 //! `build`, which registers the linked workflows and starts the worker's loops.
 
-use std::collections::HashMap;
 #[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::sync::{watch, Notify};
 
 use super::clock::Clock;

@@ -6,10 +6,11 @@
 //! so only such runs are remembered, and only until shortly before then. The caller of a
 //! duplicate start, handed the owner's id, is the usual one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use foldhash::HashMap;
 use serde_json::Value;
 
 use crate::ids::RunId;

@@ -31,12 +31,12 @@ mod start;
 mod streams;
 mod worker;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::SystemTime;
 
+use foldhash::HashMap;
 use serde_json::Value;
 use tokio::sync::{watch, Notify};
 

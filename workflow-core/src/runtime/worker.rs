@@ -200,7 +200,9 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
         // that driver's writes are refused from now on, so it stops.
         earlier.stop.notify_one();
     }
-    tokio::spawn(Driver::run(rt.clone(), leased, reg, signals));
+    // Boxed: the driver's future is about 8 KiB, which tokio would otherwise copy into the
+    // task's cell as it spawns it and copy over again when the task finishes.
+    tokio::spawn(Box::pin(Driver::run(rt.clone(), leased, reg, signals)));
 }
 
 /// Renews the leases of the runs driven here every third of the lease, and stops the drivers
