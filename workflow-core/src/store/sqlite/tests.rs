@@ -328,20 +328,21 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
 async fn a_status_change_or_a_queued_admission_builds_no_temporary_b_tree() {
     let (dir, _store) = fresh().await;
     let conn = raw(&dir.path().join("wf.db"));
-    let program = explain(&conn, "EXPLAIN", SQL.end_run, 1);
-    let ephemeral = program.iter().filter(|op| *op == "OpenEphemeral").count();
+    // How many temporary b-trees `sql`'s program opens, and the program.
+    let ephemeral = |sql: &str| {
+        let program = explain(&conn, "EXPLAIN", sql, 1);
+        let n = program.iter().filter(|op| *op == "OpenEphemeral").count();
+        (n, program)
+    };
+    let (n, program) = ephemeral(SQL.end_run);
     // One for RETURNING, which SQLite buffers; none for the indexes' predicates.
-    assert!(
-        ephemeral <= 1,
-        "{ephemeral} OpenEphemeral in end_run:\n{program:?}"
-    );
+    assert!(n <= 1, "{n} OpenEphemeral in end_run:\n{program:?}");
     for (name, sql) in [
         ("append_end", SQL.dialect.append_end),
         ("insert_begun", SQL.dialect.insert_begun),
     ] {
-        let program = explain(&conn, "EXPLAIN", sql, 1);
-        let ephemeral = program.iter().filter(|op| *op == "OpenEphemeral").count();
-        assert_eq!(ephemeral, 0, "{name}:\n{program:?}");
+        let (n, program) = ephemeral(sql);
+        assert_eq!(n, 0, "{name}:\n{program:?}");
     }
 }
 
