@@ -5,14 +5,14 @@
 //!
 //! SQLite allows one writer at a time, and with `synchronous=FULL` each commit costs an fsync.
 //! So all writes go to one thread that drains every request queued while it was busy and runs
-//! them in one transaction, each inside its own savepoint (group commit: many runs share one
-//! fsync, and one refused request rolls back only itself). Callers hear back only after the
+//! them in one transaction (group commit: many runs share one fsync; when a request fails, the
+//! group is written again with a savepoint per request, so it rolls back only itself). Callers hear back only after the
 //! commit. Reads run beside it on a few reader threads; WAL lets them see the last commit
 //! without waiting for the writer. Between processes, `BEGIN IMMEDIATE` and `busy_timeout`
 //! serialize the writers, and every check-then-write happens inside one such transaction.
 //!
 //! This file is the face: [`SqliteStore`], its opening, and the two doors every capability
-//! goes through, `write` (a savepoint in the writer's next group transaction) and `read` (a
+//! goes through, `write` (a request in the writer's next group transaction) and `read` (a
 //! reader thread's connection), with the errors they report. The SQL, the schema and the
 //! threads live in the files beside it; nothing here runs a statement itself.
 
@@ -204,15 +204,17 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Runs `work` on the writer thread inside a savepoint of the current group transaction;
-    /// answers once that transaction has committed (or with `work`'s own error, in which case
-    /// everything `work` wrote was rolled back).
+    /// Runs `work` on the writer thread in the current group transaction; answers once that
+    /// transaction has committed (or with `work`'s own error, in which case everything `work`
+    /// wrote was rolled back). `work` may run twice: when a request of its group fails, the
+    /// group is rolled back and written again (see `writer::run_batch`), so it must do nothing
+    /// but its writes.
     async fn write<R, F>(&self, work: F) -> Result<R, StoreError>
     where
-        F: FnOnce(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
+        F: Fn(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
-        let (job, answer) = Job::new(Some(work));
+        let (job, answer) = Job::new(work);
         self.inner
             .writer
             .send(Box::new(job))
@@ -228,7 +230,7 @@ impl SqliteStore {
     async fn write_on<D, R, F>(&self, data: D, work: F) -> Result<R, StoreError>
     where
         D: Send + Sync + 'static,
-        F: FnOnce(&Transaction<'_>, &D) -> Result<R, StoreError> + Send + 'static,
+        F: Fn(&Transaction<'_>, &D) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
         let data = Arc::new(data);

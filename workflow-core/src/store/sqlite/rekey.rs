@@ -97,7 +97,7 @@ impl RekeyStore for SqliteStore {
         let (replace, new) = replacement(&SQL, row, value)?;
         let old = row.stored.clone();
         self.write(move |tx| {
-            let changed = match replace {
+            let changed = match &replace {
                 Replace::Run(sql, run) => exec(tx, sql, params![run, old, new])?,
                 Replace::Event(run, seq) => exec(tx, SQL.set_event, params![run, seq, old, new])?,
                 Replace::Inbox(id, run) => exec(tx, SQL.set_inbox, params![id, run, old, new])?,

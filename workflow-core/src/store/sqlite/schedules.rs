@@ -173,7 +173,7 @@ impl ScheduleStore for SqliteStore {
         Ok(fired.pop().map_or(TickWrite::NoSchedule, |f| f.write))
     }
 
-    /// One request to the writer: the ticks are one savepoint of its transaction.
+    /// One request to the writer: the ticks are one request of its group transaction.
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
         let rows = ticks
             .into_iter()

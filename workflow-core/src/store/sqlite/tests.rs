@@ -859,6 +859,78 @@ async fn a_refused_request_does_not_undo_its_batch_neighbours() {
     }
 }
 
+/// A group runs without savepoints; a request that wrote and then failed makes the writer
+/// roll the group back and write it again with a savepoint per request: what the failing
+/// request wrote is gone, its neighbours' writes and answers stand, in one commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_failing_after_it_wrote_is_undone_alone_in_its_group() {
+    let (_dir, store) = fresh().await;
+    within(store.write(|tx| Ok(tx.execute_batch("CREATE TABLE probe (n INTEGER NOT NULL)")?)))
+        .await
+        .unwrap();
+    let commits = |s: &SqliteStore| s.inner.stats.commits.load(Ordering::Relaxed);
+    let before = commits(&store);
+    // Holds the writer while the requests queue up behind it, so they form one group.
+    let (held, hold) = std::sync::mpsc::channel::<()>();
+    let blocker = {
+        let store = store.clone();
+        let hold = std::sync::Mutex::new(hold);
+        tokio::spawn(async move {
+            store
+                .write(move |_| {
+                    let _ = hold.lock().map(|h| h.recv_timeout(Duration::from_secs(10)));
+                    Ok(())
+                })
+                .await
+        })
+    };
+    let requests: Vec<_> = (0..10_i64)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .write(move |tx| {
+                        tx.execute("INSERT INTO probe (n) VALUES (?1)", [n])?;
+                        if n == 3 {
+                            return Err(StoreError::database("refused after writing"));
+                        }
+                        Ok(n * 10)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    // Every request is queued once the writer has answered none of them for a while.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.send(()).unwrap();
+    within(blocker).await.unwrap().unwrap();
+    for (n, request) in requests.into_iter().enumerate() {
+        let answer = within(request).await.unwrap();
+        if n == 3 {
+            assert!(
+                matches!(&answer, Err(StoreError::Database(m)) if m.message().contains("refused")),
+                "{answer:?}"
+            );
+        } else {
+            assert_eq!(answer.unwrap(), n as i64 * 10);
+        }
+    }
+    assert_eq!(
+        commits(&store) - before,
+        2,
+        "the ten requests were not one group behind the blocker"
+    );
+    let mut written: Vec<i64> = within(store.read(|conn| {
+        let mut stmt = conn.prepare("SELECT n FROM probe")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<i64>, _>>()?)
+    }))
+    .await
+    .unwrap();
+    written.sort_unstable();
+    assert_eq!(written, [0, 1, 2, 4, 5, 6, 7, 8, 9]);
+}
+
 #[tokio::test]
 async fn a_panicking_write_fails_alone() {
     let (_dir, store) = fresh().await;

@@ -5,8 +5,8 @@
 //! runs share one commit, and no caller hears of a write that did not commit.
 //!
 //! What a backend supplies is a [`Committer`]: how it writes a group in one transaction and
-//! one request alone. SQLite's writer thread writes a group in one IMMEDIATE transaction with
-//! a savepoint per request, synchronously (its futures are ready at once); PostgreSQL's
+//! one request alone. SQLite's writer thread writes a group in one IMMEDIATE transaction
+//! (again with a savepoint per request when one failed), synchronously (its futures are ready at once); PostgreSQL's
 //! committers write one on a pooled connection, in run-id order, redoing each write alone
 //! when a statement may have aborted the group.
 
@@ -80,7 +80,7 @@ pub(in crate::store) enum Group {
     /// Committed: each request's own answer holds.
     Committed,
     /// A write failed in a way that may have aborted the transaction, which was rolled
-    /// back: each request is written again, alone. (SQLite's savepoints never need it.)
+    /// back: each request is written again, alone. (SQLite's writer never needs it: it writes a failed group again itself.)
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Redo,
     /// The transaction did not commit: every request fails with this (a refused one keeps
