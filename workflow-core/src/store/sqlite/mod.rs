@@ -42,7 +42,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, Transaction};
+use rusqlite::{Connection, ErrorCode};
 use tokio::sync::oneshot;
 
 use self::readers::{open_reader, reader_loop, ReadJob};
@@ -211,7 +211,7 @@ impl SqliteStore {
     /// but its writes.
     async fn write<R, F>(&self, work: F) -> Result<R, StoreError>
     where
-        F: Fn(&Transaction<'_>) -> Result<R, StoreError> + Send + 'static,
+        F: Fn(&Connection) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
         let (job, answer) = Job::new(work);
@@ -230,7 +230,7 @@ impl SqliteStore {
     async fn write_on<D, R, F>(&self, data: D, work: F) -> Result<R, StoreError>
     where
         D: Send + Sync + 'static,
-        F: Fn(&Transaction<'_>, &D) -> Result<R, StoreError> + Send + 'static,
+        F: Fn(&Connection, &D) -> Result<R, StoreError> + Send + 'static,
         R: Send + 'static,
     {
         let data = Arc::new(data);

@@ -870,20 +870,31 @@ async fn a_request_failing_after_it_wrote_is_undone_alone_in_its_group() {
         .unwrap();
     let commits = |s: &SqliteStore| s.inner.stats.commits.load(Ordering::Relaxed);
     let before = commits(&store);
-    // Holds the writer while the requests queue up behind it, so they form one group.
+    // Holds the writer, in a group of its own, while the requests queue up behind it, so
+    // that they form the next group.
     let (held, hold) = std::sync::mpsc::channel::<()>();
+    let (holding, writer_held) = std::sync::mpsc::channel::<()>();
     let blocker = {
         let store = store.clone();
-        let hold = std::sync::Mutex::new(hold);
+        let hold = std::sync::Mutex::new((holding, hold));
         tokio::spawn(async move {
             store
                 .write(move |_| {
-                    let _ = hold.lock().map(|h| h.recv_timeout(Duration::from_secs(10)));
+                    if let Ok((holding, hold)) = hold.lock().as_deref() {
+                        let _ = holding.send(());
+                        let _ = hold.recv_timeout(Duration::from_secs(10));
+                    }
                     Ok(())
                 })
                 .await
         })
     };
+    within(tokio::task::spawn_blocking(move || {
+        writer_held.recv_timeout(Duration::from_secs(10))
+    }))
+    .await
+    .unwrap()
+    .expect("the writer ran the blocker");
     let requests: Vec<_> = (0..10_i64)
         .map(|n| {
             let store = store.clone();

@@ -105,10 +105,11 @@ pub(super) fn preallocate_wal(conn: &Connection, path: &Path) -> std::io::Result
 /// transaction (again if the group is written a second time), then, once the transaction's
 /// fate is known, answer.
 pub(super) trait WriteJob: Send {
-    /// Runs the request, recording its answer (a later run replaces it); false if it
-    /// failed. It may run more than once: a group whose request failed is rolled back and
-    /// written again with a savepoint per request.
-    fn run(&mut self, tx: &Transaction<'_>) -> bool;
+    /// Runs the request on the writer's connection, inside its transaction, recording its
+    /// answer (a later run replaces it); false if it failed. It may run more than once: a
+    /// group whose request failed is rolled back and written again with a savepoint per
+    /// request.
+    fn run(&mut self, tx: &Connection) -> bool;
     /// See [`Request::finish`].
     fn finish(self: Box<Self>, commit: Result<(), &DatabaseError>);
 }
@@ -119,10 +120,10 @@ pub(super) type Job<F, R> = Request<F, R>;
 
 impl<F, R> WriteJob for Job<F, R>
 where
-    F: Fn(&Transaction<'_>) -> Result<R, StoreError> + Send,
+    F: Fn(&Connection) -> Result<R, StoreError> + Send,
     R: Send,
 {
-    fn run(&mut self, tx: &Transaction<'_>) -> bool {
+    fn run(&mut self, tx: &Connection) -> bool {
         let work = &self.write;
         let result = catch_unwind(AssertUnwindSafe(|| work(tx))).unwrap_or_else(|p| {
             Err(StoreError::database(format!(
@@ -211,7 +212,7 @@ pub(super) fn run_batch(
     batch: &mut [Box<dyn WriteJob>],
 ) -> Result<(), DatabaseError> {
     let began = std::time::Instant::now();
-    let tx = begin_immediate(conn).map_err(failed)?;
+    let tx = WriteTx::begin(conn).map_err(failed)?;
     let mut all_ok = true;
     for job in batch.iter_mut() {
         all_ok = job.run(&tx);
@@ -242,35 +243,81 @@ fn write_guarded(
     batch: &mut [Box<dyn WriteJob>],
     began: Instant,
 ) -> Result<(), DatabaseError> {
-    let control = |tx: &Transaction<'_>, sql: &str| {
-        tx.prepare_cached(sql)
-            .and_then(|mut s| s.execute([]))
-            .map_err(failed)
-    };
-    let tx = begin_immediate(conn).map_err(failed)?;
+    let control = |sql: &str| cached(conn, sql).map_err(failed);
+    let tx = WriteTx::begin(conn).map_err(failed)?;
     for job in batch.iter_mut() {
-        control(&tx, "SAVEPOINT request")?;
+        control("SAVEPOINT request")?;
         let ok = job.run(&tx);
         if tx.is_autocommit() {
             return Err(rolled_back());
         }
         if !ok {
-            control(&tx, "ROLLBACK TO request")?;
+            control("ROLLBACK TO request")?;
         }
-        control(&tx, "RELEASE request")?;
+        control("RELEASE request")?;
     }
     commit_tx(tx, began)
 }
 
 /// Commits `tx` (begun at `began` for its group). On any error return before it, dropping
 /// `tx` rolls back whatever is left.
-fn commit_tx(tx: Transaction<'_>, began: Instant) -> Result<(), DatabaseError> {
-    retry_busy("COMMIT", || {
-        tx.prepare_cached("COMMIT").and_then(|mut s| s.execute([]))
-    })
-    .map_err(failed)?;
+fn commit_tx(tx: WriteTx<'_>, began: Instant) -> Result<(), DatabaseError> {
+    tx.commit().map_err(failed)?;
     crate::telemetry::store_commit("sqlite", began.elapsed());
     Ok(())
+}
+
+/// Runs one transaction-control statement, prepared once per connection.
+fn cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql).and_then(|mut s| s.execute([]))?;
+    Ok(())
+}
+
+/// The writer's transaction: an IMMEDIATE transaction on its connection (which it derefs
+/// to, so that requests run their statements on it), rolled back when dropped uncommitted.
+/// Its `BEGIN IMMEDIATE` and `COMMIT` are prepared once: rusqlite's `Transaction` parses its
+/// `BEGIN` anew each time (about 5,000 instructions, once per group, so once per step of a
+/// run waiting alone on each of its commits).
+struct WriteTx<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> WriteTx<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Self> {
+        retry_busy("BEGIN IMMEDIATE", || cached(conn, "BEGIN IMMEDIATE"))?;
+        Ok(WriteTx { conn, open: true })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        retry_busy("COMMIT", || cached(self.conn, "COMMIT"))?;
+        self.open = false;
+        Ok(())
+    }
+
+    fn rollback(mut self) -> rusqlite::Result<()> {
+        self.open = false;
+        cached(self.conn, "ROLLBACK")
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        // SQLite may have rolled it back already (some I/O errors do).
+        if self.open && !self.conn.is_autocommit() {
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                tracing::error!(error = %e, "could not roll back the write transaction");
+            }
+        }
+    }
 }
 
 fn failed(e: rusqlite::Error) -> DatabaseError {
