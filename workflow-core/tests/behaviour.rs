@@ -862,6 +862,47 @@ async fn bad_input_gives_clear_errors(b: Backend) {
     );
 }
 
+#[step]
+async fn first_of_one(n: u32) -> Result<u32> {
+    Ok(n + 1)
+}
+
+#[workflow]
+async fn one_step(n: u32) -> Result<u32> {
+    first_of_one(n).await
+}
+
+/// A run started here is driven before its admission, which carries the start of its first
+/// step: a one-step run writes twice (its admission with the step's start, then the step's
+/// result with its end) where the store can do both in one act (memory, SQLite), three times
+/// where it cannot (the admission alone first); its history is the same either way.
+async fn a_run_started_here_is_admitted_with_the_start_of_its_first_step(b: Backend) {
+    let db = TestDb::new(b);
+    let (store, rt) = common::failing_store(&db, 0).await;
+    store.pass_first_writes();
+    let run = bounded(rt.start(one_step, (41,)).into_future())
+        .await
+        .unwrap();
+    assert_eq!(bounded(run.return_value()).await.unwrap(), 42);
+    let kinds: Vec<&str> = rt
+        .store()
+        .events(&run.id())
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event.kind())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["step_scheduled", "step_completed", "run_completed"]
+    );
+    let expected: &[&str] = match b {
+        Backend::Memory | Backend::Sqlite => &["admit+1", "end+2"],
+        Backend::Postgres => &["admit", "append+1", "end+2"],
+    };
+    assert_eq!(store.writes(), expected);
+}
+
 /// A start can be awaited from a thread outside tokio (a blocking handler, another executor):
 /// its admission runs on the runtime's own tokio runtime.
 /// A panic in the runtime's own code for a run (here: inside a store call the driver makes)
@@ -1651,6 +1692,7 @@ on_every_store!(
     long_sleeps_are_evicted_and_resumed,
     a_start_can_be_awaited_outside_tokio,
     a_driver_panic_releases_the_run,
+    a_run_started_here_is_admitted_with_the_start_of_its_first_step,
     huge_durations_saturate,
     a_second_driver_here_keeps_its_place,
     each_end_carries_what_the_driver_knows_of_the_run,

@@ -40,6 +40,9 @@ use crate::telemetry::AttemptOutcome;
 use crate::traces::InSpan;
 use waker::FlagWaker;
 
+pub(crate) use self::admission::Pending;
+
+mod admission;
 mod chain;
 mod children;
 mod stops;
@@ -227,6 +230,9 @@ pub(crate) struct Driver {
     /// context) then happens once per step of the workflow, not once per wake-up of the
     /// driver.
     span: tracing::Span,
+    /// The admission of a run started here and driven before it (`driver/admission.rs`),
+    /// made at the end of the first round; `None` once made, and for every other run.
+    pending: Option<Pending>,
 }
 
 impl Driver {
@@ -236,6 +242,7 @@ impl Driver {
         leased: LeasedRun,
         reg: &'static WorkflowRegistration,
         signals: Signals,
+        pending: Option<Pending>,
     ) {
         let LeasedRun {
             run,
@@ -320,6 +327,7 @@ impl Driver {
             held: VecDeque::new(),
             trace,
             span: span.clone(),
+            pending,
         };
         if d.replay.has_history() {
             d.replay_began = Some(replay_began);
@@ -490,7 +498,18 @@ impl Driver {
                 }
             };
             let now = self.host.now();
-            if let Err(d) = self.replay.issue(self.ctx.take_issued(), now) {
+            let issued = self.replay.issue(self.ctx.take_issued(), now);
+            // A run started here is admitted now, before anything of its first round is
+            // written or carried out: with that round's writes when it only started steps.
+            if self.pending.is_some() {
+                let first =
+                    (issued.is_ok() && polled.is_none() && !self.replay.next_is_transactional())
+                        .then(|| self.replay.take_writes());
+                if !self.admit_pending(first).await? {
+                    return Ok(Stop::Abandoned);
+                }
+            }
+            if let Err(d) = issued {
                 return self.diverge(d).await;
             }
             if let Some(result) = polled {

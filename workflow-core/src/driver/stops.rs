@@ -57,6 +57,10 @@ impl Driver {
     /// Fails the run at its deadline (`start(..).timeout(d)`); its attempts are dropped when
     /// the driver stops.
     pub(super) async fn time_out(&mut self) -> Result<Stop, StoreError> {
+        // A run started here is admitted before anything else of it is written.
+        if !self.admit_pending(None).await? {
+            return Ok(Stop::Abandoned);
+        }
         let timeout = self.deadline.map(|(_, d)| d).unwrap_or_default();
         let error = Error::fatal(format!(
             "run {} timed out after {}: its deadline passed",
@@ -118,6 +122,10 @@ impl Driver {
 
     /// Fails a run whose recorded arguments do not fit this binary's workflow.
     pub(super) async fn fail_at_start(&mut self, error: Error) -> Result<Stop, StoreError> {
+        // A run started here is admitted before anything else of it is written.
+        if !self.admit_pending(None).await? {
+            return Ok(Stop::Abandoned);
+        }
         // It may quote the arguments.
         let error = self.seal_run_error(error);
         let at = self.host.now();
@@ -148,6 +156,10 @@ impl Driver {
     /// can open it takes it (workers retry blocked runs when they start, with backoff, and on
     /// `retry()`).
     pub(super) async fn block_unreadable(&mut self, why: &Unreadable) -> Result<Stop, StoreError> {
+        // A run started here is admitted before anything else of it is written.
+        if !self.admit_pending(None).await? {
+            return Ok(Stop::Abandoned);
+        }
         let error = Error::fatal(match why {
             Unreadable::Key(key) => format!(
                 "run {} (workflow `{}`) holds payloads encrypted with key {key:?}, which this \

@@ -100,6 +100,19 @@ struct Active {
     lease: Lease,
     stop: Arc<Notify>,
     inbox: Arc<Notify>,
+    /// Set while a run started here is not admitted yet (`driver/admission.rs`): the store
+    /// does not know it, so neither heartbeats nor the check for runs ended elsewhere ask
+    /// about it (they would find it lost and stop its driver).
+    admitting: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Active {
+    /// Whether the store knows the run (see [`Active::admitting`]).
+    fn admitted(&self) -> bool {
+        self.admitting
+            .as_ref()
+            .is_none_or(|a| !a.load(std::sync::atomic::Ordering::Acquire))
+    }
 }
 
 /// One runtime's shared state. The worker loops, the drivers and the admission tasks hold it
@@ -535,7 +548,7 @@ impl Host for Inner {
     }
 
     fn continued(self: Arc<Self>, next: crate::store::LeasedRun) {
-        worker::spawn_run(&self, next);
+        worker::spawn_run(&self, next, None);
     }
 
     fn published(&self, run: RunId) {

@@ -13,7 +13,8 @@ use super::flight::{Joined, StartFlight};
 use super::spawn_run;
 use super::{HookRef, Inner, Run, Runtime};
 use crate::context::invalid_token;
-use crate::error::{HookConflictError, StartError};
+use crate::driver::Pending;
+use crate::error::{HookConflictError, StartError, StoreError};
 use crate::history::{after, never};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
@@ -523,6 +524,37 @@ async fn admit(
     let record = admitted_run(&run);
     let token = record.hook_token.clone();
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
+    // A run this worker can drive at once, with no token, queue or delay: its driver admits
+    // it with the start of its first steps, in one commit (`driver/admission.rs`).
+    if token.is_none() && run.queue.is_none() && !run.delayed() && inner.can_take(&record.workflow)
+    {
+        let workflow = record.workflow.clone();
+        let (answer, admitted) = tokio::sync::oneshot::channel();
+        let lease = Lease {
+            run_id: id,
+            epoch: 1,
+        };
+        let leased = LeasedRun {
+            run: record,
+            lease,
+            events: Vec::new(),
+            took_over: false,
+        };
+        let pending = Pending {
+            run,
+            answer,
+            admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        };
+        spawn_run(&inner, leased, Some(pending));
+        let leased = admitted.await.map_err(|_| {
+            StoreError::database("the run's driver stopped before admitting it; it was not started")
+        })??;
+        if !leased {
+            inner.work.notify_one();
+        }
+        crate::telemetry::run_started(&workflow);
+        return Ok(());
+    }
     // A worker with room for the run leases it at admission (one transaction instead of
     // admission + acquire) and drives it at once; a queued run too when its queue has room
     // and nobody waits in it (the store decides), and otherwise waits for its slot; a
@@ -591,6 +623,7 @@ pub(super) fn drive(inner: &Arc<Inner>, run: RunRecord, lease: Option<Lease>) {
                 events: Vec::new(),
                 took_over: false,
             },
+            None,
         ),
         None => match run.start_at.filter(|at| *at > run.created_at) {
             Some(at) => wake_when_due(inner, &run.workflow, at),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, Notify};
 
 use super::{Active, Inner};
-use crate::driver::{Driver, Signals};
+use crate::driver::{Driver, Pending, Signals};
 use crate::ids::RunId;
 use crate::store::{AcquireRequest, Lease, LeasedRun, Notice};
 
@@ -114,7 +114,7 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
                         if leased.took_over {
                             crate::telemetry::lease_taken_over();
                         }
-                        spawn_run(&rt, leased);
+                        spawn_run(&rt, leased, None);
                     }
                 }
                 Err(e) => {
@@ -155,7 +155,12 @@ pub(super) async fn worker_loop(rt: Arc<Inner>) {
 /// Stops driving the runs that ended in another process (cancelled there): with a store that
 /// pushes no notices, this poll is how the news arrives.
 async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
-    let ids: Vec<RunId> = rt.active().keys().copied().collect();
+    let ids: Vec<RunId> = rt
+        .active()
+        .iter()
+        .filter(|(_, a)| a.admitted())
+        .map(|(id, _)| *id)
+        .collect();
     if ids.is_empty() {
         return;
     }
@@ -174,7 +179,7 @@ async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
 }
 
 /// Starts driving `leased` here, listing it among the active runs.
-pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
+pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun, pending: Option<Pending>) {
     let Some(reg) = rt.workflows.get(leased.run.workflow.as_str()).copied() else {
         // acquire filters by name, so this means the store ignored the filter.
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
@@ -193,6 +198,7 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
             lease: leased.lease.clone(),
             stop: signals.stop.clone(),
             inbox: signals.inbox.clone(),
+            admitting: pending.as_ref().map(|p| p.admitting.clone()),
         },
     );
     if let Some(earlier) = earlier {
@@ -202,7 +208,13 @@ pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun) {
     }
     // Boxed: the driver's future is about 8 KiB, which tokio would otherwise copy into the
     // task's cell as it spawns it and copy over again when the task finishes.
-    tokio::spawn(Box::pin(Driver::run(rt.clone(), leased, reg, signals)));
+    tokio::spawn(Box::pin(Driver::run(
+        rt.clone(),
+        leased,
+        reg,
+        signals,
+        pending,
+    )));
 }
 
 /// Renews the leases of the runs driven here every third of the lease, and stops the drivers
@@ -217,7 +229,12 @@ pub(super) async fn heartbeat_loop(rt: Arc<Inner>) {
         }
         // Also keeps the clock fresh for the drivers, which read it without waiting.
         let now = rt.clock.tick().await;
-        let leases: Vec<Lease> = rt.active().values().map(|a| a.lease.clone()).collect();
+        let leases: Vec<Lease> = rt
+            .active()
+            .values()
+            .filter(|a| a.admitted())
+            .map(|a| a.lease.clone())
+            .collect();
         if leases.is_empty() {
             continue;
         }

@@ -196,6 +196,27 @@ pub enum Notice {
     SchedulesChanged,
 }
 
+/// What [`RunStore::create_run_leased_with`] did.
+#[derive(Debug)]
+pub enum AdmittedWith {
+    /// The admission, as [`RunStore::create_run_leased`] answers it; when leased, the first
+    /// write committed with it.
+    Done(Admission, Option<Lease>),
+    /// Nothing: the store cannot admit and append in one act. The run given, back (boxed:
+    /// the rare answer, and a large one).
+    Unsupported(Box<NewRun>),
+}
+
+/// Refuses a first write of [`RunStore::create_run_leased_with`] that is more than events.
+pub(crate) fn first_events_only(first: &Append) -> Result<(), StoreError> {
+    if first.outcome.is_some() || !first.release_tokens.is_empty() {
+        return Err(StoreError::database(
+            "internal error: a run's first write at its admission may only add events",
+        ));
+    }
+    Ok(())
+}
+
 /// Runs and their histories: the capability every store has. See [`super::Store`] for the
 /// rules every capability follows (one atomic act per call, times given by the caller).
 #[async_trait::async_trait]
@@ -233,6 +254,26 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         let _ = lease;
         Ok((self.create_run(run).await?, None))
+    }
+
+    /// [`RunStore::create_run_leased`], and when the run is leased, `first` appended under
+    /// that lease (as [`RunStore::append`] would) in the same act: a worker that polled a
+    /// fresh run before admitting it makes the admission and the start of its first steps
+    /// durable with one commit instead of two. When the run is not leased, `first` is not
+    /// written (whoever acquires the run decides its first steps again). `first` holds
+    /// events only: no outcome, no tokens to release.
+    ///
+    /// [`AdmittedWith::Unsupported`] (the default) when the store cannot do both in one act:
+    /// nothing was written, and the caller admits the run it gets back with
+    /// [`RunStore::create_run_leased`] and appends after.
+    async fn create_run_leased_with(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        first: &Append,
+    ) -> Result<AdmittedWith, StoreError> {
+        let _ = (lease, first);
+        Ok(AdmittedWith::Unsupported(Box::new(run)))
     }
 
     /// The run, or `None`.

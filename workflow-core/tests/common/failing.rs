@@ -5,9 +5,10 @@
 use std::time::{Duration, SystemTime};
 
 use workflow_core::store::{
-    AcquireRequest, AdminStore, Admission, Append, CancelOutcome, ClaimOutcome, EventRecord,
-    FailureOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, LeasedRun, NewEvent,
-    NewRun, Notice, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store, StreamStore,
+    AcquireRequest, AdminStore, Admission, AdmittedWith, Append, CancelOutcome, ClaimOutcome,
+    EventRecord, FailureOutcome, HookFilter, HookRecord, HookStore, InboxEntry, Lease, LeasedRun,
+    NewEvent, NewRun, Notice, QueueStore, RetryOutcome, RunFilter, RunRecord, RunStore, Store,
+    StreamStore,
 };
 use workflow_core::{RunId, StoreError};
 
@@ -48,6 +49,13 @@ pub struct Failing {
     pub run_reads: std::sync::atomic::AtomicUsize,
     /// Each run's end written, with the hint it carried.
     ends: std::sync::Mutex<Vec<(RunId, workflow_core::store::EndHint)>>,
+    /// Whether admissions with a first write go to the store under test
+    /// (`create_run_leased_with`); otherwise this store cannot make them, and the runtime
+    /// admits and appends in two calls (what the failure tests inject failures into).
+    first_writes: std::sync::atomic::AtomicBool,
+    /// Each write of a run, in order: `admit`, `admit+N` (admitted with N events in one
+    /// act), `append+N` (N events), `end+N` (N events with the run's end).
+    writes: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::ops::Deref for FailingAdmissions {
@@ -71,7 +79,24 @@ impl FailingAdmissions {
             gate: tokio::sync::Semaphore::new(0),
             run_reads: 0.into(),
             ends: std::sync::Mutex::default(),
+            first_writes: false.into(),
+            writes: std::sync::Mutex::default(),
         }))
+    }
+
+    /// Lets admissions with a first write through to the store under test.
+    pub fn pass_first_writes(&self) {
+        self.first_writes
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The writes of runs so far (see [`Failing::writes`]).
+    pub fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    fn wrote(&self, what: String) {
+        self.writes.lock().unwrap().push(what);
     }
 
     /// The hint each run's end carried, by run, for the ends written so far.
@@ -143,7 +168,25 @@ impl RunStore for FailingAdmissions {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.maybe_fail().await?;
+        self.wrote("admit".to_owned());
         self.inner.create_run_leased(run, lease).await
+    }
+
+    async fn create_run_leased_with(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        first: &Append,
+    ) -> Result<AdmittedWith, StoreError> {
+        if !self.first_writes.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(AdmittedWith::Unsupported(Box::new(run)));
+        }
+        self.maybe_fail().await?;
+        let admitted = self.inner.create_run_leased_with(run, lease, first).await?;
+        if let AdmittedWith::Done(..) = &admitted {
+            self.wrote(format!("admit+{}", first.events.len()));
+        }
+        Ok(admitted)
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -184,6 +227,15 @@ impl RunStore for FailingAdmissions {
                 .append_failures
                 .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
                 .is_ok();
+        self.wrote(format!(
+            "{}+{}",
+            if write.outcome.is_some() {
+                "end"
+            } else {
+                "append"
+            },
+            write.events.len()
+        ));
         if write.outcome.is_some() {
             self.ends
                 .lock()

@@ -11,9 +11,9 @@ use crate::error::{Error, StoreError};
 use crate::history::after;
 use crate::ids::RunId;
 use crate::store::{
-    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, Append, CancelOutcome,
-    Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun, RetryOutcome,
-    RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
+    block_backoff, failure_backoff, gave_up, AcquireRequest, Admission, AdmittedWith, Append,
+    CancelOutcome, Event, EventRecord, FailureOutcome, Lease, LeasedRun, NewEvent, NewRun,
+    RetryOutcome, RunOutcome, RunRecord, RunStatus, RunStore, MAX_FAILED_TRIES,
 };
 
 #[async_trait::async_trait]
@@ -28,6 +28,23 @@ impl RunStore for MemoryStore {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.lock().admit(run, Some(lease))
+    }
+
+    async fn create_run_leased_with(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        first: &Append,
+    ) -> Result<AdmittedWith, StoreError> {
+        crate::store::first_events_only(first)?;
+        let mut st = self.lock();
+        let (admission, leased) = st.admit(run, Some(lease))?;
+        if let Some(leased) = &leased {
+            if !first.events.is_empty() {
+                record(&mut st, leased, first)?;
+            }
+        }
+        Ok(AdmittedWith::Done(admission, leased))
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {

@@ -18,8 +18,8 @@ use crate::store::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEvents,
 };
 use crate::store::{
-    AcquireRequest, Admission, Append, CancelOutcome, EventRecord, FailureOutcome, Lease,
-    LeasedRun, NewEvent, NewRun, RetryOutcome, RunRecord, RunStore,
+    AcquireRequest, Admission, AdmittedWith, Append, CancelOutcome, EventRecord, FailureOutcome,
+    Lease, LeasedRun, NewEvent, NewRun, RetryOutcome, RunRecord, RunStore,
 };
 
 #[async_trait::async_trait]
@@ -34,6 +34,29 @@ impl RunStore for SqliteStore {
         lease: Duration,
     ) -> Result<(Admission, Option<Lease>), StoreError> {
         self.admit(run, Some(lease)).await
+    }
+
+    /// The admission and the append are one request to the writer: one transaction.
+    async fn create_run_leased_with(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        first: &Append,
+    ) -> Result<AdmittedWith, StoreError> {
+        crate::store::first_events_only(first)?;
+        let row = NewRunRow::new(run, Some(lease))?;
+        let first = EncodedAppend::new(first)?;
+        self.write_on((row, first), |tx, (row, first)| {
+            let (admission, leased) = now(policy::admit(&mut Lite(tx), row))?;
+            if let Some(leased) = &leased {
+                if !first.events.is_empty() {
+                    now(policy::append(&mut Lite(tx), leased, first))?;
+                }
+            }
+            Ok((admission, leased))
+        })
+        .await
+        .map(|(admission, leased)| AdmittedWith::Done(admission, leased))
     }
 
     async fn get_run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {

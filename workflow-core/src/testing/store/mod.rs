@@ -126,6 +126,7 @@ pub use requests::{
 pub use runs::{
     a_blocked_run_waits_with_its_divergence_until_woken_or_retried,
     a_deadline_is_kept_with_the_run, a_release_starts_the_count_of_failed_tries_again,
+    a_run_admitted_with_its_first_events_holds_them_under_its_lease,
     a_run_created_with_a_history_replays_it,
     a_run_leased_at_admission_is_fenced_like_an_acquired_one,
     a_stale_epoch_cannot_write_after_a_takeover,
@@ -289,6 +290,7 @@ macro_rules! __store_conformance_tests {
     };
     (@contract $mode:ident $args:tt) => {
         $crate::__store_conformance_tests!(@$mode $args one [
+            a_run_admitted_with_its_first_events_holds_them_under_its_lease,
             a_run_leased_at_admission_is_fenced_like_an_acquired_one,
             failure_outcome_records_the_error,
             a_stale_epoch_cannot_write_after_a_takeover,

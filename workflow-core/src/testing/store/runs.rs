@@ -2,7 +2,7 @@
 //! and heartbeats, appends, failed tries, blocks and retries, cancellation, deadlines, runs
 //! created with a history, and which runs have ended.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
@@ -13,6 +13,96 @@ use super::Inspect;
 use crate::error::{Error, StoreError};
 use crate::ids::RunId;
 use crate::store::*;
+
+/// A run admitted with its first write ([`RunStore::create_run_leased_with`]) holds it: when
+/// leased, the run is `Running` under epoch 1 with those events numbered from 1 (the next
+/// append under the lease numbering on); a run not leased at admission (here: delayed) gets
+/// none of them. A first write that is more than events is refused before anything is
+/// written. A store that cannot do both in one act says so, gives the run back and writes
+/// nothing.
+pub async fn a_run_admitted_with_its_first_events_holds_them_under_its_lease<S: Store>(store: &S) {
+    let run = |start_at: Option<SystemTime>| NewRun {
+        trace_context: None,
+        parent: None,
+        id: RunId::new(),
+        workflow: "eager".into(),
+        input: json!([1]),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+        start_at,
+        version: None,
+    };
+    let lease = Duration::from_secs(60);
+    let first = ap(vec![step_done(t(1), 1), step_done(t(2), 2)], None);
+    let eager = run(None);
+    let id = eager.id;
+    let leased = match store
+        .create_run_leased_with(eager, lease, &first)
+        .await
+        .unwrap()
+    {
+        AdmittedWith::Done(admission, leased) => {
+            assert_eq!(admission, Admission::Admitted);
+            leased.expect("a plain run is leased at admission")
+        }
+        AdmittedWith::Unsupported(back) => {
+            assert_eq!(back.id, id, "the run given is given back");
+            assert!(
+                store.get_run(&id).await.unwrap().is_none(),
+                "nothing written"
+            );
+            return;
+        }
+    };
+    assert_eq!((leased.run_id, leased.epoch), (id, 1));
+    assert_eq!(
+        store.get_run(&id).await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    assert_eq!(event_seqs(store, id).await, [1, 2]);
+    let events = store.events(&id).await.unwrap();
+    assert!(
+        matches!(&events[1].event, Event::StepCompleted { step_id, .. } if step_id == "s2"),
+        "{events:?}"
+    );
+    store
+        .append(&leased, &ap(vec![step_done(t(3), 3)], None))
+        .await
+        .unwrap();
+    assert_eq!(event_seqs(store, id).await, [1, 2, 3]);
+
+    let delayed = run(Some(t(1_000)));
+    let delayed_id = delayed.id;
+    match store
+        .create_run_leased_with(delayed, lease, &first)
+        .await
+        .unwrap()
+    {
+        AdmittedWith::Done(admission, leased) => {
+            assert_eq!(admission, Admission::Admitted);
+            assert_eq!(leased, None, "a delayed run is not leased at admission");
+        }
+        AdmittedWith::Unsupported(_) => panic!("supported for one run, not for another"),
+    }
+    assert!(store.events(&delayed_id).await.unwrap().is_empty());
+
+    let ending = run(None);
+    let ending_id = ending.id;
+    let refused = store
+        .create_run_leased_with(
+            ending,
+            lease,
+            &ap(vec![], Some(RunOutcome::Completed(json!(1)))),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        store.get_run(&ending_id).await.unwrap().is_none(),
+        "nothing written"
+    );
+}
 
 /// A run leased at admission is held like an acquired one: no other worker gets it while the
 /// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.

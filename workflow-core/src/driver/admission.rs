@@ -1,0 +1,120 @@
+//! A fresh run started in this process is driven before it is admitted: its driver polls the
+//! workflow once, and the admission carries what that first round decided (the start of its
+//! first steps), so that both are durable with one commit instead of two. A one-step run then
+//! takes two commits (admission with its first step's start; the step's result with the run's
+//! end) instead of three.
+//!
+//! Nothing of the run reaches the world before its admission has committed: its first round
+//! only decides (steps are started once what they need is durable, and no other effect of the
+//! round is carried out before that), and every way the driver may take first (an end at the
+//! first poll, a deadline already past, an input that cannot be read) admits the run plainly
+//! before it writes anything else. Whoever awaits the start hears of the admission from the
+//! driver ([`Pending::answer`]); should the admission fail, the driver stops without a trace
+//! of the run anywhere.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::Driver;
+use crate::error::StoreError;
+use crate::replay::Writes;
+use crate::store::{Admission, AdmittedWith, Append, EndHint, NewRun};
+
+/// What the start learns of the admission: whether the run was leased to this process (the
+/// driver goes on with it), or only admitted (a worker acquires it as any other).
+pub(crate) type Admitted = Result<bool, StoreError>;
+
+/// The admission a driver makes for a run started here (see the module docs).
+pub(crate) struct Pending {
+    /// The run to admit, leased to this process (no token, no queue, not delayed).
+    pub(crate) run: NewRun,
+    /// Where the start waits for the admission.
+    pub(crate) answer: oneshot::Sender<Admitted>,
+    /// Set until the admission is decided: heartbeats leave the run alone meanwhile.
+    pub(crate) admitting: Arc<AtomicBool>,
+}
+
+impl Driver {
+    /// Admits the run this driver started before its admission, with `first` (the writes of
+    /// its first round) when they only start steps; any other writes are put back, to be
+    /// written after the admission as usual. Nothing happens for a run admitted already.
+    /// False when the driver has to stop: the admission failed (the start hears why), or the
+    /// store admitted the run without leasing it here (a worker takes it).
+    pub(super) async fn admit_pending(
+        &mut self,
+        first: Option<Writes>,
+    ) -> Result<bool, StoreError> {
+        let Some(Pending {
+            run,
+            answer,
+            admitting,
+        }) = self.pending.take()
+        else {
+            if let Some(first) = first {
+                self.replay.restore_writes(first);
+            }
+            return Ok(true);
+        };
+        let (events, kept) = match first {
+            Some(w) if w.end.is_none() && w.releases.is_empty() => (w.events, None),
+            other => (Vec::new(), other),
+        };
+        if let Some(kept) = kept {
+            self.replay.restore_writes(kept);
+        }
+        let mut n = events.len() as u64;
+        let append = Append {
+            events,
+            release_tokens: Vec::new(),
+            outcome: None,
+            end_hint: EndHint::Alone,
+        };
+        let lease = self.host.config().lease;
+        let store = self.host.store();
+        let admitted = match store.create_run_leased_with(run, lease, &append).await {
+            Ok(AdmittedWith::Done(admission, leased)) => Ok((admission, leased)),
+            // The store cannot write both at once: the admission alone, and the first
+            // round's writes after it, as any others.
+            Ok(AdmittedWith::Unsupported(run)) => {
+                let Append { events, .. } = append;
+                self.replay.restore_writes(Writes {
+                    events,
+                    releases: Vec::new(),
+                    end: None,
+                });
+                n = 0;
+                store.create_run_leased(*run, lease).await
+            }
+            Err(e) => Err(e),
+        };
+        admitting.store(false, Ordering::Release);
+        match admitted {
+            Ok((Admission::Admitted, Some(leased))) => {
+                self.lease = leased;
+                self.last_seq += n;
+                let _ = answer.send(Ok(true));
+                Ok(true)
+            }
+            Ok((Admission::Admitted, None)) => {
+                // Admitted for any worker: its first round is decided again by whoever
+                // acquires it.
+                let _ = answer.send(Ok(false));
+                self.host.admitted();
+                Ok(false)
+            }
+            Ok((Admission::Conflict(owner), _)) => {
+                // A run without a token conflicts with none; reported, not assumed.
+                let _ = answer.send(Err(StoreError::database(format!(
+                    "internal error: a run without a start token conflicted with run {owner}"
+                ))));
+                Ok(false)
+            }
+            Err(e) => {
+                let _ = answer.send(Err(e));
+                Ok(false)
+            }
+        }
+    }
+}
