@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::commit::{writer_gone, Write};
+use super::commit::{writer_gone, Write, Writing};
 use super::listen::{listen, NOTICE_CAPACITY};
 use super::stash::settle;
 use super::statements::CLOCK;
@@ -21,8 +21,8 @@ use crate::store::sql::{
     lease_end, sql_epoch, sql_id, sql_time, to_json, EncodedAppend, EncodedEvents,
 };
 use crate::store::{
-    AcquireRequest, Admission, Append, CancelOutcome, EventRecord, FailureOutcome, Lease,
-    LeasedRun, NewEvent, NewRun, Notice, RetryOutcome, RunRecord, RunStore,
+    AcquireRequest, Admission, AdmittedWith, Append, CancelOutcome, EventRecord, FailureOutcome,
+    Lease, LeasedRun, NewEvent, NewRun, Notice, RetryOutcome, RunRecord, RunStore,
 };
 
 impl PostgresStore {
@@ -94,6 +94,72 @@ impl RunStore for PostgresStore {
 
     async fn create_run(&self, run: NewRun) -> Result<Admission, StoreError> {
         Ok(self.admit(run, None).await?.0)
+    }
+
+    /// One statement on a connection of the pool when no other write is under way (not a
+    /// group transaction): the run and its first events, plain ones (events that deliver a payload, publish a value or
+    /// record a reply take the two calls, as do runs with a token or a queue). A delayed run
+    /// is admitted as `create_run_leased` admits it: not leased, so nothing else is written.
+    async fn create_run_leased_with(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        first: &Append,
+    ) -> Result<AdmittedWith, StoreError> {
+        crate::store::first_events_only(first)?;
+        let events = EncodedEvents::new(&first.events)?;
+        let plain =
+            events.received.is_empty() && events.published.is_empty() && events.replies.is_empty();
+        if run.hook.is_some() || run.queue.is_some() || !plain {
+            return Ok(AdmittedWith::Unsupported(Box::new(run)));
+        }
+        if run.delayed() {
+            // Not leased at admission, so nothing of `first` is written.
+            let (admission, leased) = self.admit(run, Some(lease)).await?;
+            return Ok(AdmittedWith::Done(admission, leased));
+        }
+        // Alone, as the committers write a lone write: among other writes, the admission and
+        // the first events go to the committers as two writes of their group transactions
+        // (one statement on a connection of its own per start cost W3 a third).
+        let under_way = Writing::count(&self.inner.writer.writing);
+        if under_way.before > 0 {
+            return Ok(AdmittedWith::Unsupported(Box::new(run)));
+        }
+        let id = run.id;
+        let row = NewRunRow::new(run, Some(lease))?;
+        let (parent, detached) = match &row.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        };
+        let mut conn = self.conn().await?;
+        let inserted: Result<Option<String>, _> =
+            sqlx::query_scalar(&self.inner.sql.dialect.insert_leased_with)
+                .bind(&row.key)
+                .bind(&row.workflow)
+                .bind(&row.input)
+                .bind(row.created_at)
+                .bind(row.lease_until)
+                .bind(row.deadline)
+                .bind(parent)
+                .bind(detached)
+                .bind(row.start_at)
+                .bind(&row.version)
+                .bind(&row.trace_context)
+                .bind(&events.at)
+                .bind(&events.kind)
+                .bind(&events.data)
+                .fetch_optional(&mut *conn)
+                .await;
+        match conn.kept(inserted)? {
+            Some(_) => Ok(AdmittedWith::Done(
+                Admission::Admitted,
+                Some(Lease {
+                    run_id: id,
+                    epoch: 1,
+                }),
+            )),
+            None => Err(StoreError::database(format!("run {id} already exists"))),
+        }
     }
 
     async fn create_run_leased(

@@ -21,6 +21,11 @@ pub(super) type Statements = crate::store::sql::Statements<String, PgOnly>;
 pub(super) struct PgOnly {
     /// Continue-as-new (`chain_sql.rs`, run by `chain.rs`).
     pub(super) chain: super::chain_sql::ChainSql,
+    /// `insert_leased_run` (no token: `$1`-`$4`, then `$5` lease until, `$6` deadline, `$7`
+    /// parent, `$8` detached, `$9` start, `$10` version, `$11` trace context) with the run's
+    /// first events (`$12` times, `$13` kinds, `$14` data), numbered from 1: one statement,
+    /// one commit (`RunStore::create_run_leased_with`). The id, or no row when it exists.
+    pub(super) insert_leased_with: String,
     /// `append`, taking the inbox lock first when the run has a parent (`$6` lock key): the
     /// first statement of a run's end, which may queue a notice to the parent. The lock is
     /// an InitPlan of the row's UPDATE, so it is held before the row is locked.
@@ -629,6 +634,24 @@ pub(super) fn statements(s: &str) -> Statements {
             ),
             dialect: PgOnly {
                 chain: super::chain_sql::ChainSql::new(s),
+                insert_leased_with: format!(
+                    "WITH inserted AS (
+                         INSERT INTO {s}.runs
+                             (id, workflow, status, input, created_at, updated_at, wake_at,
+                              epoch, lease_until, deadline, parent_id, detached, start_at,
+                              version, trace_context, last_seq)
+                         VALUES ($1, $2, 'running', $3, $4, $4, $4, 1, $5, $6, $7, $8, $9,
+                                 $10, $11, cardinality($12::bigint[]))
+                         ON CONFLICT (id) DO NOTHING
+                         RETURNING id),
+                     first AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT i.id, e.n, e.at, e.kind, e.data
+                         FROM inserted i,
+                              UNNEST($12::bigint[], $13::text[], $14::text[])
+                                  WITH ORDINALITY AS e(at, kind, data, n))
+                     SELECT id FROM inserted"
+                ),
                 record_reply: format!(
                     "UPDATE {s}.run_requests SET reply = $3, replied_at = $4
                      WHERE run_id = $1 AND id = $2 AND reply IS NULL"
