@@ -46,17 +46,17 @@ impl Driver {
         &mut self,
         first: Option<Writes>,
     ) -> Result<bool, StoreError> {
-        let Some(Pending {
-            run,
-            answer,
-            admitting,
-        }) = self.pending.take()
-        else {
+        let Some(pending) = self.pending.take() else {
             if let Some(first) = first {
                 self.replay.restore_writes(first);
             }
             return Ok(true);
         };
+        let Pending {
+            run,
+            answer,
+            admitting,
+        } = *pending;
         let (events, kept) = match first {
             Some(w) if w.end.is_none() && w.releases.is_empty() => (w.events, None),
             other => (Vec::new(), other),

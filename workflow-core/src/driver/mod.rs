@@ -231,8 +231,10 @@ pub(crate) struct Driver {
     /// driver.
     span: tracing::Span,
     /// The admission of a run started here and driven before it (`driver/admission.rs`),
-    /// made at the end of the first round; `None` once made, and for every other run.
-    pending: Option<Pending>,
+    /// made at the end of the first round; `None` once made, and for every other run. Boxed:
+    /// a whole `NewRun`, which the driver would otherwise carry (and copy) inline all its
+    /// life.
+    pending: Option<Box<Pending>>,
 }
 
 impl Driver {
@@ -242,7 +244,7 @@ impl Driver {
         leased: LeasedRun,
         reg: &'static WorkflowRegistration,
         signals: Signals,
-        pending: Option<Pending>,
+        pending: Option<Box<Pending>>,
     ) {
         let LeasedRun {
             run,

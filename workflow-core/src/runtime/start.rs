@@ -545,7 +545,7 @@ async fn admit(
             answer,
             admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
-        spawn_run(&inner, leased, Some(pending));
+        spawn_run(&inner, leased, Some(Box::new(pending)));
         let leased = admitted.await.map_err(|_| {
             StoreError::database("the run's driver stopped before admitting it; it was not started")
         })??;

@@ -179,7 +179,7 @@ async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
 }
 
 /// Starts driving `leased` here, listing it among the active runs.
-pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun, pending: Option<Pending>) {
+pub(crate) fn spawn_run(rt: &Arc<Inner>, leased: LeasedRun, pending: Option<Box<Pending>>) {
     let Some(reg) = rt.workflows.get(leased.run.workflow.as_str()).copied() else {
         // acquire filters by name, so this means the store ignored the filter.
         tracing::error!(run_id = %leased.run.id, workflow = %leased.run.workflow, "leased a run of an unregistered workflow");
