@@ -22,9 +22,9 @@ use crate::error::StoreError;
 use crate::replay::Writes;
 use crate::store::{Admission, AdmittedWith, Append, EndHint, NewRun};
 
-/// What the start learns of the admission: whether the run was leased to this process (the
-/// driver goes on with it), or only admitted (a worker acquires it as any other).
-pub(crate) type Admitted = Result<bool, StoreError>;
+/// What the start learns of the admission: admitted (leased here and driven on, or left for
+/// a worker the driver woke), or why not.
+pub(crate) type Admitted = Result<(), StoreError>;
 
 /// The admission a driver makes for a run started here (see the module docs).
 pub(crate) struct Pending {
@@ -64,7 +64,6 @@ impl Driver {
         if let Some(kept) = kept {
             self.replay.restore_writes(kept);
         }
-        let mut n = events.len() as u64;
         let append = Append {
             events,
             release_tokens: Vec::new(),
@@ -74,7 +73,12 @@ impl Driver {
         let lease = self.host.config().lease;
         let store = self.host.store();
         let admitted = match store.create_run_leased_with(run, lease, &append).await {
-            Ok(AdmittedWith::Done(admission, leased)) => Ok((admission, leased)),
+            Ok(AdmittedWith::Done(admission, leased)) => {
+                if leased.is_some() {
+                    self.last_seq += append.events.len() as u64;
+                }
+                Ok((admission, leased))
+            }
             // The store cannot write both at once: the admission alone, and the first
             // round's writes after it, as any others.
             Ok(AdmittedWith::Unsupported(run)) => {
@@ -84,7 +88,6 @@ impl Driver {
                     releases: Vec::new(),
                     end: None,
                 });
-                n = 0;
                 store.create_run_leased(*run, lease).await
             }
             Err(e) => Err(e),
@@ -93,14 +96,13 @@ impl Driver {
         match admitted {
             Ok((Admission::Admitted, Some(leased))) => {
                 self.lease = leased;
-                self.last_seq += n;
-                let _ = answer.send(Ok(true));
+                let _ = answer.send(Ok(()));
                 Ok(true)
             }
             Ok((Admission::Admitted, None)) => {
                 // Admitted for any worker: its first round is decided again by whoever
                 // acquires it.
-                let _ = answer.send(Ok(false));
+                let _ = answer.send(Ok(()));
                 self.host.admitted();
                 Ok(false)
             }

@@ -546,12 +546,10 @@ async fn admit(
             admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         };
         spawn_run(&inner, leased, Some(Box::new(pending)));
-        let leased = admitted.await.map_err(|_| {
+        // Admitted without a lease here, the driver has woken a worker for it already.
+        admitted.await.map_err(|_| {
             StoreError::database("the run's driver stopped before admitting it; it was not started")
         })??;
-        if !leased {
-            inner.work.notify_one();
-        }
         crate::telemetry::run_started(&workflow);
         return Ok(());
     }

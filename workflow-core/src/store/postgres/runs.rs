@@ -97,9 +97,10 @@ impl RunStore for PostgresStore {
     }
 
     /// One statement on a connection of the pool when no other write is under way (not a
-    /// group transaction): the run and its first events, plain ones (events that deliver a payload, publish a value or
-    /// record a reply take the two calls, as do runs with a token or a queue). A delayed run
-    /// is admitted as `create_run_leased` admits it: not leased, so nothing else is written.
+    /// group transaction): the run and its first events, plain ones (events that deliver a
+    /// payload, publish a value or record a reply take the two calls, as do runs with a token
+    /// or a queue). A delayed run is admitted as `create_run_leased` admits it: not leased, so
+    /// nothing else is written.
     async fn create_run_leased_with(
         &self,
         run: NewRun,
@@ -125,7 +126,6 @@ impl RunStore for PostgresStore {
         if under_way.before > 0 {
             return Ok(AdmittedWith::Unsupported(Box::new(run)));
         }
-        let id = run.id;
         let row = NewRunRow::new(run, Some(lease))?;
         let (parent, detached) = match &row.parent {
             Some((p, detached)) => (Some(p.as_str()), *detached),
@@ -151,14 +151,11 @@ impl RunStore for PostgresStore {
                 .fetch_optional(&mut *conn)
                 .await;
         match conn.kept(inserted)? {
-            Some(_) => Ok(AdmittedWith::Done(
-                Admission::Admitted,
-                Some(Lease {
-                    run_id: id,
-                    epoch: 1,
-                }),
-            )),
-            None => Err(StoreError::database(format!("run {id} already exists"))),
+            Some(_) => {
+                let (admission, leased) = policy::admitted(&row);
+                Ok(AdmittedWith::Done(admission, leased))
+            }
+            None => Err(policy::exists(&row.id)),
         }
     }
 
