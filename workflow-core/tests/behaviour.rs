@@ -896,6 +896,80 @@ async fn a_run_started_here_is_admitted_with_the_start_of_its_first_step(b: Back
     assert_eq!(store.writes(), ["admit+1", "end+2"], "on {b:?}");
 }
 
+/// A queued run started here is admitted with the start of its first step too when its
+/// queue lets it begin at once (memory and SQLite decide both in one transaction; PostgreSQL
+/// admits it and appends after). When the queue is full, the run waits for its slot and
+/// nothing of the round its driver polled before the admission is written: whoever begins it
+/// later decides its first step again, and its history is a single one.
+async fn a_queued_run_started_here_is_admitted_with_its_first_step_when_it_may_begin(b: Backend) {
+    let db = TestDb::new(b);
+    let store = common::FailingAdmissions::new(db.open_store().await, 0);
+    store.pass_first_writes();
+    let rt = db
+        .builder()
+        .store(store.clone())
+        .queue(Queue::new("one").concurrency(1))
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let kinds = |id: RunId| {
+        let rt = rt.clone();
+        async move {
+            rt.store()
+                .events(&id)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.event.kind())
+                .collect::<Vec<_>>()
+        }
+    };
+    let run = bounded(rt.start(one_step, (1,)).queue("one").into_future())
+        .await
+        .unwrap();
+    assert_eq!(bounded(run.return_value()).await.unwrap(), 2);
+    assert_eq!(
+        kinds(run.id()).await,
+        ["step_scheduled", "step_completed", "run_completed"]
+    );
+    let writes = store.writes();
+    match b {
+        Backend::Postgres => assert_eq!(writes.first().map(String::as_str), Some("admit")),
+        _ => assert_eq!(writes, ["admit+1", "end+2"], "on {b:?}"),
+    }
+
+    // The slot held by a run that sleeps: the next one waits, with nothing written of it.
+    let holder = bounded(rt.start(sleeps_forever, ()).queue("one").into_future())
+        .await
+        .unwrap();
+    bounded(wait_for_event(&rt, holder.id(), |e| {
+        matches!(e, Event::TimerScheduled { .. })
+    }))
+    .await;
+    let before = store.writes().len();
+    let waiting = bounded(rt.start(one_step, (7,)).queue("one").into_future())
+        .await
+        .unwrap();
+    let info = waiting.info().await.unwrap();
+    assert_eq!(info.status, RunStatus::Pending, "it waits for its slot");
+    assert!(
+        kinds(waiting.id()).await.is_empty(),
+        "nothing of its first round is written"
+    );
+    assert_eq!(
+        store.writes()[before..],
+        ["admit"],
+        "admitted without its first events"
+    );
+    bounded(holder.cancel()).await.unwrap();
+    assert_eq!(bounded(waiting.return_value()).await.unwrap(), 8);
+    assert_eq!(
+        kinds(waiting.id()).await,
+        ["step_scheduled", "step_completed", "run_completed"]
+    );
+}
+
 /// A start can be awaited from a thread outside tokio (a blocking handler, another executor):
 /// its admission runs on the runtime's own tokio runtime.
 /// A panic in the runtime's own code for a run (here: inside a store call the driver makes)
@@ -1686,6 +1760,7 @@ on_every_store!(
     a_start_can_be_awaited_outside_tokio,
     a_driver_panic_releases_the_run,
     a_run_started_here_is_admitted_with_the_start_of_its_first_step,
+    a_queued_run_started_here_is_admitted_with_its_first_step_when_it_may_begin,
     huge_durations_saturate,
     a_second_driver_here_keeps_its_place,
     each_end_carries_what_the_driver_knows_of_the_run,

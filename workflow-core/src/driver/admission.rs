@@ -28,7 +28,8 @@ pub(crate) type Admitted = Result<(), StoreError>;
 
 /// The admission a driver makes for a run started here (see the module docs).
 pub(crate) struct Pending {
-    /// The run to admit, leased to this process (no token, no queue, not delayed).
+    /// The run to admit, to be leased to this process (no token, not delayed; a queued run
+    /// is leased only when the store lets it begin at once).
     pub(crate) run: NewRun,
     /// Where the start waits for the admission.
     pub(crate) answer: oneshot::Sender<Admitted>,
@@ -70,6 +71,8 @@ impl Driver {
             outcome: None,
             end_hint: EndHint::Alone,
         };
+        let queue = run.queue.as_ref().map(|q| q.name.clone());
+        let admitted_at = run.created_at;
         let lease = self.host.config().lease;
         let store = self.host.store();
         let admitted = match store.create_run_leased_with(run, lease, &append).await {
@@ -96,6 +99,11 @@ impl Driver {
         match admitted {
             Ok((Admission::Admitted, Some(leased))) => {
                 self.lease = leased;
+                if let Some(queue) = queue {
+                    // Begun at its admission, holding its slot.
+                    let waited = self.host.now().duration_since(admitted_at);
+                    crate::telemetry::queue_waited(&queue, waited.unwrap_or_default());
+                }
                 let _ = answer.send(Ok(()));
                 Ok(true)
             }

@@ -274,7 +274,8 @@ impl Driver {
         let payloads = host.config().payloads.clone();
         let measure = Box::new(move |e: &mut Event| payloads.event_bytes(owner, e));
         let replay = Replay::new(events, measure);
-        if let (Some(q), false) = (&run.queue, replay.has_history()) {
+        // A queued run started here is counted by its admission, once it begins.
+        if let (Some(q), false, None) = (&run.queue, replay.has_history(), &pending) {
             let waited = host
                 .now()
                 .duration_since(run.created_at)

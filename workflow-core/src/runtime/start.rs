@@ -524,10 +524,11 @@ async fn admit(
     let record = admitted_run(&run);
     let token = record.hook_token.clone();
     let retained = run.hook.as_ref().and_then(|h| h.retain_until);
-    // A run this worker can drive at once, with no token, queue or delay: its driver admits
-    // it with the start of its first steps, in one commit (`driver/admission.rs`).
-    if token.is_none() && run.queue.is_none() && !run.delayed() && inner.can_take(&record.workflow)
-    {
+    // A run this worker can drive at once, with no token or delay: its driver admits it
+    // with the start of its first steps, in one commit (`driver/admission.rs`). A queued run
+    // too: the store decides whether it begins at once (then it is leased here, holding its
+    // slot) or waits for its slot (then nothing of its first round is written).
+    if token.is_none() && !run.delayed() && inner.can_take(&record.workflow) {
         let workflow = record.workflow.clone();
         let (answer, admitted) = tokio::sync::oneshot::channel();
         let lease = Lease {

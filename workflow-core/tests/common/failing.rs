@@ -183,8 +183,11 @@ impl RunStore for FailingAdmissions {
         }
         self.maybe_fail().await?;
         let admitted = self.inner.create_run_leased_with(run, lease, first).await?;
-        if let AdmittedWith::Done(..) = &admitted {
-            self.wrote(format!("admit+{}", first.events.len()));
+        match &admitted {
+            AdmittedWith::Done(_, Some(_)) => self.wrote(format!("admit+{}", first.events.len())),
+            // Not leased: admitted without its first events.
+            AdmittedWith::Done(_, None) => self.wrote("admit".to_owned()),
+            AdmittedWith::Unsupported(_) => {}
         }
         Ok(admitted)
     }

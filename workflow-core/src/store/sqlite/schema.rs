@@ -62,6 +62,7 @@ pub(super) const MIGRATIONS: &[Migration] = &[
     MIGRATION_TICK_INDEXES,
     MIGRATION_LIVE_PREDICATE,
     MIGRATION_NUMBERED_FROM_EVENTS,
+    MIGRATION_HELD_SLOTS,
 ];
 
 /// Chains of runs (`continue_as_new`): a run names the run it continues and the run that
@@ -141,6 +142,51 @@ const MIGRATION_NUMBERED_FROM_EVENTS: Migration = Migration {
     name: "events numbered from the run's last event; runs.last_seq dropped",
     ddl: "
 ALTER TABLE runs DROP COLUMN last_seq;
+",
+};
+
+/// Each queue keeps the number of slots its runs hold (`queues.held`), kept by triggers on
+/// `runs` in the statement that changes a run's hold (its begin, its end, its deletion),
+/// whichever path writes it: a queued admission and an acquire read one row instead of
+/// counting the queue's holding runs (up to its concurrency) in the writer's transaction.
+/// The status is tested with two constants and an OR, as the live indexes' predicates are
+/// (see version 15).
+const MIGRATION_HELD_SLOTS: Migration = Migration {
+    version: 17,
+    name: "each queue keeps the number of slots its runs hold",
+    ddl: "
+ALTER TABLE queues ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+UPDATE queues SET held = (
+    SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+    WHERE queue = queues.name AND began_at IS NOT NULL
+      AND (status IN ('pending', 'running') OR status = 'blocked'));
+CREATE TRIGGER runs_hold_inserted AFTER INSERT ON runs
+WHEN NEW.queue IS NOT NULL AND NEW.began_at IS NOT NULL
+  AND (NEW.status IN ('pending', 'running') OR NEW.status = 'blocked')
+BEGIN
+    UPDATE queues SET held = held + 1 WHERE name = NEW.queue;
+END;
+CREATE TRIGGER runs_hold_updated AFTER UPDATE OF status, began_at, queue ON runs
+WHEN (OLD.queue IS NOT NULL OR NEW.queue IS NOT NULL)
+  AND (OLD.queue IS NOT NEW.queue
+       OR (OLD.began_at IS NOT NULL
+           AND (OLD.status IN ('pending', 'running') OR OLD.status = 'blocked'))
+          IS NOT (NEW.began_at IS NOT NULL
+                  AND (NEW.status IN ('pending', 'running') OR NEW.status = 'blocked')))
+BEGIN
+    UPDATE queues SET held = held - 1
+    WHERE name = OLD.queue AND OLD.began_at IS NOT NULL
+      AND (OLD.status IN ('pending', 'running') OR OLD.status = 'blocked');
+    UPDATE queues SET held = held + 1
+    WHERE name = NEW.queue AND NEW.began_at IS NOT NULL
+      AND (NEW.status IN ('pending', 'running') OR NEW.status = 'blocked');
+END;
+CREATE TRIGGER runs_hold_deleted AFTER DELETE ON runs
+WHEN OLD.queue IS NOT NULL AND OLD.began_at IS NOT NULL
+  AND (OLD.status IN ('pending', 'running') OR OLD.status = 'blocked')
+BEGIN
+    UPDATE queues SET held = held - 1 WHERE name = OLD.queue;
+END;
 ",
 };
 

@@ -250,12 +250,10 @@ pub(super) const SQL: Statements = Statements {
                      ORDER BY queue",
     // The writer is serial (and `BEGIN IMMEDIATE` between processes): no lock needed.
     lock_queue: "SELECT concurrency, rate_limit, rate_period FROM queues WHERE name = ?1",
-    // The planner would count the holding runs on `runs_queue_begun`, which keeps every
-    // begin, the ended runs' too: `INDEXED BY` keeps it on the live ones.
+    // The slots held (kept by the triggers of schema version 17) and the begins within the
+    // rate window (`?2` its start).
     queue_counts: "SELECT
-                       (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
-                        WHERE queue = ?1 AND began_at IS NOT NULL
-                          AND (status IN ('pending', 'running') OR status = 'blocked')),
+                       (SELECT held FROM queues WHERE name = ?1),
                        (SELECT COUNT(*) FROM runs WHERE queue = ?1 AND began_at > ?2)",
     // `?1` queue, `?2` now, `?3` the workflows as a JSON array, `?4` limit. Walks the
     // waiting runs in the order they begin and stops at the limit. Of a key, only the
@@ -319,7 +317,9 @@ pub(super) const SQL: Statements = Statements {
                                              OR status = 'blocked'))",
         // Whether a queued run admitted at `?3` may take a slot at once: its queue (`?1`) is
         // declared, no run of it waits to begin (nobody is overtaken, whatever their priority
-        // or key), a slot is free, the rate window has room, and no run of its partition key
+        // or key), a slot is free (`held`, kept by the triggers of schema version 17, rather
+        // than a count of the holding runs: up to `concurrency` index entries read per
+        // admission), the rate window has room, and no run of its partition key
         // (`?2`) holds a slot. The writer is serial (and `BEGIN IMMEDIATE` between
         // processes): nothing changes between this check and `insert_begun`. (One statement
         // of both, an INSERT .. SELECT reading `runs`, had SQLite copy the row through a
@@ -331,11 +331,7 @@ pub(super) const SQL: Statements = Statements {
                                         AND w.began_at IS NULL
                                         AND (w.status IN ('pending', 'running')
                                              OR w.status = 'blocked'))
-                      AND (q.concurrency IS NULL OR
-                           (SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
-                            WHERE queue = ?1 AND began_at IS NOT NULL
-                              AND (status IN ('pending', 'running') OR status = 'blocked'))
-                           < q.concurrency)
+                      AND (q.concurrency IS NULL OR q.held < q.concurrency)
                       AND (q.rate_limit IS NULL OR q.rate_period IS NULL OR
                            (SELECT COUNT(*) FROM runs
                             WHERE queue = ?1 AND began_at > ?3 - q.rate_period)

@@ -300,7 +300,7 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
             &["runs_queue_waiting", "runs_queue_holding"],
         ),
         ("queue_opening", SQL.queue_opening, &["runs_queue_waiting"]),
-        ("queue_counts", SQL.queue_counts, &["runs_queue_holding"]),
+        ("queue_counts", SQL.queue_counts, &[]),
         (
             "may_begin",
             SQL.dialect.may_begin,
@@ -319,6 +319,72 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
     }
     let acquire = plan_of(&conn, SQL.acquire);
     assert!(!acquire.contains("TEMP B-TREE FOR ORDER BY"), "{acquire}");
+}
+
+/// Each queue's `held` (kept by the triggers of schema version 17) and the runs holding a
+/// slot of it, counted: `(queue, held, counted)`.
+fn held_and_holding(path: &Path) -> Vec<(String, i64, i64)> {
+    raw(path)
+        .prepare(
+            "SELECT q.name, q.held,
+                    (SELECT COUNT(*) FROM runs
+                     WHERE queue = q.name AND began_at IS NOT NULL
+                       AND status IN ('pending', 'running', 'blocked'))
+             FROM queues q ORDER BY q.name",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn assert_held_is_counted(path: &Path) {
+    let rows = held_and_holding(path);
+    assert!(!rows.is_empty());
+    for (queue, held, counted) in rows {
+        assert_eq!(
+            held, counted,
+            "queue {queue}: held slots against holding runs"
+        );
+    }
+}
+
+/// The triggers keep every queue's held slots equal to its holding runs through the queue
+/// contract's begins and ends, and the migration to version 17 counts the slots of a file
+/// that had runs holding them.
+#[tokio::test]
+async fn each_queue_s_held_slots_are_its_runs_holding_one() {
+    use crate::testing::store as c;
+    let (other, store) = fresh().await;
+    c::a_queue_s_concurrency_counts_runs_begun_and_not_ended(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::a_queue_s_slots_follow_every_begin_and_end(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (dir, store) = fresh().await;
+    let path = dir.path().join("wf.db");
+    c::a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting(&store).await;
+    assert_held_is_counted(&path);
+    let holding: i64 = held_and_holding(&path).iter().map(|r| r.2).sum();
+    assert!(holding > 0, "some runs hold slots");
+
+    // A file from before version 17, with those runs holding their slots.
+    drop(store);
+    let conn = raw(&path);
+    conn.execute_batch(
+        "DROP TRIGGER runs_hold_inserted;
+         DROP TRIGGER runs_hold_updated;
+         DROP TRIGGER runs_hold_deleted;
+         ALTER TABLE queues DROP COLUMN held;
+         DELETE FROM workflow_migrations WHERE version = 17;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = within(SqliteStore::open(&path)).await.unwrap();
+    assert_eq!(migrations(&raw(&path)), recorded(MIGRATIONS.len()));
+    assert_held_is_counted(&path);
+    drop(store);
 }
 
 /// What the migration to version 15 is for: a run's status change, which evaluates every
@@ -712,6 +778,9 @@ async fn a_new_file_gets_every_migration() {
             "run_requests",
             "run_requests_key",
             "runs",
+            "runs_hold_deleted",
+            "runs_hold_inserted",
+            "runs_hold_updated",
             "runs_parent",
             "runs_queue_begun",
             "runs_queue_holding",

@@ -471,3 +471,78 @@ pub async fn a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting<
     let (_, undeclared) = create_queued_leased(store, "nobody-declared", None, t(30)).await;
     assert_eq!(undeclared, None, "an undeclared queue begins nothing");
 }
+
+/// Ends the leased run as failed at `at`.
+async fn fail<S: Store>(store: &S, lease: &Lease, at: SystemTime) {
+    let end = ap(
+        vec![NewEvent {
+            at,
+            event: Event::RunFailed {
+                error: Error::fatal("no"),
+            },
+        }],
+        Some(RunOutcome::Failed(Error::fatal("no"))),
+    );
+    store.append(lease, &end).await.unwrap();
+}
+
+/// A slot is taken by every way a queued run begins (at admission, at `acquire`, a failed
+/// run re-opened by `retry` when it begins again) and given back by every way it ends
+/// (completed, failed, cancelled while blocked), whichever path wrote it: a store that keeps the count of held
+/// slots rather than counting the holding runs must agree with the count at each step.
+pub async fn a_queue_s_slots_follow_every_begin_and_end<S: Store>(store: &S) {
+    declare(store, "one", Some(1), None).await;
+    let one = |at| async move {
+        let queues = store.list_queues(at).await.unwrap();
+        let q = queues.iter().find(|q| q.def.name == "one").unwrap();
+        (q.occupied, q.waiting)
+    };
+    let (a, la) = create_queued_leased(store, "one", None, t(0)).await;
+    let la = la.expect("an empty queue: A begins at admission");
+    let b = create_queued(store, "one", None, 0, t(1)).await;
+    assert!(
+        acquire_orders(store, t(2)).await.is_empty(),
+        "A holds the slot"
+    );
+    assert_eq!(one(t(2)).await, (1, 1));
+
+    // A fails: B begins.
+    fail(store, &la, t(3)).await;
+    let got = acquire_orders(store, t(4)).await;
+    assert_eq!(ids_of(&got), [b], "A's failure gave its slot back");
+    let lb = got[0].lease.clone();
+
+    // A re-opened waits for a slot again, ahead of C (started later).
+    assert_eq!(store.retry(&a, t(5)).await.unwrap(), RetryOutcome::Reopened);
+    assert_eq!(one(t(5)).await, (1, 1));
+    let c = create_queued(store, "one", None, 0, t(6)).await;
+    assert!(
+        acquire_orders(store, t(6)).await.is_empty(),
+        "B holds the slot"
+    );
+    complete(store, &lb, t(7)).await;
+    let got = acquire_orders(store, t(8)).await;
+    assert_eq!(ids_of(&got), [a], "A begins again; C waits");
+    complete(store, &got[0].lease, t(9)).await;
+    assert_eq!(one(t(9)).await, (0, 1));
+
+    // C begins, is blocked (it keeps its slot), then cancelled (it gives it back).
+    let got = acquire_orders(store, t(10)).await;
+    assert_eq!(ids_of(&got), [c]);
+    let divergence = Error::diverged("at event 1 its history expects A next, but B");
+    store
+        .block(&got[0].lease, &divergence, t(11))
+        .await
+        .unwrap();
+    let d = create_queued(store, "one", None, 0, t(12)).await;
+    let later = t(12) + Duration::from_secs(3600);
+    let got = acquire_orders(store, later).await;
+    assert_eq!(ids_of(&got), [c], "the blocked run holds its slot; D waits");
+    store.cancel(&c, later).await.unwrap();
+    let got = acquire_orders(store, later).await;
+    assert_eq!(ids_of(&got), [d], "the cancelled run gave its slot back");
+    complete(store, &got[0].lease, later).await;
+    assert_eq!(one(later).await, (0, 0));
+    let (_, le) = create_queued_leased(store, "one", None, later).await;
+    assert!(le.is_some(), "every slot is free: E begins at admission");
+}
