@@ -441,6 +441,52 @@ async fn an_unknown_queue_is_an_error_at_start(backend: Backend) {
     }
 }
 
+/// The end of a run that held a slot begins the run waiting for it at once, not at the next
+/// poll: the worker here checks whether a run waits and leases it (the poll interval is a
+/// minute, the wait bounded at ten seconds).
+async fn a_freed_slot_begins_the_waiting_run_without_a_poll(backend: Backend) {
+    let db = TestDb::new(backend);
+    let rt = db
+        .builder()
+        .queue(Queue::new("handoff").concurrency(1))
+        .poll_interval(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("runtime builds");
+    let tag = tag(backend, "handoff");
+    let token = format!("{tag}-holder");
+    let holder = rt
+        .start(waits_for, (token.clone(),))
+        .queue("handoff")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while rt.get_hook_by_token(&token).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the holder begins");
+    let next = rt
+        .start(marks_once, (tag.clone(), "next".to_owned()))
+        .queue("handoff")
+        .await
+        .unwrap();
+    assert_eq!(next.status().await.unwrap(), RunStatus::Pending, "it waits");
+    rt.resume_hook(&token, ()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), holder.return_value())
+        .await
+        .expect("the holder ends")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), next.return_value())
+        .await
+        .expect("the waiting run begins once the slot is freed, well before a poll")
+        .unwrap();
+    let marks: Vec<String> = marked(&tag).into_iter().map(|(m, _)| m).collect();
+    assert_eq!(marks, ["next"]);
+    rt.shutdown();
+}
+
 async fn a_waiting_run_times_out_without_taking_a_slot(backend: Backend) {
     let db = TestDb::new(backend);
     let rt = runtime_with(&db, Queue::new("single").concurrency(1)).await;
@@ -470,6 +516,7 @@ async fn a_waiting_run_times_out_without_taking_a_slot(backend: Backend) {
 }
 
 on_every_store!(
+    a_freed_slot_begins_the_waiting_run_without_a_poll,
     a_waiting_run_times_out_without_taking_a_slot,
     the_concurrency_is_reached_and_never_exceeded,
     per_key_order_equals_start_order,

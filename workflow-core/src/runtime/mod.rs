@@ -126,7 +126,7 @@ pub(crate) struct Inner {
     workflows: HashMap<&'static str, &'static WorkflowRegistration>,
     workflow_names: Vec<String>,
     active: Mutex<HashMap<RunId, Active>>,
-    pub(crate) work: Notify,
+    pub(crate) work: Arc<Notify>,
     /// Whether the store pushes changes (then polling is only a slow safety net).
     pushed: bool,
     /// The runs someone waits for in `return_value`, each with the signal of its end (in this
@@ -157,6 +157,9 @@ pub(crate) struct Inner {
     /// Whether queued runs are about (declared here, started or driven here): then the end
     /// of a run here may free a slot for a waiting run, and wakes the worker.
     queued: AtomicBool,
+    /// Whether runs wait for a slot is being read (see `slot_freed`): `.0` while a check is
+    /// under way, `.1` when a run ended since the check under way began.
+    checking_slots: Arc<(AtomicBool, AtomicBool)>,
     /// Whether a queue declared here has a rate limit: then the worker asks the store when a
     /// rate window reopens instead of waiting for its next poll.
     rate_limited: bool,
@@ -259,11 +262,42 @@ impl Inner {
         }
     }
 
-    /// A run ended here: if it may have held a queue's slot, a waiting run may begin now.
-    fn slot_freed(&self) {
-        if self.queued.load(Ordering::Relaxed) {
-            self.work.notify_one();
+    /// A run ended here: if it may have held a queue's slot, a waiting run may begin now, and
+    /// the worker leases at once when one waits. Whether one does is read first (a read,
+    /// where the worker's lease is a write transaction, which a queue of 100 busy slots
+    /// otherwise paid at every end), by one check at a time: an end while a check is under
+    /// way is covered by it, since the check reads after that end committed. A run admitted
+    /// waiting here wakes the worker itself; one admitted elsewhere waits at most for a
+    /// poll.
+    pub(crate) fn slot_freed(&self) {
+        if !self.queued.load(Ordering::Relaxed) {
+            return;
         }
+        let flags = &self.checking_slots;
+        flags.1.store(true, Ordering::SeqCst);
+        if flags.0.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (store, work, flags) = (
+            self.store.clone(),
+            self.work.clone(),
+            self.checking_slots.clone(),
+        );
+        self.tasks.spawn(async move {
+            loop {
+                flags.1.store(false, Ordering::SeqCst);
+                // On an error, the worker looks as it did before there was a check.
+                if store.has_waiting_runs().await.unwrap_or(true) {
+                    work.notify_one();
+                }
+                flags.0.store(false, Ordering::SeqCst);
+                // A run that ended while this check read may have freed the slot a run
+                // admitted meanwhile waits for: read again, unless its own check does.
+                if !flags.1.load(Ordering::SeqCst) || flags.0.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+            }
+        });
     }
 
     /// Run `id` ended: here with `outcome` (as written), or else seen to have ended (its

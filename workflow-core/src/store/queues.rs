@@ -60,6 +60,13 @@ pub trait QueueStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether any queued run waits for a slot (admitted, not begun, not ended), in any
+    /// queue: a worker where a run freed a slot asks this before it leases (a write) to
+    /// begin the next. The default, `true`, has it lease each time.
+    async fn has_waiting_runs(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
     /// Every declared queue by name, with its occupancy at `now` (for the rate window).
     /// Stores without queues keep this default: none.
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {

@@ -19,6 +19,10 @@ impl QueueStore for MemoryStore {
         Ok(())
     }
 
+    async fn has_waiting_runs(&self) -> Result<bool, StoreError> {
+        Ok(self.lock().books.values().any(|b| !b.waiting.is_empty()))
+    }
+
     async fn queue_opening(&self, now: SystemTime) -> Result<Option<SystemTime>, StoreError> {
         let st = self.lock();
         let mut opening: Option<SystemTime> = None;

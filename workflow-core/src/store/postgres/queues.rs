@@ -48,6 +48,14 @@ impl QueueStore for PostgresStore {
             .transpose()
     }
 
+    async fn has_waiting_runs(&self) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let waiting = sqlx::query_scalar(&self.inner.sql.has_waiting)
+            .fetch_one(&mut *conn)
+            .await;
+        conn.kept(waiting)
+    }
+
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
         let mut conn = self.conn().await?;
         let rows = sqlx::query_as(&self.inner.sql.list_queues)

@@ -550,6 +550,11 @@ pub(super) fn statements(s: &str) -> Statements {
                  FROM {s}.queues q ORDER BY q.name"
             ),
             // `$1` now. The window's oldest begin leaves it at `began_at + rate_period`.
+            has_waiting: format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.runs
+                                WHERE queue IS NOT NULL AND began_at IS NULL
+                                  AND status IN ('pending', 'running', 'blocked'))"
+            ),
             queue_opening: format!(
                 "SELECT MIN(opening) FROM (
                      SELECT (SELECT MIN(began_at) FROM {s}.runs r

@@ -108,6 +108,8 @@ pub(super) struct Statements<S, X> {
     pub list_queues: S,
     /// See [`crate::store::Store::queue_opening`].
     pub queue_opening: S,
+    /// See [`crate::store::QueueStore::has_waiting_runs`].
+    pub has_waiting: S,
     /// See [`policy::Tx::waiting_queues`].
     pub waiting_queues: S,
     /// See [`policy::Tx::lock_queue`].

@@ -44,6 +44,13 @@ impl QueueStore for SqliteStore {
             .transpose()
     }
 
+    async fn has_waiting_runs(&self) -> Result<bool, StoreError> {
+        self.read(|conn| {
+            Ok(one(conn, SQL.has_waiting, [], |r| r.get::<_, bool>(0))?.unwrap_or(false))
+        })
+        .await
+    }
+
     async fn list_queues(&self, now: SystemTime) -> Result<Vec<QueueInfo>, StoreError> {
         let at = sql_time(now);
         let rows = self

@@ -241,6 +241,10 @@ pub(super) const SQL: Statements = Statements {
                           AND (SELECT COUNT(*) FROM runs r
                                WHERE r.queue = q.name AND r.began_at > ?1 - q.rate_period)
                               >= q.rate_limit)",
+    // One entry of the waiting runs' index, if any.
+    has_waiting: "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_queue_waiting
+                                 WHERE queue IS NOT NULL AND began_at IS NULL
+                                   AND (status IN ('pending', 'running') OR status = 'blocked'))",
     // `?1` now, `?2` the workflows as a JSON array.
     waiting_queues: "SELECT DISTINCT queue FROM runs
                      WHERE queue IS NOT NULL AND began_at IS NULL

@@ -117,7 +117,7 @@ pub use queues::{
     a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting,
     a_queued_run_s_updated_at_follows_its_changes_of_state,
     a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
-    an_undeclared_queue_begins_nothing,
+    an_undeclared_queue_begins_nothing, whether_a_run_waits_for_a_slot_is_known,
 };
 pub use rekey::sealed_rows_are_paged_and_replaced_only_while_unchanged;
 pub use requests::{
@@ -333,6 +333,7 @@ macro_rules! __store_conformance_tests {
             a_queued_run_s_updated_at_follows_its_changes_of_state,
             a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting,
             a_queue_s_slots_follow_every_begin_and_end,
+            whether_a_run_waits_for_a_slot_is_known,
             run_counts_group_runs_by_workflow_and_status,
             a_schedule_keeps_its_latest_1000_ticks,
             a_batch_of_ticks_is_answered_in_order,

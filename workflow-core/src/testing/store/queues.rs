@@ -546,3 +546,35 @@ pub async fn a_queue_s_slots_follow_every_begin_and_end<S: Store>(store: &S) {
     let (_, le) = create_queued_leased(store, "one", None, later).await;
     assert!(le.is_some(), "every slot is free: E begins at admission");
 }
+
+/// `has_waiting_runs` says whether any queued run waits for a slot: none at first, one
+/// admitted while the queue is full, none again once it began (or when it ends).
+pub async fn whether_a_run_waits_for_a_slot_is_known<S: Store>(store: &S) {
+    declare(store, "w", Some(1), None).await;
+    assert!(!store.has_waiting_runs().await.unwrap(), "an empty store");
+    let (_, la) = create_queued_leased(store, "w", None, t(0)).await;
+    let la = la.expect("an empty queue: the first run begins at admission");
+    assert!(
+        !store.has_waiting_runs().await.unwrap(),
+        "a run holding its slot does not wait"
+    );
+    let b = create_queued(store, "w", None, 0, t(1)).await;
+    assert!(
+        store.has_waiting_runs().await.unwrap(),
+        "the second run waits"
+    );
+    complete(store, &la, t(2)).await;
+    let got = acquire_orders(store, t(3)).await;
+    assert_eq!(ids_of(&got), [b]);
+    assert!(
+        !store.has_waiting_runs().await.unwrap(),
+        "it began: nobody waits"
+    );
+    let c = create_queued(store, "w", None, 0, t(4)).await;
+    assert!(store.has_waiting_runs().await.unwrap());
+    store.cancel(&c, t(5)).await.unwrap();
+    assert!(
+        !store.has_waiting_runs().await.unwrap(),
+        "a cancelled run waits no more"
+    );
+}
