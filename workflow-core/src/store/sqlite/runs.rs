@@ -94,7 +94,9 @@ impl RunStore for SqliteStore {
                 if !begin.is_empty() {
                     let ids = to_json(&begin, "run ids")?;
                     let args = params![until, at, ids];
-                    rows.extend(all(tx, SQL.begin_queued, args, leased_row)?);
+                    let begun = all(tx, SQL.begin_queued, args, leased_row)?;
+                    held_by_begins(tx, &begun)?;
+                    rows.extend(begun);
                 }
                 Ok(Picked::new(rows))
             })
@@ -270,4 +272,34 @@ impl RunStore for SqliteStore {
         self.write(move |tx| self::now(policy::cancel(&mut Lite(tx), &cancel)))
             .await
     }
+}
+
+/// `queues.held` after `begin_queued` began `begun`: each queue holds as many more slots as
+/// runs of it began; should a begun row not decode (its queue unknown), every queue of the
+/// store is counted again.
+fn held_by_begins(
+    tx: &rusqlite::Connection,
+    begun: &[Result<crate::store::sql::rows::LeasedRow, (String, StoreError)>],
+) -> Result<(), StoreError> {
+    let mut by_queue: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for row in begun {
+        match row {
+            Ok(r) => {
+                if let Some(q) = r.run.queue.as_deref() {
+                    *by_queue.entry(q).or_default() += 1;
+                }
+            }
+            Err(_) => {
+                let names: Vec<String> = all(tx, "SELECT name FROM queues", [], |r| r.get(0))?;
+                for name in names {
+                    exec(tx, SQL.dialect.held_recount, params![name])?;
+                }
+                return Ok(());
+            }
+        }
+    }
+    for (queue, n) in by_queue {
+        exec(tx, SQL.dialect.held_add, params![queue, n])?;
+    }
+    Ok(())
 }

@@ -20,6 +20,13 @@ pub(super) struct SqliteOnly {
     pub(super) ended_among: &'static str,
     pub(super) may_begin: &'static str,
     pub(super) insert_begun: &'static str,
+    /// Queue `?1` holds `?2` more slots (a negative number: fewer). Every statement that
+    /// begins or ends a queued run is followed by this (or by `held_recount`) in the same
+    /// transaction: `queues.held` is what `may_begin` and `queue_counts` read.
+    pub(super) held_add: &'static str,
+    /// Queue `?1`'s held slots counted again from its runs (on the paths that are not hot:
+    /// a cancellation or failure, an end without a fence, an undecodable begun run).
+    pub(super) held_recount: &'static str,
     pub(super) publish_event: &'static str,
     pub(super) record_reply: &'static str,
     /// A row when the run's lease is held by the epoch given: a transactional step's check,
@@ -31,7 +38,8 @@ pub(super) struct SqliteOnly {
     /// and the chain's first run.
     pub(super) append_end: &'static str,
     /// After `append_end` of run `?1` in this transaction: the base to number its events from
-    /// (its last event), the run's parent and its chain's first run.
+    /// (its last event), the run's parent, its chain's first run, and its queue when it held
+    /// a slot (had begun).
     pub(super) numbered: &'static str,
     /// A row when run `?1` holds an active hook: without one, giving up all its tokens
     /// writes nothing, and its two statements are skipped.
@@ -106,7 +114,7 @@ pub(super) const SQL: Statements = Statements {
     end_run: "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5,
                   lease_until = NULL
               WHERE id = ?1
-              RETURNING parent_id, COALESCE(origin, id)",
+              RETURNING parent_id, COALESCE(origin, id), CASE WHEN began_at IS NOT NULL THEN queue END",
     children_to_cancel: "SELECT id FROM runs
                          WHERE parent_id = ?1 AND detached = 0
                            AND status NOT IN ('completed', 'failed', 'cancelled', 'continued_as_new')",
@@ -254,8 +262,8 @@ pub(super) const SQL: Statements = Statements {
                      ORDER BY queue",
     // The writer is serial (and `BEGIN IMMEDIATE` between processes): no lock needed.
     lock_queue: "SELECT concurrency, rate_limit, rate_period FROM queues WHERE name = ?1",
-    // The slots held (kept by the triggers of schema version 17) and the begins within the
-    // rate window (`?2` its start).
+    // The slots held (`queues.held`, see `held_add`) and the begins within the rate window
+    // (`?2` its start).
     queue_counts: "SELECT
                        (SELECT held FROM queues WHERE name = ?1),
                        (SELECT COUNT(*) FROM runs WHERE queue = ?1 AND began_at > ?2)",
@@ -321,7 +329,7 @@ pub(super) const SQL: Statements = Statements {
                                              OR status = 'blocked'))",
         // Whether a queued run admitted at `?3` may take a slot at once: its queue (`?1`) is
         // declared, no run of it waits to begin (nobody is overtaken, whatever their priority
-        // or key), a slot is free (`held`, kept by the triggers of schema version 17, rather
+        // or key), a slot is free (`held`, kept with every begin and end (`held_add`) rather
         // than a count of the holding runs: up to `concurrency` index entries read per
         // admission), the rate window has room, and no run of its partition key
         // (`?2`) holds a slot. The writer is serial (and `BEGIN IMMEDIATE` between
@@ -345,6 +353,12 @@ pub(super) const SQL: Statements = Statements {
                            WHERE h.queue = ?1 AND h.partition_key = ?2
                              AND h.began_at IS NOT NULL
                              AND (h.status IN ('pending', 'running') OR h.status = 'blocked')))",
+        held_add: "UPDATE queues SET held = held + ?2 WHERE name = ?1",
+        held_recount: "UPDATE queues SET held = (
+                           SELECT COUNT(*) FROM runs INDEXED BY runs_queue_holding
+                           WHERE queue = ?1 AND began_at IS NOT NULL
+                             AND (status IN ('pending', 'running') OR status = 'blocked'))
+                       WHERE name = ?1",
         // A queued run admitted holding its slot (`may_begin` said it may), begun now and
         // leased to the admitting worker (epoch 1) until `?6`.
         insert_begun: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,
@@ -372,7 +386,8 @@ pub(super) const SQL: Statements = Statements {
                        AND (?2 IS NULL OR (epoch = ?2 AND status = 'running'
                                            AND lease_until IS NOT NULL))",
         numbered: "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events WHERE run_id = ?1),
-                          parent_id, COALESCE(origin, id)
+                          parent_id, COALESCE(origin, id),
+                          CASE WHEN began_at IS NOT NULL THEN queue END
                    FROM runs WHERE id = ?1",
         holds_hooks: "SELECT 1 FROM hooks WHERE run_id = ?1 AND active = 1 LIMIT 1",
     },

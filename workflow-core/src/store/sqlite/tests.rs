@@ -321,8 +321,8 @@ async fn the_statements_over_live_runs_use_their_partial_indexes() {
     assert!(!acquire.contains("TEMP B-TREE FOR ORDER BY"), "{acquire}");
 }
 
-/// Each queue's `held` (kept by the triggers of schema version 17) and the runs holding a
-/// slot of it, counted: `(queue, held, counted)`.
+/// Each queue's `held` (kept by the statements that begin and end queued runs) and the runs
+/// holding a slot of it, counted: `(queue, held, counted)`.
 fn held_and_holding(path: &Path) -> Vec<(String, i64, i64)> {
     raw(path)
         .prepare(
@@ -350,9 +350,9 @@ fn assert_held_is_counted(path: &Path) {
     }
 }
 
-/// The triggers keep every queue's held slots equal to its holding runs through the queue
-/// contract's begins and ends, and the migration to version 17 counts the slots of a file
-/// that had runs holding them.
+/// Every queue's held slots stay equal to its holding runs through the queue contract's
+/// begins and ends, and the migration to version 18 counts the slots of a file that had runs
+/// holding them.
 #[tokio::test]
 async fn each_queue_s_held_slots_are_its_runs_holding_one() {
     use crate::testing::store as c;
@@ -362,6 +362,21 @@ async fn each_queue_s_held_slots_are_its_runs_holding_one() {
     let (other, store) = fresh().await;
     c::a_queue_s_slots_follow_every_begin_and_end(&store).await;
     assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::a_continued_run_keeps_its_queue_slot(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::a_waiting_run_past_its_deadline_is_handed_out_without_a_slot(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::whether_a_run_waits_for_a_slot_is_known(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::a_partition_key_runs_one_at_a_time_in_start_order(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
+    let (other, store) = fresh().await;
+    c::a_queue_s_rate_window_counts_begins(&store).await;
+    assert_held_is_counted(&other.path().join("wf.db"));
     let (dir, store) = fresh().await;
     let path = dir.path().join("wf.db");
     c::a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting(&store).await;
@@ -369,15 +384,12 @@ async fn each_queue_s_held_slots_are_its_runs_holding_one() {
     let holding: i64 = held_and_holding(&path).iter().map(|r| r.2).sum();
     assert!(holding > 0, "some runs hold slots");
 
-    // A file from before version 17, with those runs holding their slots.
+    // A file of version 17 whose count went wrong, with those runs holding their slots.
     drop(store);
     let conn = raw(&path);
     conn.execute_batch(
-        "DROP TRIGGER runs_hold_inserted;
-         DROP TRIGGER runs_hold_updated;
-         DROP TRIGGER runs_hold_deleted;
-         ALTER TABLE queues DROP COLUMN held;
-         DELETE FROM workflow_migrations WHERE version = 17;",
+        "UPDATE queues SET held = held + 7;
+         DELETE FROM workflow_migrations WHERE version = 18;",
     )
     .unwrap();
     drop(conn);
@@ -778,9 +790,6 @@ async fn a_new_file_gets_every_migration() {
             "run_requests",
             "run_requests_key",
             "runs",
-            "runs_hold_deleted",
-            "runs_hold_inserted",
-            "runs_hold_updated",
             "runs_parent",
             "runs_queue_begun",
             "runs_queue_holding",

@@ -107,6 +107,9 @@ impl Tx for Lite<'_> {
                 run.trace_context
             ],
         )?;
+        if inserted > 0 {
+            exec(self.0, SQL.dialect.held_add, params![queue, 1])?;
+        }
         Ok(inserted > 0)
     }
 
@@ -188,7 +191,15 @@ impl Tx for Lite<'_> {
         if exec(self.0, SQL.dialect.append_end, args)? == 0 {
             return Ok(false);
         }
-        let (base, parent, origin) = numbered(self.0, run)?;
+        let (base, parent, origin, held) = numbered(self.0, run)?;
+        if let Some(queue) = held {
+            // Fenced, the run was running: it gives its slot back. Unfenced, it may have
+            // ended before: counted again.
+            match fence {
+                Some(_) => exec(self.0, SQL.dialect.held_add, params![queue, -1])?,
+                None => exec(self.0, SQL.dialect.held_recount, params![queue])?,
+            };
+        }
         insert_events(self.0, run, base, events)?;
         if let Some(parent) = parent {
             notify_parent(self.0, &parent, &origin, end, now)?;
@@ -352,13 +363,26 @@ impl Tx for Lite<'_> {
 
     async fn end_run(&mut self, run: &str, end: &EncodedEnd, now: i64) -> Result<(), StoreError> {
         let (status, output, error) = (end.status.as_str(), &end.output, &end.error);
-        let parent = one(
+        let ended = one(
             self.0,
             SQL.end_run,
             params![run, status, output, error, now],
-            |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, String>(1)?)),
+            |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                ))
+            },
         )?;
-        if let Some((Some(parent), origin)) = parent {
+        let Some((parent, origin, held)) = ended else {
+            return Ok(());
+        };
+        if let Some(queue) = held {
+            // Cancellations and failures: its queue's slots are counted again.
+            exec(self.0, SQL.dialect.held_recount, params![queue])?;
+        }
+        if let Some(parent) = parent {
             notify_parent(self.0, &parent, &origin, end, now)?;
         }
         Ok(())
@@ -375,10 +399,15 @@ impl Tx for Lite<'_> {
 }
 
 /// What `SqliteOnly::numbered` reads of run `run` before its last events are inserted: the
-/// base to number them from (its last event's number), its parent and its chain's first run.
-fn numbered(conn: &Connection, run: &str) -> Result<(i64, Option<String>, String), StoreError> {
+/// base to number them from (its last event's number), its parent, its chain's first run,
+/// and its queue when it had begun in one.
+#[allow(clippy::type_complexity)]
+fn numbered(
+    conn: &Connection,
+    run: &str,
+) -> Result<(i64, Option<String>, String, Option<String>), StoreError> {
     one(conn, SQL.dialect.numbered, [run], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
     })?
     .ok_or_else(|| StoreError::database(format!("run {run} vanished while it was written")))
 }
