@@ -348,7 +348,7 @@ impl RuntimeBuilder {
             workflow_names,
             active: Mutex::new(HashMap::new()),
             work: Arc::new(Notify::new()),
-            checking_slots: Arc::new((AtomicBool::new(false), AtomicBool::new(false))),
+            checking_slots: Arc::default(),
             pushed: notices.is_some(),
             waiting: Mutex::new(HashMap::new()),
             completed: Mutex::default(),

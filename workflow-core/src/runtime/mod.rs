@@ -157,9 +157,8 @@ pub(crate) struct Inner {
     /// Whether queued runs are about (declared here, started or driven here): then the end
     /// of a run here may free a slot for a waiting run, and wakes the worker.
     queued: AtomicBool,
-    /// Whether runs wait for a slot is being read (see `slot_freed`): `.0` while a check is
-    /// under way, `.1` when a run ended since the check under way began.
-    checking_slots: Arc<(AtomicBool, AtomicBool)>,
+    /// The check whether runs wait for a slot (see `slot_freed`).
+    checking_slots: Arc<SlotCheck>,
     /// Whether a queue declared here has a rate limit: then the worker asks the store when a
     /// rate window reopens instead of waiting for its next poll.
     rate_limited: bool,
@@ -168,6 +167,15 @@ pub(crate) struct Inner {
     queues: Mutex<std::collections::HashSet<String>>,
     /// Wakes the schedules' firing loop: a schedule was defined, paused, resumed or deleted.
     schedules_changed: Notify,
+}
+
+/// The state of `Inner::slot_freed`'s check whether runs wait for a slot.
+#[derive(Default)]
+pub(crate) struct SlotCheck {
+    /// Set while a check is under way.
+    under_way: AtomicBool,
+    /// Set when a run ended since the check under way began.
+    again: AtomicBool,
 }
 
 impl Inner {
@@ -273,27 +281,29 @@ impl Inner {
         if !self.queued.load(Ordering::Relaxed) {
             return;
         }
-        let flags = &self.checking_slots;
-        flags.1.store(true, Ordering::SeqCst);
-        if flags.0.swap(true, Ordering::SeqCst) {
+        let check = &self.checking_slots;
+        check.again.store(true, Ordering::SeqCst);
+        if check.under_way.swap(true, Ordering::SeqCst) {
             return;
         }
-        let (store, work, flags) = (
+        let (store, work, check) = (
             self.store.clone(),
             self.work.clone(),
             self.checking_slots.clone(),
         );
         self.tasks.spawn(async move {
             loop {
-                flags.1.store(false, Ordering::SeqCst);
+                check.again.store(false, Ordering::SeqCst);
                 // On an error, the worker looks as it did before there was a check.
                 if store.has_waiting_runs().await.unwrap_or(true) {
                     work.notify_one();
                 }
-                flags.0.store(false, Ordering::SeqCst);
+                check.under_way.store(false, Ordering::SeqCst);
                 // A run that ended while this check read may have freed the slot a run
                 // admitted meanwhile waits for: read again, unless its own check does.
-                if !flags.1.load(Ordering::SeqCst) || flags.0.swap(true, Ordering::SeqCst) {
+                if !check.again.load(Ordering::SeqCst)
+                    || check.under_way.swap(true, Ordering::SeqCst)
+                {
                     return;
                 }
             }

@@ -109,9 +109,7 @@ impl RunStore for PostgresStore {
     ) -> Result<AdmittedWith, StoreError> {
         crate::store::first_events_only(first)?;
         let events = EncodedEvents::new(&first.events)?;
-        let plain =
-            events.received.is_empty() && events.published.is_empty() && events.replies.is_empty();
-        if run.hook.is_some() || run.queue.is_some() || !plain {
+        if run.hook.is_some() || run.queue.is_some() || !events.is_plain() {
             return Ok(AdmittedWith::Unsupported(Box::new(run)));
         }
         if run.delayed() {
@@ -127,10 +125,7 @@ impl RunStore for PostgresStore {
             return Ok(AdmittedWith::Unsupported(Box::new(run)));
         }
         let row = NewRunRow::new(run, Some(lease))?;
-        let (parent, detached) = match &row.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = row.parent_cols();
         let mut conn = self.conn().await?;
         let inserted: Result<Option<String>, _> =
             sqlx::query_scalar(&self.inner.sql.dialect.insert_leased_with)

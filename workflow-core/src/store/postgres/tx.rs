@@ -104,10 +104,7 @@ impl Tx for Pg<'_> {
             None => insert,
             Some(until) => insert.bind(until),
         };
-        let (parent, detached) = match &run.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = run.parent_cols();
         let insert = insert.bind(run.deadline).bind(parent).bind(detached);
         let insert = match run.lease_until {
             None => insert
@@ -230,10 +227,7 @@ impl Tx for Pg<'_> {
             return Err(crate::store::no_token());
         };
         let sql = &self.sql.dialect.admit_claiming[usize::from(row.lease_until.is_some())];
-        let (parent, detached) = match &row.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = row.parent_cols();
         let query = sqlx::query_as::<_, (bool, bool, Option<String>, bool)>(sql)
             .bind(&row.key)
             .bind(&row.workflow)
@@ -533,10 +527,7 @@ impl Tx for Pg<'_> {
         if locked.is_none() {
             return Ok(false);
         }
-        let (parent, detached) = match &run.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = run.parent_cols();
         let inserted = sqlx::query(&self.sql.dialect.insert_begun)
             .bind(&run.key)
             .bind(&run.workflow)

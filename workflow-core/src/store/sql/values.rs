@@ -114,6 +114,12 @@ impl EncodedEvents {
         Ok(out)
     }
 
+    /// True when the events only record: none delivers a payload, publishes a value or
+    /// records a reply (nothing to write beside the events' rows).
+    pub fn is_plain(&self) -> bool {
+        self.received.is_empty() && self.published.is_empty() && self.replies.is_empty()
+    }
+
     #[cfg(feature = "sqlite")]
     pub fn len(&self) -> usize {
         self.at.len()
@@ -197,20 +203,12 @@ impl EncodedAppend {
     /// True when the append ends the run and does nothing else but add events (no payload
     /// delivered, no token given up by itself): the usual last write of a run.
     pub fn plain_end(&self) -> bool {
-        self.end.is_some()
-            && self.events.received.is_empty()
-            && self.events.published.is_empty()
-            && self.events.replies.is_empty()
-            && self.release_tokens.is_empty()
+        self.end.is_some() && self.events.is_plain() && self.release_tokens.is_empty()
     }
 
     /// True when the append only adds events (no payload delivered, no tokens released, no
     /// end).
     pub fn events_only(&self) -> bool {
-        self.events.received.is_empty()
-            && self.events.published.is_empty()
-            && self.events.replies.is_empty()
-            && self.release_tokens.is_empty()
-            && self.end.is_none()
+        self.events.is_plain() && self.release_tokens.is_empty() && self.end.is_none()
     }
 }

@@ -93,10 +93,13 @@ impl RunStore for SqliteStore {
                 let begin = now(policy::queued_to_begin(&mut Lite(tx), at, &names, room))?;
                 if !begin.is_empty() {
                     let ids = to_json(&begin, "run ids")?;
-                    let args = params![until, at, ids];
-                    let begun = all(tx, SQL.begin_queued, args, leased_row)?;
-                    held_by_begins(tx, &begun)?;
-                    rows.extend(begun);
+                    rows.extend(all(
+                        tx,
+                        SQL.begin_queued,
+                        params![until, at, &ids],
+                        leased_row,
+                    )?);
+                    exec(tx, SQL.dialect.held_begun, [ids])?;
                 }
                 Ok(Picked::new(rows))
             })
@@ -272,34 +275,4 @@ impl RunStore for SqliteStore {
         self.write(move |tx| self::now(policy::cancel(&mut Lite(tx), &cancel)))
             .await
     }
-}
-
-/// `queues.held` after `begin_queued` began `begun`: each queue holds as many more slots as
-/// runs of it began; should a begun row not decode (its queue unknown), every queue of the
-/// store is counted again.
-fn held_by_begins(
-    tx: &rusqlite::Connection,
-    begun: &[Result<crate::store::sql::rows::LeasedRow, (String, StoreError)>],
-) -> Result<(), StoreError> {
-    let mut by_queue: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
-    for row in begun {
-        match row {
-            Ok(r) => {
-                if let Some(q) = r.run.queue.as_deref() {
-                    *by_queue.entry(q).or_default() += 1;
-                }
-            }
-            Err(_) => {
-                let names: Vec<String> = all(tx, "SELECT name FROM queues", [], |r| r.get(0))?;
-                for name in names {
-                    exec(tx, SQL.dialect.held_recount, params![name])?;
-                }
-                return Ok(());
-            }
-        }
-    }
-    for (queue, n) in by_queue {
-        exec(tx, SQL.dialect.held_add, params![queue, n])?;
-    }
-    Ok(())
 }

@@ -25,8 +25,12 @@ pub(super) struct SqliteOnly {
     /// transaction: `queues.held` is what `may_begin` and `queue_counts` read.
     pub(super) held_add: &'static str,
     /// Queue `?1`'s held slots counted again from its runs (on the paths that are not hot:
-    /// a cancellation or failure, an end without a fence, an undecodable begun run).
+    /// a cancellation or failure, an end without a fence).
     pub(super) held_recount: &'static str,
+    /// After `begin_queued` of the runs `?1` (a JSON array): each of their queues holds as
+    /// many more slots as runs of it began (those of `?1` with a begin now; the others,
+    /// passed over, have none).
+    pub(super) held_begun: &'static str,
     pub(super) publish_event: &'static str,
     pub(super) record_reply: &'static str,
     /// A row when the run's lease is held by the epoch given: a transactional step's check,
@@ -359,6 +363,12 @@ pub(super) const SQL: Statements = Statements {
                            WHERE queue = ?1 AND began_at IS NOT NULL
                              AND (status IN ('pending', 'running') OR status = 'blocked'))
                        WHERE name = ?1",
+        held_begun: "UPDATE queues SET held = held + (
+                         SELECT COUNT(*) FROM runs
+                         WHERE id IN (SELECT value FROM json_each(?1))
+                           AND queue = queues.name AND began_at IS NOT NULL)
+                     WHERE name IN (SELECT queue FROM runs
+                                    WHERE id IN (SELECT value FROM json_each(?1)))",
         // A queued run admitted holding its slot (`may_begin` said it may), begun now and
         // leased to the admitting worker (epoch 1) until `?6`.
         insert_begun: "INSERT INTO runs (id, workflow, status, input, created_at, updated_at,

@@ -27,10 +27,7 @@ impl Tx for Lite<'_> {
         let token = run.hook.as_ref().map(|h| &h.0);
         let (id, wf, input, at) = (&run.key, &run.workflow, &run.input, run.created_at);
         let deadline = run.deadline;
-        let (parent, detached) = match &run.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = run.parent_cols();
         let inserted = match run.lease_until {
             None => exec(
                 self.0,
@@ -79,10 +76,7 @@ impl Tx for Lite<'_> {
             return Ok(false);
         };
         let token = run.hook.as_ref().map(|h| &h.0);
-        let (parent, detached) = match &run.parent {
-            Some((p, detached)) => (Some(p.as_str()), *detached),
-            None => (None, false),
-        };
+        let (parent, detached) = run.parent_cols();
         let may = params![queue, run.partition_key, run.created_at];
         if one(self.0, SQL.dialect.may_begin, may, |_| Ok(()))?.is_none() {
             return Ok(false);
@@ -191,7 +185,12 @@ impl Tx for Lite<'_> {
         if exec(self.0, SQL.dialect.append_end, args)? == 0 {
             return Ok(false);
         }
-        let (base, parent, origin, held) = numbered(self.0, run)?;
+        let Numbered {
+            base,
+            parent,
+            origin,
+            held,
+        } = numbered(self.0, run)?;
         if let Some(queue) = held {
             // Fenced, the run was running: it gives its slot back. Unfenced, it may have
             // ended before: counted again.
@@ -398,16 +397,25 @@ impl Tx for Lite<'_> {
     }
 }
 
-/// What `SqliteOnly::numbered` reads of run `run` before its last events are inserted: the
-/// base to number them from (its last event's number), its parent, its chain's first run,
-/// and its queue when it had begun in one.
-#[allow(clippy::type_complexity)]
-fn numbered(
-    conn: &Connection,
-    run: &str,
-) -> Result<(i64, Option<String>, String, Option<String>), StoreError> {
+/// What `SqliteOnly::numbered` reads of a run before its last events are inserted.
+struct Numbered {
+    /// The base to number them from: its last event's number.
+    base: i64,
+    parent: Option<String>,
+    /// Its chain's first run.
+    origin: String,
+    /// Its queue, when it had begun in one (it held a slot).
+    held: Option<String>,
+}
+
+fn numbered(conn: &Connection, run: &str) -> Result<Numbered, StoreError> {
     one(conn, SQL.dialect.numbered, [run], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        Ok(Numbered {
+            base: r.get(0)?,
+            parent: r.get(1)?,
+            origin: r.get(2)?,
+            held: r.get(3)?,
+        })
     })?
     .ok_or_else(|| StoreError::database(format!("run {run} vanished while it was written")))
 }

@@ -46,6 +46,14 @@ pub(in crate::store) struct NewRunRow {
 }
 
 impl NewRunRow {
+    /// Its parent's columns: the parent's id, and whether the run is detached from it.
+    pub fn parent_cols(&self) -> (Option<&str>, bool) {
+        match &self.parent {
+            Some((p, detached)) => (Some(p.as_str()), *detached),
+            None => (None, false),
+        }
+    }
+
     /// `run`, leased to the admitting worker for `lease` if given.
     pub fn new(run: NewRun, lease: Option<Duration>) -> Result<Self, StoreError> {
         // A queued run holds a slot before it is leased: only `acquire`, or an admission
