@@ -48,6 +48,13 @@ pub(super) struct PgOnly {
     /// run from 1, time, kind, data). The rows are locked in id order, each fenced as `append`
     /// fences it; the answer: the runs written (a run missing was fenced out).
     pub(super) append_many: String,
+    /// The usual ends of several runs without ties in one statement (see
+    /// `Tx::end_many_alone`): `$1` runs, `$2` their epochs, `$3` their counts of events,
+    /// `$4` statuses, `$5` outputs, `$6` errors, `$7` times; `$8` .. `$12` the events as in
+    /// `append_many`. The rows are locked in id order, each fenced as `append_and_end_plain`
+    /// fences it and taken only on its terms (no parent, queue, start token or active hook);
+    /// the answer: the runs ended (a run missing was not written: the caller writes it alone).
+    pub(super) end_many_alone: String,
     /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
@@ -787,6 +794,35 @@ pub(super) fn statements(s: &str) -> Statements {
                                      $8::text[]) AS e(run, k, at, kind, data)
                          JOIN numbered nb ON nb.id = e.run)
                      SELECT id FROM numbered"
+                ),
+                end_many_alone: format!(
+                    "WITH locked AS MATERIALIZED (
+                         SELECT r.id, i.n, i.status, i.output, i.error, i.at
+                         FROM {s}.runs r
+                         JOIN UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[],
+                                     $5::text[], $6::text[], $7::bigint[])
+                             AS i(run, epoch, n, status, output, error, at)
+                             ON r.id = i.run
+                         WHERE r.epoch = i.epoch AND r.status = 'running'
+                           AND r.lease_until IS NOT NULL
+                           AND r.parent_id IS NULL AND r.queue IS NULL AND r.hook_token IS NULL
+                           AND NOT EXISTS (SELECT 1 FROM {s}.hooks h
+                                           WHERE h.run_id = r.id AND h.active)
+                         ORDER BY r.id
+                         FOR UPDATE OF r),
+                     ended AS (
+                         UPDATE {s}.runs r SET last_seq = r.last_seq + l.n, status = l.status,
+                             output = l.output, error = l.error, updated_at = l.at,
+                             lease_until = NULL
+                         FROM locked l WHERE r.id = l.id
+                         RETURNING r.id, r.last_seq - l.n AS base),
+                     inserted AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT e.run, nb.base + e.k, e.at, e.kind, e.data
+                         FROM UNNEST($8::text[], $9::bigint[], $10::bigint[], $11::text[],
+                                     $12::text[]) AS e(run, k, at, kind, data)
+                         JOIN ended nb ON nb.id = e.run)
+                     SELECT id FROM ended"
                 ),
                 admit_many: format!(
                     "INSERT INTO {s}.runs

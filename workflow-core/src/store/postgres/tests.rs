@@ -18,7 +18,8 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::EncodedEvents;
 use crate::store::{
-    Admission, Append, Event, HookStore, Lease, NewEvent, NewRun, Notice, RunStatus, RunStore,
+    Admission, Append, ClaimOutcome, EndHint, Event, HookStore, Lease, NewEvent, NewRun, Notice,
+    RunStatus, RunStore,
 };
 use crate::testing::store::{
     acquire, ap, conformance_tests, create, event_seqs, lease_one, names, previous_release_is_kept,
@@ -677,6 +678,103 @@ async fn concurrent_writes_share_group_transactions_and_each_land() {
     );
     written_as_sent(&store, &sent, None).await;
     assert_eq!(schema.count("runs").await, (COMMITTERS + 1 + 90) as i64);
+}
+
+/// Ends of runs their writers hint have no ties (`EndHint::Alone`), arriving together, are
+/// written by one statement for many; each still answers for itself, and those the
+/// statement may not take are written alone: a stale lease is refused, and a run holding an
+/// active hook or having a parent (a wrong hint) ends with its hook given up and its parent
+/// told, as any end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ends_hinted_alone_end_together_and_the_others_alone() {
+    let (schema, store) = fresh!();
+    let parent = leased(&store, "parent").await;
+    let mut writes = Vec::new();
+    let (mut plain, mut stale, mut hooked, mut children) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..24u32 {
+        let lease = if i % 6 == 5 {
+            let mut child = new_run(RunId::new(), "child");
+            child.parent = Some(crate::model::ParentLink {
+                run: parent.run_id,
+                detached: false,
+            });
+            let admitted = within(store.create_run_leased(child, LEASE)).await;
+            let Ok((Admission::Admitted, Some(lease))) = admitted else {
+                panic!("the child was not admitted leased: {admitted:?}");
+            };
+            children.push(lease.run_id);
+            lease
+        } else {
+            leased(&store, "alone").await
+        };
+        match i % 6 {
+            1 => stale.push(lease.run_id),
+            3 => {
+                let token = format!("ends-alone-{i}");
+                let claimed = within(store.claim_hook(&lease, "k", &token, t(5))).await;
+                assert!(matches!(claimed, Ok(ClaimOutcome::Claimed)), "{claimed:?}");
+                hooked.push((lease.run_id, token));
+            }
+            5 => {}
+            _ => plain.push(lease.run_id),
+        }
+        let end = NewEvent {
+            at: t(20),
+            event: Event::RunCompleted { output: json!(i) },
+        };
+        let append = Append {
+            end_hint: EndHint::Alone,
+            ..ap(vec![end], Some(RunOutcome::Completed(json!(i))))
+        };
+        writes.push(ToSend::Append(lease, append));
+    }
+    let mut sql = schema.raw().await;
+    for id in &stale {
+        sqlx::query(&format!(
+            "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
+            schema.table("runs")
+        ))
+        .bind(id.to_string())
+        .execute(&mut sql)
+        .await
+        .unwrap();
+    }
+    let sent = behind_held_committers(&schema, &store, writes).await;
+    for s in &sent {
+        let Sent::End(id, answer) = s else {
+            panic!("a write sent as an end answered as something else");
+        };
+        let run = within(store.get_run(id)).await.unwrap().unwrap();
+        if stale.contains(id) {
+            assert!(
+                matches!(answer, Err(StoreError::LeaseLost(r)) if r == id),
+                "stale {id}: {answer:?}"
+            );
+            assert_eq!(run.status, RunStatus::Running, "{id}");
+            assert!(kinds(&store, *id).await.is_empty(), "{id}");
+            continue;
+        }
+        assert!(answer.is_ok(), "end {id}: {answer:?}");
+        assert_eq!(run.status, RunStatus::Completed, "{id}");
+        assert!(run.output.is_some(), "{id}");
+        let expected: &[&str] = if hooked.iter().any(|(r, _)| r == id) {
+            &["hook_registered", "run_completed"]
+        } else {
+            &["run_completed"]
+        };
+        assert_eq!(kinds(&store, *id).await, expected, "{id}");
+    }
+    for (id, token) in &hooked {
+        let hook = within(store.get_hook(token)).await.unwrap();
+        assert!(hook.is_none(), "{id} still holds {token}: {hook:?}");
+    }
+    let told = within(store.payloads(&parent.run_id, 0)).await.unwrap();
+    assert_eq!(told.len(), children.len(), "the parent's inbox: {told:?}");
+    assert_eq!(
+        plain.len() + stale.len() + hooked.len() + children.len(),
+        24
+    );
 }
 
 /// A group whose admission fails at the database (a NUL byte in its workflow name, which

@@ -350,6 +350,64 @@ impl Tx for Pg<'_> {
         Ok(runs.iter().map(|run| written.contains(run)).collect())
     }
 
+    async fn end_many_alone(
+        &mut self,
+        runs: &[String],
+        fences: &[i64],
+        events: &[&EncodedEvents],
+        ends: &[(&EncodedEnd, i64)],
+    ) -> Result<Vec<bool>, StoreError> {
+        let counts: Vec<i64> = events
+            .iter()
+            .map(|e| i64::try_from(e.at.len()).unwrap_or(i64::MAX))
+            .collect();
+        let (mut statuses, mut outputs, mut errors, mut times) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (end, now) in ends {
+            statuses.push(end.status.as_str());
+            outputs.push(end.output.as_deref());
+            errors.push(end.error.as_deref());
+            times.push(*now);
+        }
+        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (run, events) in runs.iter().zip(events) {
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                ev_runs.push(run.as_str());
+                ev_index.push(k);
+                ev_at.push(*at);
+                ev_kinds.push(kind.as_str());
+                ev_data.push(data.as_str());
+            }
+        }
+        let ended: Vec<String> = sqlx::query_scalar(&self.sql.dialect.end_many_alone)
+            .bind(runs)
+            .bind(fences)
+            .bind(&counts)
+            .bind(&statuses)
+            .bind(&outputs)
+            .bind(&errors)
+            .bind(&times)
+            .bind(&ev_runs)
+            .bind(&ev_index)
+            .bind(&ev_at)
+            .bind(&ev_kinds)
+            .bind(&ev_data)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        self.announce(
+            ended
+                .iter()
+                .map(|run| format!("{NOTE_ENDED}{run}"))
+                .collect(),
+        )
+        .await?;
+        let ended: std::collections::HashSet<String> = ended.into_iter().collect();
+        Ok(runs.iter().map(|run| ended.contains(run)).collect())
+    }
+
     async fn release_tokens(
         &mut self,
         run: &str,

@@ -5,8 +5,8 @@
 
 use super::{admit, admit_many, append, Admitted, NewRunRow, Tx};
 use crate::error::StoreError;
-use crate::store::sql::{sql_epoch, EncodedAppend};
-use crate::store::Lease;
+use crate::store::sql::{sql_epoch, EncodedAppend, EncodedEnd};
+use crate::store::{EndHint, Lease};
 
 /// A write of a group transaction ([`group`]): an append, or an admission without a token.
 pub(in crate::store) enum GroupWrite<'a> {
@@ -19,6 +19,19 @@ impl GroupWrite<'_> {
     fn events_only(&self) -> Option<(&Lease, &EncodedAppend)> {
         match self {
             GroupWrite::Append(lease, write) if write.events_only() => Some((lease, write)),
+            _ => None,
+        }
+    }
+
+    /// The append, when it is a run's usual last write (events and the end, nothing else)
+    /// and its writer knows the run has no ties ([`EndHint::Alone`]).
+    fn alone_end(&self) -> Option<(&Lease, &EncodedAppend, &EncodedEnd)> {
+        match self {
+            GroupWrite::Append(lease, write)
+                if write.plain_end() && write.hint == EndHint::Alone =>
+            {
+                write.end.as_ref().map(|end| (*lease, *write, end))
+            }
             _ => None,
         }
     }
@@ -108,6 +121,13 @@ pub(in crate::store) async fn group(
             answers.extend(append_many(tx, these).await.map_err(GroupError::Redo)?);
             continue;
         }
+        let alone = rest.iter().take_while(|w| w.alone_end().is_some()).count();
+        if alone >= 2 {
+            let (these, after) = rest.split_at(alone);
+            rest = after;
+            answers.extend(end_many(tx, these).await?);
+            continue;
+        }
         rest = &rest[1..];
         let answer = match write {
             // Answered by `admit_many`, an id that existed included (that statement wrote
@@ -122,6 +142,37 @@ pub(in crate::store) async fn group(
             },
             GroupWrite::Admit(row) => Answer::Admit(admit(tx, row).await),
             GroupWrite::Append(lease, write) => Answer::Append(append(tx, lease, write).await),
+        };
+        if let Some(StoreError::Database(why)) = answer.error() {
+            return Err(GroupError::Redo(StoreError::Database(why.clone())));
+        }
+        answers.push(answer);
+    }
+    Ok(answers)
+}
+
+/// The ends of `writes` (runs' usual last writes, of distinct runs without ties, in the
+/// order their rows are to be locked), each fenced by its lease: each one's answer. Those
+/// the dialect's statement for many did not end (a lost lease, or a tie the hint did not
+/// know of) are written alone, as any append is.
+async fn end_many(tx: &mut impl Tx, writes: &[GroupWrite<'_>]) -> Result<Vec<Answer>, GroupError> {
+    let (mut runs, mut fences, mut events, mut ends) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (lease, write, end) in writes.iter().filter_map(GroupWrite::alone_end) {
+        runs.push(lease.run_id.to_string());
+        fences.push(sql_epoch(lease.epoch));
+        events.push(&write.events);
+        ends.push((end, write.now));
+    }
+    let ended = tx
+        .end_many_alone(&runs, &fences, &events, &ends)
+        .await
+        .map_err(GroupError::Redo)?;
+    let mut answers = Vec::with_capacity(writes.len());
+    for ((lease, write, _), ended) in writes.iter().filter_map(GroupWrite::alone_end).zip(ended) {
+        let answer = match ended {
+            true => Answer::Append(Ok(())),
+            false => Answer::Append(append(tx, lease, write).await),
         };
         if let Some(StoreError::Database(why)) = answer.error() {
             return Err(GroupError::Redo(StoreError::Database(why.clone())));

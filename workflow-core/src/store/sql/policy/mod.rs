@@ -165,6 +165,35 @@ pub(in crate::store) trait Tx: Sized {
         }
     }
 
+    /// Ends each of `runs` (distinct, in id order, the order their rows are locked in) with
+    /// `ends[i]` at `nows[i]` after appending `events[i]`, fenced by epoch `fences[i]`, as
+    /// [`Tx::append_and_end`] does with [`EndHint::Alone`]: whether each was ended. A dialect
+    /// may end them all in one statement taking only runs without ties (no parent, queue,
+    /// start token or active hook) and answer false, writing nothing of it, for any other;
+    /// the caller then writes that one alone, which also finds out a lost lease.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fn end_many_alone(
+        &mut self,
+        runs: &[String],
+        fences: &[i64],
+        events: &[&EncodedEvents],
+        ends: &[(&EncodedEnd, i64)],
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> {
+        async move {
+            let mut ended = Vec::with_capacity(runs.len());
+            for (((run, fence), events), (end, now)) in
+                runs.iter().zip(fences).zip(events).zip(ends)
+            {
+                let hint = EndHint::Alone;
+                let done = self
+                    .append_and_end(run, Some(*fence), events, end, *now, hint)
+                    .await?;
+                ended.push(done);
+            }
+            Ok(ended)
+        }
+    }
+
     /// Gives up `tokens` if `run` owns them: a row retained past `now` stays, inactive; the
     /// others go, freeing their tokens at once. `None`: every token the run owns.
     fn release_tokens(
