@@ -18,7 +18,7 @@ use crate::error::{DatabaseError, StoreError};
 use crate::ids::RunId;
 use crate::store::sql::batch::{self, Committer, Finish, Group, Request};
 use crate::store::sql::policy::{self, Admitted, Answer, GroupError, GroupWrite, NewRunRow};
-use crate::store::sql::EncodedAppend;
+use crate::store::sql::{EncodedAppend, EncodedEvents};
 use crate::store::Lease;
 
 /// Committers per store, each committing one batch at a time on a pooled connection: while
@@ -31,7 +31,9 @@ pub(super) const MAX_BATCH: usize = 256;
 /// insert), each a request carrying where its answer goes.
 pub(super) enum Write {
     Append(Request<(Lease, EncodedAppend), ()>),
-    Admit(Request<NewRunRow, Admitted>),
+    /// With the first events of a run leased at admission, written with it (boxed: most
+    /// admissions have none).
+    Admit(Request<(NewRunRow, Option<Box<EncodedEvents>>), Admitted>),
 }
 
 impl Write {
@@ -41,9 +43,10 @@ impl Write {
         (Write::Append(request), answer)
     }
 
-    /// An admission and where its caller waits for the answer.
-    pub(super) fn admit(row: NewRunRow) -> (Self, Waiting<Admitted>) {
-        let (request, answer) = Request::new(row);
+    /// An admission (with the first events of a run leased at admission) and where its
+    /// caller waits for the answer.
+    pub(super) fn admit(row: NewRunRow, first: Option<EncodedEvents>) -> (Self, Waiting<Admitted>) {
+        let (request, answer) = Request::new((row, first.map(Box::new)));
         (Write::Admit(request), answer)
     }
 
@@ -53,7 +56,7 @@ impl Write {
     pub(super) fn run_id(&self) -> &RunId {
         match self {
             Write::Append(r) => &r.write.0.run_id,
-            Write::Admit(r) => &r.write.id,
+            Write::Admit(r) => &r.write.0.id,
         }
     }
 
@@ -61,7 +64,7 @@ impl Write {
     pub(super) fn as_group(&self) -> GroupWrite<'_> {
         match self {
             Write::Append(r) => GroupWrite::Append(&r.write.0, &r.write.1),
-            Write::Admit(r) => GroupWrite::Admit(&r.write),
+            Write::Admit(r) => GroupWrite::Admit(&r.write.0, r.write.1.as_deref()),
         }
     }
 
@@ -69,7 +72,20 @@ impl Write {
     pub(super) async fn apply(&self, pg: &mut Pg<'_>) -> Answer {
         match self {
             Write::Append(r) => Answer::Append(policy::append(pg, &r.write.0, &r.write.1).await),
-            Write::Admit(r) => Answer::Admit(policy::admit(pg, &r.write).await),
+            Write::Admit(r) => match &r.write {
+                (row, None) => Answer::Admit(policy::admit(pg, row).await),
+                // One statement with its events (see `Tx::insert_many`).
+                (row, Some(first)) => {
+                    Answer::Admit(match policy::admit_many(pg, &[row], &[Some(first)]).await {
+                        Ok(mut answers) => answers.pop().unwrap_or_else(|| {
+                            Err(StoreError::database(
+                                "internal error: an admission went unanswered",
+                            ))
+                        }),
+                        Err(e) => Err(e),
+                    })
+                }
+            },
         }
     }
 
@@ -255,7 +271,7 @@ impl Writer {
             Write::Append(r) => r.write.1.events_only() || r.write.1.plain_end(),
             // A queued run that may begin at admission takes its queue's lock, then inserts
             // (`Tx::admit_begun`): two statements, the lock held to the commit.
-            Write::Admit(r) => r.write.queue_lease.is_none(),
+            Write::Admit(r) => r.write.0.queue_lease.is_none(),
         };
         let conn = match self.stash.conn().await {
             Ok(conn) => conn,

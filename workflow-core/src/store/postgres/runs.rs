@@ -39,7 +39,7 @@ impl PostgresStore {
             // committed alone and its queue has room and an unheld lock (`Tx::admit_begun`);
             // among other writes it is inserted waiting, and the next `acquire` begins it
             // with the others that waited, taking the queue's lock once for all of them.
-            let (write, answer) = Write::admit(row);
+            let (write, answer) = Write::admit(row, None);
             self.commit(write).await;
             return answer.await.unwrap_or_else(|_| Err(writer_gone()));
         }
@@ -118,11 +118,17 @@ impl RunStore for PostgresStore {
             return Ok(AdmittedWith::Done(admission, leased));
         }
         // Alone, as the committers write a lone write: among other writes, the admission and
-        // the first events go to the committers as two writes of their group transactions
-        // (one statement on a connection of its own per start cost W3 a third).
+        // its first events go to the committers as one write of their group transactions
+        // (one statement on a connection of its own per start cost W3 a third), admitted
+        // with the group's other admissions in one statement.
         let under_way = Writing::count(&self.inner.writer.writing);
         if under_way.before > 0 {
-            return Ok(AdmittedWith::Unsupported(Box::new(run)));
+            drop(under_way);
+            let row = NewRunRow::new(run, Some(lease))?;
+            let (write, answer) = Write::admit(row, Some(events));
+            self.commit(write).await;
+            let (admission, leased) = answer.await.unwrap_or_else(|_| Err(writer_gone()))?;
+            return Ok(AdmittedWith::Done(admission, leased));
         }
         let row = NewRunRow::new(run, Some(lease))?;
         let (parent, detached) = row.parent_cols();

@@ -58,7 +58,9 @@ pub(super) struct PgOnly {
     /// Admissions without a token, several in one statement (see `Tx::insert_many`), leased
     /// to the admitting worker where `$5` has a lease's end: `$1` ids, `$2` workflows, `$3`
     /// inputs, `$4` times, `$5` lease ends, `$6` deadlines, `$7` parents, `$8` detached, `$9`
-    /// queues, `$10` partition keys, `$11` priorities, `$12` starts, `$13` versions, `$14` trace contexts. The answer: the ids admitted (an id
+    /// queues, `$10` partition keys, `$11` priorities, `$12` starts, `$13` versions, `$14` trace contexts, `$15` counts of first events;
+    /// `$16` .. `$20` the first events of runs leased at admission (run, seq from 1, time,
+    /// kind, data), written for the runs inserted. The answer: the ids admitted (an id
     /// missing existed already).
     pub(super) admit_many: String,
     /// An admission claiming its token, in one statement: see `Tx::admit_claiming`.
@@ -825,25 +827,35 @@ pub(super) fn statements(s: &str) -> Statements {
                      SELECT id FROM ended"
                 ),
                 admit_many: format!(
-                    "INSERT INTO {s}.runs
-                         (id, workflow, status, input, created_at, updated_at, wake_at,
-                          epoch, lease_until, deadline, parent_id, detached, queue,
-                          partition_key, priority, start_at, version, trace_context)
-                     SELECT a.id, a.workflow,
-                            CASE WHEN a.lease_until IS NULL THEN 'pending' ELSE 'running' END,
-                            a.input, a.at, a.at, GREATEST(a.at, a.start_at),
-                            CASE WHEN a.lease_until IS NULL THEN 0 ELSE 1 END,
-                            a.lease_until, a.deadline, a.parent_id, a.detached, a.queue,
-                            a.partition_key, a.priority, a.start_at, a.version, a.trace_context
-                     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[],
-                                 $5::bigint[], $6::bigint[], $7::text[], $8::bool[],
-                                 $9::text[], $10::text[], $11::int[], $12::bigint[],
-                                 $13::text[], $14::text[])
-                          AS a(id, workflow, input, at, lease_until, deadline, parent_id,
-                               detached, queue, partition_key, priority, start_at, version,
-                               trace_context)
-                     ON CONFLICT (id) DO NOTHING
-                     RETURNING id"
+                    "WITH inserted AS (
+                         INSERT INTO {s}.runs
+                             (id, workflow, status, input, created_at, updated_at, wake_at,
+                              epoch, lease_until, deadline, parent_id, detached, queue,
+                              partition_key, priority, start_at, version, trace_context,
+                              last_seq)
+                         SELECT a.id, a.workflow,
+                                CASE WHEN a.lease_until IS NULL THEN 'pending' ELSE 'running' END,
+                                a.input, a.at, a.at, GREATEST(a.at, a.start_at),
+                                CASE WHEN a.lease_until IS NULL THEN 0 ELSE 1 END,
+                                a.lease_until, a.deadline, a.parent_id, a.detached, a.queue,
+                                a.partition_key, a.priority, a.start_at, a.version,
+                                a.trace_context, a.last_seq
+                         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[],
+                                     $5::bigint[], $6::bigint[], $7::text[], $8::bool[],
+                                     $9::text[], $10::text[], $11::int[], $12::bigint[],
+                                     $13::text[], $14::text[], $15::bigint[])
+                              AS a(id, workflow, input, at, lease_until, deadline, parent_id,
+                                   detached, queue, partition_key, priority, start_at, version,
+                                   trace_context, last_seq)
+                         ON CONFLICT (id) DO NOTHING
+                         RETURNING id),
+                     first AS (
+                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
+                         SELECT e.run, e.seq, e.at, e.kind, e.data
+                         FROM UNNEST($16::text[], $17::bigint[], $18::bigint[], $19::text[],
+                                     $20::text[]) AS e(run, seq, at, kind, data)
+                         JOIN inserted i ON i.id = e.run)
+                     SELECT id FROM inserted"
                 ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),
                 admit_claiming: [false, true].map(|leased| admit_claiming_sql(s, leased)),

@@ -18,8 +18,8 @@ use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::sql::EncodedEvents;
 use crate::store::{
-    Admission, Append, ClaimOutcome, EndHint, Event, HookStore, Lease, NewEvent, NewRun, Notice,
-    RunStatus, RunStore,
+    Admission, AdmittedWith, Append, ClaimOutcome, EndHint, Event, HookStore, Lease, NewEvent,
+    NewRun, Notice, RunStatus, RunStore,
 };
 use crate::testing::store::{
     acquire, ap, conformance_tests, create, event_seqs, lease_one, names, previous_release_is_kept,
@@ -419,12 +419,15 @@ async fn leased(store: &PostgresStore, workflow: &str) -> Lease {
 /// when it has an outcome).
 enum ToSend {
     Admit(RunId, String),
+    /// A start leased at admission with its first events (two steps done, numbered `n`).
+    AdmitWith(RunId, u32),
     Append(Lease, Append),
 }
 
 /// What a test's write was, and what it answered.
 enum Sent {
     Admit(RunId, Result<Admission, StoreError>),
+    AdmitWith(RunId, u32, Result<AdmittedWith, StoreError>),
     Append(RunId, Result<(), StoreError>),
     End(RunId, Result<(), StoreError>),
 }
@@ -552,6 +555,13 @@ async fn behind_held_committers(
                     ToSend::Admit(id, workflow) => {
                         Sent::Admit(id, store.create_run(new_run(id, &workflow)).await)
                     }
+                    ToSend::AdmitWith(id, n) => {
+                        let first = ap(vec![step_done(t(1), n), step_done(t(2), n)], None);
+                        let admitted = store
+                            .create_run_leased_with(new_run(id, "with"), LEASE, &first)
+                            .await;
+                        Sent::AdmitWith(id, n, admitted)
+                    }
                     ToSend::Append(lease, append) if append.outcome.is_some() => {
                         Sent::End(lease.run_id, store.append(&lease, &append).await)
                     }
@@ -636,6 +646,16 @@ async fn written_as_sent(store: &PostgresStore, sent: &[Sent], bad: Option<RunId
                 let run = within(store.get_run(id)).await.unwrap().unwrap();
                 assert_eq!(run.status, RunStatus::Completed, "{id}");
                 assert_eq!(kinds(store, *id).await, ["run_completed"], "{id}");
+            }
+            Sent::AdmitWith(id, _, answer) => {
+                assert!(
+                    matches!(answer, Ok(AdmittedWith::Done(Admission::Admitted, Some(_)))),
+                    "start {id}: {answer:?}"
+                );
+                let run = within(store.get_run(id)).await.unwrap().unwrap();
+                assert_eq!(run.status, RunStatus::Running, "{id}");
+                let expected = ["step_completed", "step_completed"];
+                assert_eq!(kinds(store, *id).await, expected, "{id}");
             }
         }
     }
@@ -775,6 +795,74 @@ async fn ends_hinted_alone_end_together_and_the_others_alone() {
         plain.len() + stale.len() + hooked.len() + children.len(),
         24
     );
+}
+
+/// Starts leased at admission with their first events, sent while other writes are under
+/// way, go to the committers as one write each and are admitted together, events included,
+/// in one statement: each run admitted has exactly its start's events, numbered from 1. Of
+/// an id started twice at once, one start is admitted (with its own events) and the other
+/// refused (such a group is redone write by write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn starts_with_first_events_are_admitted_together_with_them() {
+    let (schema, store) = fresh!();
+    let distinct: Vec<RunId> = (0..12).map(|_| RunId::new()).collect();
+    let writes = (0u32..)
+        .zip(&distinct)
+        .map(|(i, id)| ToSend::AdmitWith(*id, i));
+    let sent = behind_held_committers(&schema, &store, writes.collect()).await;
+    let groups = crate::lock(&store.inner.writer.groups).clone();
+    assert!(
+        groups
+            .iter()
+            .any(|g| g.committed && g.kinds.iter().filter(|k| **k == "admit").count() >= 2),
+        "no group admitted several starts together: {groups:?}"
+    );
+    let twice: Vec<RunId> = (0..3).map(|_| RunId::new()).collect();
+    let writes = (0u32..).zip(&twice).flat_map(|(i, id)| {
+        [
+            ToSend::AdmitWith(*id, 20 + i),
+            ToSend::AdmitWith(*id, 30 + i),
+        ]
+    });
+    let sent_twice = behind_held_committers(&schema, &store, writes.collect()).await;
+    let mut won = std::collections::HashMap::new();
+    let mut refused = 0;
+    for s in sent.iter().chain(&sent_twice) {
+        let Sent::AdmitWith(id, n, answer) = s else {
+            panic!("a start answered as another write");
+        };
+        match answer {
+            Ok(AdmittedWith::Done(Admission::Admitted, Some(lease))) => {
+                assert_eq!((lease.run_id, lease.epoch), (*id, 1));
+                assert!(won.insert(*id, *n).is_none(), "{id} admitted twice");
+            }
+            Err(StoreError::Database(e)) if e.to_string().contains("exists") => refused += 1,
+            other => panic!("start {id}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        (won.len(), refused),
+        (distinct.len() + twice.len(), twice.len())
+    );
+    for id in distinct.iter().chain(&twice) {
+        let run = within(store.get_run(id)).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Running, "{id}");
+        let events = within(store.events(id)).await.unwrap();
+        let seen: Vec<(u64, Event)> = events.into_iter().map(|e| (e.seq, e.event)).collect();
+        let n = won[id];
+        let expected: Vec<(u64, Event)> =
+            vec![(1, step_done(t(1), n).event), (2, step_done(t(2), n).event)];
+        assert_eq!(seen, expected, "{id}");
+        // Numbered on from its first events.
+        let lease = Lease {
+            run_id: *id,
+            epoch: 1,
+        };
+        within(store.append(&lease, &ap(vec![step_done(t(3), 7)], None)))
+            .await
+            .unwrap();
+        assert_eq!(event_seqs(&store, *id).await, [1, 2, 3], "{id}");
+    }
 }
 
 /// A group whose admission fails at the database (a NUL byte in its workflow name, which

@@ -127,7 +127,11 @@ impl Tx for Pg<'_> {
 
     /// All in one statement (`admit_many`): the rows are new, so no other writer waits for
     /// them. The notice that runs nobody leased are ready goes out once.
-    async fn insert_many(&mut self, runs: &[&NewRunRow]) -> Result<Vec<bool>, StoreError> {
+    async fn insert_many(
+        &mut self,
+        runs: &[&NewRunRow],
+        first: &[Option<&EncodedEvents>],
+    ) -> Result<Vec<bool>, StoreError> {
         let ids: Vec<&str> = runs.iter().map(|r| r.key.as_str()).collect();
         let workflows: Vec<&str> = runs.iter().map(|r| r.workflow.as_str()).collect();
         let inputs: Vec<&str> = runs.iter().map(|r| r.input.as_str()).collect();
@@ -148,6 +152,31 @@ impl Tx for Pg<'_> {
         let starts: Vec<Option<i64>> = runs.iter().map(|r| r.start_at).collect();
         let versions: Vec<Option<&str>> = runs.iter().map(|r| r.version.as_deref()).collect();
         let traces: Vec<Option<&str>> = runs.iter().map(|r| r.trace_context.as_deref()).collect();
+        // The first events of each leased run, of an id given twice only the first one's
+        // (the one inserted).
+        let mut counts: Vec<i64> = Vec::with_capacity(runs.len());
+        let (mut ev_runs, mut ev_seq, mut ev_at, mut ev_kinds, mut ev_data) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut seen = std::collections::HashSet::new();
+        for (i, run) in runs.iter().enumerate() {
+            let first_time = seen.insert(&run.key);
+            let events = first.get(i).copied().flatten();
+            let events = events.filter(|_| run.lease_until.is_some() && first_time);
+            let Some(events) = events else {
+                counts.push(0);
+                continue;
+            };
+            counts.push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                ev_runs.push(run.key.as_str());
+                ev_seq.push(k);
+                ev_at.push(*at);
+                ev_kinds.push(kind.as_str());
+                ev_data.push(data.as_str());
+            }
+        }
         let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
             .bind(&ids)
             .bind(&workflows)
@@ -163,6 +192,12 @@ impl Tx for Pg<'_> {
             .bind(&starts)
             .bind(&versions)
             .bind(&traces)
+            .bind(&counts)
+            .bind(&ev_runs)
+            .bind(&ev_seq)
+            .bind(&ev_at)
+            .bind(&ev_kinds)
+            .bind(&ev_data)
             .fetch_all(&mut *self.conn)
             .await?;
         // An id twice among them was inserted once: the first has it.

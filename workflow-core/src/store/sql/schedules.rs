@@ -337,7 +337,7 @@ async fn admit<'a>(
         .collect();
     let mut inserted: HashMap<RunId, Option<crate::store::Lease>> = HashMap::new();
     if !plain.is_empty() {
-        for (run, answer) in plain.iter().zip(policy::admit_many(tx, &plain).await?) {
+        for (run, answer) in plain.iter().zip(policy::admit_many(tx, &plain, &[]).await?) {
             inserted.insert(run.id, answer?.1);
         }
     }

@@ -140,14 +140,16 @@ pub(in crate::store) async fn admit(
     Ok(admitted(run))
 }
 
-/// Admits `runs` (none claiming a token) as [`admit`] admits each: its answer, in order (an
-/// id that exists, or was given before, is refused). `Err` when a statement failed.
+/// Admits `runs` (none claiming a token) as [`admit`] admits each, a leased one with
+/// `first[i]`'s events written as its first (see [`Tx::insert_many`]): its answer, in order
+/// (an id that exists, or was given before, is refused). `Err` when a statement failed.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(in crate::store) async fn admit_many(
     tx: &mut impl Tx,
     runs: &[&NewRunRow],
+    first: &[Option<&EncodedEvents>],
 ) -> Result<Vec<Result<Admitted, StoreError>>, StoreError> {
-    let inserted = tx.insert_many(runs).await?;
+    let inserted = tx.insert_many(runs, first).await?;
     Ok(runs
         .iter()
         .zip(inserted)

@@ -5,13 +5,14 @@
 
 use super::{admit, admit_many, append, Admitted, NewRunRow, Tx};
 use crate::error::StoreError;
-use crate::store::sql::{sql_epoch, EncodedAppend, EncodedEnd};
+use crate::store::sql::{sql_epoch, EncodedAppend, EncodedEnd, EncodedEvents};
 use crate::store::{EndHint, Lease};
 
-/// A write of a group transaction ([`group`]): an append, or an admission without a token.
+/// A write of a group transaction ([`group`]): an append, or an admission without a token
+/// (of a run leased to the admitting worker, with its first events when it has them).
 pub(in crate::store) enum GroupWrite<'a> {
     Append(&'a Lease, &'a EncodedAppend),
-    Admit(&'a NewRunRow),
+    Admit(&'a NewRunRow, Option<&'a EncodedEvents>),
 }
 
 impl GroupWrite<'_> {
@@ -94,16 +95,19 @@ pub(in crate::store) async fn group(
             .await
             .map_err(GroupError::Failed)?;
     }
-    let admitting: Vec<&NewRunRow> = writes
+    let (admitting, first): (Vec<&NewRunRow>, Vec<Option<&EncodedEvents>>) = writes
         .iter()
         .filter_map(|w| match w {
-            GroupWrite::Admit(row) => Some(*row),
+            GroupWrite::Admit(row, first) => Some((*row, *first)),
             GroupWrite::Append(..) => None,
         })
-        .collect();
-    let together = admitting.len() >= 2;
+        .unzip();
+    // An admission with its first events goes this way even alone (one statement).
+    let together = admitting.len() >= 2 || first.iter().any(Option::is_some);
     let mut admitted = if together {
-        admit_many(tx, &admitting).await.map_err(GroupError::Redo)?
+        admit_many(tx, &admitting, &first)
+            .await
+            .map_err(GroupError::Redo)?
     } else {
         Vec::new()
     }
@@ -132,7 +136,7 @@ pub(in crate::store) async fn group(
         let answer = match write {
             // Answered by `admit_many`, an id that existed included (that statement wrote
             // the others).
-            GroupWrite::Admit(_) if together => match admitted.next() {
+            GroupWrite::Admit(..) if together => match admitted.next() {
                 Some(answer) => Answer::Admit(answer),
                 None => {
                     return Err(GroupError::Redo(StoreError::database(
@@ -140,7 +144,7 @@ pub(in crate::store) async fn group(
                     )))
                 }
             },
-            GroupWrite::Admit(row) => Answer::Admit(admit(tx, row).await),
+            GroupWrite::Admit(row, _) => Answer::Admit(admit(tx, row).await),
             GroupWrite::Append(lease, write) => Answer::Append(append(tx, lease, write).await),
         };
         if let Some(StoreError::Database(why)) = answer.error() {

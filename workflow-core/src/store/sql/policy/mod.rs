@@ -51,18 +51,30 @@ pub(in crate::store) trait Tx: Sized {
     /// its id exists; false then. A run nobody leased is announced as ready.
     fn insert_run(&mut self, run: &NewRunRow) -> impl Future<Output = Result<bool, StoreError>>;
 
-    /// Inserts `runs` (none claiming a token) as [`Tx::insert_run`] inserts each, in order;
-    /// whether each was inserted (of an id given twice, the first). A dialect may insert them
-    /// all in one statement.
+    /// Inserts `runs` (none claiming a token) as [`Tx::insert_run`] inserts each, in order,
+    /// each leased one with `first[i]`'s events as its first (numbered from 1); whether each
+    /// was inserted (of an id given twice, the first, with its own events). A dialect may
+    /// insert them all in one statement.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fn insert_many(
         &mut self,
         runs: &[&NewRunRow],
+        first: &[Option<&EncodedEvents>],
     ) -> impl Future<Output = Result<Vec<bool>, StoreError>> {
         async move {
             let mut inserted = Vec::with_capacity(runs.len());
-            for run in runs {
-                inserted.push(self.insert_run(run).await?);
+            for (i, run) in runs.iter().enumerate() {
+                let new = self.insert_run(run).await?;
+                let events = first.get(i).copied().flatten();
+                if let (true, Some(events)) = (new && run.lease_until.is_some(), events) {
+                    // Leased at epoch 1 by this very insert: the fence holds.
+                    if !events.is_empty() && !self.append_events(&run.key, Some(1), events).await? {
+                        return Err(StoreError::database(
+                            "internal error: a run just admitted refused its first events",
+                        ));
+                    }
+                }
+                inserted.push(new);
             }
             Ok(inserted)
         }
@@ -166,7 +178,8 @@ pub(in crate::store) trait Tx: Sized {
     }
 
     /// Ends each of `runs` (distinct, in id order, the order their rows are locked in) with
-    /// `ends[i]` at `nows[i]` after appending `events[i]`, fenced by epoch `fences[i]`, as
+    /// `ends[i]` (the end and its time) after appending `events[i]`, fenced by epoch
+    /// `fences[i]`, as
     /// [`Tx::append_and_end`] does with [`EndHint::Alone`]: whether each was ended. A dialect
     /// may end them all in one statement taking only runs without ties (no parent, queue,
     /// start token or active hook) and answer false, writing nothing of it, for any other;
