@@ -29,8 +29,8 @@ pub struct Append {
     /// Ends the run: status, output or error; releases every token the run owns and the lease.
     pub outcome: Option<RunOutcome>,
     /// What the writer knows of the run, for a store choosing how to write its end (with
-    /// `outcome`). Only a hint: a wrong one may cost a store a round trip, never a wrong
-    /// write. The default, [`EndHint::Unknown`], claims nothing.
+    /// `outcome`). Only a hint: a wrong one may cost a store a round trip, or a retry of its
+    /// transaction, never a wrong write. The default, [`EndHint::Unknown`], claims nothing.
     pub end_hint: EndHint,
 }
 

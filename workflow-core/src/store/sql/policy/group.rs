@@ -74,17 +74,25 @@ pub(in crate::store) enum GroupError {
 /// Where the dialect can, one statement does the work of several writes: the admissions,
 /// which insert new rows no other writer waits for, go first and together
 /// ([`Tx::insert_many`]); neighbours that only add events go together
-/// ([`Tx::append_many`]), locking their rows in the given order. A group ending runs takes
-/// the inbox lock first ([`Tx::lock_inbox_for_ends`]), before any row lock, as every writer
-/// that queues a child's end does.
+/// ([`Tx::append_many`]), locking their rows in the given order, and so do neighbouring
+/// usual ends of runs without ties ([`Tx::end_many_alone`]). A group ending runs that may
+/// have a parent (ends not hinted [`EndHint::Alone`]) takes the inbox lock first
+/// ([`Tx::lock_inbox_for_ends`]), before any row lock, as every writer that queues a child's
+/// end does.
 pub(in crate::store) async fn group(
     tx: &mut impl Tx,
     writes: &[GroupWrite<'_>],
 ) -> Result<Vec<Answer>, GroupError> {
+    // Ends hinted `Alone` have no parent to tell, so they need no inbox lock. A writer whose
+    // hint was wrong gets the lock taken in its run's own statement, after rows this group
+    // already locked: at worst the transaction waits for a deadlock to be detected and is
+    // redone, never written wrongly.
     let ending: Vec<String> = writes
         .iter()
         .filter_map(|w| match w {
-            GroupWrite::Append(lease, write) if write.end.is_some() => {
+            GroupWrite::Append(lease, write)
+                if write.end.is_some() && write.hint != EndHint::Alone =>
+            {
                 Some(lease.run_id.to_string())
             }
             _ => None,

@@ -386,7 +386,7 @@ pub(in crate::store) trait Tx: Sized {
     /// nothing, when `fence` no longer holds) and then ends the run as
     /// [`Tx::end_run_releasing`] does. A dialect may do both in one statement, and choose a
     /// cheaper one from `hint` (what the writer knows of the run's ties; a wrong hint must
-    /// cost at most a round trip, never a wrong write).
+    /// cost at most a round trip or a retry of the transaction, never a wrong write).
     fn append_and_end(
         &mut self,
         run: &str,
