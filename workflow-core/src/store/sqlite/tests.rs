@@ -1160,3 +1160,117 @@ async fn a_schedule_s_tick_records_stay_near_the_kept_count() {
     assert_eq!(listed[0].nominal, t(2999 * 1000));
     assert_eq!(listed[TICKS_KEPT - 1].nominal, t(2000 * 1000));
 }
+
+/// SQLite has no fused statement for a group's admissions: the policy's default composes
+/// them, inserting each run and appending a leased run's first events (numbered from 1); a
+/// run nobody leased gets none, and of an id given twice the second is refused without
+/// writing its events.
+#[tokio::test]
+async fn admissions_with_first_events_are_composed_from_plain_statements() {
+    use crate::store::sql::policy::{self, NewRunRow};
+    use crate::store::NewRun;
+    use futures::FutureExt as _;
+
+    let (_dir, store) = fresh().await;
+    let (a, b) = (RunId::new(), RunId::new());
+    let run = |id: RunId| NewRun {
+        trace_context: None,
+        parent: None,
+        id,
+        workflow: "orders".to_owned(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+        start_at: None,
+        version: None,
+    };
+    let lease = Some(Duration::from_secs(600));
+    let answers = within(store.write(move |conn| {
+        let rows = [
+            NewRunRow::new(run(a), lease)?,
+            NewRunRow::new(run(b), None)?,
+            NewRunRow::new(run(a), lease)?,
+        ];
+        let events = EncodedEvents::new(&[step_done(t(1), 1), step_done(t(2), 2)])?;
+        let others = EncodedEvents::new(&[step_done(t(3), 3)])?;
+        let rows: Vec<&NewRunRow> = rows.iter().collect();
+        let first = [Some(&events), Some(&events), Some(&others)];
+        let answers = policy::admit_many(&mut tx::Lite(conn), &rows, &first)
+            .now_or_never()
+            .ok_or_else(|| StoreError::database("SQLite's statements waited"))??;
+        Ok(answers
+            .iter()
+            .map(|answer| answer.as_ref().map(|(_, lease)| lease.is_some()).ok())
+            .collect::<Vec<_>>())
+    }))
+    .await
+    .unwrap();
+    assert_eq!(answers, [Some(true), Some(false), None]);
+    let seen = within(store.events(&a)).await.unwrap();
+    let seen: Vec<(u64, crate::store::Event)> =
+        seen.into_iter().map(|e| (e.seq, e.event)).collect();
+    let expected = vec![(1, step_done(t(1), 1).event), (2, step_done(t(2), 2).event)];
+    assert_eq!(seen, expected);
+    assert!(within(store.events(&b)).await.unwrap().is_empty());
+    let run = within(store.get_run(&a)).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Running);
+}
+
+/// Nor for a group's usual ends: the policy's default ends each run as `append_and_end`
+/// does, and a run whose fence no longer holds is answered false, unwritten.
+#[tokio::test]
+async fn ends_of_many_runs_are_composed_from_plain_statements() {
+    use crate::store::sql::policy::Tx as _;
+    use crate::store::sql::{EncodedEnd, EncodedEvents};
+    use futures::FutureExt as _;
+
+    let (_dir, store) = fresh().await;
+    let (a, b) = (
+        create(&store, "orders", t(0)).await,
+        create(&store, "orders", t(0)).await,
+    );
+    let got = acquire(
+        &store,
+        &names(&["orders"]),
+        t(1),
+        Duration::from_secs(600),
+        10,
+    )
+    .await;
+    let lease = |id: RunId| got.iter().find(|r| r.run.id == id).unwrap().lease.clone();
+    let (a, b) = (lease(a), lease(b));
+    let runs = [a.run_id.to_string(), b.run_id.to_string()];
+    let fences = [a.epoch as i64, b.epoch as i64 + 1];
+    let ended = within(store.write(move |conn| {
+        let events = EncodedEvents::new(&[step_done(t(5), 1)])?;
+        let end = EncodedEnd {
+            status: RunStatus::Completed,
+            output: Some("7".to_owned()),
+            error: None,
+        };
+        tx::Lite(conn)
+            .end_many_alone(&runs, &fences, &[&events, &events], &[(&end, 5), (&end, 5)])
+            .now_or_never()
+            .ok_or_else(|| StoreError::database("SQLite's statements waited"))?
+    }))
+    .await
+    .unwrap();
+    assert_eq!(ended, [true, false]);
+    let (ra, rb) = (
+        within(store.get_run(&a.run_id)).await.unwrap().unwrap(),
+        within(store.get_run(&b.run_id)).await.unwrap().unwrap(),
+    );
+    assert_eq!(
+        (ra.status, ra.output),
+        (RunStatus::Completed, Some(json!(7)))
+    );
+    assert_eq!(rb.status, RunStatus::Running);
+    assert_eq!(event_count(&store, a.run_id).await, 1);
+    assert_eq!(event_count(&store, b.run_id).await, 0);
+}
+
+async fn event_count(store: &SqliteStore, id: RunId) -> usize {
+    within(store.events(&id)).await.unwrap().len()
+}

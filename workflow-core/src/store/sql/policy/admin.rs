@@ -53,12 +53,34 @@ pub(in crate::store) async fn cancel(
         return Ok(CancelOutcome::AlreadyEnded(status));
     }
     end_cancelled(tx, &key, c, c.end.error.as_deref()).await?;
-    let mut tree = tx.children_to_cancel(&key).await?;
-    while let Some(child) = tree.pop() {
+    // The tree is read first, unlocked (a run's parent never changes), and its runs are then
+    // locked in id order, the order group transactions lock rows in: locking them as the
+    // tree was walked could take two siblings in the other order from a group appending to
+    // both, and each would wait for the other. A child is started by its parent, so it has
+    // the greater id and comes after it (unless clocks apart gave it a smaller one: then it
+    // is cancelled even if its parent ended meanwhile, as it would have been a moment before).
+    let mut tree: Vec<(String, String)> = Vec::new();
+    let mut walk = vec![key];
+    while let Some(parent) = walk.pop() {
+        for child in tx.children_to_cancel(&parent).await? {
+            walk.push(child.clone());
+            tree.push((child, parent.clone()));
+        }
+    }
+    tree.sort();
+    // Runs this cancellation did not cancel (they ended on their own meanwhile): their
+    // subtrees are left as they are.
+    let mut passed: Vec<String> = Vec::new();
+    for (child, parent) in tree {
+        if passed.contains(&parent) {
+            passed.push(child);
+            continue;
+        }
         // Read with its row locked, like the run's: a child ending on its own meanwhile is
         // left as it ended.
         let status = tx.run_status(&child).await?;
         if status.is_none_or(|s| status_of(&s, &child).is_ok_and(RunStatus::is_terminal)) {
+            passed.push(child);
             continue;
         }
         let id: RunId = child
@@ -69,7 +91,6 @@ pub(in crate::store) async fn cancel(
             "the cancellation error",
         )?;
         end_cancelled(tx, &child, c, Some(&error)).await?;
-        tree.extend(tx.children_to_cancel(&child).await?);
     }
     Ok(CancelOutcome::Cancelled)
 }
