@@ -75,16 +75,17 @@ impl Write {
             Write::Admit(r) => match &r.write {
                 (row, None) => Answer::Admit(policy::admit(pg, row).await),
                 // One statement with its events (see `Tx::insert_many`).
-                (row, Some(first)) => {
-                    Answer::Admit(match policy::admit_many(pg, &[row], &[Some(first)]).await {
-                        Ok(mut answers) => answers.pop().unwrap_or_else(|| {
-                            Err(StoreError::database(
-                                "internal error: an admission went unanswered",
-                            ))
+                (row, Some(first)) => Answer::Admit(
+                    policy::admit_many(pg, &[row], &[Some(first)])
+                        .await
+                        .and_then(|mut answers| {
+                            answers.pop().unwrap_or_else(|| {
+                                Err(StoreError::database(
+                                    "internal error: an admission went unanswered",
+                                ))
+                            })
                         }),
-                        Err(e) => Err(e),
-                    })
-                }
+                ),
             },
         }
     }

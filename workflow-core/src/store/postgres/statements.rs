@@ -152,6 +152,26 @@ pub(super) fn statements(s: &str) -> Statements {
         )
     };
     let (insert_numbered, insert_ended) = (insert_events("numbered"), insert_events("ended"));
+    // What the statements for many runs insert: the events of `FlatEvents` (run, number
+    // within the run from 1, time, kind, data) from parameter `$p` on, numbered after the
+    // `base` that CTE `from` returned for each run it wrote (a run it did not write gets
+    // none).
+    let insert_flat = |p: u32, from: &str| {
+        format!(
+            "INSERT INTO {s}.events (run_id, seq, at, kind, data)
+             SELECT e.run, nb.base + e.k, e.at, e.kind, e.data
+             FROM UNNEST(${p}::text[], ${}::bigint[], ${}::bigint[], ${}::text[], ${}::text[])
+                 AS e(run, k, at, kind, data)
+             JOIN {from} nb ON nb.id = e.run",
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4
+        )
+    };
+    let insert_flat_numbered = insert_flat(4, "numbered");
+    let insert_flat_ended = insert_flat(8, "ended");
+    let insert_flat_inserted = insert_flat(16, "inserted");
     // After a run's end (CTE `ended`: its id, parent and queue) and its notice queued to the
     // parent (CTE `queued`): the parent woken at `now`, and the notices to send.
     let woken_notes = |now: &str| {
@@ -789,12 +809,7 @@ pub(super) fn statements(s: &str) -> Statements {
                          UPDATE {s}.runs r SET last_seq = r.last_seq + l.n
                          FROM locked l WHERE r.id = l.id
                          RETURNING r.id, r.last_seq - l.n AS base),
-                     inserted AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT e.run, nb.base + e.k, e.at, e.kind, e.data
-                         FROM UNNEST($4::text[], $5::bigint[], $6::bigint[], $7::text[],
-                                     $8::text[]) AS e(run, k, at, kind, data)
-                         JOIN numbered nb ON nb.id = e.run)
+                     inserted AS ({insert_flat_numbered})
                      SELECT id FROM numbered"
                 ),
                 end_many_alone: format!(
@@ -818,12 +833,7 @@ pub(super) fn statements(s: &str) -> Statements {
                              lease_until = NULL
                          FROM locked l WHERE r.id = l.id
                          RETURNING r.id, r.last_seq - l.n AS base),
-                     inserted AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT e.run, nb.base + e.k, e.at, e.kind, e.data
-                         FROM UNNEST($8::text[], $9::bigint[], $10::bigint[], $11::text[],
-                                     $12::text[]) AS e(run, k, at, kind, data)
-                         JOIN ended nb ON nb.id = e.run)
+                     inserted AS ({insert_flat_ended})
                      SELECT id FROM ended"
                 ),
                 admit_many: format!(
@@ -848,13 +858,8 @@ pub(super) fn statements(s: &str) -> Statements {
                                    detached, queue, partition_key, priority, start_at, version,
                                    trace_context, last_seq)
                          ON CONFLICT (id) DO NOTHING
-                         RETURNING id),
-                     first AS (
-                         INSERT INTO {s}.events (run_id, seq, at, kind, data)
-                         SELECT e.run, e.seq, e.at, e.kind, e.data
-                         FROM UNNEST($16::text[], $17::bigint[], $18::bigint[], $19::text[],
-                                     $20::text[]) AS e(run, seq, at, kind, data)
-                         JOIN inserted i ON i.id = e.run)
+                         RETURNING id, 0::bigint AS base),
+                     first AS ({insert_flat_inserted})
                      SELECT id FROM inserted"
                 ),
                 lock_inbox: "SELECT pg_advisory_xact_lock($1)".to_owned(),

@@ -22,8 +22,8 @@ use crate::store::{
     NewRun, Notice, RunStatus, RunStore,
 };
 use crate::testing::store::{
-    acquire, ap, conformance_tests, create, event_seqs, lease_one, names, previous_release_is_kept,
-    start, step_done, t, within, Damage, Inspect,
+    acquire, ap, conformance_tests, create, event_seqs, lease_one, names, new_run,
+    previous_release_is_kept, start, step_done, t, within, Damage, Inspect,
 };
 
 /// How long a notice may take to arrive.
@@ -87,6 +87,21 @@ impl TestSchema {
             .fetch_one(&mut conn)
             .await
             .unwrap()
+    }
+
+    /// Makes each of `runs`' leases stale, as a later lease taken by another worker would.
+    async fn take_over(&self, runs: &[RunId]) {
+        let mut sql = self.raw().await;
+        for id in runs {
+            sqlx::query(&format!(
+                "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
+                self.table("runs")
+            ))
+            .bind(id.to_string())
+            .execute(&mut sql)
+            .await
+            .unwrap();
+        }
     }
 
     async fn exec(&self, sql: &str) {
@@ -304,19 +319,7 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
         return;
     };
     let store = schema.connect().await;
-    let run = |id: RunId| NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: "orders".to_owned(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    };
+    let run = |id: RunId| new_run(id, "orders");
     let ids: Vec<RunId> = (0..40).map(|_| RunId::new()).collect();
     // Each id twice, all at once.
     let admissions = ids
@@ -342,17 +345,7 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
     // Three rounds of appends to every run at once; every fourth run is taken over by a
     // later lease first, so its appends under the first lease are refused.
     let stale: Vec<RunId> = ids.iter().step_by(4).copied().collect();
-    let mut sql = schema.raw().await;
-    for id in &stale {
-        sqlx::query(&format!(
-            "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
-            schema.table("runs")
-        ))
-        .bind(id.to_string())
-        .execute(&mut sql)
-        .await
-        .unwrap();
-    }
+    schema.take_over(&stale).await;
     for round in 0..3u32 {
         let appends = ids.iter().map(|id| {
             let lease = leases[id].clone();
@@ -388,23 +381,6 @@ async fn batched_appends_and_admissions_each_answer_for_themselves() {
 
 /// The lease of a run the tests below lease on admission.
 const LEASE: Duration = Duration::from_secs(600);
-
-/// A run of `workflow` admitted at `t(0)` as `id`, without a token.
-fn new_run(id: RunId, workflow: &str) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: workflow.to_owned(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }
-}
 
 /// A new run of `workflow`, leased to the test.
 async fn leased(store: &PostgresStore, workflow: &str) -> Lease {
@@ -749,17 +725,7 @@ async fn ends_hinted_alone_end_together_and_the_others_alone() {
         };
         writes.push(ToSend::Append(lease, append));
     }
-    let mut sql = schema.raw().await;
-    for id in &stale {
-        sqlx::query(&format!(
-            "UPDATE {} SET epoch = epoch + 1 WHERE id = $1",
-            schema.table("runs")
-        ))
-        .bind(id.to_string())
-        .execute(&mut sql)
-        .await
-        .unwrap();
-    }
+    schema.take_over(&stale).await;
     let sent = behind_held_committers(&schema, &store, writes).await;
     for s in &sent {
         let Sent::End(id, answer) = s else {

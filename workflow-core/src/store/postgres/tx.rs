@@ -154,29 +154,13 @@ impl Tx for Pg<'_> {
         let traces: Vec<Option<&str>> = runs.iter().map(|r| r.trace_context.as_deref()).collect();
         // The first events of each leased run, of an id given twice only the first one's
         // (the one inserted).
-        let mut counts: Vec<i64> = Vec::with_capacity(runs.len());
-        let (mut ev_runs, mut ev_seq, mut ev_at, mut ev_kinds, mut ev_data) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut seen = std::collections::HashSet::new();
-        for (i, run) in runs.iter().enumerate() {
+        let flat = FlatEvents::of(runs.iter().enumerate().map(|(i, run)| {
             let first_time = seen.insert(&run.key);
             let events = first.get(i).copied().flatten();
             let events = events.filter(|_| run.lease_until.is_some() && first_time);
-            let Some(events) = events else {
-                counts.push(0);
-                continue;
-            };
-            counts.push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
-            for (k, ((at, kind), data)) in
-                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
-            {
-                ev_runs.push(run.key.as_str());
-                ev_seq.push(k);
-                ev_at.push(*at);
-                ev_kinds.push(kind.as_str());
-                ev_data.push(data.as_str());
-            }
-        }
+            (run.key.as_str(), events)
+        }));
         let inserted: Vec<String> = sqlx::query_scalar(&self.sql.dialect.admit_many)
             .bind(&ids)
             .bind(&workflows)
@@ -192,12 +176,12 @@ impl Tx for Pg<'_> {
             .bind(&starts)
             .bind(&versions)
             .bind(&traces)
-            .bind(&counts)
-            .bind(&ev_runs)
-            .bind(&ev_seq)
-            .bind(&ev_at)
-            .bind(&ev_kinds)
-            .bind(&ev_data)
+            .bind(&flat.counts)
+            .bind(&flat.runs)
+            .bind(&flat.seq)
+            .bind(&flat.at)
+            .bind(&flat.kinds)
+            .bind(&flat.data)
             .fetch_all(&mut *self.conn)
             .await?;
         // An id twice among them was inserted once: the first has it.
@@ -353,36 +337,23 @@ impl Tx for Pg<'_> {
         fences: &[i64],
         events: &[&EncodedEvents],
     ) -> Result<Vec<bool>, StoreError> {
-        let counts: Vec<i64> = events
-            .iter()
-            .map(|e| i64::try_from(e.at.len()).unwrap_or(i64::MAX))
-            .collect();
-        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (run, events) in runs.iter().zip(events) {
-            for (k, ((at, kind), data)) in
-                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
-            {
-                ev_runs.push(run.as_str());
-                ev_index.push(k);
-                ev_at.push(*at);
-                ev_kinds.push(kind.as_str());
-                ev_data.push(data.as_str());
-            }
-        }
+        let flat = FlatEvents::of(
+            runs.iter()
+                .map(String::as_str)
+                .zip(events.iter().copied().map(Some)),
+        );
         let written: Vec<String> = sqlx::query_scalar(&self.sql.dialect.append_many)
             .bind(runs)
             .bind(fences)
-            .bind(&counts)
-            .bind(&ev_runs)
-            .bind(&ev_index)
-            .bind(&ev_at)
-            .bind(&ev_kinds)
-            .bind(&ev_data)
+            .bind(&flat.counts)
+            .bind(&flat.runs)
+            .bind(&flat.seq)
+            .bind(&flat.at)
+            .bind(&flat.kinds)
+            .bind(&flat.data)
             .fetch_all(&mut *self.conn)
             .await?;
-        let written: std::collections::HashSet<String> = written.into_iter().collect();
-        Ok(runs.iter().map(|run| written.contains(run)).collect())
+        Ok(answered(runs, written))
     }
 
     async fn end_many_alone(
@@ -392,10 +363,6 @@ impl Tx for Pg<'_> {
         events: &[&EncodedEvents],
         ends: &[(&EncodedEnd, i64)],
     ) -> Result<Vec<bool>, StoreError> {
-        let counts: Vec<i64> = events
-            .iter()
-            .map(|e| i64::try_from(e.at.len()).unwrap_or(i64::MAX))
-            .collect();
         let (mut statuses, mut outputs, mut errors, mut times) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (end, now) in ends {
@@ -404,32 +371,24 @@ impl Tx for Pg<'_> {
             errors.push(end.error.as_deref());
             times.push(*now);
         }
-        let (mut ev_runs, mut ev_index, mut ev_at, mut ev_kinds, mut ev_data) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (run, events) in runs.iter().zip(events) {
-            for (k, ((at, kind), data)) in
-                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
-            {
-                ev_runs.push(run.as_str());
-                ev_index.push(k);
-                ev_at.push(*at);
-                ev_kinds.push(kind.as_str());
-                ev_data.push(data.as_str());
-            }
-        }
+        let flat = FlatEvents::of(
+            runs.iter()
+                .map(String::as_str)
+                .zip(events.iter().copied().map(Some)),
+        );
         let ended: Vec<String> = sqlx::query_scalar(&self.sql.dialect.end_many_alone)
             .bind(runs)
             .bind(fences)
-            .bind(&counts)
+            .bind(&flat.counts)
             .bind(&statuses)
             .bind(&outputs)
             .bind(&errors)
             .bind(&times)
-            .bind(&ev_runs)
-            .bind(&ev_index)
-            .bind(&ev_at)
-            .bind(&ev_kinds)
-            .bind(&ev_data)
+            .bind(&flat.runs)
+            .bind(&flat.seq)
+            .bind(&flat.at)
+            .bind(&flat.kinds)
+            .bind(&flat.data)
             .fetch_all(&mut *self.conn)
             .await?;
         self.announce(
@@ -439,8 +398,7 @@ impl Tx for Pg<'_> {
                 .collect(),
         )
         .await?;
-        let ended: std::collections::HashSet<String> = ended.into_iter().collect();
-        Ok(runs.iter().map(|run| ended.contains(run)).collect())
+        Ok(answered(runs, ended))
     }
 
     async fn release_tokens(
@@ -788,4 +746,53 @@ impl Tx for Pg<'_> {
             .fetch_all(&mut *self.conn)
             .await?)
     }
+}
+
+/// The events of several runs as the parallel arrays the many-run statements unnest: each
+/// event's run, its number within the run from 1, time, kind and data; and each run's count
+/// (0 for a run given none).
+struct FlatEvents<'a> {
+    counts: Vec<i64>,
+    runs: Vec<&'a str>,
+    seq: Vec<i64>,
+    at: Vec<i64>,
+    kinds: Vec<&'a str>,
+    data: Vec<&'a str>,
+}
+
+impl<'a> FlatEvents<'a> {
+    fn of(runs: impl Iterator<Item = (&'a str, Option<&'a EncodedEvents>)>) -> Self {
+        let mut flat = FlatEvents {
+            counts: Vec::new(),
+            runs: Vec::new(),
+            seq: Vec::new(),
+            at: Vec::new(),
+            kinds: Vec::new(),
+            data: Vec::new(),
+        };
+        for (run, events) in runs {
+            let Some(events) = events else {
+                flat.counts.push(0);
+                continue;
+            };
+            flat.counts
+                .push(i64::try_from(events.at.len()).unwrap_or(i64::MAX));
+            for (k, ((at, kind), data)) in
+                (1i64..).zip(events.at.iter().zip(&events.kind).zip(&events.data))
+            {
+                flat.runs.push(run);
+                flat.seq.push(k);
+                flat.at.push(*at);
+                flat.kinds.push(kind.as_str());
+                flat.data.push(data.as_str());
+            }
+        }
+        flat
+    }
+}
+
+/// For each of `runs`, whether a many-run statement answered its id among `returned`.
+fn answered(runs: &[String], returned: Vec<String>) -> Vec<bool> {
+    let returned: std::collections::HashSet<String> = returned.into_iter().collect();
+    runs.iter().map(|run| returned.contains(run)).collect()
 }

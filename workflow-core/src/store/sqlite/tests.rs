@@ -1168,24 +1168,12 @@ async fn a_schedule_s_tick_records_stay_near_the_kept_count() {
 #[tokio::test]
 async fn admissions_with_first_events_are_composed_from_plain_statements() {
     use crate::store::sql::policy::{self, NewRunRow};
-    use crate::store::NewRun;
+    use crate::testing::store::new_run;
     use futures::FutureExt as _;
 
     let (_dir, store) = fresh().await;
     let (a, b) = (RunId::new(), RunId::new());
-    let run = |id: RunId| NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: "orders".to_owned(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    };
+    let run = |id: RunId| new_run(id, "orders");
     let lease = Some(Duration::from_secs(600));
     let answers = within(store.write(move |conn| {
         let rows = [

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::support::{acquire, ap, create, lease_one, names, owner, start, t};
+use super::support::{acquire, ap, create, lease_one, names, new_run, owner, start, t};
 use super::within;
 use crate::error::StoreError;
 use crate::ids::RunId;
@@ -394,16 +394,7 @@ pub async fn a_continued_run_keeps_its_trace_context<S: Store>(store: &S) {
     store
         .create_run(NewRun {
             trace_context: Some(trace.clone()),
-            parent: None,
-            id: old,
-            workflow: "hooked".to_owned(),
-            input: json!([]),
-            created_at: t(0),
-            hook: None,
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
+            ..new_run(old, "hooked")
         })
         .await
         .unwrap();

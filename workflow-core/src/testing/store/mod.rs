@@ -168,7 +168,9 @@ pub(crate) use {
     concurrency::storm,
     migrations::previous_release_is_kept,
     schedules::{def as schedule_def, tick},
-    support::{acquire, ap, create, event_seqs, lease_one, names, owner, start, step_done, t},
+    support::{
+        acquire, ap, create, event_seqs, lease_one, names, new_run, owner, start, step_done, t,
+    },
 };
 
 use std::future::Future;

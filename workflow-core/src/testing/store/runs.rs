@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::support::{
-    acquire, ap, create, event_seqs, lease_one, names, owner, start, start_hook, step_done, t,
+    acquire, ap, create, event_seqs, lease_one, names, new_run, owner, start, start_hook,
+    step_done, t,
 };
 use super::Inspect;
 use crate::error::{Error, StoreError};
@@ -108,19 +109,7 @@ pub async fn a_run_admitted_with_its_first_events_holds_them_under_its_lease<S: 
 /// lease lives, its writes are accepted, and after expiry a takeover fences the old lease.
 pub async fn a_run_leased_at_admission_is_fenced_like_an_acquired_one<S: Store>(store: &S) {
     let id = RunId::new();
-    let run = NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: "leased".into(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    };
+    let run = new_run(id, "leased");
     let (admission, lease) = store
         .create_run_leased(run, std::time::Duration::from_millis(1000))
         .await

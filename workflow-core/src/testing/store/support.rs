@@ -9,6 +9,23 @@ use super::within;
 use crate::ids::RunId;
 use crate::store::*;
 
+/// A run of `workflow` admitted at `t(0)` as `id`, without a token, parent or queue.
+pub(crate) fn new_run(id: RunId, workflow: &str) -> NewRun {
+    NewRun {
+        trace_context: None,
+        parent: None,
+        id,
+        workflow: workflow.to_owned(),
+        input: json!([]),
+        created_at: t(0),
+        hook: None,
+        deadline: None,
+        queue: None,
+        start_at: None,
+        version: None,
+    }
+}
+
 /// A fixed point in time (November 2023), plus `ms`.
 pub(crate) fn t(ms: u64) -> SystemTime {
     from_millis(1_700_000_000_000 + ms)

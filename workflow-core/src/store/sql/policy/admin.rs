@@ -70,17 +70,17 @@ pub(in crate::store) async fn cancel(
     tree.sort();
     // Runs this cancellation did not cancel (they ended on their own meanwhile): their
     // subtrees are left as they are.
-    let mut passed: Vec<String> = Vec::new();
+    let mut passed = std::collections::HashSet::new();
     for (child, parent) in tree {
         if passed.contains(&parent) {
-            passed.push(child);
+            passed.insert(child);
             continue;
         }
         // Read with its row locked, like the run's: a child ending on its own meanwhile is
         // left as it ended.
         let status = tx.run_status(&child).await?;
         if status.is_none_or(|s| status_of(&s, &child).is_ok_and(RunStatus::is_terminal)) {
-            passed.push(child);
+            passed.insert(child);
             continue;
         }
         let id: RunId = child
