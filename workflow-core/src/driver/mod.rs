@@ -40,7 +40,7 @@ use crate::telemetry::AttemptOutcome;
 use crate::traces::InSpan;
 use waker::FlagWaker;
 
-pub(crate) use self::admission::Pending;
+pub(crate) use self::admission::{FireTick, Pending, TickAdmission, Via};
 
 mod admission;
 mod chain;

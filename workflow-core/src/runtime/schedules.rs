@@ -5,15 +5,18 @@
 //! through the store, which records it and admits its run in one act.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::start::{admitted_run, drive};
+use super::worker::spawn_run;
 use super::{Inner, Runtime};
+use crate::driver::{FireTick, Pending, TickAdmission, Via};
 use crate::error::StoreError;
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
@@ -21,8 +24,8 @@ use crate::payload::PayloadKind;
 use crate::schedule::firing::{due_at, plan, Action, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
-    FiredTick, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome,
-    TickRecord, TickWrite,
+    FiredTick, Lease, LeasedRun, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason,
+    TickOutcome, TickRecord, TickWrite,
 };
 
 /// How long the firing loop sleeps at most without a wake-up: other processes' changes to
@@ -43,6 +46,11 @@ const MAX_BACKFILL: usize = 10_000;
 const FIRE_AT_ONCE: usize = 4096;
 /// The most ticks one `fire_ticks` call carries.
 const MAX_TICKS_PER_CALL: usize = 1024;
+/// From this many ticks on, a group of ticks goes out as two calls at once.
+const SPLIT_AT: usize = 256;
+/// How long a call of the firing loop waits for the next promised tick before it goes out
+/// without the rest ([`Batch::promise`]).
+const PROMISE_WAIT: Duration = Duration::from_millis(10);
 
 /// `t` to the millisecond, as the stores keep it.
 fn millis(t: SystemTime) -> SystemTime {
@@ -87,21 +95,67 @@ struct Firing {
 /// for the answer, and while one `fire_ticks` call is under way the ticks sent meanwhile wait
 /// to go out together in the next (group commit, as the stores' writers do it). A schedule's
 /// own ticks still go one after the other, each decided on what the previous one did.
+///
+/// A tick whose run is driven here is sent by the run's driver once it has polled the
+/// workflow's first round ([`Inner::fire`]): such a tick is promised to the batch
+/// ([`Batch::promise`]) when its driver is spawned, and a call waits a little for the promised
+/// ticks, so that a look's ticks still go out together rather than the first few alone.
 #[derive(Clone)]
-struct Batch(mpsc::UnboundedSender<Firing>);
+struct Batch {
+    send: mpsc::UnboundedSender<Firing>,
+    coming: Arc<Coming>,
+}
+
+/// The ticks promised to a batch and not sent yet.
+#[derive(Default)]
+struct Coming {
+    count: AtomicUsize,
+    sent: Notify,
+}
+
+/// A tick promised to a batch: counted in its [`Coming`] until sent, or given up (dropped).
+struct Promise(Arc<Coming>);
+
+impl Drop for Promise {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+        self.0.sent.notify_one();
+    }
+}
 
 impl Batch {
     /// The batch, and the loop that fires what it is sent until every clone of it is gone.
     fn new(rt: &Arc<Inner>) -> (Batch, impl std::future::Future<Output = ()> + '_) {
         let (send, receive) = mpsc::unbounded_channel();
-        (Batch(send), fire_batches(rt, receive))
+        let coming = Arc::new(Coming::default());
+        let batch = Batch {
+            send,
+            coming: coming.clone(),
+        };
+        (batch, fire_batches(rt, receive, coming))
+    }
+
+    /// Counts a tick to be sent soon.
+    fn promise(&self) -> Promise {
+        self.coming.count.fetch_add(1, Ordering::AcqRel);
+        Promise(self.coming.clone())
     }
 
     async fn fire(&self, tick: NewTick) -> Result<FiredTick, StoreError> {
+        self.fire_promised(tick, None).await
+    }
+
+    /// Sends `tick`, fulfilling `promise`, and waits for its answer.
+    async fn fire_promised(
+        &self,
+        tick: NewTick,
+        promise: Option<Promise>,
+    ) -> Result<FiredTick, StoreError> {
         let (answer, answered) = oneshot::channel();
-        self.0
+        self.send
             .send(Firing { tick, answer })
             .map_err(|_| StoreError::database("the firing loop stopped"))?;
+        drop(promise);
         answered
             .await
             .map_err(|_| StoreError::database("the firing loop stopped"))?
@@ -109,45 +163,67 @@ impl Batch {
 }
 
 /// Fires the ticks `firings` brings, as many at once as are waiting (up to
-/// [`MAX_TICKS_PER_CALL`]). A run is leased to this worker only while it has room for it:
-/// beyond that, the ticks' runs are admitted for any worker to take.
-async fn fire_batches(rt: &Arc<Inner>, mut firings: mpsc::UnboundedReceiver<Firing>) {
+/// [`MAX_TICKS_PER_CALL`]). A tick's run is leased to this worker when its firing found room
+/// for it here (its driver counted among the runs driven here from then on, see
+/// [`Inner::fire`]); the others are admitted for any worker to take.
+async fn fire_batches(
+    rt: &Arc<Inner>,
+    mut firings: mpsc::UnboundedReceiver<Firing>,
+    coming: Arc<Coming>,
+) {
     while let Some(first) = firings.recv().await {
         let mut group = vec![first];
-        while group.len() < MAX_TICKS_PER_CALL {
-            match firings.try_recv() {
-                Ok(more) => group.push(more),
-                Err(_) => break,
+        loop {
+            while group.len() < MAX_TICKS_PER_CALL {
+                match firings.try_recv() {
+                    Ok(more) => group.push(more),
+                    Err(_) => break,
+                }
+            }
+            if group.len() >= MAX_TICKS_PER_CALL || coming.count.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            // Promised ticks are on their way (their runs' first rounds being polled): wait
+            // for them, but not for long for any one of them.
+            if tokio::time::timeout(PROMISE_WAIT, coming.sent.notified())
+                .await
+                .is_err()
+            {
+                break;
             }
         }
-        let mut room = rt.config.max_active_runs.saturating_sub(rt.active().len());
-        let (ticks, answers): (Vec<NewTick>, Vec<_>) = group
-            .into_iter()
-            .map(|mut f| {
-                if f.tick.lease.is_some() {
-                    if room == 0 {
-                        f.tick.lease = None;
-                    }
-                    room = room.saturating_sub(1);
-                }
-                (f.tick, f.answer)
-            })
-            .unzip();
-        match rt.store.fire_ticks(ticks).await {
-            Ok(fired) => {
-                for (answer, fired) in answers.into_iter().zip(fired) {
-                    let _ = answer.send(Ok(fired));
-                }
+        // A large group goes out as two calls at once, each locking its schedules in name
+        // order, to a store that writes them in parallel (two connections of PostgreSQL's
+        // pool).
+        group.sort_unstable_by(|a, b| a.tick.schedule.cmp(&b.tick.schedule));
+        let halves = if group.len() >= SPLIT_AT && rt.store.writes_in_parallel() {
+            let second = group.split_off(group.len() / 2);
+            vec![group, second]
+        } else {
+            vec![group]
+        };
+        futures::future::join_all(halves.into_iter().map(|part| fire_call(rt, part))).await;
+    }
+}
+
+/// One `fire_ticks` call of `part`, each tick's answer sent where it is awaited.
+async fn fire_call(rt: &Arc<Inner>, part: Vec<Firing>) {
+    let (ticks, answers): (Vec<NewTick>, Vec<_>) =
+        part.into_iter().map(|f| (f.tick, f.answer)).unzip();
+    match rt.store.fire_ticks(ticks).await {
+        Ok(fired) => {
+            for (answer, fired) in answers.into_iter().zip(fired) {
+                let _ = answer.send(Ok(fired));
             }
-            Err(e) => {
-                // Every tick of the call gets the error (none of them was written).
-                for answer in answers {
-                    let copy = match &e {
-                        StoreError::Database(why) => StoreError::Database(why.clone()),
-                        other => StoreError::database(other.to_string()),
-                    };
-                    let _ = answer.send(Err(copy));
-                }
+        }
+        Err(e) => {
+            // Every tick of the call gets the error (none of them was written).
+            for answer in answers {
+                let copy = match &e {
+                    StoreError::Database(why) => StoreError::Database(why.clone()),
+                    other => StoreError::database(other.to_string()),
+                };
+                let _ = answer.send(Err(copy));
             }
         }
     }
@@ -241,20 +317,63 @@ impl Inner {
             .as_ref()
             .filter(|r| self.can_take(&r.workflow))
             .map(|_| self.config.lease);
-        let tick = NewTick {
+        let mut tick = NewTick {
             schedule: state.def.name.clone(),
             nominal,
             outcome,
-            run,
+            run: None,
             backfill,
             at: now,
             next,
             replace_runless,
             lease,
+            first: Vec::new(),
         };
-        let fired = match batch {
-            Some(batch) => batch.fire(tick).await?,
-            None => self
+        // A run this worker drives is polled before its tick fires, and admitted by the
+        // firing with what its first round decided (`driver/admission.rs`): its first steps
+        // start with the tick's commit. Counted among the runs driven here from now on, so
+        // the room for it was taken when `lease` was decided. Not with a store whose one
+        // writer takes the calls one after the other (SQLite): there the run's first steps
+        // start in the writer's next commits while the other runs of the look are polled,
+        // and polling every run before the look's ticks fire made their lateness worse (see
+        // `ScheduleStore::writes_in_parallel`).
+        let driven = match (run, &record, lease, batch) {
+            (Some(run), Some(record), Some(_), Some(batch)) if self.store.writes_in_parallel() => {
+                let (answer, answered) = oneshot::channel();
+                let batch = batch.clone();
+                let promise = batch.promise();
+                let fire: FireTick = Box::new(move |tick| {
+                    Box::pin(async move { batch.fire_promised(tick, Some(promise)).await })
+                });
+                let pending = Pending {
+                    run,
+                    admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+                    via: Via::Tick(Box::new(TickAdmission { tick, fire, answer })),
+                };
+                let leased = LeasedRun {
+                    run: record.clone(),
+                    lease: Lease {
+                        run_id: record.id,
+                        epoch: 1,
+                    },
+                    events: Vec::new(),
+                    took_over: false,
+                };
+                spawn_run(self, leased, Some(Box::new(pending)));
+                Ok(answered)
+            }
+            (run, ..) => {
+                tick.run = run;
+                Err(tick)
+            }
+        };
+        let driving = driven.is_ok();
+        let fired = match (driven, batch) {
+            (Ok(answered), _) => answered.await.map_err(|_| {
+                StoreError::database("the run's driver stopped before firing its tick")
+            })??,
+            (Err(tick), Some(batch)) => batch.fire(tick).await?,
+            (Err(tick), None) => self
                 .store
                 .fire_ticks(vec![tick])
                 .await?
@@ -265,10 +384,16 @@ impl Inner {
             TickWrite::Recorded => {
                 crate::telemetry::schedule_tick(&state.def.name, outcome.as_str());
                 let id = record.as_ref().map(|r| r.id);
-                if let Some(record) = record {
+                if id.is_some() {
+                    crate::telemetry::run_started(&state.def.workflow);
+                }
+                match record {
+                    // Its driver admitted it and goes on (or stopped for any worker to take it).
+                    Some(_) if driving => {}
                     // Leased here: driven at once. Otherwise any worker, here or elsewhere,
                     // may take it.
-                    drive(self, record, fired.lease);
+                    Some(record) => drive(self, record, fired.lease),
+                    None => {}
                 }
                 Ok(Fired::Recorded(id))
             }

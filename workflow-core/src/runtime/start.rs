@@ -13,7 +13,7 @@ use super::flight::{Joined, StartFlight};
 use super::spawn_run;
 use super::{HookRef, Inner, Run, Runtime};
 use crate::context::invalid_token;
-use crate::driver::Pending;
+use crate::driver::{Pending, Via};
 use crate::error::{HookConflictError, StartError, StoreError};
 use crate::history::{after, never};
 use crate::ids::RunId;
@@ -543,8 +543,8 @@ async fn admit(
         };
         let pending = Pending {
             run,
-            answer,
             admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            via: Via::Start(answer),
         };
         spawn_run(&inner, leased, Some(Box::new(pending)));
         // Admitted without a lease here, the driver has woken a worker for it already.

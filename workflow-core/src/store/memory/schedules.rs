@@ -9,7 +9,7 @@ use super::state::{ScheduleRow, State};
 use super::MemoryStore;
 use crate::error::StoreError;
 use crate::store::{
-    FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord,
+    Append, FiredTick, NewTick, ScheduleDef, ScheduleState, ScheduleStore, TickOutcome, TickRecord,
     TickWrite, TICKS_KEPT,
 };
 
@@ -97,6 +97,11 @@ impl ScheduleStore for MemoryStore {
         Ok(fire(&mut self.lock(), tick)?.write)
     }
 
+    /// Each call is one act under the store's lock, with no writer to group them.
+    fn writes_in_parallel(&self) -> bool {
+        true
+    }
+
     /// Every tick under one lock: one act, all or nothing.
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
         let mut st = self.lock();
@@ -153,7 +158,13 @@ impl ScheduleStore for MemoryStore {
 /// under the store's lock.
 fn fire(st: &mut State, tick: NewTick) -> Result<FiredTick, StoreError> {
     let nominal = millis(tick.nominal);
-    let unwritten = |write| Ok(FiredTick { write, lease: None });
+    let unwritten = |write| {
+        Ok(FiredTick {
+            write,
+            lease: None,
+            first: false,
+        })
+    };
     let Some(row) = st.schedules.get(&tick.schedule) else {
         return unwritten(TickWrite::NoSchedule);
     };
@@ -166,6 +177,18 @@ fn fire(st: &mut State, tick: NewTick) -> Result<FiredTick, StoreError> {
     let lease = match tick.run {
         Some(run) => st.admit(run, tick.lease)?.1,
         None => None,
+    };
+    // Leased at its admission just now: its first events under that lease, in the same act.
+    let first = match &lease {
+        Some(leased) if !tick.first.is_empty() => {
+            let first = Append {
+                events: tick.first,
+                ..Append::default()
+            };
+            super::runs::record(st, leased, &first)?;
+            true
+        }
+        _ => false,
     };
     let Some(row) = st.schedules.get_mut(&tick.schedule) else {
         return unwritten(TickWrite::NoSchedule);
@@ -188,5 +211,6 @@ fn fire(st: &mut State, tick: NewTick) -> Result<FiredTick, StoreError> {
     Ok(FiredTick {
         write: TickWrite::Recorded,
         lease,
+        first,
     })
 }

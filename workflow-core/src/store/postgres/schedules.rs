@@ -253,6 +253,11 @@ impl ScheduleStore for PostgresStore {
         Ok(fired.pop().map_or(TickWrite::NoSchedule, |f| f.write))
     }
 
+    /// Each call is a transaction on a connection of the pool of its own.
+    fn writes_in_parallel(&self) -> bool {
+        true
+    }
+
     /// One transaction of five statements or so, however many ticks (see `BATCH`).
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
         let rows = ticks

@@ -8,12 +8,13 @@ use std::future::Future;
 use std::time::SystemTime;
 
 use super::policy::{self, NewRunRow, Tx};
-use super::{json, sql_time, time_of, to_json};
+use super::{json, sql_time, time_of, to_json, EncodedEvents};
 use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::model::RunStatus;
 use crate::store::{
-    FiredTick, NewTick, ScheduleDef, ScheduleState, TickOutcome, TickRecord, TickWrite, TICKS_KEPT,
+    FiredTick, Lease, NewTick, ScheduleDef, ScheduleState, TickOutcome, TickRecord, TickWrite,
+    TICKS_KEPT,
 };
 
 /// The statements each dialect writes for the schedules (its `schedules.rs`), field by field
@@ -135,13 +136,23 @@ pub(in crate::store) struct TickRow {
     pub next: Option<i64>,
     pub replace_runless: bool,
     pub run: Option<NewRunRow>,
+    /// The run's first events, when they may be written with it: it is to be leased, and
+    /// they only record (see [`EncodedEvents::is_plain`]).
+    pub first: Option<EncodedEvents>,
 }
 
 impl TickRow {
     /// `tick`, its run leased to the firing worker for `tick.lease` if given (as
     /// [`NewRunRow::new`] leases).
     pub fn new(tick: NewTick) -> Result<Self, StoreError> {
+        let first = match (&tick.run, tick.lease) {
+            (Some(_), Some(_)) if !tick.first.is_empty() => {
+                Some(EncodedEvents::new(&tick.first)?).filter(EncodedEvents::is_plain)
+            }
+            _ => None,
+        };
         Ok(TickRow {
+            first,
             nominal: sql_time(tick.nominal),
             outcome: tick.outcome.as_str(),
             run_id: tick.run.as_ref().map(|r| r.id.to_string()),
@@ -273,17 +284,18 @@ pub(in crate::store) async fn fire_ticks(
             .zip(written)
             .filter_map(|(i, w)| w.then_some(*i))
             .collect();
-        let leases = admit(tx, recorded.iter().filter_map(|i| ticks[*i].run.as_ref())).await?;
-        let mut leases = leases.into_iter();
+        let admitted = admit(tx, recorded.iter().map(|i| &ticks[*i])).await?;
+        let mut admitted = admitted.into_iter();
         for i in recorded {
             let tick = &ticks[i];
-            let lease = match tick.run {
-                Some(_) => leases.next().flatten(),
-                None => None,
+            let (lease, first) = match tick.run {
+                Some(_) => admitted.next().unwrap_or_default(),
+                None => (None, false),
             };
             fired[i] = Some(FiredTick {
                 write: TickWrite::Recorded,
                 lease,
+                first,
             });
             if let Some(next) = tick.next {
                 let at = nexts.entry(&tick.schedule).or_insert(next);
@@ -298,6 +310,7 @@ pub(in crate::store) async fn fire_ticks(
                 fired[i] = Some(FiredTick {
                     write: TickWrite::Exists,
                     lease: None,
+                    first: false,
                 });
             }
         }
@@ -317,36 +330,44 @@ pub(in crate::store) async fn fire_ticks(
             f.unwrap_or(FiredTick {
                 write: TickWrite::NoSchedule,
                 lease: None,
+                first: false,
             })
         })
         .collect())
 }
 
-/// Admits `runs` in order: those without a token or a queue to decide in one insert
-/// ([`Tx::insert_many`]), the others one by one through the admission policy. Each run's
-/// lease, when it was admitted leased.
+/// Admits the runs of `ticks` (those that carry one) in order: those without a token or a
+/// queue to decide in one insert ([`Tx::insert_many`]), with their first events, the others
+/// one by one through the admission policy. For each run, its lease when it was admitted
+/// leased, and whether its first events were written with it.
 async fn admit<'a>(
     tx: &mut impl ScheduleTx,
-    runs: impl Iterator<Item = &'a NewRunRow>,
-) -> Result<Vec<Option<crate::store::Lease>>, StoreError> {
-    let runs: Vec<&NewRunRow> = runs.collect();
-    let plain: Vec<&NewRunRow> = runs
+    ticks: impl Iterator<Item = &'a TickRow>,
+) -> Result<Vec<(Option<Lease>, bool)>, StoreError> {
+    let runs: Vec<(&NewRunRow, Option<&EncodedEvents>)> = ticks
+        .filter_map(|t| t.run.as_ref().map(|r| (r, t.first.as_ref())))
+        .collect();
+    let (plain, first): (Vec<&NewRunRow>, Vec<Option<&EncodedEvents>>) = runs
         .iter()
         .copied()
-        .filter(|r| r.hook.is_none() && r.queue_lease.is_none())
-        .collect();
-    let mut inserted: HashMap<RunId, Option<crate::store::Lease>> = HashMap::new();
+        .filter(|(r, _)| r.hook.is_none() && r.queue_lease.is_none())
+        .unzip();
+    let mut inserted: HashMap<RunId, (Option<Lease>, bool)> = HashMap::new();
     if !plain.is_empty() {
-        for (run, answer) in plain.iter().zip(policy::admit_many(tx, &plain, &[]).await?) {
-            inserted.insert(run.id, answer?.1);
+        let answers = policy::admit_many(tx, &plain, &first).await?;
+        for ((run, first), answer) in plain.iter().zip(&first).zip(answers) {
+            let lease = answer?.1;
+            // Written with the run exactly when it was admitted leased (`Tx::insert_many`).
+            let written = lease.is_some() && first.is_some_and(|e| !e.at.is_empty());
+            inserted.insert(run.id, (lease, written));
         }
     }
-    let mut leases = Vec::with_capacity(runs.len());
-    for run in runs {
+    let mut admitted = Vec::with_capacity(runs.len());
+    for (run, _) in runs {
         match inserted.remove(&run.id) {
-            Some(lease) => leases.push(lease),
-            None => leases.push(policy::admit(tx, run).await?.1),
+            Some(done) => admitted.push(done),
+            None => admitted.push((policy::admit(tx, run).await?.1, false)),
         }
     }
-    Ok(leases)
+    Ok(admitted)
 }

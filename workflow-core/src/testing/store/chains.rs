@@ -360,6 +360,7 @@ pub async fn a_continued_run_stays_its_schedule_tick_s_run<S: Store>(store: &S) 
             next: Some(t(2000)),
             replace_runless: false,
             lease: None,
+            first: Vec::new(),
         })
         .await
         .unwrap();

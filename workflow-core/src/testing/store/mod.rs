@@ -142,6 +142,7 @@ pub use runs::{
 pub use schedules::{
     a_backfill_replaces_a_run_less_record_once, a_batch_of_ticks_is_answered_in_order,
     a_schedule_keeps_its_latest_1000_ticks,
+    a_ticks_run_leased_at_its_admission_holds_its_first_events,
     concurrent_batches_of_the_same_ticks_admit_exactly_one_run_each,
     concurrent_firings_of_one_tick_admit_exactly_one_run,
     delete_removes_the_schedule_and_its_ticks, pause_and_resume,
@@ -339,6 +340,7 @@ macro_rules! __store_conformance_tests {
             run_counts_group_runs_by_workflow_and_status,
             a_schedule_keeps_its_latest_1000_ticks,
             a_batch_of_ticks_is_answered_in_order,
+            a_ticks_run_leased_at_its_admission_holds_its_first_events,
             the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
             pause_and_resume,
             a_backfill_replaces_a_run_less_record_once,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::json;
 
-use super::support::t;
+use super::support::{ap, event_seqs, step_done, t};
 use crate::ids::RunId;
 use crate::store::*;
 
@@ -55,6 +55,7 @@ pub(crate) fn tick(schedule: &str, nominal: SystemTime, outcome: TickOutcome) ->
         next: None,
         replace_runless: false,
         lease: None,
+        first: Vec::new(),
     }
 }
 
@@ -464,4 +465,50 @@ pub async fn a_batch_of_ticks_is_answered_in_order<S: Store>(store: &S) {
     let st = state(store, "order").await.unwrap();
     assert_eq!(st.last_started, Some((t(5000), alone_run)));
     assert!(!st.last_started_live, "a cancelled run has ended");
+}
+
+/// A tick's run admitted leased to the firing worker holds the tick's first events under its
+/// lease, numbered from 1 (the next append numbering on), and the answer says they were
+/// written; a run admitted without a lease gets none of them, and a tick recorded already
+/// admits no run and writes none.
+pub async fn a_ticks_run_leased_at_its_admission_holds_its_first_events<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("first"), Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    let first = || vec![step_done(t(1), 1), step_done(t(2), 2)];
+    let mut leased = tick("first", t(1000), TickOutcome::Started);
+    leased.lease = Some(Duration::from_secs(60));
+    leased.first = first();
+    let leased_run = leased.run.as_ref().unwrap().id;
+    let mut unleased = tick("first", t(2000), TickOutcome::Started);
+    unleased.first = first();
+    let unleased_run = unleased.run.as_ref().unwrap().id;
+    let fired = store.fire_ticks(vec![leased, unleased]).await.unwrap();
+    assert_eq!(
+        fired.iter().map(|f| f.write).collect::<Vec<_>>(),
+        [TickWrite::Recorded, TickWrite::Recorded]
+    );
+    assert!(!fired[1].first, "a run admitted without a lease gets none");
+    assert!(store.events(&unleased_run).await.unwrap().is_empty());
+    let lease = fired[0].lease.clone().expect("leased at admission");
+    assert!(fired[0].first, "written with the run");
+    assert_eq!(event_seqs(store, leased_run).await, [1, 2]);
+    store
+        .append(&lease, &ap(vec![step_done(t(3), 3)], None))
+        .await
+        .unwrap();
+    assert_eq!(event_seqs(store, leased_run).await, [1, 2, 3]);
+
+    let mut again = tick("first", t(1000), TickOutcome::Started);
+    again.lease = Some(Duration::from_secs(60));
+    again.first = first();
+    let again_run = again.run.as_ref().unwrap().id;
+    let fired = store.fire_ticks(vec![again]).await.unwrap();
+    assert_eq!(
+        (fired[0].write, &fired[0].lease, fired[0].first),
+        (TickWrite::Exists, &None, false)
+    );
+    assert!(store.get_run(&again_run).await.unwrap().is_none());
+    assert!(store.events(&again_run).await.unwrap().is_empty());
 }
