@@ -147,7 +147,14 @@ impl PostgresStore {
             // first five runs, and for good when the generic plan looks costlier), the larger
             // ones spent more time planning than running: an end's CTEs took about 0.45 ms to
             // plan and 0.2 ms to run.
-            .options([("plan_cache_mode", "force_generic_plan")]);
+            //
+            // And never compiled (JIT): the planner's row estimates lag behind tables whose
+            // rows are rewritten all the time (1,000 schedules were estimated at 20,010 rows
+            // after ten seconds of every-second ticks), so a listing that runs in 8-15 ms was
+            // costed at 577,376, above the thresholds of JIT with inlining and optimization,
+            // and took 120-150 ms, compiled anew at every execution (auto_explain, `JIT:
+            // Functions: 28`). No statement of this store reads enough rows to gain from it.
+            .options([("plan_cache_mode", "force_generic_plan"), ("jit", "off")]);
         let target = describe_target(&options);
         let unreachable = format!("cannot connect to PostgreSQL at {target}");
         let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
