@@ -230,6 +230,7 @@ async fn exercise(backend: Backend) {
         let info = r.info().await.unwrap();
         names.push((info.workflow.clone(), info.status));
     }
+    let tick_workflow = rt.get_run(&ticked).info().await.unwrap().workflow;
     let after = read();
     let delta = |name: &str, pairs: &[(&str, &str)]| {
         count(&after, name, pairs) - count(&before, name, pairs)
@@ -325,6 +326,11 @@ async fn exercise(backend: Backend) {
         ),
         1,
         "{backend:?}: the triggered tick"
+    );
+    assert_eq!(
+        delta(telemetry::RUNS_STARTED, &[("workflow", &tick_workflow)]),
+        1,
+        "{backend:?}: the triggered tick's run counts among the runs started"
     );
     let replays = after
         .samples
