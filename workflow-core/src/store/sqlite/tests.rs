@@ -356,27 +356,23 @@ fn assert_held_is_counted(path: &Path) {
 #[tokio::test]
 async fn each_queue_s_held_slots_are_its_runs_holding_one() {
     use crate::testing::store as c;
-    let (other, store) = fresh().await;
-    c::a_queue_s_concurrency_counts_runs_begun_and_not_ended(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::a_queue_s_slots_follow_every_begin_and_end(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::a_continued_run_keeps_its_queue_slot(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::a_waiting_run_past_its_deadline_is_handed_out_without_a_slot(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::whether_a_run_waits_for_a_slot_is_known(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::a_partition_key_runs_one_at_a_time_in_start_order(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
-    let (other, store) = fresh().await;
-    c::a_queue_s_rate_window_counts_begins(&store).await;
-    assert_held_is_counted(&other.path().join("wf.db"));
+    // Each case on a fresh file, its counts checked after it.
+    macro_rules! counted_after {
+        ($($case:ident),* $(,)?) => {$(
+            let (dir, store) = fresh().await;
+            c::$case(&store).await;
+            assert_held_is_counted(&dir.path().join("wf.db"));
+        )*};
+    }
+    counted_after!(
+        a_queue_s_concurrency_counts_runs_begun_and_not_ended,
+        a_queue_s_slots_follow_every_begin_and_end,
+        a_continued_run_keeps_its_queue_slot,
+        a_waiting_run_past_its_deadline_is_handed_out_without_a_slot,
+        whether_a_run_waits_for_a_slot_is_known,
+        a_partition_key_runs_one_at_a_time_in_start_order,
+        a_queue_s_rate_window_counts_begins,
+    );
     let (dir, store) = fresh().await;
     let path = dir.path().join("wf.db");
     c::a_queued_run_begins_at_admission_only_with_room_and_nobody_waiting(&store).await;
