@@ -13,10 +13,9 @@ use futures::StreamExt as _;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::start::{admitted_run, drive};
-use super::worker::spawn_run;
+use super::start::{admitted_run, drive, drive_pending};
 use super::{Inner, Runtime};
-use crate::driver::{FireTick, Pending, TickAdmission, Via};
+use crate::driver::{FireTick, TickAdmission, Via};
 use crate::error::StoreError;
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
@@ -24,8 +23,8 @@ use crate::payload::PayloadKind;
 use crate::schedule::firing::{due_at, plan, Action, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
-    FiredTick, Lease, LeasedRun, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason,
-    TickOutcome, TickRecord, TickWrite,
+    FiredTick, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome,
+    TickRecord, TickWrite,
 };
 
 /// How long the firing loop sleeps at most without a wake-up: other processes' changes to
@@ -345,21 +344,8 @@ impl Inner {
                 let fire: FireTick = Box::new(move |tick| {
                     Box::pin(async move { batch.fire_promised(tick, Some(promise)).await })
                 });
-                let pending = Pending {
-                    run,
-                    admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-                    via: Via::Tick(Box::new(TickAdmission { tick, fire, answer })),
-                };
-                let leased = LeasedRun {
-                    run: record.clone(),
-                    lease: Lease {
-                        run_id: record.id,
-                        epoch: 1,
-                    },
-                    events: Vec::new(),
-                    took_over: false,
-                };
-                spawn_run(self, leased, Some(Box::new(pending)));
+                let via = Via::Tick(Box::new(TickAdmission { tick, fire, answer }));
+                drive_pending(self, record.clone(), run, via);
                 Ok(answered)
             }
             (run, ..) => {

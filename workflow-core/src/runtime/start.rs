@@ -531,22 +531,7 @@ async fn admit(
     if token.is_none() && !run.delayed() && inner.can_take(&record.workflow) {
         let workflow = record.workflow.clone();
         let (answer, admitted) = tokio::sync::oneshot::channel();
-        let lease = Lease {
-            run_id: id,
-            epoch: 1,
-        };
-        let leased = LeasedRun {
-            run: record,
-            lease,
-            events: Vec::new(),
-            took_over: false,
-        };
-        let pending = Pending {
-            run,
-            admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
-            via: Via::Start(answer),
-        };
-        spawn_run(&inner, leased, Some(Box::new(pending)));
+        drive_pending(&inner, record, run, Via::Start(answer));
         // Admitted without a lease here, the driver has woken a worker for it already.
         admitted.await.map_err(|_| {
             StoreError::database("the run's driver stopped before admitting it; it was not started")
@@ -584,6 +569,27 @@ async fn admit(
     crate::telemetry::run_started(&record.workflow);
     drive(&inner, record, lease);
     Ok(())
+}
+
+/// Spawns the driver of `run` (whose record is `record`) before its admission: the driver
+/// polls the workflow's first round and admits the run `via` the start or the tick's firing,
+/// with that round (`driver/admission.rs`). Counted among the runs driven here from now on.
+pub(super) fn drive_pending(inner: &Arc<Inner>, record: RunRecord, run: NewRun, via: Via) {
+    let leased = LeasedRun {
+        lease: Lease {
+            run_id: record.id,
+            epoch: 1,
+        },
+        run: record,
+        events: Vec::new(),
+        took_over: false,
+    };
+    let pending = Pending {
+        run,
+        admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+        via,
+    };
+    spawn_run(inner, leased, Some(Box::new(pending)));
 }
 
 /// The record of a run just admitted, as a worker that leased it at admission holds it.
