@@ -1,8 +1,10 @@
-//! Every run is a `tracing` span (`workflow_run`, with `workflow.run_id` and `workflow.name`)
-//! and every step attempt is a child span (`step`, with `workflow.run_id`, `workflow.name`,
-//! `step.name`, `step.id`, `step.attempt` and, once it ended, `step.outcome`), so logs and
-//! traces say which run, step and try they come from. This example prints the spans as
-//! they close, with their fields and timings:
+//! Every step attempt is a `tracing` span at INFO (`step`, with `workflow.run_id`,
+//! `workflow.name`, `step.name`, `step.id`, `step.attempt` and, once it ended,
+//! `step.outcome`), so logs and traces say which run, step and try they come from. The run's
+//! body is polled in a DEBUG span (`workflow_run`, with `workflow.run_id` and
+//! `workflow.name`) under the target `workflow_core::telemetry::RUN_SPAN_TARGET`, which this
+//! example enables, so the steps are inside it too. It prints the spans as they close, with
+//! their fields and timings:
 //!
 //! ```text
 //! cargo run --example tracing_spans
@@ -24,8 +26,12 @@
 
 use std::time::Duration;
 
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::prelude::*;
 use workflow_core::prelude::*;
+use workflow_core::telemetry::RUN_SPAN_TARGET;
 
 #[step(max_retries = 2)]
 async fn fetch_rate(currency: String) -> Result<f64> {
@@ -58,9 +64,17 @@ pub async fn run(rt: &Runtime) -> std::result::Result<u64, Box<dyn std::error::E
 
 #[tokio::main]
 async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_span_events(FmtSpan::CLOSE)
-        .with_target(false)
+    // INFO, and the run's own span (DEBUG, under its own target) too.
+    let filter = Targets::new()
+        .with_default(Level::INFO)
+        .with_target(RUN_SPAN_TARGET, Level::DEBUG);
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_span_events(FmtSpan::CLOSE)
+                .with_target(false)
+                .with_filter(filter),
+        )
         .init();
     let rt = Runtime::builder().in_memory().build().await?;
     let cents = run(&rt).await?;

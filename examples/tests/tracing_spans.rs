@@ -94,3 +94,47 @@ async fn runs_and_step_attempts_are_spans_with_their_fields() {
         [("fetch_rate", "1"), ("fetch_rate", "2"), ("convert", "1")]
     );
 }
+
+// At INFO, the level services run at, a run's spans are its step attempts' alone: the run's
+// own span is DEBUG, under a target of its own that can be enabled by itself.
+#[tokio::test(flavor = "current_thread")]
+async fn at_info_a_run_records_only_its_step_attempts_unless_its_target_is_enabled() {
+    use tracing::Level;
+    use tracing_subscriber::filter::Targets;
+    use workflow_core::telemetry::RUN_SPAN_TARGET;
+
+    for run_span in [false, true] {
+        let capture = Capture::default();
+        let mut filter = Targets::new().with_default(Level::INFO);
+        if run_span {
+            filter = filter.with_target(RUN_SPAN_TARGET, Level::DEBUG);
+        }
+        let _guard = tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(capture.clone().with_filter(filter)),
+        );
+        let rt = Runtime::builder().in_memory().build().await.unwrap();
+        let cents = tokio::time::timeout(Duration::from_secs(60), tracing_spans::run(&rt))
+            .await
+            .expect("the run did not finish in time")
+            .unwrap();
+        assert_eq!(cents, 10_800);
+        rt.shutdown();
+
+        let seen = capture.0.lock().unwrap().clone();
+        let names: Vec<&str> = seen.iter().map(|s| s.name).collect();
+        let steps = names.iter().filter(|n| **n == "step").count();
+        assert_eq!(steps, 3, "{seen:#?}");
+        let runs = names.iter().filter(|n| **n == "workflow_run").count();
+        assert_eq!(runs, usize::from(run_span), "{seen:#?}");
+        // The steps' spans are inside the run's when it is recorded, roots otherwise.
+        let parent = run_span.then_some("workflow_run");
+        for s in seen.iter().filter(|s| s.name == "step") {
+            assert_eq!(s.parent, parent, "{s:?}");
+        }
+        // Nothing else of the runtime's at INFO (the example's own log lines are events) but,
+        // with workflow-core's feature `otel`, the start's span, the parent of its trace.
+        let starts = names.iter().filter(|n| **n == "workflow.start").count();
+        assert!(starts <= 1, "{seen:#?}");
+        assert_eq!(names.len(), starts + steps + runs, "{seen:#?}");
+    }
+}

@@ -75,6 +75,26 @@ pub const LEASE_TAKEOVERS: &str = "workflow_lease_takeovers_total";
 /// `buffered`, `skipped:overlap`, `skipped:paused`, `skipped:missed`).
 pub const SCHEDULE_TICKS: &str = "workflow_schedule_ticks_total";
 
+/// The target of the `workflow_run` span, the DEBUG span a run's body is polled in (with
+/// `workflow.run_id` and `workflow.name`). At INFO a run's spans are its step attempts'
+/// (`step`, INFO, each with the run's id and workflow) and, with the feature `otel`, its
+/// start's (`workflow.start`); enable this target alone to have the body's own log lines
+/// carry the run's id too:
+///
+/// ```
+/// use tracing_subscriber::filter::Targets;
+/// use tracing_subscriber::prelude::*;
+/// use workflow_core::telemetry::RUN_SPAN_TARGET;
+///
+/// let filter = Targets::new()
+///     .with_default(tracing::Level::INFO)
+///     .with_target(RUN_SPAN_TARGET, tracing::Level::DEBUG);
+/// let _guard = tracing_subscriber::registry()
+///     .with(tracing_subscriber::fmt::layer().with_filter(filter))
+///     .set_default();
+/// ```
+pub const RUN_SPAN_TARGET: &str = "workflow_core::run";
+
 /// A run of `workflow` was admitted.
 pub(crate) fn run_started(workflow: &str) {
     metrics::counter!(RUNS_STARTED, "workflow" => workflow.to_owned()).increment(1);

@@ -70,6 +70,17 @@ impl<F: Future> Future for InSpan<F> {
     }
 }
 
+/// `fut`, with `span` kept open until it finishes (or is dropped) but never entered: what a
+/// start's admission runs as. The start span's only work is to be the parent of the run's
+/// spans (its context is read once, at its creation); entering it at every poll of the
+/// admission would cost, with an OpenTelemetry layer, a context attached and detached and two
+/// clock reads per poll, for no span or log line that needs it.
+pub(crate) async fn lasting<F: Future>(span: tracing::Span, fut: F) -> F::Output {
+    let out = fut.await;
+    drop(span);
+    out
+}
+
 /// The OpenTelemetry parent of a run's spans: the context its start kept, decoded once per
 /// drive rather than re-read from its text for every span (a run span and one span per step
 /// attempt). Holds nothing without the feature, or for a context that does not parse.

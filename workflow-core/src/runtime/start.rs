@@ -24,7 +24,6 @@ use crate::store::{
     Admission, AdmitOrResume, Lease, LeasedRun, NewRun, QueueEntry, RunRecord, RunStatus,
     StartHook, TraceContext,
 };
-use crate::traces::InSpan;
 
 /// A pending start; await it. From [`Runtime::start`].
 #[must_use = "a start does nothing unless awaited"]
@@ -339,10 +338,13 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             };
             // Admission runs in its own task: once the store has the start, the run is driven
             // (or left to the workers) and duplicates following it get their answer, even if
-            // this future is dropped meanwhile.
+            // this future is dropped meanwhile. The start span lasts as long and ends with it.
             let admitted = inner
                 .tasks
-                .spawn(InSpan::new(span, admit(inner.clone(), start, flight)))
+                .spawn(crate::traces::lasting(
+                    span,
+                    admit(inner.clone(), start, flight),
+                ))
                 .await;
             match admitted {
                 Ok(admitted) => admitted?,
@@ -446,7 +448,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             // In a task of its own, as for `start`: a dropped call does not strand followers.
             let done = inner
                 .tasks
-                .spawn(InSpan::new(
+                .spawn(crate::traces::lasting(
                     span,
                     admit_or_resume(inner.clone(), start, payload, flight),
                 ))
