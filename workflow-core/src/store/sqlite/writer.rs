@@ -187,12 +187,51 @@ pub(super) fn writer_loop(
         stats: &stats,
     };
     // Ends when every sender (every store clone) is gone and the queue is empty.
-    while let Ok(first) = jobs.recv() {
+    let mut look = false;
+    while let Some(first) = next_job(&jobs, look) {
         let group = take(first, MAX_BATCH, || jobs.try_recv().ok());
+        // A lone request: most likely a run waiting for its commit to write again at once
+        // (steps one after the other). In a burst the groups are many requests, and the
+        // callers need the cores the writer would spin on.
+        look = group.len() == 1;
         if commit(&writer, group).now_or_never().is_none() {
             // Cannot happen: nothing here waits. The requests' callers hear that the writer
             // dropped them.
             tracing::error!("internal error: a SQLite group commit did not finish at once");
+        }
+    }
+}
+
+/// How long the writer, after a group of one request, keeps looking for its next request,
+/// yielding its core between looks, before it sleeps until one comes. A run's next write
+/// follows its last commit by tens of microseconds (the caller's wake-up, the workflow's
+/// next step); a writer asleep by then costs that write the thread's wake-up as well. After
+/// a larger group (a burst: many runs writing) it sleeps at once: spinning there took the
+/// cores the callers needed. Idle, the writer spins at most this long after its last
+/// commit, and not at all when nothing is written. Figures: BENCHMARKS.md, session 21.
+const LOOK_FOR_NEXT: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// The writer's next request: one that waits, or, when it `look`s, one that comes within
+/// [`LOOK_FOR_NEXT`], or else the next to come, asleep until then. `None` once every sender
+/// is gone and the queue is empty.
+fn next_job(jobs: &mpsc::Receiver<Box<dyn WriteJob>>, look: bool) -> Option<Box<dyn WriteJob>> {
+    if !look {
+        return match jobs.try_recv() {
+            Ok(job) => Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => None,
+            Err(mpsc::TryRecvError::Empty) => jobs.recv().ok(),
+        };
+    }
+    let until = std::time::Instant::now() + LOOK_FOR_NEXT;
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
+                // Gives the core to a runnable thread (the caller preparing its next write).
+                std::thread::yield_now();
+            }
+            Err(mpsc::TryRecvError::Empty) => return jobs.recv().ok(),
         }
     }
 }
@@ -355,5 +394,93 @@ pub(super) fn retry_busy<T>(
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    use rusqlite::Connection;
+
+    use super::{next_job, WriteJob, LOOK_FOR_NEXT};
+    use crate::error::DatabaseError;
+
+    /// A job that writes its number where the test reads it when run.
+    struct Tagged(u32, Arc<AtomicU32>);
+
+    impl WriteJob for Tagged {
+        fn run(&mut self, _tx: &Connection) -> bool {
+            self.1.store(self.0, Ordering::Relaxed);
+            true
+        }
+
+        fn finish(self: Box<Self>, _commit: Result<(), &DatabaseError>) {}
+    }
+
+    /// The number of the job taken, by running it.
+    fn number(job: Option<Box<dyn WriteJob>>, seen: &AtomicU32) -> Option<u32> {
+        let conn = Connection::open_in_memory().unwrap();
+        job.map(|mut job| {
+            job.run(&conn);
+            seen.load(Ordering::Relaxed)
+        })
+    }
+
+    #[test]
+    fn takes_what_waits_what_comes_while_it_looks_and_what_comes_after_it_slept() {
+        let seen = Arc::new(AtomicU32::new(0));
+        let job = |n| -> Box<dyn WriteJob> { Box::new(Tagged(n, seen.clone())) };
+        let (send, jobs) = mpsc::channel::<Box<dyn WriteJob>>();
+        send.send(job(1)).unwrap();
+        assert_eq!(
+            number(next_job(&jobs, true), &seen),
+            Some(1),
+            "a request that waits"
+        );
+
+        // One sent during the look, and one long after it (the writer asleep by then).
+        let (second, third) = (job(2), job(3));
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(LOOK_FOR_NEXT / 4);
+            send.send(second).unwrap();
+            std::thread::sleep(LOOK_FOR_NEXT * 20);
+            send.send(third).unwrap();
+            send
+        });
+        assert_eq!(
+            number(next_job(&jobs, true), &seen),
+            Some(2),
+            "sent while it looked"
+        );
+        assert_eq!(
+            number(next_job(&jobs, true), &seen),
+            Some(3),
+            "sent after it slept"
+        );
+        let send = sender.join().unwrap();
+
+        // Without looking (after a group of many), what waits, else asleep until one comes.
+        let (fourth, fifth) = (job(4), job(5));
+        send.send(fourth).unwrap();
+        assert_eq!(number(next_job(&jobs, false), &seen), Some(4), "waiting");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(LOOK_FOR_NEXT * 20);
+            send.send(fifth).unwrap();
+            send
+        });
+        assert_eq!(number(next_job(&jobs, false), &seen), Some(5), "came later");
+        let send = sender.join().unwrap();
+
+        // Every sender gone and nothing queued: the writer's loop ends.
+        drop(send);
+        let (done, answer) = mpsc::channel();
+        std::thread::spawn(move || {
+            let ended = next_job(&jobs, true).is_none() && next_job(&jobs, false).is_none();
+            done.send(ended).unwrap()
+        });
+        assert_eq!(answer.recv_timeout(Duration::from_secs(10)), Ok(true));
     }
 }
