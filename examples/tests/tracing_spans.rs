@@ -52,20 +52,30 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     }
 }
 
-// One thread: the subscriber set for this test sees every task the runtime spawns.
-#[tokio::test(flavor = "current_thread")]
-async fn runs_and_step_attempts_are_spans_with_their_fields() {
-    let capture = Capture::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+/// The spans `capture` saw while `subscriber`, which holds it, was this thread's default
+/// during one invoice conversion on a fresh in-memory runtime. The tests run on one thread,
+/// so the subscriber sees every task the runtime spawns.
+async fn seen_in_one_run(
+    capture: &Capture,
+    subscriber: impl Subscriber + Send + Sync + 'static,
+) -> Vec<Seen> {
+    let _guard = tracing::subscriber::set_default(subscriber);
     let rt = Runtime::builder().in_memory().build().await.unwrap();
     let cents = tokio::time::timeout(Duration::from_secs(60), tracing_spans::run(&rt))
         .await
         .expect("the run did not finish in time")
         .unwrap();
     assert_eq!(cents, 10_800);
-
+    rt.shutdown();
     let seen = capture.0.lock().unwrap().clone();
+    seen
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn runs_and_step_attempts_are_spans_with_their_fields() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let seen = seen_in_one_run(&capture, subscriber).await;
     let runs: Vec<&Seen> = seen.iter().filter(|s| s.name == "workflow_run").collect();
     assert_eq!(runs.len(), 1, "{seen:#?}");
     let run_id = runs[0].fields["workflow.run_id"].clone();
@@ -109,18 +119,8 @@ async fn at_info_a_run_records_only_its_step_attempts_unless_its_target_is_enabl
         if run_span {
             filter = filter.with_target(RUN_SPAN_TARGET, Level::DEBUG);
         }
-        let _guard = tracing::subscriber::set_default(
-            tracing_subscriber::registry().with(capture.clone().with_filter(filter)),
-        );
-        let rt = Runtime::builder().in_memory().build().await.unwrap();
-        let cents = tokio::time::timeout(Duration::from_secs(60), tracing_spans::run(&rt))
-            .await
-            .expect("the run did not finish in time")
-            .unwrap();
-        assert_eq!(cents, 10_800);
-        rt.shutdown();
-
-        let seen = capture.0.lock().unwrap().clone();
+        let subscriber = tracing_subscriber::registry().with(capture.clone().with_filter(filter));
+        let seen = seen_in_one_run(&capture, subscriber).await;
         let names: Vec<&str> = seen.iter().map(|s| s.name).collect();
         let steps = names.iter().filter(|n| **n == "step").count();
         assert_eq!(steps, 3, "{seen:#?}");

@@ -10,7 +10,7 @@ use super::{Driver, Stop};
 use crate::error::{Continuation, Error, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
-use crate::store::{Append, Lease, LeasedRun, NewRun, RunStatus};
+use crate::store::{Append, LeasedRun, NewRun, RunStatus};
 
 impl Driver {
     /// Continues the run as `c` asks: records the decision and admits the next run in one
@@ -115,15 +115,7 @@ impl Driver {
         let record = self.retry(|| self.host.store().get_run(&next)).await?;
         Ok(record
             .filter(|r| r.status == RunStatus::Running)
-            .map(|run| LeasedRun {
-                run,
-                lease: Lease {
-                    run_id: next,
-                    epoch: 1,
-                },
-                events: Vec::new(),
-                took_over: false,
-            }))
+            .map(LeasedRun::admitted))
     }
 
     /// Ends the run with `result` as if the workflow had returned it.

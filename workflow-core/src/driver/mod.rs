@@ -262,9 +262,9 @@ impl Driver {
         );
         let last_seq = events.last().map_or(0, |e| e.seq);
         // The span the body's own log lines are in, at DEBUG under its own target
-        // (`telemetry::RUN_SPAN_TARGET`): at INFO, the level services run at, a run's spans are its
-        // step attempts' (each carrying the run's id and workflow) and, with the feature
-        // `otel`, its start's. Each span costs every subscriber's layers (formatting its
+        // (`telemetry::RUN_SPAN_TARGET`): at INFO, the level services run at, a run's spans
+        // are its step attempts' (each carrying the run's id and workflow) and, with the
+        // feature `otel`, its start's. Each span costs every subscriber's layers (formatting its
         // fields, an OpenTelemetry span built and exported); this one is entered at every
         // poll of the body and was a third of the spans of a one-step run.
         let span = tracing::debug_span!(

@@ -577,15 +577,7 @@ async fn admit(
 /// polls the workflow's first round and admits the run `via` the start or the tick's firing,
 /// with that round (`driver/admission.rs`). Counted among the runs driven here from now on.
 pub(super) fn drive_pending(inner: &Arc<Inner>, record: RunRecord, run: NewRun, via: Via) {
-    let leased = LeasedRun {
-        lease: Lease {
-            run_id: record.id,
-            epoch: 1,
-        },
-        run: record,
-        events: Vec::new(),
-        took_over: false,
-    };
+    let leased = LeasedRun::admitted(record);
     let pending = Pending {
         run,
         admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),

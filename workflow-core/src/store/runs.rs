@@ -74,6 +74,14 @@ pub struct Lease {
     pub epoch: u64,
 }
 
+impl Lease {
+    /// The lease of a run leased at its admission (or its continuation's): the first
+    /// acquisition, epoch 1.
+    pub fn admitted(run_id: RunId) -> Lease {
+        Lease { run_id, epoch: 1 }
+    }
+}
+
 /// A run handed to a worker by [`RunStore::acquire`].
 #[derive(Debug, Clone)]
 pub struct LeasedRun {
@@ -89,6 +97,18 @@ pub struct LeasedRun {
     /// back by a release (a run waiting on a timer, a hook or a message), or leased at
     /// admission.
     pub took_over: bool,
+}
+
+impl LeasedRun {
+    /// `run`, leased at its admission ([`Lease::admitted`]) with no history yet.
+    pub fn admitted(run: RunRecord) -> LeasedRun {
+        LeasedRun {
+            lease: Lease::admitted(run.id),
+            run,
+            events: Vec::new(),
+            took_over: false,
+        }
+    }
 }
 
 /// What [`RunStore::acquire`] may hand out.

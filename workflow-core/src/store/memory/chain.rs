@@ -159,14 +159,6 @@ impl State {
         let Some(row) = self.runs.get(&next.id).filter(|_| lease_until.is_some()) else {
             return Ok(None);
         };
-        Ok(Some(LeasedRun {
-            run: row.record.clone(),
-            lease: Lease {
-                run_id: next.id,
-                epoch: 1,
-            },
-            events: Vec::new(),
-            took_over: false,
-        }))
+        Ok(Some(LeasedRun::admitted(row.record.clone())))
     }
 }

@@ -443,10 +443,7 @@ impl State {
             self.count_begin(id, created_at);
         }
         self.schedule(id);
-        let lease = lease.map(|_| Lease {
-            run_id: id,
-            epoch: 1,
-        });
+        let lease = lease.map(|_| Lease::admitted(id));
         Ok((Admission::Admitted, lease))
     }
 

@@ -216,11 +216,7 @@ const LOOK_FOR_NEXT: std::time::Duration = std::time::Duration::from_micros(100)
 /// is gone and the queue is empty.
 fn next_job(jobs: &mpsc::Receiver<Box<dyn WriteJob>>, look: bool) -> Option<Box<dyn WriteJob>> {
     if !look {
-        return match jobs.try_recv() {
-            Ok(job) => Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => None,
-            Err(mpsc::TryRecvError::Empty) => jobs.recv().ok(),
-        };
+        return jobs.recv().ok();
     }
     let until = std::time::Instant::now() + LOOK_FOR_NEXT;
     loop {

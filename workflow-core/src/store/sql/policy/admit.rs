@@ -103,10 +103,7 @@ pub(in crate::store) type Admitted = (Admission, Option<Lease>);
 
 /// `run` admitted: leased to the admitting worker (epoch 1) when it asked.
 pub(in crate::store) fn admitted(run: &NewRunRow) -> Admitted {
-    let lease = run.lease_until.map(|_| Lease {
-        run_id: run.id,
-        epoch: 1,
-    });
+    let lease = run.lease_until.map(|_| Lease::admitted(run.id));
     (Admission::Admitted, lease)
 }
 
@@ -127,11 +124,7 @@ pub(in crate::store) async fn admit(
     }
     if let Some(until) = run.queue_lease {
         if tx.admit_begun(run, until).await? {
-            let lease = Lease {
-                run_id: run.id,
-                epoch: 1,
-            };
-            return Ok((Admission::Admitted, Some(lease)));
+            return Ok((Admission::Admitted, Some(Lease::admitted(run.id))));
         }
     }
     if !tx.insert_run(run).await? {

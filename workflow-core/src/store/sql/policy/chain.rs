@@ -100,13 +100,5 @@ pub(in crate::store) async fn continue_as_new(
         return Ok(None);
     }
     let record = row.decode()?;
-    Ok(Some(LeasedRun {
-        lease: Lease {
-            run_id: record.id,
-            epoch: 1,
-        },
-        run: record,
-        events: Vec::new(),
-        took_over: false,
-    }))
+    Ok(Some(LeasedRun::admitted(record)))
 }
