@@ -31,6 +31,18 @@ async fn gated(tick: ScheduleTick) -> Result<()> {
     Ok(())
 }
 
+/// The wall clock when it runs, in ms.
+#[step(name = "sched.stamp")]
+async fn stamp() -> Result<u64> {
+    Ok(ms(SystemTime::now()) as u64)
+}
+
+#[workflow(name = "sched.stepped")]
+async fn stepped(tick: ScheduleTick) -> Result<u64> {
+    let _ = tick;
+    stamp().await
+}
+
 fn ms(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -515,7 +527,51 @@ async fn a_run_ended_just_before_the_next_tick_does_not_skip_it(b: Backend) {
     rt.shutdown();
 }
 
+/// The firing loop decides a look's ticks ahead of their due time (their runs' first rounds
+/// polled then) and fires them at it: nothing of a tick's run is dated before its nominal
+/// time (its creation, its events) and no step of it starts before then.
+async fn a_tick_decided_ahead_of_time_starts_nothing_before_it(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("stamped", stepped, Duration::from_secs(1)))
+        .build()
+        .await
+        .unwrap();
+    let t = wait_ticks(&rt, "stamped", Duration::from_secs(30), |t| {
+        started(t).len() >= 4
+    })
+    .await;
+    for r in started(&t) {
+        let id = r.run_id.unwrap();
+        let run = rt.get_run(&id).typed::<u64>();
+        let ran = tokio::time::timeout(Duration::from_secs(10), run.return_value())
+            .await
+            .expect("a tick's run ends")
+            .unwrap();
+        assert!(
+            u128::from(ran) >= ms(r.nominal),
+            "its step ran at {ran} ms, before its tick: {r:?}"
+        );
+        let info = run.info().await.unwrap();
+        assert!(
+            ms(info.created_at) >= ms(r.nominal),
+            "run created before its tick: {info:?} {r:?}"
+        );
+        assert!(ms(r.recorded_at) >= ms(r.nominal), "{r:?}");
+        let history = run.export().await.unwrap();
+        for e in history["events"].as_array().unwrap() {
+            assert!(
+                u128::from(e["at_ms"].as_u64().unwrap()) >= ms(r.nominal),
+                "an event dated before its run's tick: {e} {r:?}"
+            );
+        }
+    }
+    rt.shutdown();
+}
+
 on_every_store!(
+    a_tick_decided_ahead_of_time_starts_nothing_before_it,
     a_run_ended_just_before_the_next_tick_does_not_skip_it,
     the_last_declaration_of_a_name_wins_and_keeps_the_ticks,
     an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes,

@@ -197,7 +197,7 @@ impl Driver {
     async fn admit_ticked(
         &mut self,
         run: NewRun,
-        events: Vec<NewEvent>,
+        mut events: Vec<NewEvent>,
         admission: TickAdmission,
     ) -> Decided {
         let TickAdmission {
@@ -205,6 +205,11 @@ impl Driver {
             fire,
             answer,
         } = admission;
+        // A round polled ahead of the tick's due time (the run's creation) took effect at
+        // the admission: its events are not dated before the run.
+        for e in &mut events {
+            e.at = e.at.max(run.created_at);
+        }
         tick.run = Some(run);
         tick.first = events.clone();
         let fired = fire(tick).await;

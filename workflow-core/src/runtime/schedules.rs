@@ -103,6 +103,9 @@ struct Firing {
 struct Batch {
     send: mpsc::UnboundedSender<Firing>,
     coming: Arc<Coming>,
+    /// Nothing goes out before this instant: the ticks of a look made ahead of its due time
+    /// ([`schedule_loop`]) wait for it.
+    held_until: Option<tokio::time::Instant>,
 }
 
 /// The ticks promised to a batch and not sent yet.
@@ -123,15 +126,25 @@ impl Drop for Promise {
 }
 
 impl Batch {
-    /// The batch, and the loop that fires what it is sent until every clone of it is gone.
-    fn new(rt: &Arc<Inner>) -> (Batch, impl std::future::Future<Output = ()> + '_) {
+    /// The batch, and the loop that fires what it is sent until every clone of it is gone;
+    /// with `held_until`, nothing goes out before that instant.
+    fn new(
+        rt: &Arc<Inner>,
+        held_until: Option<tokio::time::Instant>,
+    ) -> (Batch, impl std::future::Future<Output = ()> + '_) {
         let (send, receive) = mpsc::unbounded_channel();
         let coming = Arc::new(Coming::default());
         let batch = Batch {
             send,
             coming: coming.clone(),
+            held_until,
         };
-        (batch, fire_batches(rt, receive, coming))
+        (batch, fire_batches(rt, receive, coming, held_until))
+    }
+
+    /// Whether its calls wait for a due time, so that what is sent now goes out then.
+    fn held(&self) -> bool {
+        self.held_until.is_some()
     }
 
     /// Counts a tick to be sent soon.
@@ -169,8 +182,12 @@ async fn fire_batches(
     rt: &Arc<Inner>,
     mut firings: mpsc::UnboundedReceiver<Firing>,
     coming: Arc<Coming>,
+    held_until: Option<tokio::time::Instant>,
 ) {
     while let Some(first) = firings.recv().await {
+        if let Some(due) = held_until {
+            tokio::time::sleep_until(due).await;
+        }
         let mut group = vec![first];
         loop {
             while group.len() < MAX_TICKS_PER_CALL {
@@ -299,7 +316,9 @@ impl Inner {
         replace_runless: bool,
         batch: Option<&Batch>,
     ) -> Result<Fired, ScheduleError> {
-        let now = self.clock.tick().await;
+        // Fired ahead of its due time (a held batch), a tick's record and run carry the due
+        // time: the firing commits then.
+        let now = self.clock.tick().await.max(due_at(&state.def, nominal));
         let run = match outcome {
             TickOutcome::Started => {
                 let tick = ScheduleTick {
@@ -335,9 +354,12 @@ impl Inner {
         // writer takes the calls one after the other (SQLite): there the run's first steps
         // start in the writer's next commits while the other runs of the look are polled,
         // and polling every run before the look's ticks fire made their lateness worse (see
-        // `ScheduleStore::writes_in_parallel`).
+        // `ScheduleStore::writes_in_parallel`), unless the look is made ahead of its due time
+        // (a held batch): then the runs are polled before it, on every store.
         let driven = match (run, &record, lease, batch) {
-            (Some(run), Some(record), Some(_), Some(batch)) if self.store.writes_in_parallel() => {
+            (Some(run), Some(record), Some(_), Some(batch))
+                if self.store.writes_in_parallel() || batch.held() =>
+            {
                 let (answer, answered) = oneshot::channel();
                 let batch = batch.clone();
                 let promise = batch.promise();
@@ -497,6 +519,33 @@ impl Inner {
         Ok(look_again)
     }
 
+    /// Whether what `state`'s schedule has due at `due` can be decided ahead of that time,
+    /// from the listing: no buffered tick waits to start, at most one tick is due, and its
+    /// start depends on no run that may still end before then (none, one listed as ended,
+    /// or the policy `AllowAll`). Such a tick is fired through a batch held until `due`, its
+    /// run polled meanwhile; any other waits for `due` to be decided.
+    fn decides_early(
+        &self,
+        state: &ScheduleState,
+        schedule: &Schedule,
+        due: SystemTime,
+        up_since: Option<SystemTime>,
+    ) -> bool {
+        if state.buffered.is_some() && !state.paused {
+            return false;
+        }
+        let plan = plan(&schedule.timing, state, due, up_since);
+        match plan.due.as_slice() {
+            [] | [(_, Action::Skip(_))] => true,
+            [(_, Action::Fire)] => {
+                state.last_started.is_none()
+                    || !state.last_started_live
+                    || state.def.overlap == Overlap::AllowAll
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the schedule's previous run has not ended: `listed` when known, else read.
     async fn busy(
         &self,
@@ -568,10 +617,15 @@ impl Parsed {
 /// was up): they start however late, within the catch-up window, whatever the catch-up
 /// policy.
 ///
-/// The schedules are listed shortly before the next tick falls due ([`lead`]), so that at
-/// the due time the loop fires at once instead of reading 1,000 schedules first; a change of
-/// the schedules in between (here, or pushed by the store) has them listed again, and a
-/// previous run listed as not ended is read again when its tick fires.
+/// The schedules are listed shortly before the next tick falls due ([`lead`]), and that
+/// look is made at once against its due time: a tick whose outcome the listing decides
+/// ([`Inner::decides_early`]) is built then, its run's first round polled (on every store),
+/// and sent to a batch held until the due time, which fires them all in one call with the
+/// runs' first events; the first steps start with that commit. Nothing is written before the
+/// due time, and a tick whose start depends on a previous run that may still end (listed as
+/// not ended, under a policy other than `AllowAll`), or that waits behind a buffered one, is
+/// decided at the due time, that run read again. A change of the schedules notified during
+/// the lead is seen at the next look.
 pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let most = if rt.pushed {
@@ -583,8 +637,8 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     // When this look was meant to happen (the end of the last sleep).
     let mut meant: Option<SystemTime> = None;
     let mut parsed = Parsed::default();
-    // The schedules listed ahead of this look's due time, if they were.
-    let mut ahead: Option<Vec<ScheduleState>> = None;
+    // The schedules listed ahead of this look's due time, and that time, if they were.
+    let mut ahead: Option<(Vec<ScheduleState>, SystemTime)> = None;
     // How long the last listing took.
     let mut listing = Duration::ZERO;
     loop {
@@ -593,11 +647,11 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
         }
         let mut wait = most;
         let mut looked = false;
-        let listed_ahead = ahead.is_some();
-        let listed = match ahead.take() {
-            Some(states) => Ok(states),
-            None => timed(&mut listing, rt.store.list_schedules()).await,
+        let (listed, due) = match ahead.take() {
+            Some((states, due)) => (Ok(states), Some(due)),
+            None => (timed(&mut listing, rt.store.list_schedules()).await, None),
         };
+        let listed_ahead = due.is_some();
         match listed {
             Ok(states) => {
                 looked = true;
@@ -608,7 +662,14 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                     up_since = Some(now);
                 }
                 let stopping = &shutdown;
-                let (batch, batches) = Batch::new(&rt);
+                // A look listed ahead of its due time is made at once: what can be decided
+                // then goes through a batch held until the due time, its runs polled
+                // meanwhile; the rest is decided at the due time.
+                let held_until = due.map(|due| {
+                    let rest = due.duration_since(rt.clock.now()).unwrap_or_default();
+                    tokio::time::Instant::now() + rest
+                });
+                let (batch, batches) = Batch::new(&rt, held_until);
                 let firing = async {
                     let batch = batch;
                     let mut fired = futures::stream::iter(parsed.read(states))
@@ -617,10 +678,22 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                             let (rt, batch) = (&rt, &batch);
                             async move {
                                 let name = state.def.name.clone();
+                                let at = match (due, held_until) {
+                                    (Some(due), Some(_))
+                                        if rt.decides_early(&state, &schedule, due, up_since) =>
+                                    {
+                                        due
+                                    }
+                                    (_, Some(until)) => {
+                                        tokio::time::sleep_until(until).await;
+                                        rt.clock.tick().await
+                                    }
+                                    _ => now,
+                                };
                                 let done = rt.fire_due(
                                     state,
                                     &schedule,
-                                    now,
+                                    at,
                                     up_since,
                                     batch,
                                     listed_ahead,
@@ -663,29 +736,26 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
         if early == wait || !looked {
             continue;
         }
-        // Listed now, fired at the due time with what was listed.
+        // Listed now, fired at the due time with what was listed (decided now where it can
+        // be).
         let Ok(states) = timed(&mut listing, rt.store.list_schedules()).await else {
             // Listed again at the due time.
             continue;
         };
-        let rest = meant
-            .and_then(|m| m.duration_since(rt.clock.now()).ok())
-            .unwrap_or_default();
-        tokio::select! {
-            _ = tokio::time::sleep(rest) => ahead = Some(states),
-            _ = rt.schedules_changed.notified() => {}
-            _ = shutdown.changed() => return,
+        if let Some(due) = meant {
+            ahead = Some((states, due));
         }
     }
 }
 
 /// How long before a look's due time the loop lists the schedules, when the last listing
-/// took `listing`: twice that, at least 20 ms, at most 500 ms. Longer would fire on an older
+/// took `listing`: twice that, at least 50 ms (the time to poll the first rounds of a
+/// thousand runs before their ticks fire), at most 500 ms. Longer would decide on an older
 /// reading of schedules other processes change without a notice (SQLite).
 fn lead(listing: Duration) -> Duration {
     listing
         .saturating_mul(2)
-        .clamp(Duration::from_millis(20), Duration::from_millis(500))
+        .clamp(Duration::from_millis(50), Duration::from_millis(500))
 }
 
 /// `f`, noting in `took` how long it took.
