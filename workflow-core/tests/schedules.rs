@@ -570,7 +570,36 @@ async fn a_tick_decided_ahead_of_time_starts_nothing_before_it(b: Backend) {
     rt.shutdown();
 }
 
+/// A runtime shut down while its firing loop holds the next second's ticks (decided ahead
+/// of their due time) fires none of them.
+async fn a_runtime_shut_down_before_the_due_time_fires_nothing_held(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every("held", stepped, Duration::from_secs(1)))
+        .build()
+        .await
+        .unwrap();
+    wait_ticks(&rt, "held", Duration::from_secs(30), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    // 20 ms before a whole second at least 300 ms away: the loop looks 50 ms or more ahead.
+    let due = (ms(SystemTime::now()) + 300).div_ceil(1000) * 1000;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64 - 20);
+    tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    rt.shutdown();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Read through the stopped runtime: another would fire the schedule itself.
+    let t = ticks(&rt, "held").await;
+    assert!(
+        t.iter().all(|r| ms(r.nominal) < due),
+        "a tick due at {due} ms, after the shutdown, was fired: {t:?}"
+    );
+}
+
 on_every_store!(
+    a_runtime_shut_down_before_the_due_time_fires_nothing_held,
     a_tick_decided_ahead_of_time_starts_nothing_before_it,
     a_run_ended_just_before_the_next_tick_does_not_skip_it,
     the_last_declaration_of_a_name_wins_and_keeps_the_ticks,

@@ -184,9 +184,22 @@ async fn fire_batches(
     coming: Arc<Coming>,
     held_until: Option<tokio::time::Instant>,
 ) {
+    let mut shutdown = rt.shutdown.subscribe();
     while let Some(first) = firings.recv().await {
         if let Some(due) = held_until {
-            tokio::time::sleep_until(due).await;
+            // A runtime shut down before the due time fires nothing of it.
+            if !*shutdown.borrow() {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+            if *shutdown.borrow() {
+                let _ = first
+                    .answer
+                    .send(Err(StoreError::database("the runtime is shutting down")));
+                continue;
+            }
         }
         let mut group = vec![first];
         loop {
@@ -685,7 +698,14 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                                         due
                                     }
                                     (_, Some(until)) => {
-                                        tokio::time::sleep_until(until).await;
+                                        let mut stop = stopping.clone();
+                                        tokio::select! {
+                                            _ = tokio::time::sleep_until(until) => {}
+                                            _ = stop.changed() => {}
+                                        }
+                                        if *stop.borrow() {
+                                            return (name, Ok(None));
+                                        }
                                         rt.clock.tick().await
                                     }
                                     _ => now,
@@ -709,6 +729,9 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                                 wait = wait.min(until);
                             }
                             Ok(None) => {}
+                            // Ticks held for the due time fail when the runtime shuts
+                            // down before it: nothing to retry.
+                            Err(_) if *stopping.borrow() => {}
                             Err(e) => {
                                 tracing::warn!(schedule = name, error = %e, "firing a schedule's ticks failed; retrying")
                             }
