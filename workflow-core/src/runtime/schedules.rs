@@ -20,7 +20,7 @@ use crate::error::StoreError;
 use crate::history::{from_millis, to_millis};
 use crate::ids::RunId;
 use crate::payload::PayloadKind;
-use crate::schedule::firing::{due_at, plan, Action, STALLED};
+use crate::schedule::firing::{due_at, plan, Action, Plan, STALLED};
 use crate::schedule::{Schedule, ScheduleError, ScheduleInfo, ScheduleTick};
 use crate::store::{
     FiredTick, NewRun, NewTick, Overlap, QueueEntry, ScheduleState, SkipReason, TickOutcome,
@@ -436,7 +436,8 @@ impl Inner {
 
     /// Fires what is due of `state`'s schedule (read as `schedule`) at `now`, for a firing
     /// loop up without a stall since `up_since`, its ticks through `batch`; when to look at
-    /// it again. `ahead`: `state` was listed before its ticks fell due.
+    /// it again. `ahead`: `state` was listed before its ticks fell due; `planned`: what is
+    /// due at `now`, when [`Inner::decided_early`] worked it out already.
     #[allow(clippy::too_many_arguments)]
     async fn fire_due(
         self: &Arc<Self>,
@@ -446,6 +447,7 @@ impl Inner {
         up_since: Option<SystemTime>,
         batch: &Batch,
         ahead: bool,
+        planned: Option<Plan>,
     ) -> Result<Option<SystemTime>, ScheduleError> {
         let batch = Some(batch);
         let mut previous = state.last_started.map(|(_, run)| run);
@@ -478,7 +480,7 @@ impl Inner {
                 buffered = None;
             }
         }
-        let plan = plan(&schedule.timing, &state, now, up_since);
+        let plan = planned.unwrap_or_else(|| plan(&schedule.timing, &state, now, up_since));
         // The next nominal time the store holds, as far as this call knows.
         let mut stored_next = state.next;
         for (nominal, action) in plan.due {
@@ -532,23 +534,23 @@ impl Inner {
         Ok(look_again)
     }
 
-    /// Whether what `state`'s schedule has due at `due` can be decided ahead of that time,
+    /// What `state`'s schedule has due at `due`, when it can be decided ahead of that time,
     /// from the listing: no buffered tick waits to start, at most one tick is due, and its
     /// start depends on no run that may still end before then (none, one listed as ended,
     /// or the policy `AllowAll`). Such a tick is fired through a batch held until `due`, its
-    /// run polled meanwhile; any other waits for `due` to be decided.
-    fn decides_early(
+    /// run polled meanwhile; any other waits for `due` to be decided (`None`).
+    fn decided_early(
         &self,
         state: &ScheduleState,
         schedule: &Schedule,
         due: SystemTime,
         up_since: Option<SystemTime>,
-    ) -> bool {
+    ) -> Option<Plan> {
         if state.buffered.is_some() && !state.paused {
-            return false;
+            return None;
         }
         let plan = plan(&schedule.timing, state, due, up_since);
-        match plan.due.as_slice() {
+        let early = match plan.due.as_slice() {
             [] | [(_, Action::Skip(_))] => true,
             [(_, Action::Fire)] => {
                 state.last_started.is_none()
@@ -556,7 +558,8 @@ impl Inner {
                     || state.def.overlap == Overlap::AllowAll
             }
             _ => false,
-        }
+        };
+        early.then_some(plan)
     }
 
     /// Whether the schedule's previous run has not ended: `listed` when known, else read.
@@ -632,7 +635,7 @@ impl Parsed {
 ///
 /// The schedules are listed shortly before the next tick falls due ([`lead`]), and that
 /// look is made at once against its due time: a tick whose outcome the listing decides
-/// ([`Inner::decides_early`]) is built then, its run's first round polled (on every store),
+/// ([`Inner::decided_early`]) is built then, its run's first round polled (on every store),
 /// and sent to a batch held until the due time, which fires them all in one call with the
 /// runs' first events; the first steps start with that commit. Nothing is written before the
 /// due time, and a tick whose start depends on a previous run that may still end (listed as
@@ -691,13 +694,13 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                             let (rt, batch) = (&rt, &batch);
                             async move {
                                 let name = state.def.name.clone();
-                                let at = match (due, held_until) {
-                                    (Some(due), Some(_))
-                                        if rt.decides_early(&state, &schedule, due, up_since) =>
-                                    {
-                                        due
-                                    }
-                                    (_, Some(until)) => {
+                                let early = due.and_then(|due| {
+                                    rt.decided_early(&state, &schedule, due, up_since)
+                                        .map(|plan| (due, plan))
+                                });
+                                let (at, planned) = match (early, held_until) {
+                                    (Some((due, plan)), _) => (due, Some(plan)),
+                                    (None, Some(until)) => {
                                         let mut stop = stopping.clone();
                                         tokio::select! {
                                             _ = tokio::time::sleep_until(until) => {}
@@ -706,9 +709,9 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                                         if *stop.borrow() {
                                             return (name, Ok(None));
                                         }
-                                        rt.clock.tick().await
+                                        (rt.clock.tick().await, None)
                                     }
-                                    _ => now,
+                                    (None, None) => (now, None),
                                 };
                                 let done = rt.fire_due(
                                     state,
@@ -717,6 +720,7 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                                     up_since,
                                     batch,
                                     listed_ahead,
+                                    planned,
                                 );
                                 (name, done.await)
                             }
