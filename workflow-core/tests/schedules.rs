@@ -598,7 +598,50 @@ async fn a_runtime_shut_down_before_the_due_time_fires_nothing_held(b: Backend) 
     );
 }
 
+/// A schedule paused while the firing loop holds its next tick (decided ahead of its due
+/// time) records that tick as paused: a tick due while paused never starts.
+async fn a_schedule_paused_just_before_its_due_time_starts_nothing_then(b: Backend) {
+    let db = TestDb::new(b);
+    let rt = db
+        .builder()
+        .schedule(Schedule::every(
+            "paused-late",
+            stepped,
+            Duration::from_secs(1),
+        ))
+        .build()
+        .await
+        .unwrap();
+    wait_ticks(&rt, "paused-late", Duration::from_secs(30), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    // 20 ms before a whole second at least 300 ms away: the loop looks 50 ms or more ahead.
+    let due = (ms(SystemTime::now()) + 300).div_ceil(1000) * 1000;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64 - 20);
+    tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    rt.pause_schedule("paused-late").await.unwrap();
+    let paused_at = ms(SystemTime::now());
+    let t = wait_ticks(&rt, "paused-late", Duration::from_secs(10), |t| {
+        t.iter().any(|r| ms(r.nominal) > due)
+    })
+    .await;
+    rt.shutdown();
+    if paused_at >= due {
+        eprintln!("{b:?}: the pause took until after the due time; nothing to check");
+        return;
+    }
+    for r in t.iter().filter(|r| ms(r.nominal) >= due) {
+        assert_eq!(
+            r.outcome,
+            TickOutcome::Skipped(SkipReason::Paused),
+            "a tick due after the pause at {paused_at} ms: {t:?}"
+        );
+    }
+}
+
 on_every_store!(
+    a_schedule_paused_just_before_its_due_time_starts_nothing_then,
     a_runtime_shut_down_before_the_due_time_fires_nothing_held,
     a_tick_decided_ahead_of_time_starts_nothing_before_it,
     a_run_ended_just_before_the_next_tick_does_not_skip_it,

@@ -113,6 +113,8 @@ struct Batch {
 struct Coming {
     count: AtomicUsize,
     sent: Notify,
+    /// The schedules changed while the batch was held: its ticks are decided again.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 /// A tick promised to a batch: counted in its [`Coming`] until sent, or given up (dropped).
@@ -187,17 +189,27 @@ async fn fire_batches(
     let mut shutdown = rt.shutdown.subscribe();
     while let Some(first) = firings.recv().await {
         if let Some(due) = held_until {
-            // A runtime shut down before the due time fires nothing of it.
-            if !*shutdown.borrow() {
+            // A runtime shut down before the due time fires nothing of it; a change of the
+            // schedules before then (a pause, a deletion, here or notified by the store) has
+            // the look made again, on a new listing, once this one ends.
+            if !*shutdown.borrow() && !coming.abandoned.load(Ordering::Acquire) {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep_until(due) => {}
                     _ = shutdown.changed() => {}
+                    _ = rt.schedules_changed.notified() => {
+                        coming.abandoned.store(true, Ordering::Release);
+                        rt.schedules_changed.notify_one();
+                    }
                 }
             }
-            if *shutdown.borrow() {
-                let _ = first
-                    .answer
-                    .send(Err(StoreError::database("the runtime is shutting down")));
+            if *shutdown.borrow() || coming.abandoned.load(Ordering::Acquire) {
+                let why = if *shutdown.borrow() {
+                    "the runtime is shutting down"
+                } else {
+                    "the schedules changed before the tick's due time; it is decided again"
+                };
+                let _ = first.answer.send(Err(StoreError::database(why)));
                 continue;
             }
         }
@@ -640,8 +652,9 @@ impl Parsed {
 /// runs' first events; the first steps start with that commit. Nothing is written before the
 /// due time, and a tick whose start depends on a previous run that may still end (listed as
 /// not ended, under a policy other than `AllowAll`), or that waits behind a buffered one, is
-/// decided at the due time, that run read again. A change of the schedules notified during
-/// the lead is seen at the next look.
+/// decided at the due time, that run read again. A change of the schedules notified before
+/// the due time (a pause, a deletion, a new definition: here, or pushed by the store) fails
+/// the held ticks, their runs never admitted, and the look is made again on a new listing.
 pub(super) async fn schedule_loop(rt: Arc<Inner>) {
     let mut shutdown = rt.shutdown.subscribe();
     let most = if rt.pushed {
@@ -734,8 +747,11 @@ pub(super) async fn schedule_loop(rt: Arc<Inner>) {
                             }
                             Ok(None) => {}
                             // Ticks held for the due time fail when the runtime shuts
-                            // down before it: nothing to retry.
-                            Err(_) if *stopping.borrow() => {}
+                            // down before it (nothing to retry) or the schedules change
+                            // (the look is made again at once).
+                            Err(_)
+                                if *stopping.borrow()
+                                    || batch.coming.abandoned.load(Ordering::Acquire) => {}
                             Err(e) => {
                                 tracing::warn!(schedule = name, error = %e, "firing a schedule's ticks failed; retrying")
                             }
