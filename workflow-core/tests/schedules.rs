@@ -43,6 +43,31 @@ async fn stepped(tick: ScheduleTick) -> Result<u64> {
     stamp().await
 }
 
+/// A runtime firing `name`, an every-second schedule of `stepped`, once its first tick has
+/// started a run.
+async fn stepping_every_second(db: &TestDb, name: &str) -> Runtime {
+    let rt = db
+        .builder()
+        .schedule(Schedule::every(name, stepped, Duration::from_secs(1)))
+        .build()
+        .await
+        .unwrap();
+    wait_ticks(&rt, name, Duration::from_secs(30), |t| {
+        !started(t).is_empty()
+    })
+    .await;
+    rt
+}
+
+/// Sleeps until 20 ms before a whole second at least 300 ms away (the firing loop looks 50
+/// ms or more ahead, so it holds that second's ticks by then); that second, in ms.
+async fn just_before_a_due_time() -> u128 {
+    let due = (ms(SystemTime::now()) + 300).div_ceil(1000) * 1000;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64 - 20);
+    tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    due
+}
+
 fn ms(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -532,12 +557,7 @@ async fn a_run_ended_just_before_the_next_tick_does_not_skip_it(b: Backend) {
 /// time (its creation, its events) and no step of it starts before then.
 async fn a_tick_decided_ahead_of_time_starts_nothing_before_it(b: Backend) {
     let db = TestDb::new(b);
-    let rt = db
-        .builder()
-        .schedule(Schedule::every("stamped", stepped, Duration::from_secs(1)))
-        .build()
-        .await
-        .unwrap();
+    let rt = stepping_every_second(&db, "stamped").await;
     let t = wait_ticks(&rt, "stamped", Duration::from_secs(30), |t| {
         started(t).len() >= 4
     })
@@ -574,20 +594,8 @@ async fn a_tick_decided_ahead_of_time_starts_nothing_before_it(b: Backend) {
 /// of their due time) fires none of them.
 async fn a_runtime_shut_down_before_the_due_time_fires_nothing_held(b: Backend) {
     let db = TestDb::new(b);
-    let rt = db
-        .builder()
-        .schedule(Schedule::every("held", stepped, Duration::from_secs(1)))
-        .build()
-        .await
-        .unwrap();
-    wait_ticks(&rt, "held", Duration::from_secs(30), |t| {
-        !started(t).is_empty()
-    })
-    .await;
-    // 20 ms before a whole second at least 300 ms away: the loop looks 50 ms or more ahead.
-    let due = (ms(SystemTime::now()) + 300).div_ceil(1000) * 1000;
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64 - 20);
-    tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    let rt = stepping_every_second(&db, "held").await;
+    let due = just_before_a_due_time().await;
     rt.shutdown();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Read through the stopped runtime: another would fire the schedule itself.
@@ -602,24 +610,8 @@ async fn a_runtime_shut_down_before_the_due_time_fires_nothing_held(b: Backend) 
 /// time) records that tick as paused: a tick due while paused never starts.
 async fn a_schedule_paused_just_before_its_due_time_starts_nothing_then(b: Backend) {
     let db = TestDb::new(b);
-    let rt = db
-        .builder()
-        .schedule(Schedule::every(
-            "paused-late",
-            stepped,
-            Duration::from_secs(1),
-        ))
-        .build()
-        .await
-        .unwrap();
-    wait_ticks(&rt, "paused-late", Duration::from_secs(30), |t| {
-        !started(t).is_empty()
-    })
-    .await;
-    // 20 ms before a whole second at least 300 ms away: the loop looks 50 ms or more ahead.
-    let due = (ms(SystemTime::now()) + 300).div_ceil(1000) * 1000;
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(due as u64 - 20);
-    tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
+    let rt = stepping_every_second(&db, "paused-late").await;
+    let due = just_before_a_due_time().await;
     rt.pause_schedule("paused-late").await.unwrap();
     let paused_at = ms(SystemTime::now());
     let t = wait_ticks(&rt, "paused-late", Duration::from_secs(10), |t| {

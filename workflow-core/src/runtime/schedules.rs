@@ -189,26 +189,7 @@ async fn fire_batches(
     let mut shutdown = rt.shutdown.subscribe();
     while let Some(first) = firings.recv().await {
         if let Some(due) = held_until {
-            // A runtime shut down before the due time fires nothing of it; a change of the
-            // schedules before then (a pause, a deletion, here or notified by the store) has
-            // the look made again, on a new listing, once this one ends.
-            if !*shutdown.borrow() && !coming.abandoned.load(Ordering::Acquire) {
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(due) => {}
-                    _ = shutdown.changed() => {}
-                    _ = rt.schedules_changed.notified() => {
-                        coming.abandoned.store(true, Ordering::Release);
-                        rt.schedules_changed.notify_one();
-                    }
-                }
-            }
-            if *shutdown.borrow() || coming.abandoned.load(Ordering::Acquire) {
-                let why = if *shutdown.borrow() {
-                    "the runtime is shutting down"
-                } else {
-                    "the schedules changed before the tick's due time; it is decided again"
-                };
+            if let Err(why) = held(rt, due, &mut shutdown, &coming).await {
                 let _ = first.answer.send(Err(StoreError::database(why)));
                 continue;
             }
@@ -244,6 +225,36 @@ async fn fire_batches(
             vec![group]
         };
         futures::future::join_all(halves.into_iter().map(|part| fire_call(rt, part))).await;
+    }
+}
+
+/// Waits for a held batch's due time: `Err` with why its ticks are not fired when the runtime
+/// shuts down before it, or when the schedules change before it (a pause, a deletion, here
+/// or notified by the store): then the batch is abandoned and the notice passed on, so the
+/// look is made again on a new listing once this one ends.
+async fn held(
+    rt: &Inner,
+    due: tokio::time::Instant,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    coming: &Coming,
+) -> Result<(), &'static str> {
+    if !*shutdown.borrow() && !coming.abandoned.load(Ordering::Acquire) {
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(due) => {}
+            _ = shutdown.changed() => {}
+            _ = rt.schedules_changed.notified() => {
+                coming.abandoned.store(true, Ordering::Release);
+                rt.schedules_changed.notify_one();
+            }
+        }
+    }
+    if *shutdown.borrow() {
+        Err("the runtime is shutting down")
+    } else if coming.abandoned.load(Ordering::Acquire) {
+        Err("the schedules changed before the tick's due time; it is decided again")
+    } else {
+        Ok(())
     }
 }
 

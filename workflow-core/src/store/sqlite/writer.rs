@@ -209,7 +209,7 @@ pub(super) fn writer_loop(
 /// a larger group (a burst: many runs writing) it sleeps at once: spinning there took the
 /// cores the callers needed. Idle, the writer spins at most this long after its last
 /// commit, and not at all when nothing is written. Figures: BENCHMARKS.md, session 21.
-const LOOK_FOR_NEXT: std::time::Duration = std::time::Duration::from_micros(100);
+const LOOK_FOR_NEXT: Duration = Duration::from_micros(100);
 
 /// The writer's next request: one that waits, or, when it `look`s, one that comes within
 /// [`LOOK_FOR_NEXT`], or else the next to come, asleep until then. `None` once every sender
@@ -218,12 +218,12 @@ fn next_job(jobs: &mpsc::Receiver<Box<dyn WriteJob>>, look: bool) -> Option<Box<
     if !look {
         return jobs.recv().ok();
     }
-    let until = std::time::Instant::now() + LOOK_FOR_NEXT;
+    let until = Instant::now() + LOOK_FOR_NEXT;
     loop {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < until => {
+            Err(mpsc::TryRecvError::Empty) if Instant::now() < until => {
                 // Gives the core to a runnable thread (the caller preparing its next write).
                 std::thread::yield_now();
             }
