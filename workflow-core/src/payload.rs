@@ -273,6 +273,16 @@ impl PayloadError {
     }
 }
 
+/// A payload as stored and, when they differ (encryption or a codec is on), the plain value
+/// it was made from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Encoded {
+    /// What the store keeps.
+    pub(crate) stored: Value,
+    /// The value before it was sealed; `None` when `stored` is that value.
+    pub(crate) plain: Option<Value>,
+}
+
 /// What [`Payloads::rekey_slot`] did with one payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rekeyed {
@@ -332,8 +342,10 @@ impl Payloads {
         self.keys.is_some() || self.codec.is_some()
     }
 
-    /// `bytes` as stored for `binding`: the codec's, then sealed when keys are set.
-    fn wrap_bytes(&self, bytes: Vec<u8>, binding: &Binding<'_>) -> Value {
+    /// `bytes` as stored for `binding`: the codec's, then sealed when keys are set;
+    /// `remember`: kept for a reader of this process that opens it soon without the plaintext
+    /// at hand (see [`crypto::seal`]).
+    fn wrap_bytes(&self, bytes: Vec<u8>, binding: &Binding<'_>, remember: bool) -> Value {
         let (bytes, coded) = match &self.codec {
             Some(c) => (
                 c.0.encode(&bytes, &crypto::PayloadContext::new(binding)),
@@ -342,7 +354,7 @@ impl Payloads {
             None => (bytes, false),
         };
         match &self.keys {
-            Some(ring) => crypto::seal(ring, &bytes, binding, coded),
+            Some(ring) => crypto::seal(ring, &bytes, binding, coded, remember),
             None => crypto::wrap(&bytes),
         }
     }
@@ -376,7 +388,7 @@ impl Payloads {
         }
         // A `Value` always serializes.
         let bytes = serde_json::to_vec(&value).unwrap_or_default();
-        self.wrap_bytes(bytes, binding)
+        self.wrap_bytes(bytes, binding, true)
     }
 
     /// The plaintext of `value` stored for `binding`: a sealed value opened, a plain one as it
@@ -385,7 +397,12 @@ impl Payloads {
         if !crypto::is_sealed(&value) {
             return Ok(value);
         }
-        let bytes = self.unwrap_bytes(&value, binding)?;
+        self.open_sealed(&value, binding)
+    }
+
+    /// [`Payloads::open_at`] of a value known to be sealed, left in place.
+    fn open_sealed(&self, value: &Value, binding: &Binding<'_>) -> Result<Value, OpenError> {
+        let bytes = self.unwrap_bytes(value, binding)?;
         serde_json::from_slice(&bytes).map_err(|e| OpenError::Malformed(e.to_string()))
     }
 
@@ -497,7 +514,7 @@ impl Payloads {
             Some(_) => {}
         }
         let (bytes, coded) = crypto::open(Some(ring), envelope, binding)?;
-        let sealed = crypto::seal(ring, &bytes, binding, coded);
+        let sealed = crypto::seal(ring, &bytes, binding, coded, false);
         match slot {
             Slot::Value(v) => *v = sealed,
             Slot::Error(e) => *e = e.clone().with_sealed_message(sealed, ring.current()),
@@ -532,14 +549,15 @@ impl Payloads {
     pub(crate) fn open_record(&self, mut run: RunRecord) -> RunRecord {
         use crypto::places::{of_run, ERROR, INPUT, OUTPUT};
         let id = Owner::of(&run);
-        if let Ok(v) = self.open_at(run.input.clone(), &of_run(id, INPUT, "")) {
-            run.input = v;
+        if crypto::is_sealed(&run.input) {
+            if let Ok(v) = self.open_sealed(&run.input, &of_run(id, INPUT, "")) {
+                run.input = v;
+            }
         }
-        if let Some(out) = run.output.take() {
-            run.output = Some(
-                self.open_at(out.clone(), &of_run(id, OUTPUT, ""))
-                    .unwrap_or(out),
-            );
+        if let Some(out) = run.output.as_mut().filter(|v| crypto::is_sealed(v)) {
+            if let Ok(v) = self.open_sealed(out, &of_run(id, OUTPUT, "")) {
+                *out = v;
+            }
         }
         run.error = run
             .error
@@ -554,7 +572,7 @@ impl Payloads {
         // A codec alone (compression) leaves error messages as they are.
         match &self.keys {
             Some(ring) if error.sealed_message().is_none() => {
-                let sealed = self.wrap_bytes(error.message().as_bytes().to_vec(), binding);
+                let sealed = self.wrap_bytes(error.message().as_bytes().to_vec(), binding, true);
                 error.with_sealed_message(sealed, ring.current())
             }
             _ => error,
@@ -586,6 +604,17 @@ impl Payloads {
         self.seal(to_json(value), cx)
     }
 
+    /// [`Payloads::encode`], keeping the plain value beside the stored one when they differ
+    /// (encryption or a codec is on): what the encoding process reads back without opening
+    /// it (see [`Payloads::decode_known`]).
+    pub(crate) fn encode_keeping<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        cx: PayloadContext<'_>,
+    ) -> Result<Encoded, PayloadError> {
+        self.seal_keeping(to_json(value), cx, false)
+    }
+
     /// A value serialized by generated code (a workflow's arguments or output, whose types
     /// only the macro can name), made ready for the store as [`Payloads::encode`] does.
     pub(crate) fn seal(
@@ -593,6 +622,17 @@ impl Payloads {
         serialized: Result<Value, serde_json::Error>,
         cx: PayloadContext<'_>,
     ) -> Result<Value, PayloadError> {
+        self.seal_keeping(serialized, cx, true).map(|e| e.stored)
+    }
+
+    /// [`Payloads::seal`], keeping the plain value as [`Payloads::encode_keeping`] does;
+    /// `remember` as [`Payloads::wrap_bytes`] (needless where the plain value is read).
+    fn seal_keeping(
+        &self,
+        serialized: Result<Value, serde_json::Error>,
+        cx: PayloadContext<'_>,
+        remember: bool,
+    ) -> Result<Encoded, PayloadError> {
         let value = serialized.map_err(|e| PayloadError::Serialize {
             what: cx.kind.what(),
             cause: e.to_string(),
@@ -611,7 +651,10 @@ impl Payloads {
                     return Err(too_large(size));
                 }
             }
-            return Ok(value);
+            return Ok(Encoded {
+                stored: value,
+                plain: None,
+            });
         }
         // The text that is sealed is the one measured: the value is serialized once.
         // A `Value` always serializes.
@@ -623,7 +666,31 @@ impl Payloads {
             what: cx.kind.what(),
             cause,
         })?;
-        Ok(self.wrap_bytes(bytes, &binding))
+        Ok(Encoded {
+            stored: self.wrap_bytes(bytes, &binding, remember),
+            plain: Some(value),
+        })
+    }
+
+    /// The stored `value` of `cx` read as a `T`, leaving it in place, as
+    /// [`Payloads::decode_ref`]; when it is the very value `known` stored (this process
+    /// encoded it), `known`'s plain value is read instead of opening it. A sealed value equal
+    /// to one sealed here holds the same ciphertext under the same fresh nonce, so the same
+    /// plaintext; any other value (one sealed by another process, or again on a replay) is
+    /// opened.
+    pub(crate) fn decode_known<T: DeserializeOwned>(
+        &self,
+        value: &Value,
+        known: Option<&Encoded>,
+        cx: PayloadContext<'_>,
+    ) -> Result<T, PayloadError> {
+        match known {
+            Some(Encoded {
+                stored,
+                plain: Some(plain),
+            }) if stored == value => T::deserialize(plain).map_err(|e| mismatch::<T>(cx, &e)),
+            _ => self.decode_ref(value, cx),
+        }
     }
 
     /// The stored `value` of `cx` read as a `T`.
@@ -643,7 +710,13 @@ impl Payloads {
         cx: PayloadContext<'_>,
     ) -> Result<T, PayloadError> {
         if crypto::is_sealed(value) {
-            return self.decode(value.clone(), cx);
+            let sealed = |cause| PayloadError::Sealed {
+                what: cx.kind.what(),
+                cause,
+            };
+            let binding = cx.binding().map_err(|e| sealed(OpenError::Malformed(e)))?;
+            let plain = self.open_sealed(value, &binding).map_err(sealed)?;
+            return from_json(plain).map_err(|e| mismatch::<T>(cx, &e));
         }
         T::deserialize(value).map_err(|e| mismatch::<T>(cx, &e))
     }
@@ -775,6 +848,32 @@ mod tests {
                 Value::from(long.clone())
             );
         }
+    }
+
+    #[test]
+    fn a_value_sealed_here_is_read_in_the_clear_and_any_other_is_opened() {
+        let keys = crate::crypto::Keys::new()
+            .current("k1", [3u8; 32])
+            .ring()
+            .unwrap();
+        let payloads = Payloads::default().with_keys(keys);
+        let run = RunId::new();
+        let at = |place| PayloadKind::StepResult { step: "s" }.of(run).at(place);
+        let kept = payloads.encode_keeping("mine", at("s-1")).unwrap();
+        assert_eq!(kept.plain, Some(Value::from("mine")));
+        assert!(crypto::is_sealed(&kept.stored), "{}", kept.stored);
+        let read = |value: &Value, cx| payloads.decode_known::<String>(value, Some(&kept), cx);
+        assert_eq!(read(&kept.stored, at("s-1")).unwrap(), "mine");
+        // The same place sealed again (a replay, another process): opened, its own value.
+        let again = payloads.encode("theirs", at("s-1")).unwrap();
+        assert_eq!(read(&again, at("s-1")).unwrap(), "theirs");
+        // Sealed for another place: it does not open here, kept value or not.
+        let elsewhere = payloads.encode("theirs", at("s-2")).unwrap();
+        let err = read(&elsewhere, at("s-1")).unwrap_err();
+        assert!(matches!(err, PayloadError::Sealed { .. }), "{err:?}");
+        // Without keys nothing is kept: the stored value is the plain one.
+        let plain = Payloads::default().encode_keeping("p", at("s-1")).unwrap();
+        assert_eq!((plain.stored, plain.plain), (Value::from("p"), None));
     }
 
     #[test]

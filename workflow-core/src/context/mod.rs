@@ -25,7 +25,7 @@ use crate::crypto::places::{self, Owner};
 use crate::error::{Error, HookConflictError};
 use crate::history::{after, HistorySize};
 use crate::ids::RunId;
-use crate::payload::{PayloadError, PayloadKind, Payloads};
+use crate::payload::{Encoded, PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
     ChildKey, Delivered, Delivery, HookKey, Key, Mailbox, Patches, SetId, StepCall, StepId, TimerId,
@@ -556,7 +556,7 @@ where
     let place: Arc<str> = id.to_string().into();
     let input = ctx
         .payloads
-        .encode(
+        .encode_keeping(
             &args,
             PayloadKind::StepInput { step: def.name }
                 .of(ctx.run_id)
@@ -566,25 +566,44 @@ where
     *ctx.journal().step_counters.entry(def.name).or_insert(0) += 1;
     let name = def.name;
     let (run, payloads) = (ctx.run_id, ctx.payloads.clone());
+    // With encryption on, what this call sealed is read back in the clear rather than opened
+    // again: the arguments by each attempt given them, the result by this call once an
+    // attempt of this process recorded it (`Payloads::decode_known`).
+    let (stored_input, sealed_args) = match input.plain {
+        Some(_) => (input.stored.clone(), Some(input)),
+        None => (input.stored, None),
+    };
+    let result: Option<Arc<Mutex<Option<Encoded>>>> = ctx
+        .payloads
+        .transforms()
+        .then(|| Arc::new(Mutex::new(None)));
     // Each attempt decodes the recorded input (not a copy of it). A result too large to
     // record fails the attempt for good: retrying would produce it again.
     let at = place.clone();
+    let kept = result.clone();
     let exec: StepExec = Arc::new(move |input: &Value| {
         let cx = PayloadKind::StepInput { step: name }.of(run).at(&at);
-        let args = payloads.decode_ref::<A>(input, cx);
+        let args = payloads.decode_known::<A>(input, sealed_args.as_ref(), cx);
         let fut = args.map(&body).map_err(PayloadError::fatal);
-        let (payloads, at) = (payloads.clone(), at.clone());
+        let (payloads, at, kept) = (payloads.clone(), at.clone(), kept.clone());
         Box::pin(async move {
             let out = fut?.await?;
-            payloads
-                .encode(&out, PayloadKind::StepResult { step: name }.of(run).at(&at))
-                .map_err(PayloadError::fatal)
+            let cx = PayloadKind::StepResult { step: name }.of(run).at(&at);
+            let Some(kept) = kept else {
+                return payloads.encode(&out, cx).map_err(PayloadError::fatal);
+            };
+            let encoded = payloads
+                .encode_keeping(&out, cx)
+                .map_err(PayloadError::fatal)?;
+            let stored = encoded.stored.clone();
+            *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(encoded);
+            Ok(stored)
         })
     });
     ctx.issue(Command::Step(StepCall {
         step_id: id.clone(),
         name: def.name,
-        input,
+        input: stored_input,
         max_retries: def.max_retries,
         timeout: def.timeout,
         transactional,
@@ -600,7 +619,11 @@ where
     let cx = PayloadKind::StepResult { step: name }
         .of(ctx.run_id)
         .at(&place);
-    ctx.payloads.decode(value, cx).map_err(PayloadError::fatal)
+    match result.and_then(|r| r.lock().unwrap_or_else(|p| p.into_inner()).take()) {
+        Some(known) => ctx.payloads.decode_known(&value, Some(&known), cx),
+        None => ctx.payloads.decode(value, cx),
+    }
+    .map_err(PayloadError::fatal)
 }
 
 /// Sleeps durably: inside a workflow the wake-up time is recorded and survives restarts (a

@@ -1,31 +1,37 @@
 //! The envelope a sealed payload is stored in: a JSON object, because every store keeps
 //! payloads as JSON values, that readers recognise by its reserved marker. Written since
-//! version 3, the cipher's name, then the nonce and the ciphertext in one base64 string
-//! under the marker:
+//! version 4, one field: the form's name, the key id, then the nonce and the ciphertext in
+//! one base64 string:
 //!
 //! ```json
-//! {"$wf_sealed": "gcm:<12 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
+//! {"$wf_sealed": "v4:2026-12:<12 bytes of nonce, then ciphertext and tag, base64>"}
 //! ```
 //!
-//! The cipher is AES-256-GCM under the data key of the payload's subject (see
-//! [`Keyring::gcm`]): a data key seals the payloads of one run (or one chain, or one hook
+//! The form is `v4` for a payload's bytes, `v4c` for a [`Codec`](super::Codec)'s. A key id is
+//! printable ASCII and may hold a `:`; base64 holds none, so the text after the last `:` is
+//! the sealed bytes. The cipher is AES-256-GCM under the data key of the payload's subject
+//! (see [`Keyring::gcm`]): a data key seals the payloads of one run (or one chain, or one hook
 //! token), far fewer than the 2^32 messages below which random 96-bit nonces are safe.
 //!
-//! Envelopes written before are read as well, sealed with XChaCha20-Poly1305: version 2
-//! (no cipher name, a nonce of 24 bytes) and version 1 (the nonce and the ciphertext in
+//! Envelopes written before are read as well: version 3 (the same cipher and associated
+//! data, the key id in a field of its own), and, sealed with XChaCha20-Poly1305, version 2
+//! (no form's name, a nonce of 24 bytes) and version 1 (the nonce and the ciphertext in
 //! fields of their own; a nonce of 24 bytes is exactly 32 base64 characters, so both split
 //! into the same nonce and data texts):
 //!
 //! ```json
+//! {"$wf_sealed": "gcm:<12 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
 //! {"$wf_sealed": "<24 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
 //! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
 //! ```
 //!
-//! Each carries `"coded": 1` when its bytes are a [`Codec`](super::Codec)'s. The associated
-//! data binds the ciphertext to its cipher, its subject, its kind, its place and its key id,
-//! so a ciphertext moved anywhere else fails to open.
+//! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 is version 3
+//! in one string: one map entry to build, clone, store and drop instead of two or three, and
+//! ten bytes fewer. The associated data binds the ciphertext to its cipher, its subject, its
+//! kind, its place, its key id and whether its bytes are a codec's, so a ciphertext moved
+//! anywhere else fails to open.
 
-use aes_gcm::aead::{Aead, KeyInit, Payload};
+use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
@@ -41,24 +47,28 @@ const VERSION: u64 = 1;
 /// What begins the sealed text of a version 3 envelope: the cipher's name and a `:` (never
 /// base64, which has no `:`).
 const GCM_PREFIX: &str = "gcm:";
-/// How far into a sealed text a cipher's name and its `:` may reach.
+/// The names version 4 begins its sealed text with (then a `:`, the key id, a `:`): for a
+/// payload's bytes, for a codec's.
+const V4: &str = "v4";
+const V4_CODED: &str = "v4c";
+/// How far into a sealed text a form's name and its `:` may reach.
 const NAME_MAX: usize = 16;
 
 /// The cipher of a sealed envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cipher {
-    /// AES-256-GCM: version 3, what is sealed now.
+    /// AES-256-GCM: versions 3 and 4 (what is sealed now), with the same associated data.
     Gcm,
     /// XChaCha20-Poly1305: versions 1 and 2.
     XChaCha,
 }
 
-impl Cipher {
-    /// The cipher a sealed text names before its `:` (`None`: this build reads no such one).
-    fn named(name: &str) -> Option<Cipher> {
-        (GCM_PREFIX.strip_suffix(':') == Some(name)).then_some(Cipher::Gcm)
-    }
+/// Whether this build reads the sealed texts that begin with form name `name` and a `:`.
+fn known_form(name: &str) -> bool {
+    GCM_PREFIX.strip_suffix(':') == Some(name) || name == V4 || name == V4_CODED
+}
 
+impl Cipher {
     /// The nonce's size in bytes.
     const fn nonce_bytes(self) -> usize {
         match self {
@@ -202,49 +212,63 @@ impl std::fmt::Display for OpenError {
 }
 
 /// `plaintext` sealed under the current key for `binding`; `coded`: its bytes are a
-/// [`Codec`](super::Codec)'s (said in the envelope and bound by the associated data).
-pub(crate) fn seal(ring: &Keyring, plaintext: &[u8], binding: &Binding<'_>, coded: bool) -> Value {
+/// [`Codec`](super::Codec)'s (said in the envelope and bound by the associated data);
+/// `remember`: kept among the payloads sealed lately, for a reader of this process that opens
+/// it soon without the plaintext at hand (see [`super::recent`]).
+pub(crate) fn seal(
+    ring: &Keyring,
+    plaintext: &[u8],
+    binding: &Binding<'_>,
+    coded: bool,
+    remember: bool,
+) -> Value {
     let key_id = ring.current();
     let subject = binding.subject_bytes();
     let cipher = Cipher::Gcm;
+    let form = if coded { V4_CODED } else { V4 };
     let nonce: [u8; 12] = rand::random();
     let ad = binding.associated_data(cipher, &subject, key_id, coded);
+    // The nonce, the ciphertext and the tag in one buffer, encoded in one pass.
+    let mut bytes = Vec::with_capacity(nonce.len() + plaintext.len() + TAG_BYTES);
+    bytes.extend_from_slice(&nonce);
+    bytes.extend_from_slice(plaintext);
     // The current key is in the ring by construction. Encryption with a valid key fails only
-    // for inputs over 64 GiB, far over any payload limit; an empty ciphertext would then fail
-    // to open rather than leak.
-    let data = ring
-        .gcm(key_id, &subject)
-        .and_then(|gcm| {
-            gcm.encrypt(
-                aes_gcm::Nonce::from_slice(&nonce),
-                Payload {
-                    msg: plaintext,
-                    aad: &ad,
-                },
-            )
-            .ok()
-        })
-        .unwrap_or_default();
-    // One string: the cipher's name, the nonce's 16 characters, then the ciphertext's.
-    let nonce_at = GCM_PREFIX.len();
+    // for inputs over 64 GiB, far over any payload limit; a text without its tag would then
+    // fail to open rather than leak.
+    let tag = ring.gcm(key_id, &subject).and_then(|gcm| {
+        gcm.encrypt_in_place_detached(
+            aes_gcm::Nonce::from_slice(&nonce),
+            &ad,
+            &mut bytes[nonce.len()..],
+        )
+        .ok()
+    });
+    match tag {
+        Some(tag) => bytes.extend_from_slice(&tag),
+        None => bytes.truncate(nonce.len()),
+    }
+    // One string: the form's name, the key id, the nonce's 16 characters, then the
+    // ciphertext's (12 bytes of nonce are 16 characters without padding, so the two
+    // encodings are one).
+    let nonce_at = form.len() + 1 + key_id.len() + 1;
     let data_at = nonce_at + cipher.nonce_b64();
-    let mut sealed = String::with_capacity(data_at + data.len().div_ceil(3) * 4);
-    sealed.push_str(GCM_PREFIX);
-    B64.encode_string(nonce, &mut sealed);
-    B64.encode_string(&data, &mut sealed);
-    ring.recent().remember(
-        &sealed[nonce_at..data_at],
-        key_id,
-        &ad,
-        &sealed[data_at..],
-        plaintext,
-    );
+    let mut sealed = String::with_capacity(nonce_at + bytes.len().div_ceil(3) * 4);
+    sealed.push_str(form);
+    sealed.push(':');
+    sealed.push_str(key_id);
+    sealed.push(':');
+    B64.encode_string(&bytes, &mut sealed);
+    if remember {
+        ring.recent().remember(
+            &sealed[nonce_at..data_at],
+            key_id,
+            &ad,
+            &sealed[data_at..],
+            plaintext,
+        );
+    }
     let mut m = Map::new();
     m.insert(MARKER.to_owned(), Value::String(sealed));
-    if coded {
-        m.insert("coded".to_owned(), Value::from(1));
-    }
-    m.insert("key".to_owned(), Value::from(key_id));
     Value::Object(m)
 }
 
@@ -258,16 +282,14 @@ pub(crate) fn wrap(bytes: &[u8]) -> Value {
 }
 
 /// What `value`'s envelope says of its form when this build does not read that form (a newer
-/// build wrote it: a cipher's name before the sealed text other than `gcm`, a version number
-/// other than 1); `None` for a value that is no envelope, or is one of the forms read here
-/// (a malformed one included: it is corrupt, not newer).
+/// build wrote it: a form's name before the sealed text other than `gcm`, `v4` and `v4c`, a
+/// version number other than 1); `None` for a value that is no envelope, or is one of the
+/// forms read here (a malformed one included: it is corrupt, not newer).
 pub(crate) fn unknown_form(value: &Value) -> Option<String> {
     match value.as_object()?.get(MARKER)? {
         Value::String(sealed) => {
             let name = cipher_name(sealed)?;
-            Cipher::named(name)
-                .is_none()
-                .then(|| format!("cipher `{name}`"))
+            (!known_form(name)).then(|| format!("cipher `{name}`"))
         }
         Value::Number(n) if n.as_u64() == Some(VERSION) => None,
         Value::Number(n) => Some(format!("envelope version {n}")),
@@ -275,8 +297,8 @@ pub(crate) fn unknown_form(value: &Value) -> Option<String> {
     }
 }
 
-/// The cipher's name before the `:` of a sealed text; `None` for a text without one (version
-/// 2, whose text is base64 alone).
+/// The form's name before the first `:` of a sealed text; `None` for a text without one
+/// (version 2, whose text is base64 alone).
 fn cipher_name(sealed: &str) -> Option<&str> {
     let colon = sealed.bytes().take(NAME_MAX).position(|b| b == b':')?;
     Some(&sealed[..colon])
@@ -290,8 +312,19 @@ pub(crate) fn is_sealed(value: &Value) -> bool {
 /// The key id of `value` when it is an encrypted envelope.
 pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
     let m = value.as_object()?;
-    m.get(MARKER)?;
-    m.get("key").and_then(Value::as_str)
+    match m.get(MARKER)? {
+        Value::String(sealed) => match cipher_name(sealed) {
+            Some(name @ (V4 | V4_CODED)) => v4_parts(&sealed[name.len() + 1..]).map(|(key, _)| key),
+            _ => m.get("key").and_then(Value::as_str),
+        },
+        _ => m.get("key").and_then(Value::as_str),
+    }
+}
+
+/// The key id and the base64 of a version 4 text after its form's `:`; `None` without a key
+/// id (the base64 has no `:`, a key id may).
+fn v4_parts(text: &str) -> Option<(&str, &str)> {
+    text.rsplit_once(':').filter(|(key, _)| !key.is_empty())
 }
 
 /// The Poly1305 tag every ciphertext carries after the plaintext's bytes.
@@ -324,21 +357,26 @@ impl<'a> Envelope<'a> {
         };
         let coded = m.contains_key("coded");
         match m.get(MARKER) {
-            // Version 3 (the cipher's name first) or 2: the nonce's base64, then the
-            // ciphertext's, in one string.
+            // Version 4 (the form's name, the key id), 3 (the cipher's name) or 2: the nonce's
+            // base64, then the ciphertext's, in one string.
             Some(Value::String(sealed)) => {
-                let key = field("key")?;
-                let (cipher, text) = match cipher_name(sealed) {
-                    None => (Cipher::XChaCha, sealed.as_str()),
-                    Some(name) => match Cipher::named(name) {
-                        Some(cipher) => (cipher, &sealed[name.len() + 1..]),
-                        None => {
-                            return Err(OpenError::Malformed(format!(
-                                "it is sealed with cipher `{name}`, which this build does not \
-                                 read (a newer build wrote it)"
-                            )))
-                        }
-                    },
+                let (key, coded, cipher, text) = match cipher_name(sealed) {
+                    None => (field("key")?, coded, Cipher::XChaCha, sealed.as_str()),
+                    Some(name @ (V4 | V4_CODED)) => {
+                        let (key, text) = v4_parts(&sealed[name.len() + 1..]).ok_or_else(|| {
+                            OpenError::Malformed("a sealed text without its key id".to_owned())
+                        })?;
+                        (key, name == V4_CODED, Cipher::Gcm, text)
+                    }
+                    Some(name) if known_form(name) => {
+                        (field("key")?, coded, Cipher::Gcm, &sealed[name.len() + 1..])
+                    }
+                    Some(name) => {
+                        return Err(OpenError::Malformed(format!(
+                            "it is sealed with cipher `{name}`, which this build does not \
+                             read (a newer build wrote it)"
+                        )))
+                    }
                 };
                 let at = cipher.nonce_b64();
                 if text.len() < at || !text.is_char_boundary(at) {
@@ -513,6 +551,24 @@ mod tests {
         Keys::new().current(id, [byte; 32]).ring().unwrap()
     }
 
+    /// Version 4 envelope `v` as version 3 wrote it: the same nonce and ciphertext after
+    /// `gcm:`, the key id (and the codec's flag) in fields of their own.
+    fn as_version_3(v: &Value) -> Value {
+        let text = v[MARKER].as_str().unwrap();
+        let (form, rest) = text.split_once(':').unwrap();
+        let (key, data) = v4_parts(rest).unwrap();
+        let mut m = Map::new();
+        m.insert(
+            MARKER.to_owned(),
+            Value::from(format!("{GCM_PREFIX}{data}")),
+        );
+        if form == V4_CODED {
+            m.insert("coded".to_owned(), Value::from(1));
+        }
+        m.insert("key".to_owned(), Value::from(key));
+        Value::Object(m)
+    }
+
     /// `plaintext` sealed as version 2 was (XChaCha20-Poly1305, no cipher name): what stores
     /// hold from before version 3.
     fn seal_version_2(
@@ -557,18 +613,21 @@ mod tests {
             place,
         };
         let b = at(Subject::Run(run), "step_result", "s-1");
-        let v = seal(&r, b"secret marker", &b, false);
+        let v = seal(&r, b"secret marker", &b, false, true);
         assert_eq!(sealed_key(&v), Some("k1"));
         assert!(!v.to_string().contains("secret"), "{v}");
         assert_eq!(open(Some(&r), &v, &b).unwrap().0, b"secret marker");
         for n in 0..40 {
             let plain = vec![b'x'; n];
-            assert_eq!(sealed_plain_len(&seal(&r, &plain, &b, false)), Some(n));
+            assert_eq!(
+                sealed_plain_len(&seal(&r, &plain, &b, false, true)),
+                Some(n)
+            );
         }
-        assert_eq!(sealed_plain_len(&seal(&r, b"x", &b, true)), None);
+        assert_eq!(sealed_plain_len(&seal(&r, b"x", &b, true, true)), None);
         assert_eq!(sealed_plain_len(&wrap(b"x")), None);
         // Two seals of one value differ (fresh nonces).
-        assert_ne!(seal(&r, b"secret marker", &b, false), v);
+        assert_ne!(seal(&r, b"secret marker", &b, false, true), v);
         for wrong in [
             at(Subject::Run(other), "step_result", "s-1"),
             at(Subject::Run(run), "step_input", "s-1"),
@@ -591,28 +650,45 @@ mod tests {
         assert_eq!(err, OpenError::MissingKey("k1".into()));
         assert!(err.to_string().contains("key \"k1\""), "{err}");
         assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
-        // A flipped ciphertext byte is caught.
+        // One field: the form, the key id, the nonce and the ciphertext.
         let text = v[MARKER].as_str().unwrap();
-        assert!(text.starts_with("gcm:"), "{v}");
+        assert!(text.starts_with("v4:k1:"), "{v}");
+        assert_eq!(v.as_object().unwrap().len(), 1, "{v}");
+        // A flipped ciphertext byte is caught.
         let mut bad = v.clone();
-        let mut bytes = B64.decode(&text[GCM_PREFIX.len()..]).unwrap();
+        let mut bytes = B64.decode(&text["v4:k1:".len()..]).unwrap();
         bytes[Cipher::Gcm.nonce_bytes()] ^= 1;
-        bad[MARKER] = Value::from(format!("gcm:{}", B64.encode(bytes)));
+        bad[MARKER] = Value::from(format!("v4:k1:{}", B64.encode(bytes)));
         assert!(matches!(
             open(Some(&r), &bad, &b),
             Err(OpenError::Unauthentic { .. })
         ));
-        // Named as the other cipher, it does not open either.
-        bad[MARKER] = Value::from(&text[GCM_PREFIX.len()..]);
+        // Named under another key id, or as the other cipher, it does not open either.
+        bad[MARKER] = Value::from(text.replace("v4:k1:", "v4:k2:"));
+        assert_eq!(
+            open(Some(&ring("k2", 1)), &bad, &b),
+            Err(OpenError::Unauthentic { key: "k2".into() })
+        );
+        bad[MARKER] = Value::from(&text["v4:k1:".len()..]);
         assert!(open(Some(&r), &bad, &b).is_err());
-        // A sealed text too short to hold a nonce is not an envelope.
-        for short in ["AAAA", "gcm:AAAA"] {
+        // A sealed text too short to hold a nonce, or without a key id, is not an envelope.
+        for short in [
+            "AAAA",
+            "gcm:AAAA",
+            "v4:k1:AAAA",
+            "v4:AAAAAAAAAAAAAAAAAAAAAAAA",
+        ] {
             bad[MARKER] = Value::from(short);
-            assert!(matches!(
-                open(Some(&r), &bad, &b),
-                Err(OpenError::Malformed(_))
-            ));
+            assert!(
+                matches!(open(Some(&r), &bad, &b), Err(OpenError::Malformed(_))),
+                "{short}"
+            );
         }
+        // A key id may hold a `:`.
+        let colon = ring("2026:12", 1);
+        let v = seal(&colon, b"secret marker", &b, false, true);
+        assert_eq!(sealed_key(&v), Some("2026:12"));
+        assert_eq!(open(Some(&colon), &v, &b).unwrap().0, b"secret marker");
         assert_eq!(sealed_key(&Value::from("plain")), None);
     }
 
@@ -624,25 +700,41 @@ mod tests {
             kind: "input",
             place: "",
         };
-        let v = seal(&ring("a", 1), b"x", &b, false);
+        let v = seal(&ring("a", 1), b"x", &b, false, true);
         let rotated = Keys::new()
             .current("b", [2; 32])
             .old("a", [1; 32])
             .ring()
             .unwrap();
         assert_eq!(open(Some(&rotated), &v, &b).unwrap().0, b"x");
-        assert_eq!(sealed_key(&seal(&rotated, b"x", &b, false)), Some("b"));
-        // The codec flag is bound: an envelope stripped of it does not open.
-        let mut coded = seal(&rotated, b"x", &b, true);
+        assert_eq!(
+            sealed_key(&seal(&rotated, b"x", &b, false, true)),
+            Some("b")
+        );
+        // The codec flag is bound: an envelope stripped of it does not open (version 4: the
+        // form `v4c` named `v4`; version 3: without its `coded` field).
+        let coded = seal(&rotated, b"x", &b, true, true);
         assert_eq!(
             open(Some(&rotated), &coded, &b).unwrap(),
             (b"x".to_vec(), true)
         );
-        coded.as_object_mut().unwrap().remove("coded");
-        assert!(matches!(
-            open(Some(&rotated), &coded, &b),
-            Err(OpenError::Unauthentic { .. })
-        ));
+        let mut stripped = coded.clone();
+        stripped[MARKER] = Value::from(coded[MARKER].as_str().unwrap().replacen("v4c:", "v4:", 1));
+        let mut stripped_3 = as_version_3(&coded);
+        assert_eq!(
+            open(Some(&rotated), &stripped_3, &b).unwrap(),
+            (b"x".to_vec(), true)
+        );
+        stripped_3.as_object_mut().unwrap().remove("coded");
+        for bad in [stripped, stripped_3] {
+            assert!(
+                matches!(
+                    open(Some(&rotated), &bad, &b),
+                    Err(OpenError::Unauthentic { .. })
+                ),
+                "{bad}"
+            );
+        }
         let plain = wrap(b"y");
         assert!(is_sealed(&plain) && sealed_key(&plain).is_none());
         assert_eq!(open(None, &plain, &b).unwrap(), (b"y".to_vec(), true));
@@ -658,10 +750,10 @@ mod tests {
             place: "t",
         };
         // Sealed by the first run (or a sender to it): opened by a later run of the chain.
-        let v = seal(&r, b"m", &chain(origin, origin), false);
+        let v = seal(&r, b"m", &chain(origin, origin), false, true);
         assert_eq!(open(Some(&r), &v, &chain(origin, later)).unwrap().0, b"m");
         // Sealed by a later run: opened by the first.
-        let v = seal(&r, b"m", &chain(origin, later), false);
+        let v = seal(&r, b"m", &chain(origin, later), false, true);
         assert_eq!(open(Some(&r), &v, &chain(origin, origin)).unwrap().0, b"m");
         // An unchained run's are what they always were: `Run` and `Chain` of itself agree.
         let alone = Binding {
@@ -675,7 +767,7 @@ mod tests {
             subject: Subject::Run(later),
             ..alone
         };
-        let old = seal(&r, b"old", &own, false);
+        let old = seal(&r, b"old", &own, false, true);
         assert_eq!(
             open(Some(&r), &old, &chain(origin, later)).unwrap().0,
             b"old"
@@ -690,7 +782,7 @@ mod tests {
                 matches!(
                     open(
                         Some(&r),
-                        &seal(&r, b"m", &chain(origin, later), false),
+                        &seal(&r, b"m", &chain(origin, later), false, true),
                         &wrong
                     ),
                     Err(OpenError::Unauthentic { .. })
@@ -722,7 +814,7 @@ mod tests {
     }
 
     #[test]
-    fn versions_1_and_2_still_open_and_are_measured() {
+    fn versions_1_to_3_still_open_and_are_measured() {
         let run = RunId::new();
         let b = Binding {
             subject: Subject::Run(run),
@@ -732,7 +824,8 @@ mod tests {
         for coded in [false, true] {
             let v2 = seal_version_2(&ring("k1", 1), b"\"old secret\"", &b, coded);
             let v1 = as_version_1(&v2);
-            for old in [v1, v2] {
+            let v3 = as_version_3(&seal(&ring("k1", 1), b"\"old secret\"", &b, coded, true));
+            for old in [v1, v2, v3] {
                 assert_eq!(sealed_key(&old), Some("k1"));
                 assert!(is_sealed(&old));
                 // A fresh ring: nothing sealed lately, so the cipher opens it.
@@ -809,10 +902,10 @@ mod tests {
         .unwrap();
         assert_eq!(open(Some(&keys), &v2, &b).unwrap(), (plain.to_vec(), false));
         assert_eq!(sealed_plain_len(&v2), Some(plain.len()));
-        // Sealed again (as `workflow rekey` does): version 3 under the current key.
-        let again = seal(&keys, plain, &b, false);
+        // Sealed again (as `workflow rekey` does): version 4 under the current key.
+        let again = seal(&keys, plain, &b, false, true);
         assert!(
-            again[MARKER].as_str().unwrap().starts_with("gcm:") && again["key"] == "2026-12",
+            again[MARKER].as_str().unwrap().starts_with("v4:2026-12:"),
             "{again}"
         );
         assert_eq!(open(Some(&keys), &again, &b).unwrap().0, plain);
@@ -839,7 +932,7 @@ mod tests {
             kind: "hook_payload",
             place,
         };
-        let v = seal(&r, b"long", &at(&token, &place), false);
+        let v = seal(&r, b"long", &at(&token, &place), false, true);
         let fresh = ring("k1", 1);
         assert_eq!(
             open(Some(&fresh), &v, &at(&token, &place)).unwrap().0,
@@ -864,10 +957,13 @@ mod tests {
             kind: "input",
             place: "",
         };
-        let v3 = seal(&r, b"1", &b, false);
+        let v4 = seal(&r, b"1", &b, false, true);
+        let v4c = seal(&r, b"1", &b, true, true);
         let v2 = seal_version_2(&r, b"1", &b, false);
         for known in [
-            &v3,
+            &v4,
+            &v4c,
+            &as_version_3(&v4),
             &v2,
             &as_version_1(&v2),
             &wrap(b"1"),
@@ -911,7 +1007,17 @@ mod tests {
             (b"\"written by version 3\"".to_vec(), false)
         );
         assert_eq!(sealed_plain_len(&stored), Some(22));
+        // The same nonce and ciphertext in version 4's one string.
+        let v4: Value = serde_json::from_str(STORED_V4).unwrap();
+        assert_eq!(sealed_key(&v4), Some("2026-12"));
+        assert_eq!(
+            open(Some(&keys), &v4, &b).unwrap(),
+            (b"\"written by version 3\"".to_vec(), false)
+        );
+        assert_eq!(sealed_plain_len(&v4), Some(22));
+        assert_eq!(as_version_3(&v4), stored);
     }
 
     const STORED_V3: &str = r#"{"$wf_sealed":"gcm:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo=","key":"2026-12"}"#;
+    const STORED_V4: &str = r#"{"$wf_sealed":"v4:2026-12:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo="}"#;
 }

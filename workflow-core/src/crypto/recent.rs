@@ -1,6 +1,7 @@
 //! Payloads this process sealed lately, by nonce. A payload is often opened by the process
-//! that sealed it, moments later: the driver reads the input its client sealed, the workflow
-//! takes the step result its attempt sealed, a waiter reads the output its driver sealed.
+//! that sealed it, moments later: the driver reads the input its client sealed, a waiter
+//! reads the output its driver sealed. (A step's arguments and result are read back in the
+//! clear by the call that sealed them, `Payloads::decode_known`, and are not kept here.)
 //! Opening such an envelope returns the plaintext it was sealed from, without the cipher, but
 //! only when the envelope is the very one sealed: the same key id, nonce, ciphertext and
 //! associated data (so the same binding), for which decryption could only give that
@@ -8,7 +9,7 @@
 //! the cipher as before.
 //!
 //! Bounded: only plaintexts up to [`MAX_PLAIN`] bytes are kept, at most [`KEPT`] of them, the
-//! oldest forgotten first. Remembering is on the path of every seal, so an entry is two
+//! oldest forgotten first. Remembering is on the path of most seals, so an entry is two
 //! allocations (what the envelope holds, its plaintext) under a fixed-size key.
 
 use std::collections::{HashMap, VecDeque};

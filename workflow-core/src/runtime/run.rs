@@ -425,16 +425,20 @@ impl<T: DeserializeOwned> Run<T> {
                     .await
                     .map_err(RunError::from)?
                     .ok_or(RunError::NotFound(id))?;
-                let run = self.rt.inner.config.payloads.open_record(run);
+                // Only what ends the wait is opened: the output, or the error.
                 let owner = Owner::of(&run);
                 let result = match run.status {
                     RunStatus::Completed => Some(
                         self.decode_of(owner, run.output.unwrap_or(Value::Null))
                             .map_err(PayloadError::fatal),
                     ),
-                    RunStatus::Failed => Some(Err(run
-                        .error
-                        .unwrap_or_else(|| Error::fatal(format!("run {id} failed"))))),
+                    RunStatus::Failed => Some(Err(run.error.map_or_else(
+                        || Error::fatal(format!("run {id} failed")),
+                        |e| {
+                            let binding = places::of_run(owner, places::ERROR, "");
+                            self.rt.inner.config.payloads.open_error(e, &binding)
+                        },
+                    ))),
                     RunStatus::Cancelled => Some(Err(Error::cancelled(&id))),
                     RunStatus::ContinuedAsNew => match run.next_run {
                         Some(next) => return Ok(Link::Next(next, owner.origin)),
