@@ -27,9 +27,9 @@
 //!
 //! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 is version 3
 //! in one string: one map entry to build, clone, store and drop instead of two or three, and
-//! ten bytes fewer. The associated data binds the ciphertext to its cipher, its subject, its
-//! kind, its place, its key id and whether its bytes are a codec's, so a ciphertext moved
-//! anywhere else fails to open.
+//! nine bytes fewer (eighteen for a codec's). The associated data binds the ciphertext to its
+//! cipher, its subject, its kind, its place, its key id and whether its bytes are a codec's,
+//! so a ciphertext moved anywhere else fails to open.
 
 use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use base64::engine::general_purpose::STANDARD as B64;
