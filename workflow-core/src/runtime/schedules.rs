@@ -5,11 +5,12 @@
 //! through the store, which records it and admits its run in one act.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -188,12 +189,6 @@ async fn fire_batches(
 ) {
     let mut shutdown = rt.shutdown.subscribe();
     while let Some(first) = firings.recv().await {
-        if let Some(due) = held_until {
-            if let Err(why) = held(rt, due, &mut shutdown, &coming).await {
-                let _ = first.answer.send(Err(StoreError::database(why)));
-                continue;
-            }
-        }
         let mut group = vec![first];
         loop {
             while group.len() < MAX_TICKS_PER_CALL {
@@ -206,8 +201,13 @@ async fn fire_batches(
                 break;
             }
             // Promised ticks are on their way (their runs' first rounds being polled): wait
-            // for them, but not for long for any one of them.
-            if tokio::time::timeout(PROMISE_WAIT, coming.sent.notified())
+            // for them, but not for long for any one of them, or (a look decided ahead) not
+            // beyond its due time.
+            let wait = held_until.map_or(PROMISE_WAIT, |due| {
+                due.saturating_duration_since(tokio::time::Instant::now())
+                    .max(PROMISE_WAIT)
+            });
+            if tokio::time::timeout(wait, coming.sent.notified())
                 .await
                 .is_err()
             {
@@ -224,7 +224,19 @@ async fn fire_batches(
         } else {
             vec![group]
         };
-        futures::future::join_all(halves.into_iter().map(|part| fire_call(rt, part))).await;
+        // A look decided ahead is handed to the store at once, to be written at its due time
+        // (the store prepares the writes meanwhile), or not at all (see `held`).
+        let ready = match held_until {
+            Some(due) => held(rt, due, &mut shutdown, &coming).boxed(),
+            None => futures::future::ready(Ok(())).boxed(),
+        }
+        .shared();
+        futures::future::join_all(
+            halves
+                .into_iter()
+                .map(|part| fire_call(rt, part, ready.clone())),
+        )
+        .await;
     }
 }
 
@@ -258,11 +270,17 @@ async fn held(
     }
 }
 
-/// One `fire_ticks` call of `part`, each tick's answer sent where it is awaited.
-async fn fire_call(rt: &Arc<Inner>, part: Vec<Firing>) {
+/// One `fire_ticks_when` call of `part`, written once `ready` says so, each tick's answer
+/// sent where it is awaited.
+async fn fire_call(
+    rt: &Arc<Inner>,
+    part: Vec<Firing>,
+    ready: impl Future<Output = Result<(), &'static str>> + Send,
+) {
     let (ticks, answers): (Vec<NewTick>, Vec<_>) =
         part.into_iter().map(|f| (f.tick, f.answer)).unzip();
-    match rt.store.fire_ticks(ticks).await {
+    let ready = ready.map(|r| r.map_err(StoreError::database)).boxed();
+    match rt.store.fire_ticks_when(ticks, ready).await {
         Ok(fired) => {
             for (answer, fired) in answers.into_iter().zip(fired) {
                 let _ = answer.send(Ok(fired));

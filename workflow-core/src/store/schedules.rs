@@ -307,6 +307,20 @@ pub trait ScheduleStore: Send + Sync + 'static {
         Ok(fired)
     }
 
+    /// [`ScheduleStore::fire_ticks`] once `ready` resolves: with `Err`, nothing is written
+    /// and the error is returned. A store may prepare the writes while it waits (the firing
+    /// loop hands a look decided ahead of its due time over before that time, with a `ready`
+    /// that resolves at it), so that less is left to do once the ticks are due. The default
+    /// waits, then fires.
+    async fn fire_ticks_when(
+        &self,
+        ticks: Vec<NewTick>,
+        ready: futures::future::BoxFuture<'_, Result<(), StoreError>>,
+    ) -> Result<Vec<FiredTick>, StoreError> {
+        ready.await?;
+        self.fire_ticks(ticks).await
+    }
+
     /// Whether concurrent calls of this store are written in parallel, each in a
     /// transaction of its own (PostgreSQL's pool; the memory store's acts), rather than one
     /// after the other by one writer that groups them (SQLite). The firing loop shapes its

@@ -260,10 +260,22 @@ impl ScheduleStore for PostgresStore {
 
     /// One transaction of five statements or so, however many ticks (see `BATCH`).
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
+        self.fire_ticks_when(ticks, Box::pin(async { Ok(()) }))
+            .await
+    }
+
+    /// The rows are made (the runs' arguments and first events serialized) while `ready` is
+    /// awaited.
+    async fn fire_ticks_when(
+        &self,
+        ticks: Vec<NewTick>,
+        ready: futures::future::BoxFuture<'_, Result<(), StoreError>>,
+    ) -> Result<Vec<FiredTick>, StoreError> {
         let rows = ticks
             .into_iter()
             .map(TickRow::new)
             .collect::<Result<Vec<_>, _>>()?;
+        ready.await?;
         self.in_tx_noting(async |pg| fire_ticks(pg, &rows).await)
             .await
     }

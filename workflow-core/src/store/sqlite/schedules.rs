@@ -175,10 +175,22 @@ impl ScheduleStore for SqliteStore {
 
     /// One request to the writer: the ticks are one request of its group transaction.
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
+        self.fire_ticks_when(ticks, Box::pin(async { Ok(()) }))
+            .await
+    }
+
+    /// The rows are made (the runs' arguments and first events serialized) while `ready` is
+    /// awaited.
+    async fn fire_ticks_when(
+        &self,
+        ticks: Vec<NewTick>,
+        ready: futures::future::BoxFuture<'_, Result<(), StoreError>>,
+    ) -> Result<Vec<FiredTick>, StoreError> {
         let rows = ticks
             .into_iter()
             .map(TickRow::new)
             .collect::<Result<Vec<_>, _>>()?;
+        ready.await?;
         self.write_on(rows, |tx, rows| now(fire_ticks(&mut Lite(tx), rows)))
             .await
     }

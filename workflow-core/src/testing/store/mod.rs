@@ -147,6 +147,7 @@ pub use schedules::{
     concurrent_firings_of_one_tick_admit_exactly_one_run,
     delete_removes_the_schedule_and_its_ticks, pause_and_resume,
     the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
+    ticks_handed_over_early_are_written_only_when_ready,
 };
 pub use starts::{a_delayed_run_waits_for_its_start, lists_runs_by_version};
 pub use streams::{
@@ -341,6 +342,7 @@ macro_rules! __store_conformance_tests {
             a_schedule_keeps_its_latest_1000_ticks,
             a_batch_of_ticks_is_answered_in_order,
             a_ticks_run_leased_at_its_admission_holds_its_first_events,
+            ticks_handed_over_early_are_written_only_when_ready,
             the_next_nominal_time_is_kept_and_a_redefinition_keeps_the_state,
             pause_and_resume,
             a_backfill_replaces_a_run_less_record_once,

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 
 use super::support::{ap, event_seqs, step_done, t};
+use crate::error::StoreError;
 use crate::ids::RunId;
 use crate::store::*;
 
@@ -465,6 +466,57 @@ pub async fn a_batch_of_ticks_is_answered_in_order<S: Store>(store: &S) {
     let st = state(store, "order").await.unwrap();
     assert_eq!(st.last_started, Some((t(5000), alone_run)));
     assert!(!st.last_started_live, "a cancelled run has ended");
+}
+
+/// Ticks handed over before they may be written (`fire_ticks_when`) are written once their
+/// `ready` resolves, and not at all when it resolves with an error, which is returned.
+pub async fn ticks_handed_over_early_are_written_only_when_ready<S: Store>(store: &S) {
+    store
+        .define_schedule(&def("early"), Some(t(1000)), t(0))
+        .await
+        .unwrap();
+    let mut refused = tick("early", t(1000), TickOutcome::Started);
+    refused.next = Some(t(2000));
+    let refused_run = refused.run.as_ref().unwrap().id;
+    let why = store
+        .fire_ticks_when(
+            vec![refused],
+            Box::pin(async { Err(StoreError::database("the schedules changed")) }),
+        )
+        .await
+        .unwrap_err();
+    assert!(why.to_string().contains("the schedules changed"), "{why}");
+    assert!(store.get_run(&refused_run).await.unwrap().is_none());
+    assert!(store.schedule_ticks("early", 10).await.unwrap().is_empty());
+    assert_eq!(state(store, "early").await.unwrap().next, Some(t(1000)));
+
+    // Written once ready, not before: the store is read while the call waits.
+    let mut due = tick("early", t(1000), TickOutcome::Started);
+    due.next = Some(t(2000));
+    let due_run = due.run.as_ref().unwrap().id;
+    let (go, ready) = tokio::sync::oneshot::channel::<()>();
+    let call = store.fire_ticks_when(
+        vec![due],
+        Box::pin(async move {
+            ready
+                .await
+                .map_err(|_| StoreError::database("the caller went away"))
+        }),
+    );
+    let check = async {
+        // Both the call and the reads below make progress on this task; the call is polled
+        // first, so it has made its rows and waits on `ready` when this runs.
+        tokio::task::yield_now().await;
+        assert!(store.get_run(&due_run).await.unwrap().is_none());
+        assert!(store.schedule_ticks("early", 10).await.unwrap().is_empty());
+        let _ = go.send(());
+    };
+    let (fired, ()) = tokio::join!(call, check);
+    let fired = fired.unwrap();
+    assert_eq!(fired.len(), 1);
+    assert_eq!(fired[0].write, TickWrite::Recorded);
+    assert!(store.get_run(&due_run).await.unwrap().is_some());
+    assert_eq!(state(store, "early").await.unwrap().next, Some(t(2000)));
 }
 
 /// A tick's run admitted leased to the firing worker holds the tick's first events under its
