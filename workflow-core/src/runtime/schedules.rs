@@ -202,16 +202,25 @@ async fn fire_batches(
             }
             // Promised ticks are on their way (their runs' first rounds being polled): wait
             // for them, but not for long for any one of them, or (a look decided ahead) not
-            // beyond its due time.
+            // beyond its due time, nor past a shutdown or a change of the schedules, which
+            // `held` then answers at once.
             let wait = held_until.map_or(PROMISE_WAIT, |due| {
                 due.saturating_duration_since(tokio::time::Instant::now())
                     .max(PROMISE_WAIT)
             });
-            if tokio::time::timeout(wait, coming.sent.notified())
-                .await
-                .is_err()
-            {
-                break;
+            tokio::select! {
+                biased;
+                promised = tokio::time::timeout(wait, coming.sent.notified()) => {
+                    if promised.is_err() {
+                        break;
+                    }
+                }
+                _ = shutdown.changed(), if held_until.is_some() => break,
+                _ = rt.schedules_changed.notified(), if held_until.is_some() => {
+                    coming.abandoned.store(true, Ordering::Release);
+                    rt.schedules_changed.notify_one();
+                    break;
+                }
             }
         }
         // A large group goes out as two calls at once, each locking its schedules in name
