@@ -15,8 +15,8 @@ use super::tx::Pg;
 use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::schedules::{
-    decode_schedule, decode_tick, encode_def, fire_ticks, ScheduleCols, ScheduleSql, ScheduleTx,
-    TickCols, TickRow,
+    decode_schedule, decode_tick, encode_def, fire_ticks, ready_now, tick_rows, ScheduleCols,
+    ScheduleSql, ScheduleTx, TickCols, TickRow,
 };
 use crate::store::sql::{sql_id, sql_time};
 use crate::store::{
@@ -260,8 +260,7 @@ impl ScheduleStore for PostgresStore {
 
     /// One transaction of five statements or so, however many ticks (see `BATCH`).
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
-        self.fire_ticks_when(ticks, Box::pin(async { Ok(()) }))
-            .await
+        self.fire_ticks_when(ticks, ready_now()).await
     }
 
     /// The rows are made (the runs' arguments and first events serialized) while `ready` is
@@ -271,10 +270,7 @@ impl ScheduleStore for PostgresStore {
         ticks: Vec<NewTick>,
         ready: futures::future::BoxFuture<'_, Result<(), StoreError>>,
     ) -> Result<Vec<FiredTick>, StoreError> {
-        let rows = ticks
-            .into_iter()
-            .map(TickRow::new)
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = tick_rows(ticks)?;
         ready.await?;
         self.in_tx_noting(async |pg| fire_ticks(pg, &rows).await)
             .await

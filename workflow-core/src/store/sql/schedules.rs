@@ -141,6 +141,16 @@ pub(in crate::store) struct TickRow {
     pub first: Option<EncodedEvents>,
 }
 
+/// The rows of `ticks`, in order.
+pub(in crate::store) fn tick_rows(ticks: Vec<NewTick>) -> Result<Vec<TickRow>, StoreError> {
+    ticks.into_iter().map(TickRow::new).collect()
+}
+
+/// The `ready` of a `fire_ticks_when` that may write at once.
+pub(in crate::store) fn ready_now<'a>() -> futures::future::BoxFuture<'a, Result<(), StoreError>> {
+    Box::pin(async { Ok(()) })
+}
+
 impl TickRow {
     /// `tick`, its run leased to the firing worker for `tick.lease` if given (as
     /// [`NewRunRow::new`] leases).

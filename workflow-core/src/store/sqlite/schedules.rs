@@ -12,8 +12,8 @@ use super::tx::{all, exec, now, one, Lite};
 use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::schedules::{
-    decode_schedule, decode_tick, encode_def, fire_ticks, ScheduleCols, ScheduleSql, ScheduleTx,
-    TickCols, TickRow,
+    decode_schedule, decode_tick, encode_def, fire_ticks, ready_now, tick_rows, ScheduleCols,
+    ScheduleSql, ScheduleTx, TickCols, TickRow,
 };
 use crate::store::sql::{sql_id, sql_time, to_json};
 use crate::store::{
@@ -175,8 +175,7 @@ impl ScheduleStore for SqliteStore {
 
     /// One request to the writer: the ticks are one request of its group transaction.
     async fn fire_ticks(&self, ticks: Vec<NewTick>) -> Result<Vec<FiredTick>, StoreError> {
-        self.fire_ticks_when(ticks, Box::pin(async { Ok(()) }))
-            .await
+        self.fire_ticks_when(ticks, ready_now()).await
     }
 
     /// The rows are made (the runs' arguments and first events serialized) while `ready` is
@@ -186,10 +185,7 @@ impl ScheduleStore for SqliteStore {
         ticks: Vec<NewTick>,
         ready: futures::future::BoxFuture<'_, Result<(), StoreError>>,
     ) -> Result<Vec<FiredTick>, StoreError> {
-        let rows = ticks
-            .into_iter()
-            .map(TickRow::new)
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = tick_rows(ticks)?;
         ready.await?;
         self.write_on(rows, |tx, rows| now(fire_ticks(&mut Lite(tx), rows)))
             .await
