@@ -22,6 +22,7 @@ mod report;
 mod scale;
 mod scenarios;
 mod schedules;
+mod spans;
 mod stores;
 mod streams;
 mod transactional;
@@ -104,6 +105,10 @@ enum Scenario {
     /// Continue-as-new: per continuation, a chain of runs continuing at once.
     #[value(name = "continue-as-new", alias = "chains")]
     ContinueAsNew,
+    /// One step attempt's span under each subscriber a service may run (none, fmt, and with
+    /// the feature `otel` the OpenTelemetry layer): time and process CPU per span.
+    #[value(alias = "span")]
+    Spans,
 }
 
 #[derive(Debug, Parser)]
@@ -202,6 +207,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Messages,
             Transactional,
             ContinueAsNew,
+            Spans,
             ScaleOut,
             W0,
             W1,
@@ -228,6 +234,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Messages => &Messages,
             Transactional => &Transactional,
             ContinueAsNew => &ContinueAsNew,
+            Spans => &Spans,
             W0 => &W0,
             W1 => &W1,
             W2 => &W2,
@@ -254,6 +261,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Messages => messages::messages(ctx, &mut rep).await?,
             Transactional => transactional::transactional(ctx, &mut rep).await?,
             ContinueAsNew => chains::continue_as_new_cost(ctx, &mut rep).await?,
+            Spans => spans::spans_cost(ctx, &mut rep).await?,
             W0 => scenarios::w0(ctx, &mut rep).await?,
             W1 => scenarios::w1(ctx, &mut rep).await?,
             W2 => scenarios::w2(ctx, &mut rep).await?,
@@ -456,6 +464,7 @@ mod tests {
             "messages",
             "transactional",
             "continue-as-new",
+            "spans",
             "W0",
             "W1",
             "W2",

@@ -58,6 +58,8 @@ pub struct Sizes {
     /// Steps of the histories whose recovery the history scenario measures (each step is
     /// two events).
     pub history_steps: Vec<u32>,
+    /// Spans opened and closed per trial of `spans`, under each subscriber.
+    pub spans: u64,
 }
 
 impl Sizes {
@@ -93,6 +95,7 @@ impl Sizes {
             schedule_idle: 100,
             schedule_idle_secs: 10,
             history_steps: vec![2_500, 25_000],
+            spans: 100_000,
         }
     }
 
@@ -128,6 +131,7 @@ impl Sizes {
             schedule_idle: 5,
             schedule_idle_secs: 1,
             history_steps: vec![20, 200],
+            spans: 1_000,
         }
     }
 }

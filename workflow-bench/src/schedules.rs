@@ -69,7 +69,7 @@ async fn sleep_until_ms(ms: u64) {
 }
 
 /// This process's CPU time so far (user + system, all threads).
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     // SAFETY: getrusage writes the struct it is given; zeroes are a valid `rusage`.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid pointer to that struct, RUSAGE_SELF.

@@ -1,0 +1,250 @@
+//! What one step attempt's span costs under the subscribers a service runs (issue 29): the
+//! runtime opens an INFO `step` span per attempt (and, with `otel`, a `workflow.start` span
+//! per run), and each costs whatever the installed layers do with it. Here a span of the same
+//! shape (the same fields, an OpenTelemetry parent set, entered twice, its outcome recorded)
+//! is opened and closed many times under each subscriber, on one thread, and both the
+//! thread's time per span and the process's CPU per span (the batch exporter's thread
+//! included) are printed.
+//!
+//! The subscribers: none, an INFO fmt layer writing to a sink (a service's logs), and with the
+//! feature `otel` the `tracing-opentelemetry` layer with its defaults (location, thread and
+//! busy/idle attributes), the same without those three, and fmt with the default layer. The
+//! OpenTelemetry layers hand spans to a batch processor whose exporter counts and drops them;
+//! a processor's queue that fills drops spans (the SDK's own rule), and the figure of a run
+//! that dropped some says so.
+
+use std::time::{Duration, Instant};
+
+use tracing_subscriber::layer::SubscriberExt;
+
+use crate::report::{Report, Row, Unit};
+use crate::scenarios::Ctx;
+use crate::schedules::cpu_time;
+use crate::BoxResult;
+
+/// One subscriber to measure under.
+#[derive(Clone, Copy, Debug)]
+enum Subscriber {
+    None,
+    Fmt,
+    #[cfg(feature = "otel")]
+    Otel {
+        fmt: bool,
+        light: bool,
+    },
+}
+
+impl Subscriber {
+    fn all() -> Vec<Subscriber> {
+        #[allow(unused_mut)]
+        let mut all = vec![Subscriber::None, Subscriber::Fmt];
+        #[cfg(feature = "otel")]
+        all.extend([
+            Subscriber::Otel {
+                fmt: false,
+                light: false,
+            },
+            Subscriber::Otel {
+                fmt: false,
+                light: true,
+            },
+            Subscriber::Otel {
+                fmt: true,
+                light: false,
+            },
+        ]);
+        all
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Subscriber::None => "no subscriber",
+            Subscriber::Fmt => "INFO fmt layer into a sink",
+            #[cfg(feature = "otel")]
+            Subscriber::Otel {
+                fmt: false,
+                light: false,
+            } => "OpenTelemetry layer, its defaults",
+            #[cfg(feature = "otel")]
+            Subscriber::Otel {
+                fmt: false,
+                light: true,
+            } => "OpenTelemetry layer without location, threads, busy/idle",
+            #[cfg(feature = "otel")]
+            Subscriber::Otel { .. } => "fmt + OpenTelemetry layer, its defaults",
+        }
+    }
+}
+
+/// A fmt layer as `--telemetry` installs it: no colours, into a sink.
+fn fmt_layer<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(std::io::sink)
+}
+
+/// What a trial measured: the thread's time and the process's CPU per span, and how many
+/// spans the exporter got (`None` without an exporter).
+struct Trial {
+    wall: Duration,
+    cpu: Duration,
+    exported: Option<u64>,
+}
+
+/// Opens and closes `n` step-shaped spans under `sub`.
+fn trial(sub: Subscriber, n: u64) -> Trial {
+    let registry =
+        tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
+    match sub {
+        Subscriber::None => {
+            let d = tracing::Dispatch::new(
+                tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::OFF),
+            );
+            let (wall, cpu) = tracing::dispatcher::with_default(&d, || spans(n, &|_| {}));
+            Trial {
+                wall,
+                cpu,
+                exported: None,
+            }
+        }
+        Subscriber::Fmt => {
+            let d = tracing::Dispatch::new(registry.with(fmt_layer()));
+            let (wall, cpu) = tracing::dispatcher::with_default(&d, || spans(n, &|_| {}));
+            Trial {
+                wall,
+                cpu,
+                exported: None,
+            }
+        }
+        #[cfg(feature = "otel")]
+        Subscriber::Otel { fmt, light } => otel::trial(registry, fmt, light, n),
+    }
+}
+
+/// Opens, enters twice, records and closes `n` spans shaped as the runtime's `step` span,
+/// each given `parent` (an OpenTelemetry parent with `otel`, nothing without).
+fn spans(n: u64, parent: &dyn Fn(&tracing::Span)) -> (Duration, Duration) {
+    let run_id = workflow_core::RunId::new();
+    let (cpu, t) = (cpu_time(), Instant::now());
+    for i in 0..n {
+        let span = tracing::info_span!(
+            "step",
+            workflow.run_id = %run_id,
+            workflow.name = "bench::one_step",
+            step.name = "bench::tick",
+            step.id = %format_args!("bench::tick#{}", i % 4),
+            step.attempt = 1u32,
+            step.outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        parent(&span);
+        span.in_scope(|| std::hint::black_box(i));
+        span.in_scope(|| std::hint::black_box(i));
+        span.record("step.outcome", "ok");
+    }
+    (t.elapsed(), cpu_time().saturating_sub(cpu))
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    };
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::{fmt_layer, spans, Trial};
+
+    /// Counts the spans of each batch and drops them.
+    #[derive(Debug)]
+    struct Counting(Arc<AtomicU64>);
+
+    impl SpanExporter for Counting {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    pub(super) fn trial<S>(registry: S, fmt: bool, light: bool, n: u64) -> Trial
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
+    {
+        let exported = Arc::new(AtomicU64::new(0));
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(Counting(exported.clone()))
+            .build();
+        let mut layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+        if light {
+            layer = layer
+                .with_location(false)
+                .with_threads(false)
+                .with_tracked_inactivity(false);
+        }
+        let d = tracing::Dispatch::new(registry.with(fmt.then(fmt_layer)).with(layer));
+        // The parent every attempt's span gets: the context its run's start kept.
+        let sc = SpanContext::new(
+            TraceId::from_bytes(*b"workflow-rs-span"),
+            SpanId::from_bytes(*b"parent!!"),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let cx = opentelemetry::Context::new().with_remote_span_context(sc);
+        let (wall, cpu) = tracing::dispatcher::with_default(&d, || {
+            spans(n, &|span| {
+                let _ = span.set_parent(cx.clone());
+            })
+        });
+        // What the processor still held is exported (and counted) before the figure.
+        let _ = provider.force_flush();
+        let _ = provider.shutdown();
+        Trial {
+            wall,
+            cpu,
+            exported: Some(exported.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// The scenario: each subscriber, `ctx.trials` trials of `ctx.sizes.spans` spans.
+pub async fn spans_cost(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
+    let n = ctx.sizes.spans;
+    let trials = ctx.trials;
+    for sub in Subscriber::all() {
+        crate::scenarios::progress(format!("spans: {}", sub.label()));
+        let (mut wall, mut cpu, mut exported) = (vec![], vec![], vec![]);
+        for _ in 0..trials {
+            let t = tokio::task::spawn_blocking(move || trial(sub, n)).await?;
+            wall.push(t.wall.as_secs_f64() * 1e6 / n as f64);
+            cpu.push(t.cpu.as_secs_f64() * 1e6 / n as f64);
+            exported.extend(t.exported);
+        }
+        let label = sub.label();
+        rep.push(Row::new("spans", "-", format!("{label}: per span"), Unit::Micros).samples(wall));
+        rep.push(
+            Row::new(
+                "spans",
+                "-",
+                format!("{label}: process CPU per span"),
+                Unit::Micros,
+            )
+            .samples(cpu),
+        );
+        if let Some(least) = exported.iter().min().filter(|&&e| e < n) {
+            rep.note(format!(
+                "spans, {label}: the batch processor's queue dropped spans (at least {least} \
+                 of {n} exported in a trial): what a dropped span costs is in the figure"
+            ));
+        }
+    }
+    Ok(())
+}
