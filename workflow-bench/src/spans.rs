@@ -1,10 +1,11 @@
-//! What one step attempt's span costs under the subscribers a service runs (issue 29): the
-//! runtime opens an INFO `step` span per attempt (and, with `otel`, a `workflow.start` span
-//! per run), and each costs whatever the installed layers do with it. Here a span of the same
-//! shape (the same fields, an OpenTelemetry parent set, entered twice, its outcome recorded)
-//! is opened and closed many times under each subscriber, on one thread, and both the
-//! thread's time per span and the process's CPU per span (the batch exporter's thread
-//! included) are printed.
+//! What the spans of a run cost under the subscribers a service runs (issue 29): the runtime
+//! opens an INFO `step` span per attempt and, with the feature `otel`, a `workflow.start` span
+//! per run, whose context the attempts' spans continue; each costs whatever the installed
+//! layers do with it. Here spans of the same shapes (the same fields, the attempt's with an
+//! OpenTelemetry parent set, entered twice, its outcome recorded) are opened and closed many
+//! times under each subscriber, on one thread: an attempt's span alone, and (with `otel`) a
+//! run's start and attempt spans. Printed: the thread's time and the process's CPU (the batch
+//! exporter's thread included) per span or per run.
 //!
 //! The subscribers: none, an INFO fmt layer writing to a sink (a service's logs), and with the
 //! feature `otel` the `tracing-opentelemetry` layer with its defaults (location, thread and
@@ -95,7 +96,7 @@ struct Trial {
 }
 
 /// Opens and closes `n` step-shaped spans under `sub`.
-fn trial(sub: Subscriber, n: u64) -> Trial {
+fn trial(sub: Subscriber, n: u64, with_start: bool) -> Trial {
     let registry =
         tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
     match sub {
@@ -103,7 +104,8 @@ fn trial(sub: Subscriber, n: u64) -> Trial {
             let d = tracing::Dispatch::new(
                 tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::OFF),
             );
-            let (wall, cpu) = tracing::dispatcher::with_default(&d, || spans(n, &|_| {}));
+            let (wall, cpu) =
+                tracing::dispatcher::with_default(&d, || spans(n, with_start, &|_, _| {}));
             Trial {
                 wall,
                 cpu,
@@ -112,7 +114,8 @@ fn trial(sub: Subscriber, n: u64) -> Trial {
         }
         Subscriber::Fmt => {
             let d = tracing::Dispatch::new(registry.with(fmt_layer()));
-            let (wall, cpu) = tracing::dispatcher::with_default(&d, || spans(n, &|_| {}));
+            let (wall, cpu) =
+                tracing::dispatcher::with_default(&d, || spans(n, with_start, &|_, _| {}));
             Trial {
                 wall,
                 cpu,
@@ -120,16 +123,30 @@ fn trial(sub: Subscriber, n: u64) -> Trial {
             }
         }
         #[cfg(feature = "otel")]
-        Subscriber::Otel { fmt, light } => otel::trial(registry, fmt, light, n),
+        Subscriber::Otel { fmt, light } => otel::trial(registry, fmt, light, n, with_start),
     }
 }
 
-/// Opens, enters twice, records and closes `n` spans shaped as the runtime's `step` span,
-/// each given `parent` (an OpenTelemetry parent with `otel`, nothing without).
-fn spans(n: u64, parent: &dyn Fn(&tracing::Span)) -> (Duration, Duration) {
+/// Opens, enters twice, records and closes `n` spans shaped as the runtime's `step` span.
+/// `with_start`: each is preceded by a span shaped as a run's `workflow.start` span (opened by
+/// `rt.start` with the feature `otel`; its context is what the attempt's span continues).
+/// `adopt` gives the attempt's span its OpenTelemetry parent (the start's span, or a fixed
+/// context), or does nothing without `otel`.
+fn spans(
+    n: u64,
+    with_start: bool,
+    adopt: &dyn Fn(&tracing::Span, Option<&tracing::Span>),
+) -> (Duration, Duration) {
     let run_id = workflow_core::RunId::new();
     let (cpu, t) = (cpu_time(), Instant::now());
     for i in 0..n {
+        let start = with_start.then(|| {
+            tracing::info_span!(
+                "workflow.start",
+                workflow.name = "bench::one_step",
+                workflow.run_id = %run_id,
+            )
+        });
         let span = tracing::info_span!(
             "step",
             workflow.run_id = %run_id,
@@ -140,7 +157,9 @@ fn spans(n: u64, parent: &dyn Fn(&tracing::Span)) -> (Duration, Duration) {
             step.outcome = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        parent(&span);
+        adopt(&span, start.as_ref());
+        // The start's span ends at the run's admission, before its steps finish.
+        drop(start);
         span.in_scope(|| std::hint::black_box(i));
         span.in_scope(|| std::hint::black_box(i));
         span.record("step.outcome", "ok");
@@ -174,7 +193,7 @@ mod otel {
         }
     }
 
-    pub(super) fn trial<S>(registry: S, fmt: bool, light: bool, n: u64) -> Trial
+    pub(super) fn trial<S>(registry: S, fmt: bool, light: bool, n: u64, with_start: bool) -> Trial
     where
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
     {
@@ -200,8 +219,25 @@ mod otel {
         );
         let cx = opentelemetry::Context::new().with_remote_span_context(sc);
         let (wall, cpu) = tracing::dispatcher::with_default(&d, || {
-            spans(n, &|span| {
-                let _ = span.set_parent(cx.clone());
+            spans(n, with_start, &|span, start| {
+                let parent = match start {
+                    // As the runtime does: the start span's context, read once, continued
+                    // as a remote parent.
+                    Some(start) => {
+                        let started = start.context();
+                        let sc = started.span().span_context().clone();
+                        let sc = SpanContext::new(
+                            sc.trace_id(),
+                            sc.span_id(),
+                            sc.trace_flags(),
+                            true,
+                            sc.trace_state().clone(),
+                        );
+                        opentelemetry::Context::new().with_remote_span_context(sc)
+                    }
+                    None => cx.clone(),
+                };
+                let _ = span.set_parent(parent);
             })
         });
         // What the processor still held is exported (and counted) before the figure.
@@ -215,35 +251,58 @@ mod otel {
     }
 }
 
-/// The scenario: each subscriber, `ctx.trials` trials of `ctx.sizes.spans` spans.
+/// The scenario: each subscriber, `ctx.trials` trials of `ctx.sizes.spans` spans; with the
+/// feature `otel` also a run's two spans (its start's and one attempt's) per iteration.
 pub async fn spans_cost(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
     let n = ctx.sizes.spans;
-    let trials = ctx.trials;
+    let shapes: &[bool] = if cfg!(feature = "otel") {
+        &[false, true]
+    } else {
+        &[false]
+    };
     for sub in Subscriber::all() {
-        crate::scenarios::progress(format!("spans: {}", sub.label()));
-        let (mut wall, mut cpu, mut exported) = (vec![], vec![], vec![]);
-        for _ in 0..trials {
-            let t = tokio::task::spawn_blocking(move || trial(sub, n)).await?;
-            wall.push(t.wall.as_secs_f64() * 1e6 / n as f64);
-            cpu.push(t.cpu.as_secs_f64() * 1e6 / n as f64);
-            exported.extend(t.exported);
-        }
         let label = sub.label();
-        rep.push(Row::new("spans", "-", format!("{label}: per span"), Unit::Micros).samples(wall));
-        rep.push(
-            Row::new(
-                "spans",
-                "-",
-                format!("{label}: process CPU per span"),
-                Unit::Micros,
-            )
-            .samples(cpu),
-        );
-        if let Some(least) = exported.iter().min().filter(|&&e| e < n) {
-            rep.note(format!(
-                "spans, {label}: the batch processor's queue dropped spans (at least {least} \
-                 of {n} exported in a trial): what a dropped span costs is in the figure"
-            ));
+        for &with_start in shapes {
+            let what = if with_start {
+                "a run's start and attempt spans"
+            } else {
+                "one attempt's span"
+            };
+            crate::scenarios::progress(format!("spans: {label}, {what}"));
+            let (mut wall, mut cpu, mut exported) = (vec![], vec![], vec![]);
+            for _ in 0..ctx.trials {
+                let t = tokio::task::spawn_blocking(move || trial(sub, n, with_start)).await?;
+                wall.push(t.wall.as_secs_f64() * 1e6 / n as f64);
+                cpu.push(t.cpu.as_secs_f64() * 1e6 / n as f64);
+                exported.extend(t.exported);
+            }
+            let per = if with_start { "run" } else { "span" };
+            rep.push(
+                Row::new(
+                    "spans",
+                    "-",
+                    format!("{label}: {what}, per {per}"),
+                    Unit::Micros,
+                )
+                .samples(wall),
+            );
+            rep.push(
+                Row::new(
+                    "spans",
+                    "-",
+                    format!("{label}: {what}, process CPU per {per}"),
+                    Unit::Micros,
+                )
+                .samples(cpu),
+            );
+            let spans = if with_start { 2 * n } else { n };
+            if let Some(least) = exported.iter().min().filter(|&&e| e < spans) {
+                rep.note(format!(
+                    "spans, {label}, {what}: the batch processor's queue dropped spans (at \
+                     least {least} of {spans} exported in a trial): what a dropped span costs \
+                     is in the figure"
+                ));
+            }
         }
     }
     Ok(())

@@ -296,22 +296,28 @@ impl TraceContext {
 /// 2, 32, 16 and 2 hex digits, the ids not all zeros, a version other than `ff`; a later
 /// version may add fields), as [`TraceContext::parse`] and the `otel` decoding both check it.
 pub(crate) fn traceparent_fields(parent: &str) -> Option<[&str; 4]> {
-    let mut fields = parent.split('-');
+    // The fields have fixed widths, so their `-`s have fixed places (2, 35, 52), and a fifth
+    // field, if any, begins with the `-` at 55. Those places hold ASCII, so the slices below
+    // fall on character boundaries.
+    let b = parent.as_bytes();
+    let dashes = b.len() >= 55
+        && b[2] == b'-'
+        && b[35] == b'-'
+        && b[52] == b'-'
+        && (b.len() == 55 || b[55] == b'-');
+    if !dashes {
+        return None;
+    }
     let fields = [
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
-        fields.next()?,
+        &parent[..2],
+        &parent[3..35],
+        &parent[36..52],
+        &parent[53..55],
     ];
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
-    let ok = hex(fields[0], 2)
-        && fields[0] != "ff"
-        && hex(fields[1], 32)
-        && !zero(fields[1])
-        && hex(fields[2], 16)
-        && !zero(fields[2])
-        && hex(fields[3], 2);
+    let ok =
+        fields.iter().all(|f| hex(f)) && fields[0] != "ff" && !zero(fields[1]) && !zero(fields[2]);
     ok.then_some(fields)
 }
 
@@ -413,5 +419,68 @@ impl ChildNotice {
             output.unwrap_or("null"),
             error.unwrap_or("null")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::traceparent_fields;
+
+    /// The rule as first written: split at every `-`, the first four fields checked.
+    fn by_splitting(parent: &str) -> Option<[&str; 4]> {
+        let mut fields = parent.split('-');
+        let fields = [
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        ];
+        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let zero = |s: &str| s.bytes().all(|b| b == b'0');
+        let ok = hex(fields[0], 2)
+            && fields[0] != "ff"
+            && hex(fields[1], 32)
+            && !zero(fields[1])
+            && hex(fields[2], 16)
+            && !zero(fields[2])
+            && hex(fields[3], 2);
+        ok.then_some(fields)
+    }
+
+    /// The fixed-place check accepts exactly what splitting accepted, with the same fields,
+    /// on a well-formed `traceparent` with each character replaced, removed or followed by
+    /// another, cut short and extended; and it never slices inside a character.
+    #[test]
+    fn traceparent_fields_are_checked_as_before() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut texts = vec![
+            good.to_owned(),
+            good.to_uppercase(),
+            format!("{good}-later-fields"),
+            format!("{good}x"),
+            format!("{good}-"),
+            String::new(),
+            "-".repeat(60),
+        ];
+        for len in 0..good.len() {
+            texts.push(good[..len].to_owned());
+        }
+        for (at, _) in good.char_indices() {
+            for c in ['-', 'g', 'F', '0', 'é', ' '] {
+                let mut t = good.to_owned();
+                t.replace_range(at..at + 1, &c.to_string());
+                texts.push(t.clone());
+                t.insert(at, c);
+                texts.push(t);
+            }
+            let mut t = good.to_owned();
+            t.remove(at);
+            texts.push(t);
+        }
+        for t in &texts {
+            assert_eq!(traceparent_fields(t), by_splitting(t), "{t:?}");
+        }
+        assert!(traceparent_fields(good).is_some());
+        assert!(traceparent_fields(&format!("{good}-later-fields")).is_some());
     }
 }
