@@ -380,24 +380,25 @@ fn install_telemetry() -> BoxResult<metrics_exporter_prometheus::PrometheusHandl
 #[cfg(feature = "otel")]
 mod traces {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::OnceLock;
+    use std::sync::{Arc, LazyLock, OnceLock};
 
     use opentelemetry::trace::TracerProvider as _;
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 
-    /// Spans the exporter was handed.
-    static EXPORTED: AtomicU64 = AtomicU64::new(0);
+    /// Spans the exporter of `--telemetry` was handed.
+    static EXPORTED: LazyLock<Arc<AtomicU64>> = LazyLock::new(Arc::default);
     /// The provider, kept for the process's life: its batch thread keeps exporting.
     static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
-    /// Counts the spans of each batch and drops them.
+    /// An exporter that counts the spans of each batch into its counter and drops them
+    /// (what a service pays before the network); `spans` gives each trial its own.
     #[derive(Debug)]
-    struct Counting;
+    pub(crate) struct Counting(pub(crate) Arc<AtomicU64>);
 
     impl SpanExporter for Counting {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            EXPORTED.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
             Ok(())
         }
     }
@@ -407,7 +408,7 @@ mod traces {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
     {
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(Counting)
+            .with_batch_exporter(Counting(EXPORTED.clone()))
             .build();
         let tracer = PROVIDER.get_or_init(|| provider).tracer("workflow-bench");
         tracing_opentelemetry::layer().with_tracer(tracer)

@@ -99,31 +99,19 @@ struct Trial {
 fn trial(sub: Subscriber, n: u64, with_start: bool) -> Trial {
     let registry =
         tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO);
-    match sub {
-        Subscriber::None => {
-            let d = tracing::Dispatch::new(
-                tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::OFF),
-            );
-            let (wall, cpu) =
-                tracing::dispatcher::with_default(&d, || spans(n, with_start, &|_, _| {}));
-            Trial {
-                wall,
-                cpu,
-                exported: None,
-            }
-        }
-        Subscriber::Fmt => {
-            let d = tracing::Dispatch::new(registry.with(fmt_layer()));
-            let (wall, cpu) =
-                tracing::dispatcher::with_default(&d, || spans(n, with_start, &|_, _| {}));
-            Trial {
-                wall,
-                cpu,
-                exported: None,
-            }
-        }
+    let d = match sub {
+        Subscriber::None => tracing::Dispatch::new(
+            tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::OFF),
+        ),
+        Subscriber::Fmt => tracing::Dispatch::new(registry.with(fmt_layer())),
         #[cfg(feature = "otel")]
-        Subscriber::Otel { fmt, light } => otel::trial(registry, fmt, light, n, with_start),
+        Subscriber::Otel { fmt, light } => return otel::trial(registry, fmt, light, n, with_start),
+    };
+    let (wall, cpu) = tracing::dispatcher::with_default(&d, || spans(n, with_start, &|_, _| {}));
+    Trial {
+        wall,
+        cpu,
+        exported: None,
     }
 }
 
@@ -175,25 +163,12 @@ mod otel {
     use opentelemetry::trace::{
         SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
     };
-    use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::trace::{
-        BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
-    };
+    use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::{fmt_layer, spans, Trial};
-
-    /// Counts the spans of each batch and drops them.
-    #[derive(Debug)]
-    struct Counting(Arc<AtomicU64>);
-
-    impl SpanExporter for Counting {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-            self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
-            Ok(())
-        }
-    }
+    use crate::traces::Counting;
 
     pub(super) fn trial<S>(registry: S, fmt: bool, light: bool, n: u64, with_start: bool) -> Trial
     where
