@@ -262,7 +262,7 @@ async fn a_payload_moved_to_another_run_does_not_decrypt(backend: Backend) {
     let _ = original.return_value().await;
     let stored = rt.store().get_run(&original.id()).await.unwrap().unwrap();
     let (sealed, workflow) = (stored.input, stored.workflow);
-    assert!(sealed.get("$wf_sealed").is_some(), "{sealed}");
+    assert!(sealed_key(&sealed).is_some(), "{sealed}");
 
     let copy = RunId::new();
     admit_stored(&rt, copy, workflow, sealed).await;

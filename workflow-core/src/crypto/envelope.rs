@@ -1,10 +1,10 @@
-//! The envelope a sealed payload is stored in: a JSON object, because every store keeps
-//! payloads as JSON values, that readers recognise by its reserved marker. Written since
-//! version 4, one field: the form's name, the key id, then the nonce and the ciphertext in
-//! one base64 string:
+//! The envelope a sealed payload is stored in. Every store keeps payloads as JSON values, so
+//! an envelope is one: written since version 5, a JSON string that readers recognise by its
+//! reserved marker and a `:` at its start, then the form's name, the key id, then the nonce
+//! and the ciphertext in one base64 text:
 //!
 //! ```json
-//! {"$wf_sealed": "v4:2026-12:<12 bytes of nonce, then ciphertext and tag, base64>"}
+//! "$wf_sealed:v4:2026-12:<12 bytes of nonce, then ciphertext and tag, base64>"
 //! ```
 //!
 //! The form is `v4` for a payload's bytes, `v4c` for a [`Codec`](super::Codec)'s. A key id is
@@ -13,11 +13,17 @@
 //! (see [`Keyring::gcm`]): a data key seals the payloads of one run (or one chain, or one hook
 //! token), far fewer than the 2^32 messages below which random 96-bit nonces are safe.
 //!
-//! Envelopes written before are read as well: version 3 (the same cipher and associated
-//! data, the key id in a field of its own), and, sealed with XChaCha20-Poly1305, version 2
-//! (no form's name, a nonce of 24 bytes) and version 1 (the nonce and the ciphertext in
-//! fields of their own; a nonce of 24 bytes is exactly 32 base64 characters, so both split
-//! into the same nonce and data texts):
+//! Version 4 held the same text in an object's one field, `{"$wf_sealed": "v4:..."}`;
+//! version 5 is that text as a string: a payload is cloned, dropped and serialized several
+//! times on its way to the store and back, and a string costs one allocation where an
+//! object's map cost three and a tree node. Both open alike (the same cipher and associated
+//! data).
+//!
+//! Envelopes written before are read as well: version 4, version 3 (the same cipher and
+//! associated data, the key id in a field of its own), and, sealed with XChaCha20-Poly1305,
+//! version 2 (no form's name, a nonce of 24 bytes) and version 1 (the nonce and the
+//! ciphertext in fields of their own; a nonce of 24 bytes is exactly 32 base64 characters, so
+//! both split into the same nonce and data texts):
 //!
 //! ```json
 //! {"$wf_sealed": "gcm:<12 bytes of nonce, then ciphertext and tag, base64>", "key": "2026-12"}
@@ -25,11 +31,12 @@
 //! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
 //! ```
 //!
-//! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 is version 3
+//! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 was version 3
 //! in one string: one map entry to build, clone, store and drop instead of two or three, and
-//! nine bytes fewer (eighteen for a codec's). The associated data binds the ciphertext to its
-//! cipher, its subject, its kind, its place, its key id and whether its bytes are a codec's,
-//! so a ciphertext moved anywhere else fails to open.
+//! nine bytes fewer (eighteen for a codec's). A codec's bytes without encryption are still
+//! written as version 1 (`{"$wf_sealed": 1, "coded": 1, "data": ...}`). The associated data
+//! binds the ciphertext to its cipher, its subject, its kind, its place, its key id and
+//! whether its bytes are a codec's, so a ciphertext moved anywhere else fails to open.
 
 use aes_gcm::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use base64::engine::general_purpose::STANDARD as B64;
@@ -51,6 +58,9 @@ const GCM_PREFIX: &str = "gcm:";
 /// payload's bytes, for a codec's.
 const V4: &str = "v4";
 const V4_CODED: &str = "v4c";
+/// What begins an envelope of version 5: the marker and a `:`, then a sealed text of version
+/// 4.
+const STRING_PREFIX: &str = "$wf_sealed:";
 /// How far into a sealed text a form's name and its `:` may reach.
 const NAME_MAX: usize = 16;
 
@@ -126,17 +136,17 @@ pub(crate) struct Binding<'a> {
 impl Binding<'_> {
     /// The subject a payload is sealed for. A chain's payload is sealed for its first run:
     /// the same bytes as that run's own payloads, so an unchained run's are unchanged.
-    fn subject_bytes(&self) -> Vec<u8> {
+    fn subject_bytes(&self) -> Built<SUBJECT_BYTES> {
         match self.subject {
             Subject::Run(run) | Subject::Chain { origin: run, .. } => run_subject(run),
-            Subject::Token(token) => [b"hook:", token.as_bytes()].concat(),
+            Subject::Token(token) => Built::of(&[b"hook:", token.as_bytes()]),
         }
     }
 
     /// The subjects a payload of this binding opens for, in the order they are tried: the
     /// one it is sealed for, then (for a chain's payload read by a later run) the run alone,
     /// as payloads written before chains shared them were sealed.
-    fn open_subjects(&self) -> impl Iterator<Item = Vec<u8>> {
+    fn open_subjects(&self) -> impl Iterator<Item = Built<SUBJECT_BYTES>> {
         let fallback = match self.subject {
             Subject::Chain { origin, run } if origin != run => Some(run_subject(run)),
             Subject::Run(_) | Subject::Token(_) | Subject::Chain { .. } => None,
@@ -150,13 +160,8 @@ impl Binding<'_> {
         subject: &[u8],
         key_id: &str,
         coded: bool,
-    ) -> Vec<u8> {
-        let tag = cipher.tag();
-        let mut ad = Vec::with_capacity(
-            tag.len() + 1 + 32 + subject.len() + self.kind.len() + self.place.len() + key_id.len(),
-        );
-        ad.extend_from_slice(tag);
-        ad.push(u8::from(coded));
+    ) -> Built<AD_BYTES> {
+        let mut ad = Built::of(&[cipher.tag(), &[u8::from(coded)]]);
         for part in [
             subject,
             self.kind.as_bytes(),
@@ -164,18 +169,74 @@ impl Binding<'_> {
             key_id.as_bytes(),
         ] {
             // Length-prefixed: no two bindings share a byte string.
-            ad.extend_from_slice(&(part.len() as u64).to_be_bytes());
-            ad.extend_from_slice(part);
+            ad.push(&(part.len() as u64).to_be_bytes());
+            ad.push(part);
         }
         ad
     }
 }
 
 /// A run's subject, `run:<id>`, written without the formatting machinery.
-fn run_subject(run: RunId) -> Vec<u8> {
+fn run_subject(run: RunId) -> Built<SUBJECT_BYTES> {
     let mut buf = [0u8; ulid::ULID_LEN];
     let id = run.ulid().array_to_str(&mut buf);
-    [b"run:", id.as_bytes()].concat()
+    Built::of(&[b"run:", id.as_bytes()])
+}
+
+/// Room on the stack for a subject: a run's (30 bytes) and most hook tokens'.
+const SUBJECT_BYTES: usize = 64;
+/// Room on the stack for associated data: a step's (about 150 bytes) and most others'.
+const AD_BYTES: usize = 256;
+
+/// Bytes built on the stack while they fit in `N`, on the heap beyond: a subject and an
+/// associated data are built for every payload sealed or opened, most of them short.
+#[derive(Clone)]
+pub(super) enum Built<const N: usize> {
+    Stack([u8; N], usize),
+    Heap(Vec<u8>),
+}
+
+impl<const N: usize> Built<N> {
+    /// `parts` one after the other.
+    #[inline]
+    fn of(parts: &[&[u8]]) -> Self {
+        let mut b = Built::Stack([0; N], 0);
+        for part in parts {
+            b.push(part);
+        }
+        b
+    }
+
+    #[inline]
+    fn push(&mut self, bytes: &[u8]) {
+        match self {
+            Built::Stack(buf, len) => match buf.get_mut(*len..*len + bytes.len()) {
+                Some(room) => {
+                    room.copy_from_slice(bytes);
+                    *len += bytes.len();
+                }
+                None => {
+                    let mut v = Vec::with_capacity(2 * N + bytes.len());
+                    v.extend_from_slice(&buf[..*len]);
+                    v.extend_from_slice(bytes);
+                    *self = Built::Heap(v);
+                }
+            },
+            Built::Heap(v) => v.extend_from_slice(bytes),
+        }
+    }
+}
+
+impl<const N: usize> std::ops::Deref for Built<N> {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Built::Stack(buf, len) => &buf[..*len],
+            Built::Heap(v) => v,
+        }
+    }
 }
 
 /// Why an envelope did not open.
@@ -250,14 +311,23 @@ pub(crate) fn seal(
     // One string: the form's name, the key id, the nonce's 16 characters, then the
     // ciphertext's (12 bytes of nonce are 16 characters without padding, so the two
     // encodings are one).
-    let nonce_at = form.len() + 1 + key_id.len() + 1;
+    let nonce_at = STRING_PREFIX.len() + form.len() + 1 + key_id.len() + 1;
     let data_at = nonce_at + cipher.nonce_b64();
-    let mut sealed = String::with_capacity(nonce_at + bytes.len().div_ceil(3) * 4);
-    sealed.push_str(form);
-    sealed.push(':');
-    sealed.push_str(key_id);
-    sealed.push(':');
-    B64.encode_string(&bytes, &mut sealed);
+    // Encoded into the text's own buffer, sized once (the engine's string encoding goes
+    // through a chunked writer).
+    let mut text = Vec::with_capacity(nonce_at + bytes.len().div_ceil(3) * 4);
+    text.extend_from_slice(STRING_PREFIX.as_bytes());
+    text.extend_from_slice(form.as_bytes());
+    text.push(b':');
+    text.extend_from_slice(key_id.as_bytes());
+    text.push(b':');
+    text.resize(nonce_at + bytes.len().div_ceil(3) * 4, 0);
+    let written = B64
+        .encode_slice(&bytes, &mut text[nonce_at..])
+        .unwrap_or_default();
+    text.truncate(nonce_at + written);
+    // The form, a printable key id and base64: ASCII, so this never fails.
+    let sealed = String::from_utf8(text).unwrap_or_default();
     if remember {
         ring.recent().remember(
             &sealed[nonce_at..data_at],
@@ -267,9 +337,7 @@ pub(crate) fn seal(
             plaintext,
         );
     }
-    let mut m = Map::new();
-    m.insert(MARKER.to_owned(), Value::String(sealed));
-    Value::Object(m)
+    Value::String(sealed)
 }
 
 /// `bytes` of a [`Codec`](super::Codec), without encryption: an envelope with no key.
@@ -286,6 +354,10 @@ pub(crate) fn wrap(bytes: &[u8]) -> Value {
 /// version number other than 1); `None` for a value that is no envelope, or is one of the
 /// forms read here (a malformed one included: it is corrupt, not newer).
 pub(crate) fn unknown_form(value: &Value) -> Option<String> {
+    if let Some(text) = string_form(value) {
+        let name = cipher_name(text)?;
+        return (name != V4 && name != V4_CODED).then(|| format!("cipher `{name}`"));
+    }
     match value.as_object()?.get(MARKER)? {
         Value::String(sealed) => {
             let name = cipher_name(sealed)?;
@@ -306,11 +378,27 @@ fn cipher_name(sealed: &str) -> Option<&str> {
 
 /// Whether `value` is an envelope (sealed, or a codec's bytes).
 pub(crate) fn is_sealed(value: &Value) -> bool {
-    value.as_object().is_some_and(|m| m.contains_key(MARKER))
+    match value {
+        Value::String(s) => s.starts_with(STRING_PREFIX),
+        Value::Object(m) => m.contains_key(MARKER),
+        _ => false,
+    }
+}
+
+/// The sealed text of an envelope of version 5 (a string): what follows the marker and its
+/// `:`.
+fn string_form(value: &Value) -> Option<&str> {
+    value.as_str()?.strip_prefix(STRING_PREFIX)
 }
 
 /// The key id of `value` when it is an encrypted envelope.
 pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
+    if let Some(text) = string_form(value) {
+        return match cipher_name(text) {
+            Some(name @ (V4 | V4_CODED)) => v4_parts(&text[name.len() + 1..]).map(|(key, _)| key),
+            _ => None,
+        };
+    }
     let m = value.as_object()?;
     match m.get(MARKER)? {
         Value::String(sealed) => match cipher_name(sealed) {
@@ -322,9 +410,13 @@ pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
 }
 
 /// The key id and the base64 of a version 4 text after its form's `:`; `None` without a key
-/// id (the base64 has no `:`, a key id may).
+/// id (the base64 has no `:`, a key id may). A key id is at most 64 bytes, so its `:` is
+/// sought among the text's first 65 bytes, not from the end of a long ciphertext (a `:`
+/// beyond is not base64, which then does not decode).
 fn v4_parts(text: &str) -> Option<(&str, &str)> {
-    text.rsplit_once(':').filter(|(key, _)| !key.is_empty())
+    let head = &text.as_bytes()[..text.len().min(super::keys::MAX_ID_BYTES + 1)];
+    let colon = head.iter().rposition(|b| *b == b':').filter(|at| *at > 0)?;
+    Some((&text[..colon], &text[colon + 1..]))
 }
 
 /// The Poly1305 tag every ciphertext carries after the plaintext's bytes.
@@ -347,6 +439,20 @@ enum Envelope<'a> {
 impl<'a> Envelope<'a> {
     /// The envelope `value` is, or why it is not one.
     fn parse(value: &'a Value) -> Result<Envelope<'a>, OpenError> {
+        if let Some(text) = string_form(value) {
+            return match cipher_name(text) {
+                Some(name @ (V4 | V4_CODED)) => {
+                    let (key, data) = v4_parts(&text[name.len() + 1..]).ok_or_else(|| {
+                        OpenError::Malformed("a sealed text without its key id".to_owned())
+                    })?;
+                    Envelope::sealed(key, name == V4_CODED, Cipher::Gcm, data, text.len())
+                }
+                Some(name) => Err(newer_cipher(name)),
+                None => Err(OpenError::Malformed(
+                    "a sealed text without its form's name".to_owned(),
+                )),
+            };
+        }
         let m = value
             .as_object()
             .ok_or_else(|| OpenError::Malformed("not an object".to_owned()))?;
@@ -371,28 +477,9 @@ impl<'a> Envelope<'a> {
                     Some(name) if known_form(name) => {
                         (field("key")?, coded, Cipher::Gcm, &sealed[name.len() + 1..])
                     }
-                    Some(name) => {
-                        return Err(OpenError::Malformed(format!(
-                            "it is sealed with cipher `{name}`, which this build does not \
-                             read (a newer build wrote it)"
-                        )))
-                    }
+                    Some(name) => return Err(newer_cipher(name)),
                 };
-                let at = cipher.nonce_b64();
-                if text.len() < at || !text.is_char_boundary(at) {
-                    return Err(OpenError::Malformed(format!(
-                        "a sealed text of {} characters",
-                        sealed.len()
-                    )));
-                }
-                let (nonce, data) = text.split_at(at);
-                Ok(Envelope::Sealed {
-                    key,
-                    coded,
-                    cipher,
-                    nonce,
-                    data,
-                })
+                Envelope::sealed(key, coded, cipher, text, sealed.len())
             }
             Some(v) if v.as_u64() == Some(VERSION) => match m.get("key") {
                 None => Ok(Envelope::Coded {
@@ -412,6 +499,41 @@ impl<'a> Envelope<'a> {
             ))),
         }
     }
+}
+
+impl<'a> Envelope<'a> {
+    /// A sealed envelope of `cipher` whose nonce and ciphertext are `text` (base64, the nonce
+    /// first) in a sealed text of `len` characters.
+    fn sealed(
+        key: &'a str,
+        coded: bool,
+        cipher: Cipher,
+        text: &'a str,
+        len: usize,
+    ) -> Result<Envelope<'a>, OpenError> {
+        let at = cipher.nonce_b64();
+        if text.len() < at || !text.is_char_boundary(at) {
+            return Err(OpenError::Malformed(format!(
+                "a sealed text of {len} characters"
+            )));
+        }
+        let (nonce, data) = text.split_at(at);
+        Ok(Envelope::Sealed {
+            key,
+            coded,
+            cipher,
+            nonce,
+            data,
+        })
+    }
+}
+
+/// Why a sealed text whose form is named `name` does not open here.
+fn newer_cipher(name: &str) -> OpenError {
+    OpenError::Malformed(format!(
+        "it is sealed with cipher `{name}`, which this build does not read (a newer build \
+         wrote it)"
+    ))
 }
 
 /// The length of the plaintext sealed in envelope `value`, read from the ciphertext's length

@@ -15,7 +15,7 @@ use super::recent::Recent;
 pub(crate) const KEY_BYTES: usize = 32;
 
 /// The longest key id accepted: ids are stored beside every payload, in the clear.
-const MAX_ID_BYTES: usize = 64;
+pub(super) const MAX_ID_BYTES: usize = 64;
 
 /// The encryption keys of a runtime: one current key, which seals every new payload, and the
 /// old keys still needed to read payloads sealed before a rotation. Give it to

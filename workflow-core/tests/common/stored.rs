@@ -57,19 +57,25 @@ pub async fn stored_text(db: &TestDb, rt: &Runtime) -> String {
     }
 }
 
-/// The key id a stored envelope names, read from its text as the crate writes it since
-/// version 4: `{"$wf_sealed": "v4:<key id>:<base64>"}` (`v4c` for a codec's bytes); `None`
-/// for a value sealed in no such form.
+/// The sealed text of a stored envelope as the crate writes it since version 5:
+/// `"$wf_sealed:v4:<key id>:<base64>"` (`v4c` for a codec's bytes), or as version 4 wrote
+/// it, `{"$wf_sealed": "v4:<key id>:<base64>"}`.
+fn sealed_text(value: &serde_json::Value) -> Option<&str> {
+    match value {
+        serde_json::Value::String(s) => s.strip_prefix("$wf_sealed:"),
+        other => other.get("$wf_sealed")?.as_str(),
+    }
+}
+
+/// The key id a stored envelope names, read from its text (see [`sealed_text`]); `None` for
+/// a value sealed in no such form.
 pub fn sealed_key(value: &serde_json::Value) -> Option<&str> {
-    let text = value.get("$wf_sealed")?.as_str()?;
+    let text = sealed_text(value)?;
     let (_, rest) = text.split_once(':')?;
     rest.rsplit_once(':').map(|(key, _)| key)
 }
 
 /// Whether a stored envelope holds a `Codec`'s bytes (form `v4c`).
 pub fn sealed_coded(value: &serde_json::Value) -> bool {
-    value
-        .get("$wf_sealed")
-        .and_then(serde_json::Value::as_str)
-        .is_some_and(|text| text.starts_with("v4c:"))
+    sealed_text(value).is_some_and(|text| text.starts_with("v4c:"))
 }

@@ -7,10 +7,27 @@ fn ring(id: &str, byte: u8) -> Keyring {
     Keys::new().current(id, [byte; 32]).ring().unwrap()
 }
 
-/// Version 4 envelope `v` as version 3 wrote it: the same nonce and ciphertext after
+/// The sealed text of version 5 envelope `v` (after the marker and its `:`).
+fn text_of(v: &Value) -> &str {
+    v.as_str().unwrap().strip_prefix(STRING_PREFIX).unwrap()
+}
+
+/// A version 5 envelope of sealed text `text`.
+fn with_text(text: &str) -> Value {
+    Value::from(format!("{STRING_PREFIX}{text}"))
+}
+
+/// Version 5 envelope `v` as version 4 wrote it: the same text in an object's one field.
+fn as_version_4(v: &Value) -> Value {
+    let mut m = Map::new();
+    m.insert(MARKER.to_owned(), Value::from(text_of(v)));
+    Value::Object(m)
+}
+
+/// Version 5 envelope `v` as version 3 wrote it: the same nonce and ciphertext after
 /// `gcm:`, the key id (and the codec's flag) in fields of their own.
 fn as_version_3(v: &Value) -> Value {
-    let text = v[MARKER].as_str().unwrap();
+    let text = text_of(v);
     let (form, rest) = text.split_once(':').unwrap();
     let (key, data) = v4_parts(rest).unwrap();
     let mut m = Map::new();
@@ -101,45 +118,57 @@ fn a_sealed_payload_opens_only_where_it_was_sealed() {
     assert_eq!(err, OpenError::MissingKey("k1".into()));
     assert!(err.to_string().contains("key \"k1\""), "{err}");
     assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
-    // One field: the form, the key id, the nonce and the ciphertext.
-    let text = v[MARKER].as_str().unwrap();
+    // One string: the marker, the form, the key id, the nonce and the ciphertext.
+    let text = text_of(&v);
     assert!(text.starts_with("v4:k1:"), "{v}");
-    assert_eq!(v.as_object().unwrap().len(), 1, "{v}");
+    assert!(v.as_str().unwrap().starts_with("$wf_sealed:v4:k1:"), "{v}");
     // A flipped ciphertext byte is caught.
-    let mut bad = v.clone();
     let mut bytes = B64.decode(&text["v4:k1:".len()..]).unwrap();
     bytes[Cipher::Gcm.nonce_bytes()] ^= 1;
-    bad[MARKER] = Value::from(format!("v4:k1:{}", B64.encode(bytes)));
+    let mut bad = with_text(&format!("v4:k1:{}", B64.encode(bytes)));
     assert!(matches!(
         open(Some(&r), &bad, &b),
         Err(OpenError::Unauthentic { .. })
     ));
     // Named under another key id, or as the other cipher, it does not open either.
-    bad[MARKER] = Value::from(text.replace("v4:k1:", "v4:k2:"));
+    bad = with_text(&text.replace("v4:k1:", "v4:k2:"));
     assert_eq!(
         open(Some(&ring("k2", 1)), &bad, &b),
         Err(OpenError::Unauthentic { key: "k2".into() })
     );
-    bad[MARKER] = Value::from(&text["v4:k1:".len()..]);
+    bad = with_text(&text["v4:k1:".len()..]);
     assert!(open(Some(&r), &bad, &b).is_err());
-    // A sealed text too short to hold a nonce, or without a key id, is not an envelope.
+    // A sealed text too short to hold a nonce, without a key id or without a form's name
+    // (which version 3 read from a field a string does not have), is not an envelope; in
+    // the object of version 4 neither.
     for short in [
         "AAAA",
         "gcm:AAAA",
+        "gcm:AAAAAAAAAAAAAAAAAAAAAAAA",
         "v4:k1:AAAA",
         "v4:AAAAAAAAAAAAAAAAAAAAAAAA",
     ] {
-        bad[MARKER] = Value::from(short);
-        assert!(
-            matches!(open(Some(&r), &bad, &b), Err(OpenError::Malformed(_))),
-            "{short}"
-        );
+        for bad in [with_text(short), as_version_4(&with_text(short))] {
+            assert!(
+                matches!(open(Some(&r), &bad, &b), Err(OpenError::Malformed(_))),
+                "{bad}"
+            );
+        }
     }
+    // A string without the marker is a plain value, not an envelope.
+    assert!(!is_sealed(&Value::from(text)));
+    assert!(!is_sealed(&Value::from("$wf_sealed")));
     // A key id may hold a `:`.
     let colon = ring("2026:12", 1);
     let v = seal(&colon, b"secret marker", &b, false, true);
     assert_eq!(sealed_key(&v), Some("2026:12"));
     assert_eq!(open(Some(&colon), &v, &b).unwrap().0, b"secret marker");
+    // The longest id (64 bytes), ending in a `:`.
+    let id = "k:".repeat(32);
+    let longest = ring(&id, 1);
+    let v = seal(&longest, b"secret marker", &b, false, true);
+    assert_eq!(sealed_key(&v), Some(id.as_str()));
+    assert_eq!(open(Some(&longest), &v, &b).unwrap().0, b"secret marker");
     assert_eq!(sealed_key(&Value::from("plain")), None);
 }
 
@@ -169,8 +198,7 @@ fn an_old_key_still_opens_what_it_sealed() {
         open(Some(&rotated), &coded, &b).unwrap(),
         (b"x".to_vec(), true)
     );
-    let mut stripped = coded.clone();
-    stripped[MARKER] = Value::from(coded[MARKER].as_str().unwrap().replacen("v4c:", "v4:", 1));
+    let stripped = with_text(&text_of(&coded).replacen("v4c:", "v4:", 1));
     let mut stripped_3 = as_version_3(&coded);
     assert_eq!(
         open(Some(&rotated), &stripped_3, &b).unwrap(),
@@ -265,7 +293,7 @@ fn as_version_1(v: &Value) -> Value {
 }
 
 #[test]
-fn versions_1_to_3_still_open_and_are_measured() {
+fn versions_1_to_4_still_open_and_are_measured() {
     let run = RunId::new();
     let b = Binding {
         subject: Subject::Run(run),
@@ -275,8 +303,9 @@ fn versions_1_to_3_still_open_and_are_measured() {
     for coded in [false, true] {
         let v2 = seal_version_2(&ring("k1", 1), b"\"old secret\"", &b, coded);
         let v1 = as_version_1(&v2);
-        let v3 = as_version_3(&seal(&ring("k1", 1), b"\"old secret\"", &b, coded, true));
-        for old in [v1, v2, v3] {
+        let v5 = seal(&ring("k1", 1), b"\"old secret\"", &b, coded, true);
+        let (v3, v4) = (as_version_3(&v5), as_version_4(&v5));
+        for old in [v1, v2, v3, v4] {
             assert_eq!(sealed_key(&old), Some("k1"));
             assert!(is_sealed(&old));
             // A fresh ring: nothing sealed lately, so the cipher opens it.
@@ -353,12 +382,9 @@ fn a_stored_version_1_envelope_opens() {
     .unwrap();
     assert_eq!(open(Some(&keys), &v2, &b).unwrap(), (plain.to_vec(), false));
     assert_eq!(sealed_plain_len(&v2), Some(plain.len()));
-    // Sealed again (as `workflow rekey` does): version 4 under the current key.
+    // Sealed again (as `workflow rekey` does): version 5 under the current key.
     let again = seal(&keys, plain, &b, false, true);
-    assert!(
-        again[MARKER].as_str().unwrap().starts_with("v4:2026-12:"),
-        "{again}"
-    );
+    assert!(text_of(&again).starts_with("v4:2026-12:"), "{again}");
     assert_eq!(open(Some(&keys), &again, &b).unwrap().0, plain);
     assert_eq!(open(Some(&fresh_copy()), &again, &b).unwrap().0, plain);
 }
@@ -408,13 +434,15 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
         kind: "input",
         place: "",
     };
-    let v4 = seal(&r, b"1", &b, false, true);
-    let v4c = seal(&r, b"1", &b, true, true);
+    let v5 = seal(&r, b"1", &b, false, true);
+    let v5c = seal(&r, b"1", &b, true, true);
     let v2 = seal_version_2(&r, b"1", &b, false);
     for known in [
-        &v4,
-        &v4c,
-        &as_version_3(&v4),
+        &v5,
+        &v5c,
+        &as_version_4(&v5),
+        &as_version_4(&v5c),
+        &as_version_3(&v5),
         &v2,
         &as_version_1(&v2),
         &wrap(b"1"),
@@ -423,6 +451,11 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
         assert_eq!(unknown_form(known), None, "{known}");
     }
     let newer = serde_json::json!({"$wf_sealed": "x2:AAAA", "key": "k1"});
+    assert_eq!(unknown_form(&newer).as_deref(), Some("cipher `x2`"));
+    assert!(
+        matches!(open(Some(&r), &newer, &b), Err(OpenError::Malformed(m)) if m.contains("`x2`"))
+    );
+    let newer = with_text("x2:k1:AAAA");
     assert_eq!(unknown_form(&newer).as_deref(), Some("cipher `x2`"));
     assert!(
         matches!(open(Some(&r), &newer, &b), Err(OpenError::Malformed(m)) if m.contains("`x2`"))
@@ -436,6 +469,7 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
         unknown_form(&serde_json::json!({"$wf_sealed": far, "key": "k1"})),
         None
     );
+    assert_eq!(unknown_form(&with_text(&far)), None);
     assert_eq!(unknown_form(&serde_json::json!({"$wf_sealed": true})), None);
 }
 
@@ -466,8 +500,18 @@ fn a_version_3_envelope_made_elsewhere_opens() {
         (b"\"written by version 3\"".to_vec(), false)
     );
     assert_eq!(sealed_plain_len(&v4), Some(22));
-    assert_eq!(as_version_3(&v4), stored);
+    // And in version 5's string.
+    let v5: Value = serde_json::from_str(STORED_V5).unwrap();
+    assert_eq!(sealed_key(&v5), Some("2026-12"));
+    assert_eq!(
+        open(Some(&keys), &v5, &b).unwrap(),
+        (b"\"written by version 3\"".to_vec(), false)
+    );
+    assert_eq!(sealed_plain_len(&v5), Some(22));
+    assert_eq!(as_version_4(&v5), v4);
+    assert_eq!(as_version_3(&v5), stored);
 }
 
 const STORED_V3: &str = r#"{"$wf_sealed":"gcm:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo=","key":"2026-12"}"#;
 const STORED_V4: &str = r#"{"$wf_sealed":"v4:2026-12:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo="}"#;
+const STORED_V5: &str = r#""$wf_sealed:v4:2026-12:YWJjZGVmZ2hpamtspgBjLiaDW4uGgcTOFijRvVaKgKu2TuHmaLPHZbHZvTWhM91qLyo=""#;
