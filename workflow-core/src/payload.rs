@@ -625,6 +625,18 @@ impl Payloads {
         self.seal_keeping(serialized, cx, true).map(|e| e.stored)
     }
 
+    /// [`Payloads::seal`], keeping the plain value beside the stored one when they differ, as
+    /// [`Payloads::encode_keeping`] does: a run's arguments, handed with the run to its driver
+    /// here, and a run's output, told to its waiters here (see [`Payloads::open_known`]).
+    /// Remembered too (see [`crypto::seal`]): other readers of this process may read it.
+    pub(crate) fn seal_kept(
+        &self,
+        serialized: Result<Value, serde_json::Error>,
+        cx: PayloadContext<'_>,
+    ) -> Result<Encoded, PayloadError> {
+        self.seal_keeping(serialized, cx, true)
+    }
+
     /// [`Payloads::seal`], keeping the plain value as [`Payloads::encode_keeping`] does;
     /// `remember` as [`Payloads::wrap_bytes`] (needless where the plain value is read).
     fn seal_keeping(
@@ -693,6 +705,15 @@ impl Payloads {
         }
     }
 
+    /// `plain`, the value a stored payload of `cx` was sealed from here, read as a `T`.
+    pub(crate) fn decode_plain<T: DeserializeOwned>(
+        &self,
+        plain: &Value,
+        cx: PayloadContext<'_>,
+    ) -> Result<T, PayloadError> {
+        T::deserialize(plain).map_err(|e| mismatch::<T>(cx, &e))
+    }
+
     /// The stored `value` of `cx` read as a `T`.
     pub(crate) fn decode<T: DeserializeOwned>(
         &self,
@@ -719,6 +740,22 @@ impl Payloads {
             return from_json(plain).map_err(|e| mismatch::<T>(cx, &e));
         }
         T::deserialize(value).map_err(|e| mismatch::<T>(cx, &e))
+    }
+
+    /// [`Payloads::open`] of a stored value whose plain value `known` this process sealed
+    /// it from and kept (see [`Payloads::seal_kept`]): `known` is read, nothing is opened.
+    /// Without it, `value` is opened.
+    pub(crate) fn open_known<T>(
+        &self,
+        value: Value,
+        known: Option<Value>,
+        cx: PayloadContext<'_>,
+        deserialize: impl FnOnce(Value) -> Result<T, serde_json::Error>,
+    ) -> Result<T, PayloadError> {
+        match known {
+            Some(plain) => deserialize(plain).map_err(|e| mismatch::<T>(cx, &e)),
+            None => self.open(value, cx, deserialize),
+        }
     }
 
     /// The stored `value` of `cx` read by generated code (a workflow's arguments).

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::crypto::places::Owner;
 use crate::error::Error;
-use crate::payload::{PayloadError, PayloadKind, Payloads};
+use crate::payload::{Encoded, PayloadError, PayloadKind, Payloads};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -107,8 +107,14 @@ impl<T> WorkflowReturn for Result<T, Error> {
 
 /// Decodes a run's recorded arguments and runs the body, whose output it encodes (for the
 /// run's chain: its end is the chain's).
-type ErasedRun =
-    fn(&Payloads, Owner, Value) -> Result<BoxFuture<'static, Result<Value, Error>>, Error>;
+/// How a registered workflow's run is begun: from the payloads, the run, its stored arguments
+/// and, when this process sealed them and kept them, their plain value.
+type ErasedRun = fn(
+    &Payloads,
+    Owner,
+    Value,
+    Option<Value>,
+) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error>;
 
 /// A workflow in the link-time registry.
 pub struct WorkflowRegistration {
@@ -136,10 +142,12 @@ fn run_erased<W: WorkflowDef>(
     payloads: &Payloads,
     run: Owner,
     input: Value,
-) -> Result<BoxFuture<'static, Result<Value, Error>>, Error> {
+    known_input: Option<Value>,
+) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error> {
     let args = payloads
-        .open(
+        .open_known(
             input,
+            known_input,
             PayloadKind::WorkflowInput { workflow: W::NAME }.of_run(run),
             W::decode_args,
         )
@@ -152,7 +160,7 @@ fn run_erased<W: WorkflowDef>(
             workflow: Some(W::NAME),
         };
         payloads
-            .seal(W::encode_output(&out), cx.of_run(run))
+            .seal_kept(W::encode_output(&out), cx.of_run(run))
             .map_err(PayloadError::fatal)
     }))
 }

@@ -65,6 +65,14 @@ async fn sealed_talk(s: String) -> Result<String> {
     Ok(message)
 }
 
+/// Waits for one hook payload; returns it after `s`.
+#[workflow]
+async fn sealed_waits(s: String, token: String) -> Result<String> {
+    let mut hook = create_hook::<String>(token);
+    let p = hook.recv().await?;
+    Ok(format!("{s}|{p}"))
+}
+
 #[workflow]
 async fn sealed_failing(s: String) -> Result<()> {
     Err(Error::fatal(format!("{s}-run-error")))
@@ -401,6 +409,82 @@ impl Codec for Xor {
     }
 }
 
+/// XORs as [`Xor`] does, but refuses to decode a run's arguments and output: a runtime with
+/// it reads those only where it does not open them.
+struct Refusing;
+
+impl Codec for Refusing {
+    fn encode(&self, bytes: &[u8], _: &PayloadContext<'_>) -> Vec<u8> {
+        bytes.iter().map(|b| b ^ 0x5a).collect()
+    }
+    fn decode(&self, bytes: &[u8], cx: &PayloadContext<'_>) -> Result<Vec<u8>, String> {
+        match cx.kind() {
+            kind @ ("input" | "output") => Err(format!("refused to decode the {kind}")),
+            _ => Ok(bytes.iter().map(|b| b ^ 0x5a).collect()),
+        }
+    }
+}
+
+/// A run started and driven here reads its arguments as its start sealed them, and a caller
+/// waiting here reads its return value as its driver sealed it: neither is opened again (a
+/// codec that refuses to decode them does not stop the run). Another process opens them
+/// from the store.
+async fn what_this_process_sealed_is_read_without_opening(backend: Backend) {
+    let db = TestDb::new(backend);
+    let build = |codec_refuses: bool, worker: bool| {
+        let b = db
+            .builder()
+            .encryption(keys_a())
+            .worker(worker)
+            .poll_interval(Duration::from_millis(20));
+        async move {
+            let b = if codec_refuses {
+                b.codec(Refusing)
+            } else {
+                b.codec(Xor)
+            };
+            b.build().await.unwrap()
+        }
+    };
+    let rt = build(true, true).await;
+    let token = format!("known-{}", RunId::new());
+    let run = rt
+        .start(sealed_waits, (MARKER.to_owned(), token.clone()))
+        .await
+        .unwrap();
+    // The wait is registered at its first poll, before the payload is sent: the end is told.
+    let (out, ()) = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::join!(
+            run.return_value(),
+            resume(&rt, &token, format!("{MARKER}-hook"))
+        )
+    })
+    .await
+    .expect("the run ends");
+    let expected = format!("{MARKER}|{MARKER}-hook");
+    assert_eq!(out.unwrap(), expected, "{backend:?}");
+    let stored = rt.store().get_run(&run.id()).await.unwrap().unwrap();
+    assert_eq!(sealed_key(&stored.input), Some("key-A"), "{}", stored.input);
+    assert!(sealed_coded(&stored.input), "{}", stored.input);
+
+    // Read from the store, the output is decoded: by another process's codec, and by a
+    // refusing one, which says so.
+    let other = build(false, false).await;
+    let read = other.get_run(&run.id()).typed::<String>();
+    assert_eq!(read.return_value().await.unwrap(), expected);
+    let refusing = build(true, false).await;
+    let err = refusing
+        .get_run(&run.id())
+        .typed::<String>()
+        .return_value()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("refused to decode the output"),
+        "{err}"
+    );
+}
+
 /// A codec composed with encryption: applied before sealing, undone after opening, on every
 /// kind of payload; a runtime without the codec says so instead of misreading; a codec alone
 /// stores its bytes in a keyless envelope.
@@ -527,6 +611,7 @@ on_every_store!(
     a_marker_in_every_payload_is_nowhere_in_the_store,
     a_payload_moved_to_another_run_does_not_decrypt,
     runs_under_an_old_key_wait_for_a_worker_with_it,
+    what_this_process_sealed_is_read_without_opening,
 );
 
 #[tokio::test]

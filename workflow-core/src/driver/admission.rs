@@ -46,6 +46,9 @@ pub(crate) struct Pending {
     pub(crate) admitting: Arc<AtomicBool>,
     /// How the run is admitted, and who hears of it.
     pub(crate) via: Via,
+    /// The plain value of `run.input` when the start sealed it here (with encryption or a
+    /// codec on): the driver reads it instead of opening the stored arguments.
+    pub(crate) known_input: Option<serde_json::Value>,
 }
 
 /// How a pending run is admitted.
@@ -105,6 +108,7 @@ impl Driver {
             run,
             admitting,
             via,
+            ..
         } = *pending;
         let (events, kept) = match first {
             Some(w) if w.end.is_none() && w.releases.is_empty() => (w.events, None),

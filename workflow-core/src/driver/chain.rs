@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use super::{Driver, Stop};
 use crate::error::{Continuation, Error, StoreError};
 use crate::ids::RunId;
-use crate::payload::{PayloadError, PayloadKind};
+use crate::payload::{Encoded, PayloadError, PayloadKind};
 use crate::store::{Append, LeasedRun, NewRun, RunStatus};
 
 impl Driver {
@@ -99,7 +99,7 @@ impl Driver {
         tracing::debug!(run_id = %self.ctx.run_id, next_run = %next_id, "continued as new");
         // Waiters on this run read its record and follow it to the next run; the parent is
         // told only by the chain's last run.
-        self.host.ended(self.ctx.run_id, None, None);
+        self.host.ended(self.ctx.run_id, None, None, None);
         match leased {
             Some(next) => self.host.clone().continued(next),
             None => self.host.admitted(),
@@ -121,14 +121,18 @@ impl Driver {
     /// Ends the run with `result` as if the workflow had returned it.
     pub(super) async fn end_with(
         &mut self,
-        result: Result<serde_json::Value, Error>,
+        result: Result<Encoded, Error>,
         now: SystemTime,
     ) -> Result<Stop, StoreError> {
-        let result = result.map_err(|e| self.seal_run_error(e));
+        let (result, plain) = match result {
+            Ok(Encoded { stored, plain }) => (Ok(stored), plain),
+            Err(e) => (Err(self.seal_run_error(e)), None),
+        };
         match self.replay.returned(result, now) {
             Ok(end) => {
                 let outcome = self.write(end).await?;
-                self.host.ended(self.ctx.run_id, self.parent, outcome);
+                self.host
+                    .ended(self.ctx.run_id, self.parent, outcome, plain);
                 Ok(Stop::Ended)
             }
             Err(d) => self.diverge(d).await,

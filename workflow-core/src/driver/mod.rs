@@ -30,6 +30,7 @@ use crate::crypto::places;
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event};
 use crate::ids::RunId;
+use crate::payload::Encoded;
 use crate::registry::{BoxFuture, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
@@ -69,9 +70,16 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn left(&self, lease: &Lease, evicted: bool);
 
     /// The run's end is durable: wake whoever waits for it in this process (with `outcome`,
-    /// as written, when the driver knows it), and its parent if it has one (the end is in the
-    /// parent's inbox).
-    fn ended(&self, run: crate::RunId, parent: Option<crate::RunId>, outcome: Option<RunOutcome>);
+    /// as written, when the driver knows it, and `plain`, the output before it was sealed,
+    /// when the driver sealed it), and its parent if it has one (the end is in the parent's
+    /// inbox).
+    fn ended(
+        &self,
+        run: crate::RunId,
+        parent: Option<crate::RunId>,
+        outcome: Option<RunOutcome>,
+        plain: Option<Value>,
+    );
 
     /// A run was admitted (a child): a worker here may take it at once.
     fn admitted(&self);
@@ -100,7 +108,8 @@ pub(crate) trait Host: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<Value, Error>>;
 }
 
-type WorkflowFuture = Pin<Box<dyn Future<Output = Result<Value, Error>> + Send>>;
+/// A run's workflow body: its output as stored, with the plain output when sealing changed it.
+type WorkflowFuture = Pin<Box<dyn Future<Output = Result<Encoded, Error>> + Send>>;
 
 /// Why the driver stopped.
 enum Stop {
@@ -355,7 +364,9 @@ impl Driver {
             if let Some(why) = d.unreadable.take() {
                 return d.block_unreadable(&why).await;
             }
-            match (reg.run)(&d.ctx.payloads, owner, run.input) {
+            // The arguments a start here sealed, handed over in the clear with the run.
+            let known_input = d.pending.as_mut().and_then(|p| p.known_input.take());
+            match (reg.run)(&d.ctx.payloads, owner, run.input, known_input) {
                 Ok(fut) => {
                     let fut: WorkflowFuture = Box::pin(InSpan::new(span, d.ctx.scope(fut)));
                     d.drive(fut, &signals).await

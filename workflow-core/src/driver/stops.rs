@@ -40,7 +40,7 @@ impl Driver {
                     "run driver stopped on a store error again; the run failed"
                 );
                 crate::telemetry::run_ended(self.ctx.workflow, RunStatus::Failed);
-                self.host.ended(run_id, self.parent, None);
+                self.host.ended(run_id, self.parent, None, None);
                 false
             }
             Err(why) => {
@@ -84,7 +84,7 @@ impl Driver {
                 end: Some(End::Failed(error)),
             })
             .await?;
-        self.host.ended(self.ctx.run_id, self.parent, outcome);
+        self.host.ended(self.ctx.run_id, self.parent, outcome, None);
         Ok(Stop::Ended)
     }
 
@@ -116,7 +116,7 @@ impl Driver {
         });
         writes.end = Some(End::Failed(error));
         let outcome = self.write(writes).await?;
-        self.host.ended(self.ctx.run_id, self.parent, outcome);
+        self.host.ended(self.ctx.run_id, self.parent, outcome, None);
         Ok(Stop::Ended)
     }
 
@@ -140,7 +140,7 @@ impl Driver {
             end: Some(End::Failed(error)),
         };
         let outcome = self.write(writes).await?;
-        self.host.ended(self.ctx.run_id, self.parent, outcome);
+        self.host.ended(self.ctx.run_id, self.parent, outcome, None);
         Ok(Stop::Ended)
     }
 

@@ -62,18 +62,18 @@ impl Completed {
 
     /// Keeps `outcome` of run `id` if it completed, its token is retained (see
     /// [`Completed::retained`]) and its output is small.
-    pub(crate) fn keep(&mut self, id: RunId, outcome: &Arc<RunOutcome>) {
+    pub(crate) fn keep(&mut self, id: RunId, outcome: &RunOutcome) {
         let Some(retained_until) = self.retained.remove(&id) else {
             return;
         };
-        let RunOutcome::Completed(output) = &**outcome else {
+        let RunOutcome::Completed(output) = outcome else {
             return;
         };
         let Some(size) = json_size(output, ENTRY_BYTES) else {
             return;
         };
         let kept = Kept {
-            outcome: outcome.clone(),
+            outcome: Arc::new(outcome.clone()),
             size,
             retained_until,
         };

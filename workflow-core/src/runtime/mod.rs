@@ -313,10 +313,11 @@ impl Inner {
     /// Run `id` ended: here with `outcome` (as written), or else seen to have ended (its
     /// waiters read it from the store, unless they got its outcome from here already: the
     /// notice of an end here also comes back from the store).
-    pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>) {
-        let outcome = outcome.map(Arc::new);
-        if let Some(outcome) = &outcome {
-            crate::lock(&self.completed).keep(id, outcome);
+    /// `plain`: the run's output before it was sealed, when this process sealed it.
+    pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>, plain: Option<Value>) {
+        let outcome = outcome.map(|outcome| Arc::new(Told { outcome, plain }));
+        if let Some(told) = &outcome {
+            crate::lock(&self.completed).keep(id, &told.outcome);
         }
         let waiting = crate::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {
@@ -396,10 +397,18 @@ impl Inner {
     }
 }
 
+/// A run's end as a driver of this process tells it to the run's waiters here: the outcome
+/// as written and, when the driver sealed the output (encryption or a codec is on), the plain
+/// output, which a waiter reads instead of opening the stored one.
+pub(crate) struct Told {
+    pub(crate) outcome: RunOutcome,
+    pub(crate) plain: Option<Value>,
+}
+
 /// The end signal of one run that `return_value` calls wait for, shared by all of them.
 struct Waiting {
     /// Signalled at the run's end, with the run's outcome when it ended here.
-    ended: watch::Sender<Option<Arc<RunOutcome>>>,
+    ended: watch::Sender<Option<Arc<Told>>>,
     waiters: usize,
 }
 
@@ -567,8 +576,14 @@ impl Host for Inner {
         }
     }
 
-    fn ended(&self, run: RunId, parent: Option<RunId>, outcome: Option<RunOutcome>) {
-        self.run_ended(run, outcome);
+    fn ended(
+        &self,
+        run: RunId,
+        parent: Option<RunId>,
+        outcome: Option<RunOutcome>,
+        plain: Option<Value>,
+    ) {
+        self.run_ended(run, outcome, plain);
         self.slot_freed();
         // The parent's driver here reads the child's end from its inbox at once; a parent
         // given back to the store is due now, so the worker looks.

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{Inner, RunStream, Runtime, Waiting};
+use super::{Inner, RunStream, Runtime, Told, Waiting};
 use crate::crypto::places::{self, Owner};
 use crate::crypto::OpenError;
 use crate::error::{Error, RunError, StoreError};
@@ -186,7 +186,7 @@ impl<T> Run<T> {
                     if let Some(a) = self.rt.inner.active().get(&id) {
                         a.stop.notify_one();
                     }
-                    self.rt.inner.run_ended(id, None);
+                    self.rt.inner.run_ended(id, None, None);
                     self.rt.inner.slot_freed();
                     // Counted where the cancel is made (`workflow_runs_ended_total{status=
                     // "cancelled"}`); the label needs the workflow's name, read once the run
@@ -404,7 +404,10 @@ impl<T: DeserializeOwned> Run<T> {
         // A run that completed here never changes again, and one whose token is retained
         // cannot be pruned yet: remembered, it needs no read.
         if let Some(output) = self.rt.inner.completed_here(&id) {
-            let end = RunOutcome::Completed(output);
+            let end = Told {
+                outcome: RunOutcome::Completed(output),
+                plain: None,
+            };
             if let Some(result) = self.told(guess, guessed, &end) {
                 return Ok(Link::Ended(result));
             }
@@ -467,17 +470,27 @@ impl<T: DeserializeOwned> Run<T> {
     /// The result an in-process end told: its value, or its error opened.
     /// `None` when run `run`'s chain was `guessed` and the end does not open as its (it
     /// is a later run of a chain: its record names the chain's first run).
-    fn told(&self, run: Owner, guessed: bool, end: &RunOutcome) -> Option<Result<T, Error>> {
+    /// A plain output told with the end (its driver here sealed it) is read as it is: it is
+    /// the run's whichever run of its chain `run` guessed.
+    fn told(&self, run: Owner, guessed: bool, end: &Told) -> Option<Result<T, Error>> {
         let payloads = &self.rt.inner.config.payloads;
-        match end {
-            RunOutcome::Completed(v) => match self.decode_of(run, v.clone()) {
+        match (&end.outcome, &end.plain) {
+            (RunOutcome::Completed(_), Some(plain)) => {
+                let cx = PayloadKind::WorkflowOutput { workflow: None }.of_run(run);
+                Some(
+                    payloads
+                        .decode_plain(plain, cx)
+                        .map_err(PayloadError::fatal),
+                )
+            }
+            (RunOutcome::Completed(v), None) => match self.decode_of(run, v.clone()) {
                 Err(PayloadError::Sealed {
                     cause: OpenError::Unauthentic { .. },
                     ..
                 }) if guessed => None,
                 result => Some(result.map_err(PayloadError::fatal)),
             },
-            RunOutcome::Failed(e) => {
+            (RunOutcome::Failed(e), _) => {
                 let binding = places::of_run(run, places::ERROR, "");
                 match payloads.try_open_error(e.clone(), &binding) {
                     Err(OpenError::Unauthentic { .. }) if guessed => None,
@@ -510,7 +523,7 @@ async fn continue_waiting(ended: &mut WaitForEnd, poll: std::time::Duration) {
 struct WaitForEnd {
     inner: Arc<Inner>,
     run: RunId,
-    signal: watch::Receiver<Option<Arc<RunOutcome>>>,
+    signal: watch::Receiver<Option<Arc<Told>>>,
 }
 
 impl WaitForEnd {

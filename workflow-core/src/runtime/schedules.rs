@@ -202,7 +202,7 @@ impl Inner {
                     Box::pin(async move { batch.fire_promised(tick, Some(promise)).await })
                 });
                 let via = Via::Tick(Box::new(TickAdmission { tick, fire, answer }));
-                drive_pending(self, record.clone(), run, via);
+                drive_pending(self, record.clone(), run, via, None);
                 Ok(answered)
             }
             (run, ..) => {

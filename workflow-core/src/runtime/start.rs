@@ -17,7 +17,7 @@ use crate::driver::{Pending, Via};
 use crate::error::{HookConflictError, StartError, StoreError};
 use crate::history::{after, never};
 use crate::ids::RunId;
-use crate::payload::{PayloadError, PayloadKind};
+use crate::payload::{Encoded, PayloadError, PayloadKind};
 use crate::queue::entry;
 use crate::registry::{BoxFuture, WorkflowDef};
 use crate::store::{
@@ -300,7 +300,10 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             let id = RunId::new();
             // A child of the caller's current span, kept with the run (feature `otel`).
             let (span, trace) = crate::traces::start_span(W::NAME, id, None);
-            let input = sealed::<W>(&self.rt, id, self.input)?;
+            let Encoded {
+                stored: input,
+                plain: known_input,
+            } = sealed::<W>(&self.rt, id, self.input)?;
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(StartError::InvalidToken(why));
             }
@@ -328,6 +331,7 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
                 id,
                 workflow: W::NAME,
                 input,
+                known_input,
                 token,
                 retention: self.retention,
                 timeout: self.timeout,
@@ -356,17 +360,18 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
     }
 }
 
-/// The arguments of run `id` of `W`, as serialized, made ready for the store.
+/// The arguments of run `id` of `W`, as serialized, made ready for the store (and their
+/// plain value when the store's differs).
 fn sealed<W: WorkflowDef>(
     rt: &Runtime,
     id: RunId,
     input: Result<Value, serde_json::Error>,
-) -> Result<Value, StartError> {
+) -> Result<Encoded, StartError> {
     let cx = PayloadKind::WorkflowInput { workflow: W::NAME }.of(id);
     rt.inner
         .config
         .payloads
-        .seal(input, cx)
+        .seal_kept(input, cx)
         .map_err(|e| match e {
             PayloadError::TooLarge(e) => StartError::TooLarge(e),
             e => StartError::Serialize {
@@ -410,7 +415,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             } = self.start;
             let id = RunId::new();
             let (span, trace) = crate::traces::start_span(W::NAME, id, None);
-            let input = sealed::<W>(&rt, id, input)?;
+            let input = sealed::<W>(&rt, id, input)?.stored;
             let Some(token) = hook else {
                 return Err(StartError::InvalidToken(
                     "`.or_resume(..)` needs `.hook(token)`: the token to resume through".into(),
@@ -437,6 +442,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
                 id,
                 workflow: W::NAME,
                 input,
+                known_input: None,
                 token: Some(token),
                 retention,
                 timeout,
@@ -471,6 +477,8 @@ struct Admit {
     id: RunId,
     workflow: &'static str,
     input: Value,
+    /// The plain value of `input` when sealing changed it: handed to a driver here.
+    known_input: Option<Value>,
     token: Option<String>,
     retention: Option<Duration>,
     timeout: Option<Duration>,
@@ -521,6 +529,8 @@ async fn admit(
     start: Admit,
     flight: Option<StartFlight>,
 ) -> Result<(), StartError> {
+    let mut start = start;
+    let known_input = start.known_input.take();
     let run = start.at(inner.clock.tick().await);
     let id = run.id;
     let record = admitted_run(&run);
@@ -533,7 +543,7 @@ async fn admit(
     if token.is_none() && !run.delayed() && inner.can_take(&record.workflow) {
         let workflow = record.workflow.clone();
         let (answer, admitted) = tokio::sync::oneshot::channel();
-        drive_pending(&inner, record, run, Via::Start(answer));
+        drive_pending(&inner, record, run, Via::Start(answer), known_input);
         // Admitted without a lease here, the driver has woken a worker for it already.
         admitted.await.map_err(|_| {
             StoreError::database("the run's driver stopped before admitting it; it was not started")
@@ -576,12 +586,20 @@ async fn admit(
 /// Spawns the driver of `run` (whose record is `record`) before its admission: the driver
 /// polls the workflow's first round and admits the run `via` the start or the tick's firing,
 /// with that round (`driver/admission.rs`). Counted among the runs driven here from now on.
-pub(super) fn drive_pending(inner: &Arc<Inner>, record: RunRecord, run: NewRun, via: Via) {
+/// `known_input`: the plain value of the run's arguments, when sealing changed them.
+pub(super) fn drive_pending(
+    inner: &Arc<Inner>,
+    record: RunRecord,
+    run: NewRun,
+    via: Via,
+    known_input: Option<Value>,
+) {
     let leased = LeasedRun::admitted(record);
     let pending = Pending {
         run,
         admitting: Arc::new(std::sync::atomic::AtomicBool::new(true)),
         via,
+        known_input,
     };
     spawn_run(inner, leased, Some(Box::new(pending)));
 }

@@ -34,7 +34,7 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 if let Some(a) = rt.active().get(&run) {
                     a.stop.notify_one();
                 }
-                rt.run_ended(run, None);
+                rt.run_ended(run, None, None);
             }
             Ok(Notice::Chunk(run)) => rt.stream_changed(run),
             Ok(Notice::SchedulesChanged) => rt.schedules_changed.notify_one(),
@@ -171,7 +171,7 @@ async fn stop_runs_ended_elsewhere(rt: &Arc<Inner>) {
                     tracing::info!(run_id = %id, "run ended elsewhere; stopping it here");
                     a.stop.notify_one();
                 }
-                rt.run_ended(id, None);
+                rt.run_ended(id, None, None);
             }
         }
         Err(e) => tracing::warn!(error = %e, "checking for runs ended elsewhere failed"),

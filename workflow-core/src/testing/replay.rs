@@ -215,7 +215,7 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
         core.patches(),
         crate::config::HistoryLimits::default(),
     );
-    let body = (reg.run)(&ctx.payloads, owner, history.run.input.clone())
+    let body = (reg.run)(&ctx.payloads, owner, history.run.input.clone(), None)
         .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
     let mut fut = Box::pin(ctx.scope(body));
     let mut cx = Context::from_waker(Waker::noop());
@@ -239,7 +239,7 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
             });
         core.issue(ctx.take_issued(), now)?;
         if let Poll::Ready(result) = polled {
-            core.returned(result, now)?;
+            core.returned(result.map(|e| e.stored), now)?;
             return Ok(());
         }
         match core.next_delivery() {
