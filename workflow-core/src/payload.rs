@@ -628,13 +628,15 @@ impl Payloads {
     /// [`Payloads::seal`], keeping the plain value beside the stored one when they differ, as
     /// [`Payloads::encode_keeping`] does: a run's arguments, handed with the run to its driver
     /// here, and a run's output, told to its waiters here (see [`Payloads::open_known`]).
-    /// Remembered too (see [`crypto::seal`]): other readers of this process may read it.
+    /// `remember`: kept for other readers of this process too (see [`crypto::seal`]), when
+    /// some may open it from the store.
     pub(crate) fn seal_kept(
         &self,
         serialized: Result<Value, serde_json::Error>,
         cx: PayloadContext<'_>,
+        remember: bool,
     ) -> Result<Encoded, PayloadError> {
-        self.seal_keeping(serialized, cx, true)
+        self.seal_keeping(serialized, cx, remember)
     }
 
     /// [`Payloads::seal`], keeping the plain value as [`Payloads::encode_keeping`] does;

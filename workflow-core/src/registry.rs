@@ -107,14 +107,23 @@ impl<T> WorkflowReturn for Result<T, Error> {
 
 /// Decodes a run's recorded arguments and runs the body, whose output it encodes (for the
 /// run's chain: its end is the chain's).
-/// How a registered workflow's run is begun: from the payloads, the run, its stored arguments
-/// and, when this process sealed them and kept them, their plain value.
-type ErasedRun = fn(
-    &Payloads,
-    Owner,
-    Value,
-    Option<Value>,
-) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error>;
+/// How a registered workflow's run is begun: from the payloads, the run and what it begins
+/// with.
+type ErasedRun =
+    fn(&Payloads, Owner, RunInput) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error>;
+
+/// What a run begins with.
+pub(crate) struct RunInput {
+    /// Its arguments as stored.
+    pub(crate) stored: Value,
+    /// Their plain value, when this process sealed them and kept it: read instead of opening
+    /// `stored`.
+    pub(crate) known: Option<Value>,
+    /// Whether its output, once sealed, is kept among the payloads sealed lately (see
+    /// [`crate::crypto::seal`]): a child's, which its parent's driver here reads from the
+    /// store. Another run's is told to its waiters here in the clear.
+    pub(crate) remember_output: bool,
+}
 
 /// A workflow in the link-time registry.
 pub struct WorkflowRegistration {
@@ -141,13 +150,12 @@ impl WorkflowRegistration {
 fn run_erased<W: WorkflowDef>(
     payloads: &Payloads,
     run: Owner,
-    input: Value,
-    known_input: Option<Value>,
+    input: RunInput,
 ) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error> {
     let args = payloads
         .open_known(
-            input,
-            known_input,
+            input.stored,
+            input.known,
             PayloadKind::WorkflowInput { workflow: W::NAME }.of_run(run),
             W::decode_args,
         )
@@ -160,7 +168,11 @@ fn run_erased<W: WorkflowDef>(
             workflow: Some(W::NAME),
         };
         payloads
-            .seal_kept(W::encode_output(&out), cx.of_run(run))
+            .seal_kept(
+                W::encode_output(&out),
+                cx.of_run(run),
+                input.remember_output,
+            )
             .map_err(PayloadError::fatal)
     }))
 }

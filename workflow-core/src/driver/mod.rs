@@ -31,7 +31,7 @@ use crate::error::{Error, StoreError};
 use crate::history::{never, Event};
 use crate::ids::RunId;
 use crate::payload::Encoded;
-use crate::registry::{BoxFuture, WorkflowRegistration};
+use crate::registry::{BoxFuture, RunInput, WorkflowRegistration};
 use crate::replay::{Effect, End, HookKey, Replay, StepId, Writes};
 use crate::store::{
     Append, ClaimOutcome, EndHint, Event as Recorded, Lease, LeasedRun, RunOutcome, RunStatus,
@@ -365,8 +365,12 @@ impl Driver {
                 return d.block_unreadable(&why).await;
             }
             // The arguments a start here sealed, handed over in the clear with the run.
-            let known_input = d.pending.as_mut().and_then(|p| p.known_input.take());
-            match (reg.run)(&d.ctx.payloads, owner, run.input, known_input) {
+            let input = RunInput {
+                stored: run.input,
+                known: d.pending.as_mut().and_then(|p| p.known_input.take()),
+                remember_output: d.parent.is_some(),
+            };
+            match (reg.run)(&d.ctx.payloads, owner, input) {
                 Ok(fut) => {
                     let fut: WorkflowFuture = Box::pin(InSpan::new(span, d.ctx.scope(fut)));
                     d.drive(fut, &signals).await

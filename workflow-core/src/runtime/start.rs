@@ -300,10 +300,17 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
             let id = RunId::new();
             // A child of the caller's current span, kept with the run (feature `otel`).
             let (span, trace) = crate::traces::start_span(W::NAME, id, None);
+            // The arguments are handed in the clear to a driver here that begins the run at
+            // once; kept for other readers here (see `crypto::seal`) only when the run may
+            // begin otherwise (a worker acquires it later).
+            let handed = self.hook.is_none()
+                && self.begin.is_none()
+                && self.queue.is_none()
+                && self.rt.inner.can_take(W::NAME);
             let Encoded {
                 stored: input,
                 plain: known_input,
-            } = sealed::<W>(&self.rt, id, self.input)?;
+            } = sealed::<W>(&self.rt, id, self.input, !handed)?;
             if let Some(why) = self.hook.as_deref().and_then(invalid_token) {
                 return Err(StartError::InvalidToken(why));
             }
@@ -361,17 +368,20 @@ impl<W: WorkflowDef> IntoFuture for Start<W> {
 }
 
 /// The arguments of run `id` of `W`, as serialized, made ready for the store (and their
-/// plain value when the store's differs).
+/// plain value when the store's differs); `remember` as [`Payloads::seal_kept`].
+///
+/// [`Payloads::seal_kept`]: crate::payload::Payloads::seal_kept
 fn sealed<W: WorkflowDef>(
     rt: &Runtime,
     id: RunId,
     input: Result<Value, serde_json::Error>,
+    remember: bool,
 ) -> Result<Encoded, StartError> {
     let cx = PayloadKind::WorkflowInput { workflow: W::NAME }.of(id);
     rt.inner
         .config
         .payloads
-        .seal_kept(input, cx)
+        .seal_kept(input, cx, remember)
         .map_err(|e| match e {
             PayloadError::TooLarge(e) => StartError::TooLarge(e),
             e => StartError::Serialize {
@@ -415,7 +425,7 @@ impl<W: WorkflowDef> IntoFuture for OrResume<W> {
             } = self.start;
             let id = RunId::new();
             let (span, trace) = crate::traces::start_span(W::NAME, id, None);
-            let input = sealed::<W>(&rt, id, input)?.stored;
+            let input = sealed::<W>(&rt, id, input, true)?.stored;
             let Some(token) = hook else {
                 return Err(StartError::InvalidToken(
                     "`.or_resume(..)` needs `.hook(token)`: the token to resume through".into(),

@@ -215,8 +215,16 @@ fn replay_in<Args, W: IntoWorkflow<Args>>(
         core.patches(),
         crate::config::HistoryLimits::default(),
     );
-    let body = (reg.run)(&ctx.payloads, owner, history.run.input.clone(), None)
-        .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
+    let body = (reg.run)(
+        &ctx.payloads,
+        owner,
+        crate::registry::RunInput {
+            stored: history.run.input.clone(),
+            known: None,
+            remember_output: false,
+        },
+    )
+    .map_err(|e| ReplayError::Mismatch(format!("the recorded arguments do not fit: {e}")))?;
     let mut fut = Box::pin(ctx.scope(body));
     let mut cx = Context::from_waker(Waker::noop());
     let now = from_millis(
