@@ -141,6 +141,10 @@ struct Cli {
     /// with the same figures without.
     #[arg(long)]
     encrypt: bool,
+    /// With `--encrypt`: seal in the envelope's compact form, a string
+    /// (`Keys::compact_envelopes`), instead of an object of one field.
+    #[arg(long, requires = "encrypt")]
+    compact_envelopes: bool,
     /// Install what a production service runs with: a Prometheus metrics recorder
     /// (metrics-exporter-prometheus, no listener) and a `tracing` subscriber at INFO writing to
     /// a sink, so every metric and span the runtime emits is recorded and formatted. To compare
@@ -176,6 +180,9 @@ impl Cli {
         }
         if self.encrypt {
             args.push("--encrypt".to_owned());
+        }
+        if self.compact_envelopes {
+            args.push("--compact-envelopes".to_owned());
         }
         if self.telemetry {
             args.push("--telemetry".to_owned());
@@ -285,6 +292,7 @@ fn title(cli: &Cli) -> String {
                 " (payloads encrypted, metrics, tracing and OpenTelemetry traces recorded)"
             }
             (true, true) => " (payloads encrypted, metrics and tracing recorded)",
+            (true, false) if cli.compact_envelopes => " (payloads encrypted, compact envelopes)",
             (true, false) => " (payloads encrypted)",
             (false, true) if cfg!(feature = "otel") => {
                 " (metrics, tracing and OpenTelemetry traces recorded)"
@@ -315,6 +323,7 @@ async fn main() -> BoxResult<()> {
         });
     }
     stores::ENCRYPT.store(cli.encrypt, std::sync::atomic::Ordering::Relaxed);
+    stores::COMPACT.store(cli.compact_envelopes, std::sync::atomic::Ordering::Relaxed);
     let metrics = if cli.telemetry {
         Some(install_telemetry()?)
     } else {

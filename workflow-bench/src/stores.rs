@@ -12,6 +12,10 @@ use crate::BoxResult;
 /// `--encrypt`: every runtime the trials build seals its payloads (SPEC 18) with one key.
 pub static ENCRYPT: AtomicBool = AtomicBool::new(false);
 
+/// `--compact-envelopes`: with `--encrypt`, payloads are sealed in the envelope's compact form
+/// (`Keys::compact_envelopes`).
+pub static COMPACT: AtomicBool = AtomicBool::new(false);
+
 /// A store the scenarios can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum StoreKind {
@@ -94,7 +98,12 @@ impl Fresh {
         // the default hard limit (50,000): measured here is replay, not the limit.
         let b = self.store_builder().history_limits(1_000_000, 1 << 32);
         if ENCRYPT.load(Ordering::Relaxed) {
-            b.encryption(Keys::new().current("bench", [7u8; 32]))
+            let keys = Keys::new().current("bench", [7u8; 32]);
+            b.encryption(if COMPACT.load(Ordering::Relaxed) {
+                keys.compact_envelopes()
+            } else {
+                keys
+            })
         } else {
             b
         }

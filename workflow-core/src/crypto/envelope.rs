@@ -1,10 +1,10 @@
-//! The envelope a sealed payload is stored in. Every store keeps payloads as JSON values, so
-//! an envelope is one: written since version 5, a JSON string that readers recognise by its
-//! reserved marker and a `:` at its start, then the form's name, the key id, then the nonce
-//! and the ciphertext in one base64 text:
+//! The envelope a sealed payload is stored in: a JSON object, because every store keeps
+//! payloads as JSON values, that readers recognise by its reserved marker. Written since
+//! version 4, one field: the form's name, the key id, then the nonce and the ciphertext in
+//! one base64 string:
 //!
 //! ```json
-//! "$wf_sealed:v4:2026-12:<12 bytes of nonce, then ciphertext and tag, base64>"
+//! {"$wf_sealed": "v4:2026-12:<12 bytes of nonce, then ciphertext and tag, base64>"}
 //! ```
 //!
 //! The form is `v4` for a payload's bytes, `v4c` for a [`Codec`](super::Codec)'s. A key id is
@@ -13,13 +13,15 @@
 //! (see [`Keyring::gcm`]): a data key seals the payloads of one run (or one chain, or one hook
 //! token), far fewer than the 2^32 messages below which random 96-bit nonces are safe.
 //!
-//! Version 4 held the same text in an object's one field, `{"$wf_sealed": "v4:..."}`;
-//! version 5 is that text as a string: a payload is cloned, dropped and serialized several
-//! times on its way to the store and back, and a string costs one allocation where an
-//! object's map cost three and a tree node. Both open alike (the same cipher and associated
-//! data).
+//! Written with [`Keys::compact_envelopes`](super::Keys::compact_envelopes), and read always:
+//! version 5, the same text as a JSON string after the marker and a `:`,
+//! `"$wf_sealed:v4:2026-12:<base64>"`. A payload is cloned, dropped and serialized several
+//! times on its way to the store and back, and a string costs one allocation where the
+//! object's map costs three and a tree node (about 10,000 instructions of the 49,000 that
+//! encryption adds to a one-step run). A build that reads only objects would take such a
+//! string for a plain value and misread it, hence the option, for once no such build runs.
 //!
-//! Envelopes written before are read as well: version 4, version 3 (the same cipher and
+//! Envelopes written before are read as well: version 3 (the same cipher and
 //! associated data, the key id in a field of its own), and, sealed with XChaCha20-Poly1305,
 //! version 2 (no form's name, a nonce of 24 bytes) and version 1 (the nonce and the
 //! ciphertext in fields of their own; a nonce of 24 bytes is exactly 32 base64 characters, so
@@ -31,10 +33,10 @@
 //! {"$wf_sealed": 1, "key": "2026-12", "nonce": "<24 bytes, base64>", "data": "<ciphertext and tag, base64>"}
 //! ```
 //!
-//! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 was version 3
+//! Versions 1 to 3 carry `"coded": 1` when their bytes are a codec's. Version 4 is version 3
 //! in one string: one map entry to build, clone, store and drop instead of two or three, and
-//! nine bytes fewer (eighteen for a codec's). A codec's bytes without encryption are still
-//! written as version 1 (`{"$wf_sealed": 1, "coded": 1, "data": ...}`). The associated data
+//! nine bytes fewer (eighteen for a codec's). A codec's bytes without encryption are written
+//! as version 1 (`{"$wf_sealed": 1, "coded": 1, "data": ...}`). The associated data
 //! binds the ciphertext to its cipher, its subject, its kind, its place, its key id and
 //! whether its bytes are a codec's, so a ciphertext moved anywhere else fails to open.
 
@@ -58,8 +60,8 @@ const GCM_PREFIX: &str = "gcm:";
 /// payload's bytes, for a codec's.
 const V4: &str = "v4";
 const V4_CODED: &str = "v4c";
-/// What begins an envelope of version 5: the marker and a `:`, then a sealed text of version
-/// 4.
+/// What begins an envelope of version 5 (written with `Keys::compact_envelopes`): the marker
+/// and a `:`, then a sealed text of version 4.
 const STRING_PREFIX: &str = "$wf_sealed:";
 /// How far into a sealed text a form's name and its `:` may reach.
 const NAME_MAX: usize = 16;
@@ -311,12 +313,13 @@ pub(crate) fn seal(
     // One string: the form's name, the key id, the nonce's 16 characters, then the
     // ciphertext's (12 bytes of nonce are 16 characters without padding, so the two
     // encodings are one).
-    let nonce_at = STRING_PREFIX.len() + form.len() + 1 + key_id.len() + 1;
+    let prefix = if ring.compact() { STRING_PREFIX } else { "" };
+    let nonce_at = prefix.len() + form.len() + 1 + key_id.len() + 1;
     let data_at = nonce_at + cipher.nonce_b64();
     // Encoded into the text's own buffer, sized once (the engine's string encoding goes
     // through a chunked writer).
     let mut text = Vec::with_capacity(nonce_at + bytes.len().div_ceil(3) * 4);
-    text.extend_from_slice(STRING_PREFIX.as_bytes());
+    text.extend_from_slice(prefix.as_bytes());
     text.extend_from_slice(form.as_bytes());
     text.push(b':');
     text.extend_from_slice(key_id.as_bytes());
@@ -337,7 +340,12 @@ pub(crate) fn seal(
             plaintext,
         );
     }
-    Value::String(sealed)
+    if ring.compact() {
+        return Value::String(sealed);
+    }
+    let mut m = Map::new();
+    m.insert(MARKER.to_owned(), Value::String(sealed));
+    Value::Object(m)
 }
 
 /// `bytes` of a [`Codec`](super::Codec), without encryption: an envelope with no key.

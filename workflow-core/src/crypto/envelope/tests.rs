@@ -7,24 +7,33 @@ fn ring(id: &str, byte: u8) -> Keyring {
     Keys::new().current(id, [byte; 32]).ring().unwrap()
 }
 
-/// The sealed text of version 5 envelope `v` (after the marker and its `:`).
+/// The sealed text of envelope `v` of version 4 (its one field) or 5 (after the marker and its
+/// `:`).
 fn text_of(v: &Value) -> &str {
-    v.as_str().unwrap().strip_prefix(STRING_PREFIX).unwrap()
+    match v {
+        Value::String(s) => s.strip_prefix(STRING_PREFIX).unwrap(),
+        _ => v[MARKER].as_str().unwrap(),
+    }
 }
 
-/// A version 5 envelope of sealed text `text`.
+/// A version 4 envelope of sealed text `text`, as `seal` writes it.
 fn with_text(text: &str) -> Value {
-    Value::from(format!("{STRING_PREFIX}{text}"))
-}
-
-/// Version 5 envelope `v` as version 4 wrote it: the same text in an object's one field.
-fn as_version_4(v: &Value) -> Value {
     let mut m = Map::new();
-    m.insert(MARKER.to_owned(), Value::from(text_of(v)));
+    m.insert(MARKER.to_owned(), Value::from(text));
     Value::Object(m)
 }
 
-/// Version 5 envelope `v` as version 3 wrote it: the same nonce and ciphertext after
+/// Envelope `v` of version 4 or 5 as version 4 writes it: the text in an object's one field.
+fn as_version_4(v: &Value) -> Value {
+    with_text(text_of(v))
+}
+
+/// Envelope `v` as version 5 holds it: the same text in a string after the marker.
+fn as_version_5(v: &Value) -> Value {
+    Value::from(format!("{STRING_PREFIX}{}", text_of(v)))
+}
+
+/// Version 4 envelope `v` as version 3 wrote it: the same nonce and ciphertext after
 /// `gcm:`, the key id (and the codec's flag) in fields of their own.
 fn as_version_3(v: &Value) -> Value {
     let text = text_of(v);
@@ -118,10 +127,35 @@ fn a_sealed_payload_opens_only_where_it_was_sealed() {
     assert_eq!(err, OpenError::MissingKey("k1".into()));
     assert!(err.to_string().contains("key \"k1\""), "{err}");
     assert_eq!(open(None, &v, &b), Err(OpenError::MissingKey("k1".into())));
-    // One string: the marker, the form, the key id, the nonce and the ciphertext.
+    // One field: the form, the key id, the nonce and the ciphertext.
     let text = text_of(&v);
     assert!(text.starts_with("v4:k1:"), "{v}");
-    assert!(v.as_str().unwrap().starts_with("$wf_sealed:v4:k1:"), "{v}");
+    assert_eq!(v.as_object().unwrap().len(), 1, "{v}");
+    // Sealed compact, the same ciphertext in a string: opens alike, for a ring without the
+    // option too.
+    let compact = Keys::new()
+        .current("k1", [1; 32])
+        .compact_envelopes()
+        .ring()
+        .unwrap();
+    let c = seal(&compact, b"secret marker", &b, false, true);
+    assert!(c.as_str().unwrap().starts_with("$wf_sealed:v4:k1:"), "{c}");
+    assert_eq!(sealed_key(&c), Some("k1"));
+    assert_eq!(sealed_plain_len(&c), Some(13));
+    assert_eq!(open(Some(&r), &c, &b).unwrap().0, b"secret marker");
+    assert_eq!(open(Some(&compact), &v, &b).unwrap().0, b"secret marker");
+    // The same text in the string of version 5 opens alike.
+    let v5 = as_version_5(&v);
+    assert!(is_sealed(&v5) && sealed_key(&v5) == Some("k1"), "{v5}");
+    assert_eq!(open(Some(&r), &v5, &b).unwrap().0, b"secret marker");
+    assert!(matches!(
+        open(
+            Some(&r),
+            &v5,
+            &at(Subject::Run(other), "step_result", "s-1")
+        ),
+        Err(OpenError::Unauthentic { .. })
+    ));
     // A flipped ciphertext byte is caught.
     let mut bytes = B64.decode(&text["v4:k1:".len()..]).unwrap();
     bytes[Cipher::Gcm.nonce_bytes()] ^= 1;
@@ -148,7 +182,7 @@ fn a_sealed_payload_opens_only_where_it_was_sealed() {
         "v4:k1:AAAA",
         "v4:AAAAAAAAAAAAAAAAAAAAAAAA",
     ] {
-        for bad in [with_text(short), as_version_4(&with_text(short))] {
+        for bad in [with_text(short), as_version_5(&with_text(short))] {
             assert!(
                 matches!(open(Some(&r), &bad, &b), Err(OpenError::Malformed(_))),
                 "{bad}"
@@ -293,7 +327,7 @@ fn as_version_1(v: &Value) -> Value {
 }
 
 #[test]
-fn versions_1_to_4_still_open_and_are_measured() {
+fn versions_1_to_5_open_and_are_measured() {
     let run = RunId::new();
     let b = Binding {
         subject: Subject::Run(run),
@@ -303,9 +337,9 @@ fn versions_1_to_4_still_open_and_are_measured() {
     for coded in [false, true] {
         let v2 = seal_version_2(&ring("k1", 1), b"\"old secret\"", &b, coded);
         let v1 = as_version_1(&v2);
-        let v5 = seal(&ring("k1", 1), b"\"old secret\"", &b, coded, true);
-        let (v3, v4) = (as_version_3(&v5), as_version_4(&v5));
-        for old in [v1, v2, v3, v4] {
+        let v4 = seal(&ring("k1", 1), b"\"old secret\"", &b, coded, true);
+        let (v3, v5) = (as_version_3(&v4), as_version_5(&v4));
+        for old in [v1, v2, v3, v4, v5] {
             assert_eq!(sealed_key(&old), Some("k1"));
             assert!(is_sealed(&old));
             // A fresh ring: nothing sealed lately, so the cipher opens it.
@@ -382,7 +416,7 @@ fn a_stored_version_1_envelope_opens() {
     .unwrap();
     assert_eq!(open(Some(&keys), &v2, &b).unwrap(), (plain.to_vec(), false));
     assert_eq!(sealed_plain_len(&v2), Some(plain.len()));
-    // Sealed again (as `workflow rekey` does): version 5 under the current key.
+    // Sealed again (as `workflow rekey` does): version 4 under the current key.
     let again = seal(&keys, plain, &b, false, true);
     assert!(text_of(&again).starts_with("v4:2026-12:"), "{again}");
     assert_eq!(open(Some(&keys), &again, &b).unwrap().0, plain);
@@ -434,15 +468,15 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
         kind: "input",
         place: "",
     };
-    let v5 = seal(&r, b"1", &b, false, true);
-    let v5c = seal(&r, b"1", &b, true, true);
+    let v4 = seal(&r, b"1", &b, false, true);
+    let v4c = seal(&r, b"1", &b, true, true);
     let v2 = seal_version_2(&r, b"1", &b, false);
     for known in [
-        &v5,
-        &v5c,
-        &as_version_4(&v5),
-        &as_version_4(&v5c),
-        &as_version_3(&v5),
+        &v4,
+        &v4c,
+        &as_version_5(&v4),
+        &as_version_5(&v4c),
+        &as_version_3(&v4),
         &v2,
         &as_version_1(&v2),
         &wrap(b"1"),
@@ -455,7 +489,7 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
     assert!(
         matches!(open(Some(&r), &newer, &b), Err(OpenError::Malformed(m)) if m.contains("`x2`"))
     );
-    let newer = with_text("x2:k1:AAAA");
+    let newer = as_version_5(&with_text("x2:k1:AAAA"));
     assert_eq!(unknown_form(&newer).as_deref(), Some("cipher `x2`"));
     assert!(
         matches!(open(Some(&r), &newer, &b), Err(OpenError::Malformed(m)) if m.contains("`x2`"))
@@ -469,7 +503,7 @@ fn forms_of_newer_builds_are_told_apart_from_corrupt_ones() {
         unknown_form(&serde_json::json!({"$wf_sealed": far, "key": "k1"})),
         None
     );
-    assert_eq!(unknown_form(&with_text(&far)), None);
+    assert_eq!(unknown_form(&as_version_5(&with_text(&far))), None);
     assert_eq!(unknown_form(&serde_json::json!({"$wf_sealed": true})), None);
 }
 
