@@ -87,8 +87,8 @@ impl Keys {
     /// Seals new payloads in the envelope's compact form, a JSON string
     /// (`"$wf_sealed:v4:<key id>:<nonce and ciphertext>"`), instead of an object of one field
     /// (`{"$wf_sealed": "v4:<key id>:..."}`). The same ciphertext, a few bytes shorter, and
-    /// cheaper to copy on its way to the store and back: about a sixth less of the CPU that
-    /// encryption adds to a one-step run (BENCHMARKS.md, session 25).
+    /// cheaper to copy on its way to the store and back: about a fifth fewer of the
+    /// instructions encryption adds to a one-step run (BENCHMARKS.md, session 25).
     ///
     /// Every build since this option reads both forms. Builds before it read only objects and
     /// would take a compact envelope for a plain string, so turn it on only once no worker or
