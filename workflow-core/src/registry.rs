@@ -105,10 +105,9 @@ impl<T> WorkflowReturn for Result<T, Error> {
     }
 }
 
-/// Decodes a run's recorded arguments and runs the body, whose output it encodes (for the
+/// How a registered workflow's run is begun, from the payloads, the run and what it begins
+/// with: decodes the recorded arguments and runs the body, whose output it encodes (for the
 /// run's chain: its end is the chain's).
-/// How a registered workflow's run is begun: from the payloads, the run and what it begins
-/// with.
 type ErasedRun =
     fn(&Payloads, Owner, RunInput) -> Result<BoxFuture<'static, Result<Encoded, Error>>, Error>;
 
