@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, Notify};
 
 use crate::config::Config;
-use crate::context::{step_scope, RunCtx, StepExec, StepMetadata, StepSets};
+use crate::context::{RunCtx, StepExec};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
 use crate::history::{never, Event};
@@ -37,20 +37,20 @@ use crate::store::{
     Append, ClaimOutcome, EndHint, Event as Recorded, Lease, LeasedRun, RunOutcome, RunStatus,
     Store,
 };
-use crate::telemetry::AttemptOutcome;
 use crate::traces::InSpan;
 use waker::FlagWaker;
 
 pub(crate) use self::admission::{FireTick, Pending, TickAdmission, Via};
 
 mod admission;
+mod attempts;
 mod chain;
 mod children;
 mod stops;
 mod transactional;
 mod waker;
 
-use self::transactional::{Recorded as TxRecorded, TxAttempt};
+use self::attempts::AttemptDone;
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
@@ -121,57 +121,6 @@ enum Stop {
     Evicted,
     /// Blocked: its replay diverged; given back until a build that fits takes it.
     Blocked,
-}
-
-/// An attempt's outcome, reported by its task.
-struct AttemptDone {
-    step_id: StepId,
-    attempt: u32,
-    outcome: Result<Value, Error>,
-    /// What the attempt published with `set_event` (encoded), recorded with its outcome.
-    published: Vec<(String, Value)>,
-    /// Whether the attempt recorded its outcome itself (a transactional step's commit).
-    recorded: TxRecorded,
-}
-
-/// Sends an attempt's outcome to the driver exactly once: if the attempt's task ends without
-/// one (it panicked outside the step's own future), the attempt counts as failed, so the driver
-/// never waits for an attempt that is gone. (An aborted task reports to a driver that stopped.)
-struct Report {
-    done: mpsc::UnboundedSender<AttemptDone>,
-    step_id: Option<StepId>,
-    attempt: u32,
-    sets: Arc<StepSets>,
-}
-
-impl Report {
-    fn send(&mut self, outcome: Result<Value, Error>, recorded: TxRecorded) {
-        if let Some(step_id) = self.step_id.take() {
-            // A transactional attempt committed its values with its result.
-            let published = match &recorded {
-                TxRecorded::No => self.sets.take(),
-                _ => Vec::new(),
-            };
-            let _ = self.done.send(AttemptDone {
-                step_id,
-                attempt: self.attempt,
-                outcome,
-                published,
-                recorded,
-            });
-        }
-    }
-}
-
-impl Drop for Report {
-    fn drop(&mut self) {
-        self.send(
-            Err(Error::panicked(
-                "the step attempt's task ended without an outcome",
-            )),
-            TxRecorded::No,
-        );
-    }
 }
 
 /// What the driver is told from outside while it runs.
@@ -653,74 +602,6 @@ impl Driver {
         }
     }
 
-    /// An attempt reported `done`. While a transactional attempt is in flight, the others'
-    /// outcomes wait for it; a lost lease stops the driver.
-    fn attempt_done(&mut self, done: AttemptDone) -> Result<(), StoreError> {
-        match &self.tx_attempt {
-            Some(tx) if *tx != done.step_id => {
-                self.held.push_back(done);
-                return Ok(());
-            }
-            Some(_) => self.tx_attempt = None,
-            None => {}
-        }
-        self.finish_attempt(done)?;
-        while let Some(done) = self.held.pop_front() {
-            self.finish_attempt(done)?;
-        }
-        Ok(())
-    }
-
-    /// Hands an attempt's outcome to the core: recorded (and delivered) by the next write,
-    /// or, when the attempt's transaction recorded it, delivered at once.
-    fn finish_attempt(&mut self, done: AttemptDone) -> Result<(), StoreError> {
-        self.attempts.remove(&done.step_id);
-        match (done.recorded, done.outcome) {
-            (TxRecorded::LeaseLost, _) => return Err(StoreError::LeaseLost(self.ctx.run_id)),
-            (
-                TxRecorded::At {
-                    at,
-                    events,
-                    published,
-                },
-                Ok(value),
-            ) => {
-                self.last_seq += events;
-                let carried = self.tx_unwritten.take().unwrap_or_default();
-                let wake =
-                    !published.is_empty() || carried.events.iter().any(|e| e.event.publishes());
-                self.replay
-                    .published_by_store(&done.step_id, done.attempt, published);
-                self.replay
-                    .attempt_recorded(&done.step_id, done.attempt, value, at);
-                if wake {
-                    self.host.published(self.ctx.run_id);
-                }
-            }
-            (_, outcome) => {
-                // A transactional attempt that committed nothing: what it carried is written
-                // first, as it would have been before it.
-                if let Some(carried) = self.tx_unwritten.take() {
-                    // The attempt's task has ended: this is the last handle.
-                    let carried = Arc::try_unwrap(carried).unwrap_or_else(|c| (*c).clone());
-                    self.replay.restore_writes(carried);
-                }
-                let backoff = self.host.config().backoff(done.attempt);
-                // Every error an attempt recorded is sealed (a step's message, a panic's).
-                let place = done.step_id.to_string();
-                let binding = places::of_run(self.ctx.owner(), places::STEP_ERROR, &place);
-                let outcome = outcome.map_err(|e| self.ctx.payloads.seal_error(e, &binding));
-                let now = self.host.now();
-                self.replay
-                    .attempt_published(&done.step_id, done.attempt, done.published, now);
-                self.replay
-                    .attempt_finished(&done.step_id, done.attempt, outcome, now, backoff);
-            }
-        }
-        self.deliver_ready();
-        Ok(())
-    }
-
     /// Hands the next live result to the workflow, if one is ready.
     fn deliver_ready(&mut self) {
         if let Some(Ok(delivery)) = self.replay.next_delivery() {
@@ -832,120 +713,6 @@ impl Driver {
                 _ => return Err(StoreError::LeaseLost(run_id)),
             }
         }
-    }
-
-    /// Runs one attempt of a step as a task of its own; its outcome comes back on `done_tx`.
-    /// A transactional step's attempt runs in a store transaction and records its own result
-    /// (`driver/transactional.rs`); until it reports, the driver waits for it alone.
-    fn start_attempt(&mut self, step_id: StepId, attempt: u32) {
-        let Some(call) = self.replay.step(&step_id) else {
-            return;
-        };
-        let name = call.name;
-        let meta = StepMetadata {
-            step_id: step_id.to_string(),
-            step_name: name.to_owned(),
-            run_id: self.ctx.run_id,
-            attempt,
-            started_at: self.host.now(),
-        };
-        // One span per attempt, so exporters see each try with its own duration. In logs it
-        // is a child of the run's span; in traces (feature `otel`) a child of the context the
-        // run was started in, whatever process runs it and however often the run was picked
-        // up again: a span a crash left unfinished is never its parent.
-        let span = tracing::info_span!(
-            parent: &self.span,
-            "step",
-            workflow.run_id = %self.ctx.run_id,
-            workflow.name = self.ctx.workflow,
-            step.name = name,
-            step.id = %step_id,
-            step.attempt = attempt,
-            step.outcome = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        );
-        self.trace.adopt(&span);
-        let timed_out = Arc::new(AtomicBool::new(false));
-        let sets = StepSets::new(self.ctx.owner(), self.ctx.payloads.clone());
-        let run: BoxFuture<'static, (Result<Value, Error>, TxRecorded)> = if call.transactional {
-            self.tx_attempt = Some(step_id.clone());
-            let carried = Arc::new(self.tx_pending.take().unwrap_or_default());
-            self.tx_unwritten = Some(carried.clone());
-            let attempt = TxAttempt {
-                host: self.host.clone(),
-                lease: self.lease.clone(),
-                step_id: step_id.clone(),
-                name,
-                exec: call.body.clone(),
-                input: call.input.clone(),
-                timeout: call.timeout,
-                meta,
-                sets: sets.clone(),
-                carried,
-            };
-            Box::pin(attempt.run(timed_out.clone()))
-        } else {
-            let body = (call.body)(&call.input);
-            let timed_out_here = timed_out.clone();
-            let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
-                // At the deadline the attempt's future is dropped, and the attempt failed.
-                Some(limit) => Box::pin(async move {
-                    tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
-                        timed_out_here.store(true, Ordering::Relaxed);
-                        Err(Error::retryable(format!(
-                            "step `{name}` timed out after {}",
-                            crate::config::human_duration(limit)
-                        )))
-                    })
-                }),
-                None => body,
-            };
-            let fut = self
-                .host
-                .clone()
-                .enter_step(Box::pin(step_scope(meta, sets.clone(), body)));
-            Box::pin(async move {
-                let outcome = match AssertUnwindSafe(fut).catch_unwind().await {
-                    // The body encoded the result (`call_step`), checked against the limit.
-                    Ok(outcome) => outcome,
-                    Err(panic) => Err(Error::panicked(format!(
-                        "step `{name}` panicked: {}",
-                        panic_message(&panic)
-                    ))),
-                };
-                (outcome, TxRecorded::No)
-            })
-        };
-        let key = step_id.clone();
-        let mut report = Report {
-            done: self.done_tx.clone(),
-            step_id: Some(step_id),
-            attempt,
-            sets,
-        };
-        // The attempt records its outcome on its span, handed in rather than looked up.
-        let outcome_span = span.clone();
-        let task = async move {
-            let began = std::time::Instant::now();
-            let (outcome, recorded) = run.await;
-            if let Err(e) = &outcome {
-                tracing::warn!(error = %e, "step attempt failed");
-            }
-            let how = match &outcome {
-                Ok(_) => AttemptOutcome::Ok,
-                Err(_) if timed_out.load(Ordering::Relaxed) => AttemptOutcome::Timeout,
-                Err(e) if e.is_panic() => AttemptOutcome::Panic,
-                Err(_) => AttemptOutcome::Error,
-            };
-            crate::telemetry::step_attempt(name, how, began.elapsed());
-            outcome_span.record("step.outcome", how.label());
-            if how != AttemptOutcome::Ok {
-                outcome_span.record("otel.status_code", "error");
-            }
-            report.send(outcome, recorded);
-        };
-        let h = tokio::spawn(InSpan::new(span, task));
-        self.attempts.insert(key, h.abort_handle());
     }
 
     /// Makes what the core decided durable.
