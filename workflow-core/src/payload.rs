@@ -612,7 +612,7 @@ impl Payloads {
         value: &T,
         cx: PayloadContext<'_>,
     ) -> Result<Encoded, PayloadError> {
-        self.seal_keeping(to_json(value), cx, false)
+        self.seal_kept(to_json(value), cx, false)
     }
 
     /// A value serialized by generated code (a workflow's arguments or output, whose types
@@ -622,26 +622,15 @@ impl Payloads {
         serialized: Result<Value, serde_json::Error>,
         cx: PayloadContext<'_>,
     ) -> Result<Value, PayloadError> {
-        self.seal_keeping(serialized, cx, true).map(|e| e.stored)
+        self.seal_kept(serialized, cx, true).map(|e| e.stored)
     }
 
     /// [`Payloads::seal`], keeping the plain value beside the stored one when they differ, as
     /// [`Payloads::encode_keeping`] does: a run's arguments, handed with the run to its driver
     /// here, and a run's output, told to its waiters here (see [`Payloads::open_known`]).
-    /// `remember`: kept for other readers of this process too (see [`crypto::seal`]), when
-    /// some may open it from the store.
+    /// `remember` as [`Payloads::wrap_bytes`]: kept for other readers of this process too,
+    /// when some may open it from the store (needless where the plain value is read).
     pub(crate) fn seal_kept(
-        &self,
-        serialized: Result<Value, serde_json::Error>,
-        cx: PayloadContext<'_>,
-        remember: bool,
-    ) -> Result<Encoded, PayloadError> {
-        self.seal_keeping(serialized, cx, remember)
-    }
-
-    /// [`Payloads::seal`], keeping the plain value as [`Payloads::encode_keeping`] does;
-    /// `remember` as [`Payloads::wrap_bytes`] (needless where the plain value is read).
-    fn seal_keeping(
         &self,
         serialized: Result<Value, serde_json::Error>,
         cx: PayloadContext<'_>,

@@ -192,7 +192,6 @@ const AD_BYTES: usize = 256;
 
 /// Bytes built on the stack while they fit in `N`, on the heap beyond: a subject and an
 /// associated data are built for every payload sealed or opened, most of them short.
-#[derive(Clone)]
 pub(super) enum Built<const N: usize> {
     Stack([u8; N], usize),
     Heap(Vec<u8>),

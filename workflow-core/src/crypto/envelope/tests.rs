@@ -520,28 +520,18 @@ fn a_version_3_envelope_made_elsewhere_opens() {
         place: "stp_1",
     };
     let keys = Keys::new().current("2026-12", [1; 32]).ring().unwrap();
-    let stored: Value = serde_json::from_str(STORED_V3).unwrap();
-    assert_eq!(
-        open(Some(&keys), &stored, &b).unwrap(),
-        (b"\"written by version 3\"".to_vec(), false)
-    );
-    assert_eq!(sealed_plain_len(&stored), Some(22));
-    // The same nonce and ciphertext in version 4's one string.
-    let v4: Value = serde_json::from_str(STORED_V4).unwrap();
-    assert_eq!(sealed_key(&v4), Some("2026-12"));
-    assert_eq!(
-        open(Some(&keys), &v4, &b).unwrap(),
-        (b"\"written by version 3\"".to_vec(), false)
-    );
-    assert_eq!(sealed_plain_len(&v4), Some(22));
-    // And in version 5's string.
-    let v5: Value = serde_json::from_str(STORED_V5).unwrap();
-    assert_eq!(sealed_key(&v5), Some("2026-12"));
-    assert_eq!(
-        open(Some(&keys), &v5, &b).unwrap(),
-        (b"\"written by version 3\"".to_vec(), false)
-    );
-    assert_eq!(sealed_plain_len(&v5), Some(22));
+    // Version 3, then the same nonce and ciphertext in version 4's one string and in version
+    // 5's string.
+    let [stored, v4, v5] =
+        [STORED_V3, STORED_V4, STORED_V5].map(|text| serde_json::from_str::<Value>(text).unwrap());
+    for form in [&stored, &v4, &v5] {
+        assert_eq!(sealed_key(form), Some("2026-12"));
+        assert_eq!(
+            open(Some(&keys), form, &b).unwrap(),
+            (b"\"written by version 3\"".to_vec(), false)
+        );
+        assert_eq!(sealed_plain_len(form), Some(22));
+    }
     assert_eq!(as_version_4(&v5), v4);
     assert_eq!(as_version_3(&v5), stored);
 }
