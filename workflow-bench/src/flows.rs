@@ -34,6 +34,18 @@ pub async fn one_step(i: u64) -> Result<u64> {
     body(i).await
 }
 
+/// A step that returns its text (W3 with `--payload-bytes`).
+#[step(name = "bench.echo")]
+async fn echo(text: String) -> Result<String> {
+    Ok(text)
+}
+
+/// One step over a text: W3 with payloads of a chosen size (`--payload-bytes`).
+#[workflow(name = "bench.one_step_text")]
+pub async fn one_step_text(text: String) -> Result<String> {
+    echo(text).await
+}
+
 /// A step that takes `ms` milliseconds.
 #[step(name = "bench.nap")]
 async fn nap(ms: u64) -> Result<()> {

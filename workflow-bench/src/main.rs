@@ -145,6 +145,10 @@ struct Cli {
     /// (`Keys::compact_envelopes`), instead of an object of one field.
     #[arg(long, requires = "encrypt")]
     compact_envelopes: bool,
+    /// W3: each run takes and returns a text of this many bytes (its step too) instead of a
+    /// number, to see what a payload's size costs (with and without `--encrypt`).
+    #[arg(long, value_name = "BYTES")]
+    payload_bytes: Option<usize>,
     /// Install what a production service runs with: a Prometheus metrics recorder
     /// (metrics-exporter-prometheus, no listener) and a `tracing` subscriber at INFO writing to
     /// a sink, so every metric and span the runtime emits is recorded and formatted. To compare
@@ -186,6 +190,9 @@ impl Cli {
         }
         if self.telemetry {
             args.push("--telemetry".to_owned());
+        }
+        if let Some(b) = self.payload_bytes {
+            args.extend(["--payload-bytes".to_owned(), b.to_string()]);
         }
         args
     }
@@ -338,6 +345,7 @@ async fn main() -> BoxResult<()> {
         } else {
             Sizes::full()
         },
+        payload_bytes: cli.payload_bytes,
     };
     let rep = run(cli.scenario, &ctx).await?;
     println!();
@@ -453,6 +461,7 @@ mod tests {
             pg_url,
             stores: Some(stores),
             sizes: Sizes::tiny(),
+            payload_bytes: None,
         };
         let rep = run(Scenario::All, &ctx).await.expect("every scenario runs");
         let table = rep.render("test");
@@ -501,6 +510,36 @@ mod tests {
             .all(|l| l.split(' ').count() == 4 && l.starts_with('W')));
     }
 
+    /// W3 with `--payload-bytes`: every run takes and returns its own text of that size (a
+    /// run returning another text fails the scenario).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn w3_runs_with_texts_of_the_size_asked() {
+        let ctx = Ctx {
+            trials: 1,
+            pg_url: None,
+            stores: Some(vec![StoreKind::Memory, StoreKind::Sqlite]),
+            sizes: Sizes::tiny(),
+            payload_bytes: Some(40),
+        };
+        let mut rep = Report::default();
+        scenarios::w3(&ctx, &mut rep).await.expect("W3 runs");
+        let table = rep.render("test");
+        let sized = rep
+            .rows
+            .iter()
+            .filter(|r| r.scenario == "W3" && r.metric.contains(" 1-step runs, 40-byte texts,"))
+            .count();
+        assert_eq!(sized, 4, "{table}");
+        let text = scenarios::payload_text(7, 40);
+        assert_eq!((text.len(), &text[..1]), (40, "7"));
+        assert!(text.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_ne!(
+            text,
+            scenarios::payload_text(8, 40)[..].replacen('8', "7", 1)
+        );
+        assert_eq!(scenarios::payload_text(12345, 3), "123");
+    }
+
     /// The writer process of the streams scenario's cross-process trials, when this test
     /// binary is re-executed as one.
     #[tokio::test]
@@ -519,6 +558,12 @@ mod tests {
         assert_eq!(cli.scenario, Scenario::W1);
         assert_eq!(cli.stores, vec![StoreKind::Sqlite]);
         assert_eq!(cli.trials, 2);
+        assert_eq!(cli.payload_bytes, None);
+        let cli = Cli::try_parse_from(["workflow-bench", "w3", "--payload-bytes", "64"]).unwrap();
+        assert_eq!(cli.payload_bytes, Some(64));
+        assert!(cli
+            .forwarded()
+            .ends_with(&["--payload-bytes".to_owned(), "64".to_owned()]));
         let cli = Cli::try_parse_from(["workflow-bench"]).unwrap();
         assert_eq!(cli.scenario, Scenario::All);
         assert!(Cli::try_parse_from(["workflow-bench", "storm"]).is_ok());

@@ -11,7 +11,9 @@ use futures::StreamExt;
 use workflow_core::store::Event;
 use workflow_core::{Queue, Runtime, StartError};
 
-use crate::flows::{listener, one_step, parent_of_one, parked, probe, recovering, sequential};
+use crate::flows::{
+    listener, one_step, one_step_text, parent_of_one, parked, probe, recovering, sequential,
+};
 use crate::report::{median, percentile, Report, Row, Target, Unit};
 use crate::stores::{Fresh, StoreKind};
 use crate::BoxResult;
@@ -143,6 +145,9 @@ pub struct Ctx {
     /// Stores chosen on the command line (`None`: each scenario's default).
     pub stores: Option<Vec<StoreKind>>,
     pub sizes: Sizes,
+    /// `--payload-bytes`: W3's runs take and return a text of this many bytes (its step too)
+    /// instead of a number.
+    pub payload_bytes: Option<usize>,
 }
 
 impl Ctx {
@@ -1135,36 +1140,61 @@ pub async fn w3(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
                 let rt = builder.build().await?;
                 warm_up(&rt).await?;
                 let t0 = Instant::now();
-                let results: Vec<BoxResult<u64>> = futures::stream::iter(0..n)
+                let payload = ctx.payload_bytes;
+                let results: Vec<BoxResult<()>> = futures::stream::iter(0..n)
                     .map(|i| {
                         let rt = rt.clone();
                         async move {
-                            let start = rt.start(one_step, (i as u64,));
-                            let run = if queued {
-                                start.queue("w3").await?
-                            } else {
-                                start.await?
-                            };
-                            BoxResult::Ok(run.return_value().await?)
+                            match payload {
+                                None => {
+                                    let start = rt.start(one_step, (i as u64,));
+                                    let run = if queued {
+                                        start.queue("w3").await?
+                                    } else {
+                                        start.await?
+                                    };
+                                    run.return_value().await?;
+                                }
+                                Some(bytes) => {
+                                    let text = payload_text(i, bytes);
+                                    let start = rt.start(one_step_text, (text.clone(),));
+                                    let run = if queued {
+                                        start.queue("w3").await?
+                                    } else {
+                                        start.await?
+                                    };
+                                    if run.return_value().await? != text {
+                                        return Err(format!("run {i} returned another text").into());
+                                    }
+                                }
+                            }
+                            BoxResult::Ok(())
                         }
                     })
                     .buffer_unordered(in_flight)
                     .collect()
                     .await;
                 let wall = t0.elapsed().as_secs_f64();
-                results.into_iter().collect::<BoxResult<Vec<u64>>>()?;
+                results.into_iter().collect::<BoxResult<Vec<()>>>()?;
                 rate.push(n as f64 / wall);
                 rt.shutdown();
                 fresh.cleanup().await?;
             }
             let s = kind.name();
+            let sized = match ctx.payload_bytes {
+                Some(b) => format!(", {b}-byte texts"),
+                None => String::new(),
+            };
             let (w, what) = if queued {
                 (
                     "W3q",
-                    format!("{n} 1-step runs, {in_flight} in flight, one queue of concurrency {in_flight}"),
+                    format!("{n} 1-step runs{sized}, {in_flight} in flight, one queue of concurrency {in_flight}"),
                 )
             } else {
-                ("W3", format!("{n} 1-step runs, {in_flight} in flight"))
+                (
+                    "W3",
+                    format!("{n} 1-step runs{sized}, {in_flight} in flight"),
+                )
             };
             wline(rep, w, s, &rate, "workflows/s", 1.0);
             let mut row = Row::new("W3", s, what, Unit::PerSec).samples(rate);
@@ -1175,6 +1205,26 @@ pub async fn w3(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
         }
     }
     Ok(())
+}
+
+/// Run `i`'s text of `bytes` bytes: its number, then letters and digits drawn from a generator
+/// seeded by it: each run's own while the number fits, and about as compressible as a sealed
+/// value's base64 (a text of one repeated letter would let PostgreSQL's TOAST shrink the plain
+/// rows and not the sealed ones).
+pub(crate) fn payload_text(i: usize, bytes: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut text = i.to_string();
+    text.truncate(bytes);
+    // xorshift64*: cheap and fixed, so every build measures the same texts.
+    let mut state = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    while text.len() < bytes {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let r = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        text.push(char::from(ALPHABET[(r >> 58) as usize % ALPHABET.len()]));
+    }
+    text
 }
 
 /// A queue's slot handed over: runs of one 1-step workflow started at once into a queue of
