@@ -14,6 +14,7 @@
 //! the target where the scenario has one. See BENCHMARKS.md.
 
 mod chains;
+mod common;
 mod compare;
 mod flows;
 mod history;
@@ -266,7 +267,7 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             HookLatency => scenarios::hook_latency(ctx, &mut rep).await?,
             Memory => scenarios::memory(ctx, &mut rep).await?,
             ReplayTest => scenarios::replay_test(ctx, &mut rep).await?,
-            Children => scenarios::children(ctx, &mut rep).await?,
+            Children => common::children(ctx, &mut rep).await?,
             ScaleOut => scale::scale_out(ctx, &mut rep).await?,
             Streams => streams::streams(ctx, &mut rep).await?,
             QueueHandoff => scenarios::queue_handoff(ctx, &mut rep).await?,
@@ -276,10 +277,10 @@ async fn run(scenario: Scenario, ctx: &Ctx) -> BoxResult<Report> {
             Transactional => transactional::transactional(ctx, &mut rep).await?,
             ContinueAsNew => chains::continue_as_new_cost(ctx, &mut rep).await?,
             Spans => spans::spans_cost(ctx, &mut rep).await?,
-            W0 => scenarios::w0(ctx, &mut rep).await?,
-            W1 => scenarios::w1(ctx, &mut rep).await?,
-            W2 => scenarios::w2(ctx, &mut rep).await?,
-            W3 => scenarios::w3(ctx, &mut rep).await?,
+            W0 => common::w0(ctx, &mut rep).await?,
+            W1 => common::w1(ctx, &mut rep).await?,
+            W2 => common::w2(ctx, &mut rep).await?,
+            W3 => common::w3(ctx, &mut rep).await?,
             All | Common | Baseline => {}
         }
     }
@@ -522,7 +523,7 @@ mod tests {
             payload_bytes: Some(40),
         };
         let mut rep = Report::default();
-        scenarios::w3(&ctx, &mut rep).await.expect("W3 runs");
+        common::w3(&ctx, &mut rep).await.expect("W3 runs");
         let table = rep.render("test");
         let sized = rep
             .rows
@@ -530,14 +531,11 @@ mod tests {
             .filter(|r| r.scenario == "W3" && r.metric.contains(" 1-step runs, 40-byte texts,"))
             .count();
         assert_eq!(sized, 4, "{table}");
-        let text = scenarios::payload_text(7, 40);
+        let text = common::payload_text(7, 40);
         assert_eq!((text.len(), &text[..1]), (40, "7"));
         assert!(text.bytes().all(|b| b.is_ascii_alphanumeric()));
-        assert_ne!(
-            text,
-            scenarios::payload_text(8, 40)[..].replacen('8', "7", 1)
-        );
-        assert_eq!(scenarios::payload_text(12345, 3), "123");
+        assert_ne!(text, common::payload_text(8, 40)[..].replacen('8', "7", 1));
+        assert_eq!(common::payload_text(12345, 3), "123");
     }
 
     /// The writer process of the streams scenario's cross-process trials, when this test
