@@ -509,21 +509,18 @@ mod tests {
             .wlines
             .iter()
             .all(|l| l.split(' ').count() == 4 && l.starts_with('W')));
-    }
 
-    /// W3 with `--payload-bytes`: every run takes and returns its own text of that size (a
-    /// run returning another text fails the scenario).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn w3_runs_with_texts_of_the_size_asked() {
+        // W3 with `--payload-bytes`: every run takes and returns its own text of that size (a
+        // run returning another text fails the scenario).
         let ctx = Ctx {
-            trials: 1,
-            pg_url: None,
             stores: Some(vec![StoreKind::Memory, StoreKind::Sqlite]),
-            sizes: Sizes::tiny(),
             payload_bytes: Some(40),
+            ..ctx
         };
         let mut rep = Report::default();
-        common::w3(&ctx, &mut rep).await.expect("W3 runs");
+        common::w3(&ctx, &mut rep)
+            .await
+            .expect("W3 runs with texts");
         let table = rep.render("test");
         let sized = rep
             .rows
@@ -531,6 +528,13 @@ mod tests {
             .filter(|r| r.scenario == "W3" && r.metric.contains(" 1-step runs, 40-byte texts,"))
             .count();
         assert_eq!(sized, 4, "{table}");
+    }
+
+    /// The texts of W3 with `--payload-bytes`: the size asked, letters and digits, each run's
+    /// own. (W3 itself runs with them in `every_scenario_runs_at_a_tiny_size`: the scenarios
+    /// share process-wide probes, so no other test may run one beside it.)
+    #[test]
+    fn payload_texts_have_the_size_asked() {
         let text = common::payload_text(7, 40);
         assert_eq!((text.len(), &text[..1]), (40, "7"));
         assert!(text.bytes().all(|b| b.is_ascii_alphanumeric()));
