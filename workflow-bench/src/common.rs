@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use workflow_core::{Queue, StartError};
+use workflow_core::{Queue, Start, StartError, WorkflowDef};
 
 use crate::flows::{one_step, one_step_text, parent_of_one, probe, sequential};
 use crate::report::{median, percentile, Report, Row, Target, Unit};
@@ -249,22 +249,15 @@ pub async fn w3(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
                         async move {
                             match payload {
                                 None => {
-                                    let start = rt.start(one_step, (i as u64,));
-                                    let run = if queued {
-                                        start.queue("w3").await?
-                                    } else {
-                                        start.await?
-                                    };
-                                    run.return_value().await?;
+                                    via_queue(rt.start(one_step, (i as u64,)), queued)
+                                        .await?
+                                        .return_value()
+                                        .await?;
                                 }
                                 Some(bytes) => {
                                     let text = payload_text(i, bytes);
                                     let start = rt.start(one_step_text, (text.clone(),));
-                                    let run = if queued {
-                                        start.queue("w3").await?
-                                    } else {
-                                        start.await?
-                                    };
+                                    let run = via_queue(start, queued).await?;
                                     if run.return_value().await? != text {
                                         return Err(format!("run {i} returned another text").into());
                                     }
@@ -307,6 +300,15 @@ pub async fn w3(ctx: &Ctx, rep: &mut Report) -> BoxResult<()> {
         }
     }
     Ok(())
+}
+
+/// `start`, through W3q's queue when `queued`.
+fn via_queue<W: WorkflowDef>(start: Start<W>, queued: bool) -> Start<W> {
+    if queued {
+        start.queue("w3")
+    } else {
+        start
+    }
 }
 
 /// Run `i`'s text of `bytes` bytes: its number, then letters and digits drawn from a generator

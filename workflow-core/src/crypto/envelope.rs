@@ -401,19 +401,28 @@ fn string_form(value: &Value) -> Option<&str> {
 /// The key id of `value` when it is an encrypted envelope.
 pub(crate) fn sealed_key(value: &Value) -> Option<&str> {
     if let Some(text) = string_form(value) {
-        return match cipher_name(text) {
-            Some(name @ (V4 | V4_CODED)) => v4_parts(&text[name.len() + 1..]).map(|(key, _)| key),
-            _ => None,
-        };
+        return v4_text(text)?.ok().map(|(key, ..)| key);
     }
     let m = value.as_object()?;
     match m.get(MARKER)? {
-        Value::String(sealed) => match cipher_name(sealed) {
-            Some(name @ (V4 | V4_CODED)) => v4_parts(&sealed[name.len() + 1..]).map(|(key, _)| key),
-            _ => m.get("key").and_then(Value::as_str),
+        Value::String(sealed) => match v4_text(sealed) {
+            Some(parts) => parts.ok().map(|(key, ..)| key),
+            None => m.get("key").and_then(Value::as_str),
         },
         _ => m.get("key").and_then(Value::as_str),
     }
+}
+
+/// A sealed text of version 4 (`v4:` or `v4c:`, its key id, then its base64): the key id,
+/// whether its bytes are a codec's, and the base64, or why not. `None` for a text of another
+/// form.
+fn v4_text(sealed: &str) -> Option<Result<(&str, bool, &str), OpenError>> {
+    let name = cipher_name(sealed).filter(|name| *name == V4 || *name == V4_CODED)?;
+    Some(
+        v4_parts(&sealed[name.len() + 1..])
+            .map(|(key, data)| (key, name == V4_CODED, data))
+            .ok_or_else(|| OpenError::Malformed("a sealed text without its key id".to_owned())),
+    )
 }
 
 /// The key id and the base64 of a version 4 text after its form's `:`; `None` without a key
@@ -447,18 +456,16 @@ impl<'a> Envelope<'a> {
     /// The envelope `value` is, or why it is not one.
     fn parse(value: &'a Value) -> Result<Envelope<'a>, OpenError> {
         if let Some(text) = string_form(value) {
-            return match cipher_name(text) {
-                Some(name @ (V4 | V4_CODED)) => {
-                    let (key, data) = v4_parts(&text[name.len() + 1..]).ok_or_else(|| {
-                        OpenError::Malformed("a sealed text without its key id".to_owned())
-                    })?;
-                    Envelope::sealed(key, name == V4_CODED, Cipher::Gcm, data, text.len())
-                }
-                Some(name) => Err(newer_cipher(name)),
-                None => Err(OpenError::Malformed(
-                    "a sealed text without its form's name".to_owned(),
-                )),
+            let Some(parts) = v4_text(text) else {
+                return Err(match cipher_name(text) {
+                    Some(name) => newer_cipher(name),
+                    None => {
+                        OpenError::Malformed("a sealed text without its form's name".to_owned())
+                    }
+                });
             };
+            let (key, coded, data) = parts?;
+            return Envelope::sealed(key, coded, Cipher::Gcm, data, text.len());
         }
         let m = value
             .as_object()
@@ -473,18 +480,18 @@ impl<'a> Envelope<'a> {
             // Version 4 (the form's name, the key id), 3 (the cipher's name) or 2: the nonce's
             // base64, then the ciphertext's, in one string.
             Some(Value::String(sealed)) => {
-                let (key, coded, cipher, text) = match cipher_name(sealed) {
-                    None => (field("key")?, coded, Cipher::XChaCha, sealed.as_str()),
-                    Some(name @ (V4 | V4_CODED)) => {
-                        let (key, text) = v4_parts(&sealed[name.len() + 1..]).ok_or_else(|| {
-                            OpenError::Malformed("a sealed text without its key id".to_owned())
-                        })?;
-                        (key, name == V4_CODED, Cipher::Gcm, text)
+                let (key, coded, cipher, text) = match v4_text(sealed) {
+                    Some(parts) => {
+                        let (key, coded, data) = parts?;
+                        (key, coded, Cipher::Gcm, data)
                     }
-                    Some(name) if known_form(name) => {
-                        (field("key")?, coded, Cipher::Gcm, &sealed[name.len() + 1..])
-                    }
-                    Some(name) => return Err(newer_cipher(name)),
+                    None => match cipher_name(sealed) {
+                        None => (field("key")?, coded, Cipher::XChaCha, sealed.as_str()),
+                        Some(name) if known_form(name) => {
+                            (field("key")?, coded, Cipher::Gcm, &sealed[name.len() + 1..])
+                        }
+                        Some(name) => return Err(newer_cipher(name)),
+                    },
                 };
                 Envelope::sealed(key, coded, cipher, text, sealed.len())
             }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::transactional::{Recorded as TxRecorded, TxAttempt};
-use super::{panic_message, Driver};
+use super::{bounded, panic_message, Driver};
 use crate::context::{step_scope, StepMetadata, StepSets};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
@@ -192,21 +192,7 @@ impl Driver {
             };
             Box::pin(attempt.run(timed_out.clone()))
         } else {
-            let body = (call.body)(&call.input);
-            let timed_out_here = timed_out.clone();
-            let body: BoxFuture<'static, Result<Value, Error>> = match call.timeout {
-                // At the deadline the attempt's future is dropped, and the attempt failed.
-                Some(limit) => Box::pin(async move {
-                    tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
-                        timed_out_here.store(true, Ordering::Relaxed);
-                        Err(Error::retryable(format!(
-                            "step `{name}` timed out after {}",
-                            crate::config::human_duration(limit)
-                        )))
-                    })
-                }),
-                None => body,
-            };
+            let body = bounded((call.body)(&call.input), call.timeout, name, &timed_out);
             let fut = self
                 .host
                 .clone()

@@ -770,6 +770,29 @@ impl Driver {
     }
 }
 
+/// A step attempt's `body` bounded by the step's `limit`: at the deadline the body's future is
+/// dropped, `timed_out` is set, and the attempt failed (retryably).
+fn bounded(
+    body: BoxFuture<'static, Result<Value, Error>>,
+    limit: Option<Duration>,
+    name: &'static str,
+    timed_out: &Arc<AtomicBool>,
+) -> BoxFuture<'static, Result<Value, Error>> {
+    let Some(limit) = limit else {
+        return body;
+    };
+    let timed_out = timed_out.clone();
+    Box::pin(async move {
+        tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
+            timed_out.store(true, Ordering::Relaxed);
+            Err(Error::retryable(format!(
+                "step `{name}` timed out after {}",
+                crate::config::human_duration(limit)
+            )))
+        })
+    })
+}
+
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_owned()

@@ -18,11 +18,10 @@ use std::time::{Duration, SystemTime};
 use futures::FutureExt;
 use serde_json::Value;
 
-use super::{panic_message, Host};
+use super::{bounded, panic_message, Host};
 use crate::context::{step_scope, StepExec, StepMetadata, StepSets};
 use crate::error::{Error, StoreError};
 use crate::history::{Event, NewEvent};
-use crate::registry::BoxFuture;
 use crate::replay::{published_events, StepId, Writes};
 use crate::store::{Append, Lease};
 use crate::transactional::TxEnv;
@@ -96,22 +95,7 @@ impl TxAttempt {
             let env = TxEnv::new(name, open);
             // A run of the body again after a conflict publishes anew.
             drop(self.sets.take());
-            let body = (self.exec)(&self.input);
-            let body: BoxFuture<'static, Result<Value, Error>> = match self.timeout {
-                Some(limit) => {
-                    let timed_out = timed_out.clone();
-                    Box::pin(async move {
-                        tokio::time::timeout(limit, body).await.unwrap_or_else(|_| {
-                            timed_out.store(true, Ordering::Relaxed);
-                            Err(Error::retryable(format!(
-                                "step `{name}` timed out after {}",
-                                crate::config::human_duration(limit)
-                            )))
-                        })
-                    })
-                }
-                None => body,
-            };
+            let body = bounded((self.exec)(&self.input), self.timeout, name, &timed_out);
             let scoped = env
                 .clone()
                 .scope(step_scope(self.meta.clone(), self.sets.clone(), body));

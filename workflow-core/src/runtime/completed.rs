@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use foldhash::HashMap;
 use serde_json::Value;
 
+use super::Told;
 use crate::ids::RunId;
 use crate::store::RunOutcome;
 
@@ -39,7 +40,8 @@ pub(crate) struct Completed {
 
 /// One remembered output.
 struct Kept {
-    outcome: Arc<RunOutcome>,
+    /// The end as its driver told it here (shared with the run's waiters).
+    told: Arc<Told>,
     size: usize,
     /// When its run's token retention ends: no prune deletes the run before.
     retained_until: SystemTime,
@@ -62,18 +64,18 @@ impl Completed {
 
     /// Keeps `outcome` of run `id` if it completed, its token is retained (see
     /// [`Completed::retained`]) and its output is small.
-    pub(crate) fn keep(&mut self, id: RunId, outcome: &RunOutcome) {
+    pub(crate) fn keep(&mut self, id: RunId, told: &Arc<Told>) {
         let Some(retained_until) = self.retained.remove(&id) else {
             return;
         };
-        let RunOutcome::Completed(output) = outcome else {
+        let RunOutcome::Completed(output) = &told.outcome else {
             return;
         };
         let Some(size) = json_size(output, ENTRY_BYTES) else {
             return;
         };
         let kept = Kept {
-            outcome: Arc::new(outcome.clone()),
+            told: told.clone(),
             size,
             retained_until,
         };
@@ -102,7 +104,7 @@ impl Completed {
         {
             return None;
         }
-        match &*kept.outcome {
+        match &kept.told.outcome {
             RunOutcome::Completed(v) => Some(v.clone()),
             RunOutcome::Failed(_) => None,
         }
@@ -141,8 +143,15 @@ fn json_size(v: &Value, limit: usize) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn completed(v: Value) -> Arc<RunOutcome> {
-        Arc::new(RunOutcome::Completed(v))
+    fn told(outcome: RunOutcome) -> Arc<Told> {
+        Arc::new(Told {
+            outcome,
+            plain: None,
+        })
+    }
+
+    fn completed(v: Value) -> Arc<Told> {
+        told(RunOutcome::Completed(v))
     }
 
     fn hour_after(t: SystemTime) -> SystemTime {
@@ -157,10 +166,7 @@ mod tests {
         c.retained(done, hour_after(now));
         c.retained(failed, hour_after(now));
         c.keep(done, &completed(serde_json::json!({"total": 3})));
-        c.keep(
-            failed,
-            &Arc::new(RunOutcome::Failed(crate::Error::fatal("no"))),
-        );
+        c.keep(failed, &told(RunOutcome::Failed(crate::Error::fatal("no"))));
         c.keep(unretained, &completed(Value::from(1)));
         assert_eq!(c.output(&done, now), Some(serde_json::json!({"total": 3})));
         assert_eq!(c.output(&failed, now), None);

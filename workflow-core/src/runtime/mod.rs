@@ -317,7 +317,7 @@ impl Inner {
     pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>, plain: Option<Value>) {
         let outcome = outcome.map(|outcome| Arc::new(Told { outcome, plain }));
         if let Some(told) = &outcome {
-            crate::lock(&self.completed).keep(id, &told.outcome);
+            crate::lock(&self.completed).keep(id, told);
         }
         let waiting = crate::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {

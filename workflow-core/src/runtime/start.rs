@@ -536,10 +536,9 @@ impl Admit {
 /// a round trip, and the start may be awaited from any executor.
 async fn admit(
     inner: Arc<Inner>,
-    start: Admit,
+    mut start: Admit,
     flight: Option<StartFlight>,
 ) -> Result<(), StartError> {
-    let mut start = start;
     let known_input = start.known_input.take();
     let run = start.at(inner.clock.tick().await);
     let id = run.id;
