@@ -103,6 +103,55 @@ async fn queued_marker() -> Result<u64> {
     wall_ms().await
 }
 
+/// Takes one payload from `token`, then waits on the gate hook `gate` (once per run), then
+/// continues as new until it has `total` payloads.
+#[workflow]
+async fn gated_chain(
+    token: String,
+    gate: String,
+    total: u32,
+    mut got: Vec<u32>,
+) -> Result<Vec<u32>> {
+    let mut hook = create_hook::<u32>(token.clone());
+    got.push(hook.recv().await?);
+    if got.len() as u32 == total {
+        return Ok(got);
+    }
+    let mut g = create_hook::<String>(format!("{gate}-{}", got.len()));
+    g.recv().await?;
+    drop(g);
+    continue_as_new(gated_chain, (token, gate, total, got)).await
+}
+
+/// Takes one payload from `token` per run and continues after each until it has `total`.
+#[workflow]
+async fn one_per_round(token: String, total: u32, mut got: Vec<u32>) -> Result<Vec<u32>> {
+    let mut hook = create_hook::<u32>(token.clone());
+    got.push(hook.recv().await?);
+    if got.len() as u32 == total {
+        return Ok(got);
+    }
+    continue_as_new(one_per_round, (token, total, got)).await
+}
+
+/// The first run takes one payload, then polls a second `recv` once and drops it (as a
+/// `select` that another branch won would): the payload delivered to it is not taken before
+/// the run continues. The next run takes one payload and returns all it has.
+#[workflow]
+async fn dropped_recv(token: String, first: bool, mut got: Vec<u32>) -> Result<Vec<u32>> {
+    let mut hook = create_hook::<u32>(token.clone());
+    got.push(hook.recv().await?);
+    if !first {
+        return Ok(got);
+    }
+    {
+        let mut lost = std::pin::pin!(hook.recv());
+        let _ = futures::poll!(lost.as_mut());
+    }
+    sleep(Duration::from_millis(200)).await;
+    continue_as_new(dropped_recv, (token, false, got)).await
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tests
 
@@ -281,7 +330,131 @@ async fn requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one
     rt.shutdown();
 }
 
+/// `f`, failing the test after 20 s (a lost payload leaves a chain waiting forever).
+async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("the chain did not end within 20 s")
+}
+
+/// A payload accepted for the chain while its run waits on another hook is received by the
+/// next run after the seam.
+async fn a_payload_sent_while_the_run_waits_elsewhere_crosses_the_seam(backend: Backend) {
+    let db = common::TestDb::new(backend);
+    let rt = db.runtime().await;
+    let token = format!("gated-{}", RunId::new());
+    let gate = format!("gate-{}", RunId::new());
+    let run = rt
+        .start(gated_chain, (token.clone(), gate.clone(), 2, Vec::new()))
+        .hook(&token)
+        .await
+        .unwrap();
+    rt.resume_hook(&token, 1u32).await.unwrap();
+    // The run took payload 1 and now waits on the gate: payload 2 is accepted for it
+    // meanwhile, then the gate opens and the run continues.
+    let gate_1 = format!("{gate}-1");
+    while rt.get_hook_by_token(&gate_1).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let sent = rt.resume_hook(&token, 2u32).await.unwrap();
+    assert_eq!(
+        sent.run_id,
+        run.id(),
+        "the run that owns the token accepted it"
+    );
+    rt.resume_hook(&gate_1, "open").await.unwrap();
+    let got = within(run.return_value()).await.unwrap();
+    assert_eq!(got, vec![1, 2]);
+    assert_eq!(chain(&rt, run.id()).await.len(), 2);
+    rt.shutdown();
+}
+
+/// Payloads sent at once to a chain that takes one per run are each received by one run.
+async fn payloads_sent_at_once_reach_one_run_each(backend: Backend) {
+    let db = common::TestDb::new(backend);
+    let rt = db.runtime().await;
+    let token = format!("rounds-{}", RunId::new());
+    // All three wait in the inbox when the first run begins.
+    let run = rt
+        .start(one_per_round, (token.clone(), 3, Vec::new()))
+        .hook(&token)
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    for i in 1..=3u32 {
+        rt.resume_hook(&token, i).await.unwrap();
+    }
+    let got = within(run.return_value()).await.unwrap();
+    assert_eq!(got, vec![1, 2, 3]);
+    assert_eq!(chain(&rt, run.id()).await.len(), 3);
+    rt.shutdown();
+}
+
+/// A chain whose worker stops mid-chain ends on the worker that replaces it.
+async fn a_chain_finishes_on_the_worker_that_replaces_a_stopped_one(backend: Backend) {
+    let db = common::TestDb::new(backend);
+    let token = format!("replaced-{}", RunId::new());
+    let first = db.runtime_with_lease(Duration::from_millis(300)).await;
+    let run = first
+        .start(one_per_round, (token.clone(), 4, Vec::new()))
+        .hook(&token)
+        .await
+        .unwrap();
+    // Two payloads at once: the worker stops as soon as the chain has moved past its first
+    // run, with the second payload not yet received.
+    for i in 1..=2u32 {
+        first.resume_hook(&token, i).await.unwrap();
+    }
+    while chain(&first, run.id()).await.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    first.shutdown();
+    let second = db.runtime_with_lease(Duration::from_millis(300)).await;
+    for i in 3..=4u32 {
+        second.resume_hook(&token, i).await.unwrap();
+    }
+    let got = within(second.get_run(&run.id()).typed::<Vec<u32>>().return_value())
+        .await
+        .unwrap();
+    assert_eq!(got, vec![1, 2, 3, 4]);
+    second.shutdown();
+}
+
+/// A payload delivered to a `recv` the workflow dropped, and not taken since, goes to the
+/// next run of the chain (the old run's history recorded its delivery).
+async fn a_payload_delivered_to_a_dropped_recv_goes_to_the_next_run(backend: Backend) {
+    let db = common::TestDb::new(backend);
+    let rt = db.runtime().await;
+    let token = format!("dropped-{}", RunId::new());
+    let run = rt
+        .start(dropped_recv, (token.clone(), true, Vec::new()))
+        .hook(&token)
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    for i in 1..=2u32 {
+        rt.resume_hook(&token, i).await.unwrap();
+    }
+    let got = within(run.return_value()).await.unwrap();
+    assert_eq!(got, vec![1, 2]);
+    let runs = chain(&rt, run.id()).await;
+    assert_eq!(runs.len(), 2);
+    let received = |events: Vec<workflow_core::store::EventRecord>| {
+        events
+            .into_iter()
+            .filter(|e| matches!(e.event, Event::HookReceived { .. }))
+            .count()
+    };
+    let first = rt.store().events(&runs[0].id).await.unwrap();
+    assert_eq!(received(first), 2, "the first run recorded both deliveries");
+    rt.shutdown();
+}
+
 on_every_store!(
+    a_payload_delivered_to_a_dropped_recv_goes_to_the_next_run,
+    a_payload_sent_while_the_run_waits_elsewhere_crosses_the_seam,
+    payloads_sent_at_once_reach_one_run_each,
+    a_chain_finishes_on_the_worker_that_replaces_a_stopped_one,
     requests_and_messages_sent_to_an_old_run_are_sealed_for_the_current_one,
     return_value_on_the_first_run_waits_for_the_chain,
     a_hook_token_stays_owned_through_100_continuations,

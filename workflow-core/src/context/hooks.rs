@@ -247,7 +247,7 @@ impl<T: serde::de::DeserializeOwned> Hook<T> {
             .get_mut(&self.token)
             .and_then(VecDeque::pop_front)
         {
-            Some(v) => {
+            Some((_, v)) => {
                 drop(j);
                 let cx = PayloadKind::HookPayload { token: &self.token }.of(ctx.run_id);
                 Poll::Ready(ctx.payloads.decode(v, cx).map_err(PayloadError::fatal))

@@ -25,6 +25,7 @@ use crate::crypto::places::{self, Owner};
 use crate::error::{Error, HookConflictError};
 use crate::history::{after, HistorySize};
 use crate::ids::RunId;
+use crate::model::{Inbound, InboxEntry};
 use crate::payload::{Encoded, PayloadError, PayloadKind, Payloads};
 use crate::registry::{BoxFuture, StepDef, WorkflowValue};
 use crate::replay::{
@@ -95,8 +96,8 @@ struct Journal {
     open_tokens: HashSet<String>,
     /// Hook keys whose handle was dropped while its registration was in flight.
     abandoned: HashSet<HookKey>,
-    /// Delivered, not yet received payloads per token.
-    payloads: HashMap<String, VecDeque<Value>>,
+    /// Delivered, not yet received payloads per token, with their inbox ids.
+    payloads: HashMap<String, VecDeque<(u64, Value)>>,
     /// Delivered, not yet received messages (and requests) per mailbox, with their inbox
     /// ids (`message.rs`, `request.rs`).
     messages: HashMap<Mailbox, VecDeque<(u64, Value)>>,
@@ -258,11 +259,11 @@ impl RunCtx {
                     j.ready.insert(key.clone(), Ready::ChildEnded(result));
                     j.waiters.remove(&key)
                 }
-                Delivered::Payload { token, payload } => {
+                Delivered::Payload { token, id, payload } => {
                     j.payloads
                         .entry(token.clone())
                         .or_default()
-                        .push_back(payload);
+                        .push_back((id, payload));
                     j.waiters.remove(&Key::Payload(token))
                 }
                 Delivered::Message {
@@ -374,8 +375,51 @@ impl RunCtx {
     }
 
     /// Whether a live hook handle owns `token`.
-    pub(crate) fn is_open(&self, token: &str) -> bool {
-        self.journal().open_tokens.contains(token)
+    /// Whether a payload for `token` is to be delivered now: a live hook handle owns the
+    /// token and a `recv` of it waits with no payload delivered to it yet. Payloads are not
+    /// delivered ahead of a `recv`: one the workflow never takes stays in the store's inbox,
+    /// where a continuation finds it.
+    pub(crate) fn wants_payload(&self, token: &str) -> bool {
+        let j = self.journal();
+        j.open_tokens.contains(token)
+            && j.payloads.get(token).is_none_or(VecDeque::is_empty)
+            && j.waiters.contains_key(&Key::Payload(token.to_owned()))
+    }
+
+    /// What was delivered to the workflow (and recorded as received) but not taken by it:
+    /// hook payloads and messages and requests of any mailbox, in inbox order. A
+    /// continuation gives them back to the inbox for the next run (a hook payload only when
+    /// the next run inherits its token: the store knows which tokens the run still owns,
+    /// while the body's returning dropped every handle).
+    pub(crate) fn unconsumed(&self) -> Vec<InboxEntry> {
+        let j = self.journal();
+        let mut out: Vec<InboxEntry> = Vec::new();
+        for (token, queued) in &j.payloads {
+            out.extend(queued.iter().map(|(id, payload)| InboxEntry {
+                id: *id,
+                what: Inbound::Hook {
+                    token: token.clone(),
+                    payload: payload.clone(),
+                },
+            }));
+        }
+        for (mailbox, queued) in &j.messages {
+            out.extend(queued.iter().map(|(id, payload)| InboxEntry {
+                id: *id,
+                what: match mailbox {
+                    Mailbox::Topic(topic) => Inbound::Message {
+                        topic: topic.clone(),
+                        payload: payload.clone(),
+                    },
+                    Mailbox::Requests(name) => Inbound::Request {
+                        name: name.clone(),
+                        payload: payload.clone(),
+                    },
+                },
+            }));
+        }
+        out.sort_by_key(|e| e.id);
+        out
     }
 
     pub(crate) fn issue(&self, cmd: Command) {

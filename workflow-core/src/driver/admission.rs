@@ -157,6 +157,7 @@ impl Driver {
             release_tokens: Vec::new(),
             outcome: None,
             end_hint: EndHint::Alone,
+            carried: Vec::new(),
         };
         let lease = self.host.config().lease;
         let store = self.host.store();

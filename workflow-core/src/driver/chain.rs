@@ -39,8 +39,11 @@ impl Driver {
             Ok(writes) => writes,
             Err(d) => return self.diverge(d).await,
         };
+        // What the run received and its workflow did not take goes back to the inbox, for
+        // the next run, in the same transaction.
         let append = Append {
             events: writes.events,
+            carried: self.ctx.unconsumed(),
             ..Append::default()
         };
         // Only the next run's own parts: the store copies what it inherits.

@@ -537,7 +537,7 @@ impl Driver {
             }
             if self
                 .replay
-                .deliver_payload(|token| self.ctx.is_open(token), self.host.now())
+                .deliver_payload(|token| self.ctx.wants_payload(token), self.host.now())
                 || self.replay.deliver_child_end(self.host.now())
                 || self
                     .replay
@@ -739,6 +739,7 @@ impl Driver {
                 EndHint::Alone if self.replay.holds_hooks() => EndHint::NoParent,
                 ties => ties,
             },
+            carried: Vec::new(),
         };
         let (before, n) = (self.last_seq, append.events.len() as u64);
         let ends = append.outcome.is_some();

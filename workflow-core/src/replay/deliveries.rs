@@ -41,8 +41,12 @@ pub(crate) enum Delivered {
         token: String,
         conflict: Option<RunId>,
     },
-    /// A payload sent to a token this run owns.
-    Payload { token: String, payload: Value },
+    /// A payload sent to a token this run owns, with its inbox id.
+    Payload {
+        token: String,
+        id: u64,
+        payload: Value,
+    },
     /// The decision on a child's admission: `conflict` names the owner of its token when no
     /// child was admitted.
     ChildStarted {
@@ -261,15 +265,16 @@ impl<S> Replay<S> {
         self.inbox_seen
     }
 
-    /// Delivers the first inbox payload whose token `is_open` (a live hook owns it), recording
-    /// its delivery. Payloads for tokens no hook owns yet stay queued. Returns whether one was
-    /// delivered.
+    /// Delivers the first inbox payload whose token `wanted` (a live hook owns it and a
+    /// `recv` waits for it), recording its delivery. Payloads for other tokens stay queued,
+    /// and in the store's inbox, so what a run never takes moves with its chain. Returns
+    /// whether one was delivered.
     pub(crate) fn deliver_payload(
         &mut self,
-        is_open: impl Fn(&str) -> bool,
+        wanted: impl Fn(&str) -> bool,
         now: SystemTime,
     ) -> bool {
-        let Some(i) = self.inbox.iter().position(|p| is_open(&p.token)) else {
+        let Some(i) = self.inbox.iter().position(|p| wanted(&p.token)) else {
             return false;
         };
         let Some(p) = self.inbox.remove(i) else {
@@ -289,6 +294,7 @@ impl<S> Replay<S> {
             at: now,
             what: Delivered::Payload {
                 token: p.token,
+                id: p.id,
                 payload: p.payload,
             },
         });

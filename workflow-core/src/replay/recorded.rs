@@ -115,7 +115,14 @@ impl<S> Replay<S> {
                 payload,
             } => {
                 self.received.insert(payload_id);
-                result(self, Delivered::Payload { token, payload });
+                result(
+                    self,
+                    Delivered::Payload {
+                        token,
+                        id: payload_id,
+                        payload,
+                    },
+                );
             }
             Event::MessageReceived {
                 topic,

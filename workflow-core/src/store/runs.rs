@@ -32,6 +32,14 @@ pub struct Append {
     /// `outcome`). Only a hint: a wrong one may cost a store a round trip, or a retry of its
     /// transaction, never a wrong write. The default, [`EndHint::Unknown`], claims nothing.
     pub end_hint: EndHint,
+    /// Read only by [`RunStore::continue_as_new`]: inbox entries whose delivery this run
+    /// recorded (in this write or before) but whose workflow never took them (a payload
+    /// buffered for a hook the run still holds, a message whose `recv` lost a `select`).
+    /// The continuation puts them back into the inbox under their own ids, for the next
+    /// run, so each is received by exactly one run of the chain and in its order; a hook
+    /// payload only when the next run inherits its token (one the run gave up earlier took
+    /// its payloads with it).
+    pub carried: Vec<InboxEntry>,
 }
 
 /// What the writer of a run's end knows of the run's ties to other records, which the end

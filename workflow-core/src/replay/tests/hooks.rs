@@ -99,17 +99,21 @@ fn recorded_payloads_are_replayed_in_order_and_not_delivered_twice() {
     ]);
     assert_eq!(r.inbox_seen(), 12);
     r.issue([hook("hk_0", "tok")], t(50)).unwrap();
-    let payloads = |v: &str| Delivered::Payload {
+    let payloads = |id: u64, v: &str| Delivered::Payload {
         token: "tok".into(),
+        id,
         payload: json!(v),
     };
     assert_eq!(
         deliveries(&mut r)[1..],
-        [payloads("first"), payloads("second")]
+        [payloads(7, "first"), payloads(9, "second")]
     );
     assert!(r.deliver_payload(|_| true, t(60)));
     assert_eq!(kinds(&r.take_writes()), ["hook_received"]);
-    assert_eq!(r.next_delivery().unwrap().unwrap().what, payloads("third"));
+    assert_eq!(
+        r.next_delivery().unwrap().unwrap().what,
+        payloads(12, "third")
+    );
     assert!(!r.deliver_payload(|_| true, t(61)), "each payload once");
 }
 
@@ -122,6 +126,7 @@ fn a_payload_waits_until_a_hook_owns_its_token() {
         r.next_delivery().unwrap().unwrap().what,
         Delivered::Payload {
             token: "b".into(),
+            id: 2,
             payload: json!(2)
         }
     );

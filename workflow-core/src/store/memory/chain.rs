@@ -34,7 +34,21 @@ impl MemoryStore {
             )));
         }
         let now = super::runs::record(&mut st, lease, write)?;
-        st.continue_run(lease, next, now, leased)
+        let next_id = next.id;
+        let admitted = st.continue_run(lease, next, now, leased)?;
+        for entry in &write.carried {
+            let inherited = match &entry.what {
+                Inbound::Hook { token, .. } => st
+                    .hooks
+                    .get(token)
+                    .is_some_and(|h| h.active && h.run_id == next_id),
+                _ => true,
+            };
+            if inherited {
+                st.inbox.insert(entry.id, (next_id, entry.clone()));
+            }
+        }
+        Ok(admitted)
     }
 }
 

@@ -9,10 +9,24 @@ use super::PostgresStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self, ChainTx, NextRunRow};
 use crate::store::sql::rows::RunRow;
-use crate::store::sql::EncodedAppend;
+use crate::store::sql::{EncodedAppend, EncodedInbox};
 use crate::store::{check_continuation, Append, Lease, LeasedRun, NewRun, CHILD_NOTICE_TOKEN};
 
 impl ChainTx for Pg<'_> {
+    async fn requeue(&mut self, run: &str, e: &EncodedInbox, now: i64) -> Result<(), StoreError> {
+        sqlx::query(&self.sql.dialect.chain.requeue)
+            .bind(e.id)
+            .bind(run)
+            .bind(&e.token)
+            .bind(&e.topic)
+            .bind(&e.payload)
+            .bind(now)
+            .bind(e.topic.is_none())
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
     async fn continue_run(
         &mut self,
         old: &str,

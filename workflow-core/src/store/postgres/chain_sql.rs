@@ -12,6 +12,10 @@ pub(super) struct ChainSql {
     pub(super) continue_run: String,
     /// `Tx::bind_inherited`: `$1` token, `$2` run.
     pub(super) bind_inherited: String,
+    /// `ChainTx::requeue`: `$1` the entry's own id, `$2` the run, `$3` token, `$4` topic,
+    /// `$5` payload, `$6` now, `$7` whether it is a hook's payload (kept only when the run
+    /// owns the token).
+    pub(super) requeue: String,
 }
 
 impl ChainSql {
@@ -54,6 +58,13 @@ impl ChainSql {
                  ticks AS (
                      UPDATE {s}.schedule_ticks SET run_id = $2 WHERE run_id = $1)
                  SELECT * FROM next"
+            ),
+            requeue: format!(
+                "INSERT INTO {s}.hook_inbox (id, run_id, token, topic, payload, at)
+                 OVERRIDING SYSTEM VALUE
+                 SELECT $1, $2, $3, $4, $5, $6
+                 WHERE NOT $7 OR EXISTS (SELECT 1 FROM {s}.hooks
+                                         WHERE token = $3 AND run_id = $2 AND active)"
             ),
             bind_inherited: format!(
                 "UPDATE {s}.hooks SET inherited = FALSE

@@ -5,7 +5,9 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::error::StoreError;
-use crate::store::{from_millis, to_millis, Append, EndHint, NewEvent, RunOutcome, RunStatus};
+use crate::store::{
+    from_millis, to_millis, Append, EndHint, Inbound, InboxEntry, NewEvent, RunOutcome, RunStatus,
+};
 
 /// A time column: milliseconds since the Unix epoch.
 pub(in crate::store) fn sql_time(t: SystemTime) -> i64 {
@@ -166,6 +168,46 @@ pub(in crate::store) struct EncodedAppend {
     /// What the writer knows of the run's ties, for the dialect's choice of statement for
     /// the end ([`Append::end_hint`]).
     pub hint: EndHint,
+    /// [`Append::carried`].
+    pub carried: Vec<EncodedInbox>,
+}
+
+/// An inbox row as it is written: its id, `token` (a hook's, or one of the reserved tokens
+/// of messages and requests, whose topic or name is in `topic`) and payload (JSON).
+#[derive(Debug)]
+pub(in crate::store) struct EncodedInbox {
+    pub id: i64,
+    pub token: String,
+    pub topic: Option<String>,
+    pub payload: String,
+}
+
+impl EncodedInbox {
+    pub fn new(entry: &InboxEntry) -> Result<Self, StoreError> {
+        let (token, topic, payload) = match &entry.what {
+            Inbound::Hook { token, payload } => (token.clone(), None, payload),
+            Inbound::Message { topic, payload } => (
+                super::MESSAGE_TOKEN.to_owned(),
+                Some(topic.clone()),
+                payload,
+            ),
+            Inbound::Request { name, payload } => {
+                (super::REQUEST_TOKEN.to_owned(), Some(name.clone()), payload)
+            }
+            Inbound::ChildEnded(_) => {
+                return Err(StoreError::database(
+                    "a child's end is not carried to the next run of a chain",
+                ))
+            }
+        };
+        Ok(EncodedInbox {
+            id: i64::try_from(entry.id)
+                .map_err(|_| StoreError::database("an inbox id beyond i64"))?,
+            token,
+            topic,
+            payload: to_json(payload, "a carried payload")?,
+        })
+    }
 }
 
 impl EncodedAppend {
@@ -197,6 +239,11 @@ impl EncodedAppend {
             end,
             now,
             hint: write.end_hint,
+            carried: write
+                .carried
+                .iter()
+                .map(EncodedInbox::new)
+                .collect::<Result<_, _>>()?,
         })
     }
 

@@ -10,7 +10,7 @@ use super::SqliteStore;
 use crate::error::StoreError;
 use crate::store::sql::policy::{self, ChainTx, NextRunRow};
 use crate::store::sql::rows::RunRow;
-use crate::store::sql::EncodedAppend;
+use crate::store::sql::{EncodedAppend, EncodedInbox};
 use crate::store::{check_continuation, Append, Lease, LeasedRun, NewRun, CHILD_NOTICE_TOKEN};
 
 /// `?1` the old run, `?2` the next run, `?3` its workflow, `?4` its input, `?5` its admission,
@@ -50,7 +50,21 @@ const COPY_EVENTS: &str = "
 INSERT INTO run_events (run_id, key, value, at)
 SELECT ?2, key, value, at FROM run_events WHERE run_id = ?1";
 
+/// `?1` its id, `?2` the run, `?3` token, `?4` topic, `?5` payload, `?6` now, `?7` whether
+/// it is a hook's payload (kept only when the run owns the token).
+const REQUEUE: &str = "INSERT INTO hook_inbox (id, run_id, token, topic, payload, at)
+                       SELECT ?1, ?2, ?3, ?4, ?5, ?6
+                       WHERE NOT ?7 OR EXISTS (SELECT 1 FROM hooks
+                                               WHERE token = ?3 AND run_id = ?2 AND active = 1)";
+
 impl ChainTx for Lite<'_> {
+    async fn requeue(&mut self, run: &str, e: &EncodedInbox, now: i64) -> Result<(), StoreError> {
+        let hook = e.topic.is_none();
+        let args = params![e.id, run, e.token, e.topic, e.payload, now, hook];
+        exec(self.0, REQUEUE, args)?;
+        Ok(())
+    }
+
     async fn continue_run(
         &mut self,
         old: &str,

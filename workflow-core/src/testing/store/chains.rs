@@ -165,6 +165,121 @@ pub async fn continue_as_new_ends_the_run_and_admits_the_next_with_what_it_inher
     assert_eq!(owner(store, "chain-tok").await, None);
 }
 
+/// What the run received (its delivery recorded) and its workflow never took goes back to the
+/// inbox for the next run under its own ids, in order among what moved: messages, and a hook
+/// payload whose token the next run inherits; a payload of a token the run gave up stays
+/// gone with it.
+pub async fn a_continuation_carries_what_the_run_received_and_did_not_take<S: Store>(store: &S) {
+    let (old, _) = start(store, "carry-tok", None, t(0)).await;
+    let lease = lease_one(store, old, t(1)).await;
+    let claimed = store
+        .claim_hook(&lease, "hk_1", "gone-tok", t(2))
+        .await
+        .unwrap();
+    assert_eq!(claimed, ClaimOutcome::Claimed);
+    let resume = |token: &'static str, v: &'static str, at| async move {
+        store
+            .resume_hook(token, json!(v), at)
+            .await
+            .unwrap()
+            .expect("the token is owned")
+            .1
+    };
+    let p1 = resume("carry-tok", "p1", t(3)).await;
+    let p2 = resume("gone-tok", "p2", t(4)).await;
+    let message = NewMessage {
+        topic: "m".to_owned(),
+        payload: json!("m1"),
+        idempotency_key: None,
+        at: t(5),
+    };
+    let SendOutcome::Queued(m1) = store.send_message(&old, message).await.unwrap() else {
+        panic!("the message was not queued")
+    };
+    // Delivered (so out of the inbox), then `gone-tok` given up.
+    let delivered = |event, at| NewEvent { at, event };
+    let mut got = ap(
+        vec![
+            delivered(
+                Event::HookReceived {
+                    token: "carry-tok".into(),
+                    payload_id: p1,
+                    payload: json!("p1"),
+                },
+                t(6),
+            ),
+            delivered(
+                Event::HookReceived {
+                    token: "gone-tok".into(),
+                    payload_id: p2,
+                    payload: json!("p2"),
+                },
+                t(6),
+            ),
+            delivered(
+                Event::MessageReceived {
+                    topic: "m".into(),
+                    payload_id: m1,
+                    payload: json!("m1"),
+                },
+                t(6),
+            ),
+            delivered(
+                Event::HookReleased {
+                    hook_key: "hk_1".into(),
+                    token: "gone-tok".into(),
+                },
+                t(6),
+            ),
+        ],
+        None,
+    );
+    got.release_tokens = vec!["gone-tok".to_owned()];
+    store.append(&lease, &got).await.unwrap();
+    assert!(store.payloads(&old, 0).await.unwrap().is_empty());
+    let p3 = resume("carry-tok", "p3", t(7)).await;
+
+    let next = RunId::new();
+    let mut last = continued(next, t(8));
+    last.carried = vec![
+        InboxEntry {
+            id: p1,
+            what: Inbound::Hook {
+                token: "carry-tok".into(),
+                payload: json!("p1"),
+            },
+        },
+        InboxEntry {
+            id: p2,
+            what: Inbound::Hook {
+                token: "gone-tok".into(),
+                payload: json!("p2"),
+            },
+        },
+        InboxEntry {
+            id: m1,
+            what: Inbound::Message {
+                topic: "m".into(),
+                payload: json!("m1"),
+            },
+        },
+    ];
+    within(store.continue_as_new(&lease, &last, next_run(next, t(8))))
+        .await
+        .unwrap();
+    let inbox = store.payloads(&next, 0).await.unwrap();
+    let ids: Vec<u64> = inbox.iter().map(|e| e.id).collect();
+    assert_eq!(ids, vec![p1, m1, p3], "carried under their ids, in order");
+    assert_eq!(
+        inbox[1].what,
+        Inbound::Message {
+            topic: "m".into(),
+            payload: json!("m1"),
+        }
+    );
+    assert!(store.payloads(&old, 0).await.unwrap().is_empty());
+}
+
 /// A worker that lost its lease, or a run that ended, continues nothing: no next run, the
 /// run as it was.
 pub async fn continue_as_new_under_a_lost_lease_or_on_an_ended_run_writes_nothing<S: Store>(

@@ -71,6 +71,7 @@ pub use admin::{
     run_counts_group_runs_by_workflow_and_status,
 };
 pub use chains::{
+    a_continuation_carries_what_the_run_received_and_did_not_take,
     a_continued_child_s_end_reaches_the_parent_under_its_first_id,
     a_continued_run_keeps_its_queue_slot, a_continued_run_keeps_its_trace_context,
     a_continued_run_stays_its_schedule_tick_s_run,
@@ -363,6 +364,7 @@ macro_rules! __store_conformance_tests {
             a_continued_run_stays_its_schedule_tick_s_run,
             a_continued_run_keeps_its_trace_context,
             a_run_continued_under_a_lease_is_leased_to_the_same_worker,
+            a_continuation_carries_what_the_run_received_and_did_not_take,
         ] shared [
             concurrent_firings_of_one_tick_admit_exactly_one_run,
             concurrent_batches_of_the_same_ticks_admit_exactly_one_run_each,

@@ -9,7 +9,7 @@ use std::future::Future;
 use super::{exists, Tx};
 use crate::error::StoreError;
 use crate::store::sql::rows::RunRow;
-use crate::store::sql::{sql_epoch, sql_time, to_json, EncodedAppend};
+use crate::store::sql::{sql_epoch, sql_time, to_json, EncodedAppend, EncodedInbox};
 use crate::store::{Lease, LeasedRun, NewRun};
 
 /// The run that carries on, as its row is written: only what is its own (the rest is the
@@ -56,6 +56,16 @@ pub(in crate::store) trait ChainTx: Tx {
         next: &NextRunRow,
         now: i64,
     ) -> impl Future<Output = Result<Option<RunRow>, StoreError>>;
+
+    /// Puts `entry` into `run`'s inbox under its own id (free: its row was taken out when
+    /// the old run recorded its delivery), at `now`; a hook's payload only when `run` owns
+    /// its token.
+    fn requeue(
+        &mut self,
+        run: &str,
+        entry: &EncodedInbox,
+        now: i64,
+    ) -> impl Future<Output = Result<(), StoreError>>;
 }
 
 /// The continuation of the run `lease` holds: all of it, or [`StoreError::LeaseLost`] (or
@@ -96,6 +106,11 @@ pub(in crate::store) async fn continue_as_new(
             "the run continuing {run} was not admitted"
         )));
     };
+    // After the inbox moved: what the old run received and did not take, back under its
+    // own ids (so in its order among what moved), for the next run.
+    for entry in &write.carried {
+        tx.requeue(&next.key, entry, write.now).await?;
+    }
     if !next.leased {
         return Ok(None);
     }
