@@ -1,4 +1,4 @@
-//! Bounded histories (issue 30): how a run whose history holds 5,000 and then 50,000 events
+//! Bounded histories: how a run whose history holds 5,000 and then 50,000 events
 //! recovers. The recovery scenario's workflow (n steps, then a durable sleep at which the
 //! first runtime stops) is recorded; a new runtime is built when the sleep is due, and the
 //! time from its build to the run's first new step (the replay of the whole history

@@ -138,7 +138,7 @@ struct Cli {
     /// of their medians. The revision is built once into target/bench-compare/.
     #[arg(long, value_name = "REV")]
     against: Option<String>,
-    /// Encrypt every payload (SPEC 18: AES-256-GCM with a per-run key), to compare
+    /// Encrypt every payload (AES-256-GCM with a per-run key), to compare
     /// with the same figures without.
     #[arg(long)]
     encrypt: bool,
@@ -153,7 +153,7 @@ struct Cli {
     /// Install what a production service runs with: a Prometheus metrics recorder
     /// (metrics-exporter-prometheus, no listener) and a `tracing` subscriber at INFO writing to
     /// a sink, so every metric and span the runtime emits is recorded and formatted. To compare
-    /// with the same figures without (issue 29's overhead pair).
+    /// with the same figures without (the pair that measures what telemetry costs).
     #[arg(long)]
     telemetry: bool,
     /// Pairs to run with `--against`.

@@ -1,4 +1,4 @@
-//! What the spans of a run cost under the subscribers a service runs (issue 29): the runtime
+//! What the spans of a run cost under the subscribers a service runs: the runtime
 //! opens an INFO `step` span per attempt and, with the feature `otel`, a `workflow.start` span
 //! per run, whose context the attempts' spans continue; each costs whatever the installed
 //! layers do with it. Here spans of the same shapes (the same fields, the attempt's with an

@@ -158,81 +158,126 @@ async fn an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes(
     );
 }
 
-/// Stops the only worker for about 4.5 s and starts it again with `policy`: of the ticks
-/// the stop missed, the policy's count of the latest start (oldest first), the older ones
-/// are recorded as missed, and the first tick due at the restart starts on time.
-async fn catch_up_case(b: Backend, policy: CatchUp, expected: usize) {
+/// The period of the downtime cases' schedule, in ms.
+const DOWN_PERIOD: u128 = 2000;
+
+/// Stops the only worker just after a tick (`t0`) of an every-2-seconds schedule under
+/// `policy`, and starts a new one `after` ms after the `missed`-th tick since: those ticks
+/// fell due while no worker was up, however close to the restart the latest one fell due. Of
+/// them, the policy's count (`expected`) of the latest start, the older ones are recorded as
+/// missed, and no other run is started for them; the ticks due once the new worker is up start.
+async fn restart_after_downtime(
+    b: Backend,
+    policy: CatchUp,
+    (missed, after): (u128, u128),
+    expected: usize,
+) {
     let db = TestDb::new(b);
     let sched = || {
-        Schedule::every("cu", note, Duration::from_secs(1))
+        Schedule::every("down", note, Duration::from_millis(DOWN_PERIOD as u64))
             .catch_up(policy)
             .overlap(Overlap::AllowAll)
     };
     let rt = db.builder().schedule(sched()).build().await.unwrap();
-    wait_ticks(&rt, "cu", Duration::from_secs(20), |t| {
-        !started(t).is_empty()
+    // A tick at least 300 ms away, fired by this worker, which stops as soon as it is recorded.
+    let t0 = (ms(SystemTime::now()) + 300).div_ceil(DOWN_PERIOD) * DOWN_PERIOD;
+    wait_ticks(&rt, "down", Duration::from_secs(20), |t| {
+        t.iter().any(|r| ms(r.nominal) == t0)
     })
     .await;
     rt.shutdown();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = ticks(&rt, "cu").await;
-    let last_before = before.last().unwrap().nominal;
     drop(rt);
-    tokio::time::sleep(Duration::from_millis(4500)).await;
-    // Nothing fired while no worker was up: the runtime's shutdown stopped its schedules.
     let client = db.builder().worker(false).build().await.unwrap();
-    assert_eq!(
-        ticks(&client, "cu").await.last().unwrap().nominal,
-        last_before
+    let last_missed = t0 + missed * DOWN_PERIOD;
+    let restart = SystemTime::UNIX_EPOCH + Duration::from_millis((last_missed + after) as u64);
+    tokio::time::sleep(
+        restart
+            .duration_since(SystemTime::now())
+            .unwrap_or_default(),
+    )
+    .await;
+    // Nothing fired while no worker was up: the runtime's shutdown stopped its schedules.
+    let before = ticks(&client, "down").await;
+    assert!(
+        before.iter().all(|r| ms(r.nominal) <= t0),
+        "a tick after {t0} ms was fired before the restart: {before:?}"
     );
+    let restarted = ms(SystemTime::now());
     let rt = db.builder().schedule(sched()).build().await.unwrap();
-    let t = wait_ticks(&rt, "cu", Duration::from_secs(20), |t| {
-        t.iter().filter(|r| r.nominal > last_before).count() >= 8
+    // Ticks due from 500 ms after the build returned fell due while the new worker was up
+    // (its firing loop looked by then).
+    let live_from = ms(SystemTime::now()) + 500;
+    let t = wait_ticks(&rt, "down", Duration::from_secs(20), |t| {
+        t.iter().any(|r| ms(r.nominal) >= live_from)
     })
     .await;
     rt.shutdown();
-    let gap: Vec<&TickRecord> = t.iter().filter(|r| r.nominal > last_before).collect();
-    // The first firing after the restart read its time before recording anything: the
-    // latest tick due then (on time) is the latest it recorded no later than its first record.
-    let first_recorded = gap.iter().map(|r| r.recorded_at).min().unwrap();
-    let on_time = gap
-        .iter()
-        .filter(|r| r.nominal <= first_recorded)
-        .map(|r| r.nominal)
-        .max()
+    let at = |t: &[TickRecord]| -> Vec<(u128, TickOutcome)> {
+        t.iter().map(|r| (ms(r.nominal), r.outcome)).collect()
+    };
+    let context = format!(
+        "{policy:?}: tick {t0} ms fired, restarted at {restarted} ms, live from {live_from} ms: {:?}",
+        at(&t)
+    );
+    let gap: Vec<(u128, TickOutcome)> = at(&t)
+        .into_iter()
+        .filter(|(n, _)| *n > t0 && *n <= last_missed)
+        .collect();
+    let want: Vec<(u128, TickOutcome)> = (1..=missed)
+        .map(|i| {
+            let outcome = if i + expected as u128 > missed {
+                TickOutcome::Started
+            } else {
+                TickOutcome::Skipped(SkipReason::Missed)
+            };
+            (t0 + i * DOWN_PERIOD, outcome)
+        })
+        .collect();
+    assert_eq!(gap, want, "{context}");
+    assert!(
+        t.iter()
+            .filter(|r| ms(r.nominal) >= live_from)
+            .all(|r| r.outcome == TickOutcome::Started),
+        "{context}"
+    );
+    // The runs started for the missed ticks, read from the runs themselves.
+    let runs = client
+        .runs(RunFilter::new().workflow("sched.note").limit(10_000))
+        .await
         .unwrap();
-    let missed: Vec<&&TickRecord> = gap.iter().filter(|r| r.nominal < on_time).collect();
-    assert!(missed.len() >= 3, "the stop missed too few ticks: {gap:?}");
-    let caught = missed
-        .iter()
-        .filter(|r| r.outcome == TickOutcome::Started)
-        .count();
-    assert_eq!(caught, expected, "{policy:?}: {gap:?}");
-    // The caught-up ticks are the latest missed ones; the rest are recorded as missed.
-    for (i, r) in missed.iter().enumerate() {
-        let want = if i >= missed.len() - expected {
-            TickOutcome::Started
-        } else {
-            TickOutcome::Skipped(SkipReason::Missed)
-        };
-        assert_eq!(r.outcome, want, "{policy:?}: {gap:?}");
+    let mut caught = Vec::new();
+    for run in runs {
+        let n = ms(tick_of(&client, run.id).await.nominal);
+        if n > t0 && n <= last_missed {
+            caught.push(n);
+        }
     }
-    assert!(gap
+    caught.sort_unstable();
+    let want: Vec<u128> = want
         .iter()
-        .filter(|r| r.nominal >= on_time)
-        .all(|r| r.outcome == TickOutcome::Started));
+        .filter(|(_, o)| *o == TickOutcome::Started)
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(caught, want, "runs of the missed ticks; {context}");
+    eprintln!("{b:?}, {context}");
 }
 
-async fn catch_up_none_starts_no_missed_tick(b: Backend) {
-    catch_up_case(b, CatchUp::None, 0).await;
+async fn catch_up_none_starts_no_tick_missed_while_no_worker_was_up(b: Backend) {
+    restart_after_downtime(b, CatchUp::None, (2, 1300), 0).await;
 }
 
-async fn catch_up_latest_starts_the_latest_missed_tick(b: Backend) {
-    catch_up_case(b, CatchUp::Latest, 1).await;
+/// The latest missed tick fell due 300 ms before the restart: a worker up then would record
+/// it within a second, so the new one waits for that before recording it as missed.
+async fn catch_up_none_starts_no_missed_tick_however_recent(b: Backend) {
+    restart_after_downtime(b, CatchUp::None, (2, 300), 0).await;
 }
 
-async fn catch_up_all_starts_up_to_max_missed_ticks(b: Backend) {
-    catch_up_case(b, CatchUp::All { max: 2 }, 2).await;
+async fn catch_up_latest_starts_only_the_latest_missed_tick(b: Backend) {
+    restart_after_downtime(b, CatchUp::Latest, (2, 1300), 1).await;
+}
+
+async fn catch_up_all_starts_up_to_max_of_the_latest_missed_ticks(b: Backend) {
+    restart_after_downtime(b, CatchUp::All { max: 2 }, (3, 1300), 2).await;
 }
 
 /// A `slow` schedule every second (each run lasts 2.5 s) under `overlap`, until 7 ticks are
@@ -655,9 +700,10 @@ on_every_store!(
     a_run_ended_just_before_the_next_tick_does_not_skip_it,
     the_last_declaration_of_a_name_wins_and_keeps_the_ticks,
     an_every_second_schedule_fires_once_per_nominal_second_on_two_runtimes,
-    catch_up_none_starts_no_missed_tick,
-    catch_up_latest_starts_the_latest_missed_tick,
-    catch_up_all_starts_up_to_max_missed_ticks,
+    catch_up_none_starts_no_tick_missed_while_no_worker_was_up,
+    catch_up_none_starts_no_missed_tick_however_recent,
+    catch_up_latest_starts_only_the_latest_missed_tick,
+    catch_up_all_starts_up_to_max_of_the_latest_missed_ticks,
     overlap_skip_skips_ticks_while_the_run_goes_on,
     overlap_allow_all_starts_every_tick,
     overlap_buffer_one_starts_a_waiting_tick_when_the_run_ends,

@@ -344,6 +344,10 @@ impl Inner {
                 (previous, listed_live) = (Some(run), None);
             }
         }
+        if let Some(wait) = plan.wait {
+            // Nothing decided: made again once the ticks can be told missed.
+            look_again = Some(look_again.map_or(wait, |l: SystemTime| l.min(wait)));
+        }
         if let Some(next) = plan.next {
             // Written only when it moves: a loop looking at a schedule with nothing due
             // writes nothing.
@@ -451,9 +455,10 @@ impl Parsed {
 ///
 /// The loop knows since when it has been up without a stall: from its first look, or from
 /// the first look after it woke more than [`STALLED`] after it meant to. Ticks that fell due
-/// since then were not missed (SPEC 13: a missed tick is one whose time passed while no worker
-/// was up): they start however late, within the catch-up window, whatever the catch-up
-/// policy.
+/// since then were not missed (a missed tick is one whose time passed while no worker was
+/// up): they start however late, within the catch-up window, whatever the catch-up policy.
+/// Ticks that fell due before then and that no other worker recorded were missed, and follow
+/// the policy (`schedule::firing`).
 ///
 /// The schedules are listed shortly before the next tick falls due ([`lead`]), and that
 /// look is made at once against its due time: a tick whose outcome the listing decides

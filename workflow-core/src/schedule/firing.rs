@@ -2,12 +2,17 @@
 //! state and the time, so it is unit-tested without a store or a clock. The overlap policy,
 //! which depends on whether the previous run has ended, is applied when a tick fires.
 //!
-//! A tick is due once its nominal time plus the schedule's jitter has passed. A due tick is
-//! missed (SPEC 13: its time passed while no worker on the store was up) unless it fell due
-//! while the worker looking at it was up (at or after the loop's `up_since`: such a tick is
-//! late, not missed, and starts however late, within the catch-up window), or it is the latest
-//! due tick and fell due within [`ON_TIME`] (a worker just up fires the tick of the moment).
-//! Missed ticks follow the catch-up policy within the catch-up window.
+//! A tick is due once its nominal time plus the schedule's jitter has passed. A due tick that
+//! fell due while the firing loop looking at it was up (at or after the loop's `up_since`) is
+//! late, not missed: it starts however late, within the catch-up window. One that fell due
+//! before the loop came up is missed (its time passed while no worker on the store was up)
+//! unless a worker that was up then records it: such a worker records a tick within
+//! [`RECORDED_WITHIN`] of its due time, and a loop only sees ticks nobody recorded. Missed
+//! ticks follow the catch-up policy within the catch-up window, counted from the latest back,
+//! the latest one that fell due before the loop came up included however recently it did: a
+//! restart never starts more than the policy says. A tick the policy leaves out is recorded as
+//! missed only once [`RECORDED_WITHIN`] has passed since it fell due; until then the whole plan
+//! waits (`Plan::wait`), so that a worker that was up and is merely behind starts it.
 
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime};
@@ -15,9 +20,10 @@ use std::time::{Duration, SystemTime};
 use super::timing::Timing;
 use crate::store::{tick_hash, CatchUp, ScheduleDef, ScheduleState, SkipReason, TICKS_KEPT};
 
-/// How late a firing loop that just came up may look at the latest due tick and still count
-/// it as on time.
-pub(crate) const ON_TIME: Duration = Duration::from_secs(2);
+/// How long after a tick falls due a worker that was up then has recorded it at the latest
+/// (the run of a tick starts within a second of its time while a worker is up): a tick that
+/// fell due before a firing loop came up and is still unrecorded this long after was missed.
+pub(crate) const RECORDED_WITHIN: Duration = Duration::from_secs(1);
 
 /// A firing loop that wakes up more than this after it meant to was as good as down
 /// meanwhile (its process or machine was suspended): the ticks of that span count as missed
@@ -37,11 +43,15 @@ pub(crate) enum Action {
     Skip(SkipReason),
 }
 
-/// The due ticks of a schedule, oldest first, and its next nominal time after them.
+/// The due ticks of a schedule, oldest first, and its next nominal time after them; or, with
+/// `wait`, nothing decided yet (`due` empty, `next` `None`): a tick the catch-up policy leaves
+/// out may still be recorded by a worker that was up when it fell due, and the plan is made
+/// again at `wait`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Plan {
     pub(crate) due: Vec<(SystemTime, Action)>,
     pub(crate) next: Option<SystemTime>,
+    pub(crate) wait: Option<SystemTime>,
 }
 
 /// The delay of the run of `def`'s tick at `nominal` after it: the same on every worker (a
@@ -74,6 +84,7 @@ pub(crate) fn plan(
         return Plan {
             due: Vec::new(),
             next: None,
+            wait: None,
         };
     };
     // The first nominal time at or after the stored one (under the current definition).
@@ -98,9 +109,17 @@ pub(crate) fn plan(
         at = timing.next_after(t);
     }
     let due: Vec<SystemTime> = due.into();
-    Plan {
-        due: decide(state, &due, now, up_since),
-        next: at,
+    match decide(state, &due, now, up_since) {
+        Ok(due) => Plan {
+            due,
+            next: at,
+            wait: None,
+        },
+        Err(wait) => Plan {
+            due: Vec::new(),
+            next: None,
+            wait: Some(wait),
+        },
     }
 }
 
@@ -115,26 +134,23 @@ fn first_from(timing: &Timing, t: SystemTime) -> Option<SystemTime> {
     }
 }
 
-/// The action for each of `due` (oldest first).
+/// The action for each of `due` (oldest first); `Err` with the time to decide again when a
+/// tick the catch-up policy leaves out fell due too recently to tell whether it was missed
+/// (see the module docs).
 fn decide(
     state: &ScheduleState,
     due: &[SystemTime],
     now: SystemTime,
     up_since: Option<SystemTime>,
-) -> Vec<(SystemTime, Action)> {
+) -> Result<Vec<(SystemTime, Action)>, SystemTime> {
     let def = &state.def;
     if state.paused {
-        return due
+        return Ok(due
             .iter()
             .map(|t| (*t, Action::Skip(SkipReason::Paused)))
-            .collect();
+            .collect());
     }
-    let on_time = due.last().is_some_and(|t| {
-        now.checked_sub(ON_TIME)
-            .is_none_or(|s| due_at(def, *t) >= s)
-    });
-    let last = due.len().saturating_sub(1);
-    // Fell due while this worker was up: late, not missed.
+    // Fell due while this loop was up: late, not missed.
     let live = |t: &SystemTime| up_since.is_some_and(|u| due_at(def, *t) >= u);
     let window_start = now.checked_sub(def.catch_up_window);
     let in_window = |t: &SystemTime| window_start.is_none_or(|s| *t >= s);
@@ -143,16 +159,16 @@ fn decide(
         CatchUp::Latest => 1,
         CatchUp::All { max } => usize::try_from(max).unwrap_or(usize::MAX),
     };
+    // When the last tick left out that a worker up, merely behind, may still record can be
+    // told missed.
+    let mut wait: Option<SystemTime> = None;
     // From the latest back: the most recent missed ticks within the window, up to the
     // policy's count, start.
     let mut actions: Vec<(SystemTime, Action)> = due
         .iter()
-        .enumerate()
         .rev()
-        .map(|(i, t)| {
-            let action = if i == last && on_time {
-                Action::Fire
-            } else if !in_window(t) {
+        .map(|t| {
+            let action = if !in_window(t) {
                 Action::Skip(SkipReason::Missed)
             } else if live(t) {
                 Action::Fire
@@ -160,13 +176,20 @@ fn decide(
                 catch_up -= 1;
                 Action::Fire
             } else {
+                let told = due_at(def, *t) + RECORDED_WITHIN;
+                if told > now {
+                    wait = Some(wait.map_or(told, |w| w.max(told)));
+                }
                 Action::Skip(SkipReason::Missed)
             };
             (*t, action)
         })
         .collect();
+    if let Some(wait) = wait {
+        return Err(wait);
+    }
     actions.reverse();
-    actions
+    Ok(actions)
 }
 
 #[cfg(test)]
@@ -215,34 +238,39 @@ mod tests {
 
     const MISSED: Action = Action::Skip(SkipReason::Missed);
 
+    fn ms(ms: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
     #[test]
-    fn an_on_time_tick_fires_and_nothing_else_is_due() {
+    fn a_tick_due_while_the_loop_is_up_fires_and_nothing_else_is_due() {
         let p = plan(
             &EVERY_10,
             &state(100, CatchUp::None, 3600, false),
             s(101),
-            None,
+            Some(s(95)),
         );
         assert_eq!(actions(&p), [(100, Action::Fire)]);
-        assert_eq!(p.next, Some(s(110)));
+        assert_eq!((p.next, p.wait), (Some(s(110)), None));
         let p = plan(
             &EVERY_10,
             &state(100, CatchUp::None, 3600, false),
             s(99),
-            None,
+            Some(s(95)),
         );
         assert_eq!((actions(&p), p.next), (vec![], Some(s(100))));
     }
 
     #[test]
     fn missed_ticks_follow_the_catch_up_policy() {
-        // Stored next 100; back at 141: 100..130 missed, 140 on time.
+        // Stored next 100; back at 141: 100..140 fell due before the loop came up, 140 a
+        // second before.
         let now = s(141);
         let none = plan(
             &EVERY_10,
             &state(100, CatchUp::None, 3600, false),
             now,
-            None,
+            Some(now),
         );
         assert_eq!(
             actions(&none),
@@ -251,17 +279,33 @@ mod tests {
                 (110, MISSED),
                 (120, MISSED),
                 (130, MISSED),
-                (140, Action::Fire)
+                (140, MISSED)
             ]
         );
         let latest = plan(
             &EVERY_10,
             &state(100, CatchUp::Latest, 3600, false),
             now,
-            None,
+            Some(now),
         );
         assert_eq!(
             actions(&latest),
+            [
+                (100, MISSED),
+                (110, MISSED),
+                (120, MISSED),
+                (130, MISSED),
+                (140, Action::Fire)
+            ]
+        );
+        let all = plan(
+            &EVERY_10,
+            &state(100, CatchUp::All { max: 2 }, 3600, false),
+            now,
+            Some(now),
+        );
+        assert_eq!(
+            actions(&all),
             [
                 (100, MISSED),
                 (110, MISSED),
@@ -270,23 +314,82 @@ mod tests {
                 (140, Action::Fire)
             ]
         );
+        assert_eq!((all.next, all.wait), (Some(s(150)), None));
+    }
+
+    #[test]
+    fn a_restart_just_after_a_tick_starts_no_more_than_the_policy_says() {
+        // The tick of 100 recorded, then no worker up until 140.3: the tick of 140 fell due
+        // just before, and counts among the missed ones.
+        let now = ms(140_300);
+        let latest = plan(
+            &EVERY_10,
+            &state(110, CatchUp::Latest, 3600, false),
+            now,
+            Some(now),
+        );
+        assert_eq!(
+            actions(&latest),
+            [
+                (110, MISSED),
+                (120, MISSED),
+                (130, MISSED),
+                (140, Action::Fire)
+            ]
+        );
         let all = plan(
             &EVERY_10,
-            &state(100, CatchUp::All { max: 2 }, 3600, false),
+            &state(110, CatchUp::All { max: 2 }, 3600, false),
             now,
-            None,
+            Some(now),
         );
         assert_eq!(
             actions(&all),
             [
-                (100, MISSED),
                 (110, MISSED),
-                (120, Action::Fire),
+                (120, MISSED),
                 (130, Action::Fire),
                 (140, Action::Fire)
             ]
         );
-        assert_eq!(all.next, Some(s(150)));
+        // With `CatchUp::None` the tick of 140 is left out, but a worker up then and merely
+        // behind may still record it: nothing is decided before 141.
+        let none = plan(
+            &EVERY_10,
+            &state(110, CatchUp::None, 3600, false),
+            now,
+            Some(now),
+        );
+        assert_eq!(
+            (actions(&none), none.next, none.wait),
+            (vec![], None, Some(s(141)))
+        );
+        // At 141, unrecorded still: missed, all of them.
+        let none = plan(
+            &EVERY_10,
+            &state(110, CatchUp::None, 3600, false),
+            s(141),
+            Some(now),
+        );
+        assert!(actions(&none).iter().all(|(_, a)| *a == MISSED), "{none:?}");
+        assert_eq!((none.next, none.wait), (Some(s(150)), None));
+        // A tick that fell due once the loop was up starts whatever the policy.
+        let none = plan(
+            &EVERY_10,
+            &state(110, CatchUp::None, 3600, false),
+            s(150),
+            Some(now),
+        );
+        assert_eq!(
+            actions(&none),
+            [
+                (110, MISSED),
+                (120, MISSED),
+                (130, MISSED),
+                (140, MISSED),
+                (150, Action::Fire)
+            ]
+        );
     }
 
     #[test]
