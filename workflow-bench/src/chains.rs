@@ -1,4 +1,4 @@
-//! Continue-as-new (SPEC 17): the cost of one continuation, a chain of runs each of which
+//! Continue-as-new: the cost of one continuation, a chain of runs each of which
 //! continues as the next at once (no steps), timed from the first run's start to the chain's
 //! end and divided by the continuations: the seam's transaction (the run's last event, its
 //! end, the next run's admission with what it inherits) plus the next run's lease and first

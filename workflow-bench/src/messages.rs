@@ -1,4 +1,4 @@
-//! Talking to a running run (SPEC 14): how long a message takes from `run.send` to the
+//! Talking to a running run: how long a message takes from `run.send` to the
 //! workflow's `recv` in the sender's own runtime and in a worker process (p50, the latter by
 //! the wall clock both processes share), how long a `run.request` takes to get
 //! the workflow's reply (p50) in the caller's runtime and from a client process whose run

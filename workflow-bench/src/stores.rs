@@ -9,7 +9,7 @@ use workflow_core::{Keys, Runtime, RuntimeBuilder};
 
 use crate::BoxResult;
 
-/// `--encrypt`: every runtime the trials build seals its payloads (SPEC 18) with one key.
+/// `--encrypt`: every runtime the trials build seals its payloads with one key.
 pub static ENCRYPT: AtomicBool = AtomicBool::new(false);
 
 /// `--compact-envelopes`: with `--encrypt`, payloads are sealed in the envelope's compact form

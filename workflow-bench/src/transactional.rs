@@ -1,4 +1,4 @@
-//! Transactional steps (SPEC 16): per step, a `#[step(transactional)]` inserting a row in the
+//! Transactional steps: per step, a `#[step(transactional)]` inserting a row in the
 //! store's own database (one commit: the row and the step's result) against a plain step
 //! making the same insert on a connection of its own (two commits: the row, then the result),
 //! both in one 100-step run, sequential. SQLite and PostgreSQL.

@@ -8,7 +8,7 @@
 //!
 //! What the catch-up policy implies here: at every instant at least two of the three workers
 //! are up (one is killed at a time and its replacement starts at once), so no tick's nominal
-//! time passes while no worker is up: no tick is missed in SPEC 13's sense, and the policy
+//! time passes while no worker is up: no tick is missed, and the policy
 //! (the default, `CatchUp::Latest`) never applies. A tick recorded as skipped (missed, or for
 //! any other reason) in the window is a failure. The overlap policy is `AllowAll`: a run whose
 //! worker was killed goes on under another worker after its lease, and the next ticks must

@@ -451,7 +451,7 @@ impl Parsed {
 ///
 /// The loop knows since when it has been up without a stall: from its first look, or from
 /// the first look after it woke more than [`STALLED`] after it meant to. Ticks that fell due
-/// since then were not missed (SPEC 13: a missed tick is one whose time passed while no worker
+/// since then were not missed (a missed tick is one whose time passed while no worker
 /// was up): they start however late, within the catch-up window, whatever the catch-up
 /// policy.
 ///

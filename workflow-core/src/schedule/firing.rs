@@ -3,7 +3,7 @@
 //! which depends on whether the previous run has ended, is applied when a tick fires.
 //!
 //! A tick is due once its nominal time plus the schedule's jitter has passed. A due tick is
-//! missed (SPEC 13: its time passed while no worker on the store was up) unless it fell due
+//! missed (its time passed while no worker on the store was up) unless it fell due
 //! while the worker looking at it was up (at or after the loop's `up_since`: such a tick is
 //! late, not missed, and starts however late, within the catch-up window), or it is the latest
 //! due tick and fell due within [`ON_TIME`] (a worker just up fires the tick of the moment).
