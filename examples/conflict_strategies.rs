@@ -1,4 +1,4 @@
-//! The seeds' five ways to handle a duplicate run, as ordinary code. Each duplicate run learns
+//! The five usual ways to handle a duplicate run, as ordinary code. Each duplicate run learns
 //! the owner of the contested token from `get_conflict()` and decides:
 //!
 //! 1. reject: report the owner and stop;

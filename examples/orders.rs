@@ -1,4 +1,4 @@
-//! The order flow of the seeds: charge the card with the step id as the idempotency key, wait
+//! The order flow: charge the card with the step id as the idempotency key, wait
 //! durably, ship, and print what happened — on the embedded SQLite store.
 //!
 //! ```text

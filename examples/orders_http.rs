@@ -1,4 +1,4 @@
-//! An HTTP service whose `POST /api/orders` is idempotent per order (the seeds' route):
+//! An HTTP service whose `POST /api/orders` is idempotent per order:
 //! the first request for an order starts its workflow and claims the hook token
 //! `order:<orderId>`; every duplicate — concurrent or later — sends its note to the run that
 //! owns the token. `.or_resume(..)` decides which in one store transaction, so a duplicate

@@ -1,4 +1,4 @@
-//! Traces exported with OTLP (SPEC 15, feature `otel`): a run is one trace. The start of the
+//! Traces exported with OTLP (feature `otel`): a run is one trace. The start of the
 //! run is a `workflow.start` span inside the caller's span (here `checkout`), and every step
 //! attempt, in whatever process and after whatever crash, is a `step` span under it, with
 //! `workflow.run_id`, `workflow.name`, `step.name`, `step.id`, `step.attempt` and

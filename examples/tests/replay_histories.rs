@@ -1,4 +1,4 @@
-//! A replay test, as the README's deploy guide recommends: every history in
+//! A replay test, as the guide recommends (docs/guide/testing.md): every history in
 //! `tests/histories/` (written by `workflow export <id>`, or by
 //! `cargo run --example orders -- --export examples/tests/histories`) is replayed against the
 //! `orders` workflow as this build has it. A change that would block the runs in flight fails

@@ -1,4 +1,4 @@
-//! `workflow` on an encrypted store (SPEC 18), on SQLite and PostgreSQL: without keys every
+//! `workflow` on an encrypted store, on SQLite and PostgreSQL: without keys every
 //! encrypted payload shows as "encrypted (key <id>)"; `--keys FILE` shows it decrypted;
 //! `workflow export` keeps the ciphertext unless `--decrypt` (which needs the keys); the
 //! dashboard's run page does the same; `workflow rekey` moves every payload to the current

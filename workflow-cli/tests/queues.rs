@@ -1,5 +1,5 @@
 //! `workflow queues` and `workflow runs --queue`: each queue's limits and occupancy, and the
-//! queued runs with their positions (SPEC 11), on SQLite and PostgreSQL.
+//! queued runs with their positions, on SQLite and PostgreSQL.
 
 mod common;
 

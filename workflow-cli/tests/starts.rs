@@ -1,4 +1,4 @@
-//! Delayed starts and run versions as an operator sees them (SPEC 3 and 9): `workflow runs`
+//! Delayed starts and run versions as an operator sees them: `workflow runs`
 //! and `workflow run` show a delayed run as "pending, starts at <time>" and each run's
 //! version, `--version` filters the listing, and the dashboard's runs page and run page show
 //! the same. Every test runs on SQLite and on PostgreSQL.

@@ -50,7 +50,7 @@ impl Config {
     }
 }
 
-/// How far a run's history may grow (SPEC 17): past the soft limit `continue_as_new_suggested()`
+/// How far a run's history may grow: past the soft limit `continue_as_new_suggested()`
 /// is true; past the hard one, [`HARD_FACTOR`] times as large, the run fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HistoryLimits {

@@ -1,52 +1,45 @@
-//! Durable workflows for Rust.
-//!
-//! A workflow is an `async fn` whose progress survives crashes, restarts and long waits. Its
-//! side effects live in steps: every step result is recorded with a stable step id, and after a
-//! crash the workflow is replayed — recorded steps return their recorded results instead of
-//! running again. The step id doubles as the idempotency key for external APIs.
-//!
-//! ```
-//! use std::time::Duration;
-//! use workflow_core::prelude::*;
-//!
-//! #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-//! pub struct Receipt { charge_id: String, amount: u64 }
-//!
-//! #[step(max_retries = 5)]
-//! async fn charge_user(user_id: String, amount: u64) -> Result<Receipt> {
-//!     // Stable across retries and replays: the payment provider's idempotency key.
-//!     let StepMetadata { step_id, .. } = step_metadata();
-//!     Ok(Receipt { charge_id: format!("ch-{user_id}-{step_id}"), amount })
-//! }
-//!
-//! #[workflow]
-//! async fn process_order(user_id: String) -> Result<Receipt> {
-//!     let receipt = charge_user(user_id, 1000).await?;
-//!     sleep(Duration::from_millis(10)).await;     // durable: survives restarts
-//!     Ok(receipt)
-//! }
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
-//! # let dir = tempfile::tempdir()?;
-//! # let path = dir.path().join("orders.db");
-//! let rt = Runtime::builder().sqlite(path).build().await?;
-//! let run = rt.start(process_order, ("u-1".to_string(),)).await?;
-//! let receipt = run.return_value().await?;
-//! assert_eq!(receipt.amount, 1000);
-//! assert_eq!(run.status().await?, RunStatus::Completed);
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! Steps called outside a workflow are plain async fns; workflows are started with
-//! [`Runtime::start`], which checks the argument tuple against the workflow's parameters at
-//! compile time. Every `#[workflow]` and `#[step]` linked into the binary is registered when
-//! the runtime is built.
-//!
-//! With the `testing` feature, `workflow_core::testing::store` exports the store conformance
-//! suite, so that an implementation of [`store::Store`] of your own runs the cases this crate's
-//! stores run.
+// The README is the crate's front page, so its example is a doctest. Its links point at the
+// repository's files; the definitions below come first, so they win in rustdoc and send the
+// guide's links to the `guide` modules instead.
+#![doc = "[guide-steps]: crate::guide::steps"]
+#![doc = "[guide-hooks]: crate::guide::hooks"]
+#![doc = "[guide-determinism]: crate::guide::determinism"]
+#![doc = "[guide-queues]: crate::guide::queues"]
+#![doc = "[guide-children]: crate::guide::children"]
+#![doc = "[guide-deploys]: crate::guide::deploys"]
+#![doc = "[guide-streams]: crate::guide::streams"]
+#![doc = "[guide-schedules]: crate::guide::schedules"]
+#![doc = "[guide-messages]: crate::guide::messages"]
+#![doc = "[guide-transactional]: crate::guide::transactional"]
+#![doc = "[guide-continue-as-new]: crate::guide::continue_as_new"]
+#![doc = "[guide-encryption]: crate::guide::encryption"]
+#![doc = "[guide-observability]: crate::guide::observability"]
+#![doc = "[guide-stores]: crate::guide::stores"]
+#![doc = "[guide-testing]: crate::guide::testing"]
+#![doc = "[guide-cli]: crate::guide::cli"]
+#![doc = include_str!("../../README.md")]
+
+/// The guide's link labels as rustdoc links, put before each page of `guide` (see there).
+macro_rules! links {
+    () => {
+        "[guide-steps]: crate::guide::steps\n\
+         [guide-hooks]: crate::guide::hooks\n\
+         [guide-determinism]: crate::guide::determinism\n\
+         [guide-queues]: crate::guide::queues\n\
+         [guide-children]: crate::guide::children\n\
+         [guide-deploys]: crate::guide::deploys\n\
+         [guide-streams]: crate::guide::streams\n\
+         [guide-schedules]: crate::guide::schedules\n\
+         [guide-messages]: crate::guide::messages\n\
+         [guide-transactional]: crate::guide::transactional\n\
+         [guide-continue-as-new]: crate::guide::continue_as_new\n\
+         [guide-encryption]: crate::guide::encryption\n\
+         [guide-observability]: crate::guide::observability\n\
+         [guide-stores]: crate::guide::stores\n\
+         [guide-testing]: crate::guide::testing\n\
+         [guide-cli]: crate::guide::cli\n"
+    };
+}
 
 pub mod api;
 mod child;
@@ -58,6 +51,7 @@ mod divergence;
 mod driver;
 pub mod error;
 mod event;
+pub mod guide;
 mod history;
 mod ids;
 mod message;

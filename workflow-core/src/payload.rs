@@ -295,7 +295,7 @@ pub(crate) enum Rekeyed {
 }
 
 /// How one runtime stores payloads: the size limit every bounded payload is checked against,
-/// and the keys that seal every payload when encryption is on (SPEC 18).
+/// and the keys that seal every payload when encryption is on.
 /// Cheap to clone; the driver of each run holds a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct Payloads {

@@ -117,7 +117,7 @@ impl<Req: DeserializeOwned, Resp: Serialize> Requests<Req, Resp> {
     /// The next request. Dropping the future before it resolves takes nothing (so it can lose
     /// a [`timeout`](crate::timeout) or a `select`); `StreamExt::next` is the same without
     /// that promise, since a stream cannot tell that its caller stopped waiting.
-    // Named like `StreamExt::next` on purpose: `reviews.next()` (SPEC 14's shape) picks this
+    // Named like `StreamExt::next` on purpose: `reviews.next()`, as users write it, picks this
     // cancellation-safe one over the trait's; `Iterator` does not fit an async stream.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> NextRequest<'_, Req, Resp> {

@@ -1,4 +1,4 @@
-//! The metrics of SPEC 15, emitted through the [`metrics`] facade where each event happens:
+//! The runtime's metrics, emitted through the [`metrics`] facade where each event happens:
 //! whatever recorder the application installs (a Prometheus exporter, a StatsD client, a test
 //! recorder) receives them, and without one they cost a relaxed atomic load each. Label values
 //! are registered names and fixed words, never a run id, so a metric's series stay few.

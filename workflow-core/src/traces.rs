@@ -1,4 +1,4 @@
-//! Traces that follow a run across workers, processes and restarts (SPEC 15, feature `otel`).
+//! Traces that follow a run across workers, processes and restarts (feature `otel`).
 //!
 //! A start opens a short `workflow.start` span, a child of the caller's current `tracing`
 //! span, and keeps its W3C context with the run ([`crate::store::TraceContext`], one column).

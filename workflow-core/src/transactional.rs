@@ -1,4 +1,4 @@
-//! Transactional steps as the code inside them sees them (SPEC 16): [`Tx`], the step's first
+//! Transactional steps as the code inside them sees them: [`Tx`], the step's first
 //! parameter, lends the body the store's open transaction (`tx.sqlite(..)`, `tx.postgres()`);
 //! the driver (`driver/transactional.rs`) opens it, runs the attempt, and commits the body's
 //! writes with the step's recorded result. The transaction is handed to the body through a

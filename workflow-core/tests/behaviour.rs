@@ -441,7 +441,7 @@ async fn patched_versions(key: String) -> Result<String> {
     Ok(first)
 }
 
-/// A deploy while runs sleep (SPEC 9): under the new build, the run whose code changed
+/// A deploy while runs sleep: under the new build, the run whose code changed
 /// without a patch is blocked (divergence in its info, history untouched, `return_value`
 /// still waiting) and the patched workflow's old run completes on the old path while a new
 /// run takes the new one; `retry()` under a build that fits again lets the blocked run
@@ -1531,7 +1531,7 @@ async fn mailing() -> Result<()> {
     sends_emails_for_an_hour().await
 }
 
-/// Cancellation reaches steps (SPEC 10): `cancel()` drops the run's in-flight step future in
+/// Cancellation reaches steps: `cancel()` drops the run's in-flight step future in
 /// the process running it within a second, and no new attempt starts.
 async fn cancel_drops_the_step_in_flight(b: Backend) {
     let db = TestDb::new(b);
@@ -1571,7 +1571,7 @@ async fn a_step_over_its_timeout_is_dropped_and_retried(b: Backend) {
     assert_eq!(failed, 1, "the first attempt failed and was retried");
 }
 
-/// Cancellation reaches steps in another process (SPEC 10): a client runtime with a store of
+/// Cancellation reaches steps in another process: a client runtime with a store of
 /// its own (PostgreSQL: its notices; SQLite and memory: the worker's poll) cancels a run that
 /// a worker runtime is driving; the worker drops the step's future within its poll interval
 /// and starts no new attempt.
@@ -1604,7 +1604,7 @@ async fn sleeps_then_mails(ms: u64) -> Result<()> {
     sends_emails_for_an_hour().await
 }
 
-/// A run deadline (`start(..).timeout(d)`, SPEC 10): a run still working at its deadline
+/// A run deadline (`start(..).timeout(d)`): a run still working at its deadline
 /// fails ("timed out after …"), its in-flight step dropped; a run evicted in a long sleep is
 /// woken at its deadline to fail; a run that ends before its deadline is not affected.
 async fn runs_fail_at_their_deadline(b: Backend) {

@@ -1,4 +1,4 @@
-//! Bounded histories (SPEC 17), on every store: `workflow_metadata()`'s `history_events` and
+//! Bounded histories, on every store: `workflow_metadata()`'s `history_events` and
 //! `history_bytes` grow as the run goes on and read the same at the same point on replay (a new
 //! runtime replays the first half of a run and compares, from inside the body, with what the
 //! live run recorded); `continue_as_new_suggested()` turns true past the soft limit set with

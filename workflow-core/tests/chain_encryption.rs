@@ -1,4 +1,4 @@
-//! Continue-as-new under payload encryption (SPEC 17 with SPEC 18), on every store: what the
+//! Continue-as-new under payload encryption, on every store: what the
 //! runs of a chain share crosses the seam sealed and opens on the other side. Messages and a
 //! request waiting in the inbox at two seams are received and answered by the last run, an
 //! event set before the seam is read through the chain after it, a parent awaiting a child

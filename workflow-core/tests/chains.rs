@@ -1,4 +1,4 @@
-//! Continue-as-new (SPEC 17) on every store: chains of runs that keep a hook token owned
+//! Continue-as-new on every store: chains of runs that keep a hook token owned
 //! throughout while payloads stream in, messages and requests sent across the seam, a parent
 //! awaiting a child that continues, `return_value` on a chain's first run, and a
 //! concurrency-1 queue held by a chain from its first run to its last.

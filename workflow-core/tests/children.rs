@@ -1,4 +1,4 @@
-//! Child runs (SPEC 10): `start_child` and `child.result()` on every store, and a
+//! Child runs: `start_child` and `child.result()` on every store, and a
 //! child awaited across two processes (the child leased by the other one).
 
 mod common;
@@ -399,7 +399,7 @@ async fn cancels_racing_child_ends_all_finish(b: Backend) {
     }
 }
 
-/// Children started into a queue wait for its slots like any run (SPEC 11 on start_child);
+/// Children started into a queue wait for its slots like any run;
 /// a queue declared nowhere fails the start, recorded, with no child.
 async fn children_wait_in_their_queue(b: Backend) {
     let db = common::TestDb::new(b);

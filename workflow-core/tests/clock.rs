@@ -1,4 +1,4 @@
-//! One clock on PostgreSQL (SPEC §8): worker and client processes whose system clocks are an
+//! One clock on PostgreSQL: worker and client processes whose system clocks are an
 //! hour off (run under `faketime`) neither steal live leases, nor fire timers early or late,
 //! nor reopen a retained token, because every time they write or compare is on the database
 //! server's clock. The processes are this test binary re-executed (`child_main`); each test

@@ -1,4 +1,4 @@
-//! A deploy while runs are in flight (SPEC 9), with real processes on SQLite and
+//! A deploy while runs are in flight, with real processes on SQLite and
 //! PostgreSQL. Process A, "version 1" of the code, takes three runs to a durable sleep and is
 //! SIGKILLed. Process B, "version 2", takes them over: in `patched_flow` the change sits behind
 //! `patched`, so the old run completes on the old path while a new run takes the new one; in

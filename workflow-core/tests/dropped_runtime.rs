@@ -1,4 +1,4 @@
-//! A runtime lives as long as its user holds a handle on it (SPEC 3): dropping the last one
+//! A runtime lives as long as its user holds a handle on it: dropping the last one
 //! stops its worker, and `workflow_core::api` outside steps then finds the most recently built
 //! runtime still held, or none. A binary of its own, since `api` sees every runtime of the
 //! process.

@@ -1,4 +1,4 @@
-//! Payload encryption (SPEC 18), on every store: a marker written into a run's arguments, step
+//! Payload encryption, on every store: a marker written into a run's arguments, step
 //! results, step and run errors, hook payloads and stream chunks is nowhere in what the store
 //! keeps (the SQLite files, database and WAL, read as raw bytes; a `pg_dump` of the test's
 //! PostgreSQL schema; every record the memory store hands out), while the runs return it
@@ -225,7 +225,7 @@ async fn every_payload_is_sealed(backend: Backend, compact: bool) {
         format!("{MARKER}-run-error")
     );
 
-    // Messages, published values, requests and replies (SPEC 14) are sealed like every
+    // Messages, published values, requests and replies are sealed like every
     // other payload.
     let talk = rt.start(sealed_talk, (MARKER.to_owned(),)).await.unwrap();
     let status: String = talk.event::<String>("status").await.unwrap();

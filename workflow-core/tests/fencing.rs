@@ -1,4 +1,4 @@
-//! Fencing of transactional steps with a real stopped process (SPEC 16): a worker is frozen
+//! Fencing of transactional steps with a real stopped process: a worker is frozen
 //! with SIGSTOP inside a transactional step's body, after its write and before its commit,
 //! past the end of its lease, while another worker process polls the same store; then it is
 //! resumed with SIGCONT.
@@ -7,7 +7,7 @@
 //!   waits on the frozen transaction's row. The resumed worker finds its lease taken at commit
 //!   and commits nothing; the second worker's write and result are the only ones.
 //! - SQLite: the frozen body holds the database's write lock, so no other worker can take the
-//!   run while it is stopped (documented in the README's transactional section); once resumed,
+//!   run while it is stopped (documented in docs/guide/transactional.md); once resumed,
 //!   exactly one attempt's write and result are committed.
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 

@@ -1,4 +1,4 @@
-//! The exported history format (SPEC 9) is a promise to the files users keep: a history
+//! The exported history format is a promise to the files users keep: a history
 //! exported by version 1 of the format, committed as `tests/fixtures/history-v1.json`, must
 //! stay readable and replay against the same workflow in every later build. The fixture holds
 //! every kind of event a run records: steps, a failed attempt and its retry, a durable timer,

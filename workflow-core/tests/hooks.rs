@@ -1,4 +1,4 @@
-//! Hooks and idempotent starts (SPEC 4 and 5), run on every store.
+//! Hooks and idempotent starts, run on every store.
 
 mod common;
 
@@ -209,7 +209,7 @@ async fn resume_before_registration_and_the_route_pattern(b: Backend) {
     assert_eq!(err.as_not_found().unwrap().token, token);
     assert!(err.to_string().contains(&token));
 
-    // The seeds' route: resume; else start, then retry the resume until the hook exists.
+    // The usual route: resume; else start, then retry the resume until the hook exists.
     let started = rt.start(checked, (token.clone(),)).await.unwrap();
     let mut delivered = None;
     for _ in 0..500 {
@@ -289,7 +289,7 @@ fn notes() -> &'static Mutex<HashMap<String, Vec<String>>> {
     N.get_or_init(Default::default)
 }
 
-/// The seeds' announcement workflow: record the start note, then every update in order.
+/// An announcement workflow: record the start note, then every update in order.
 #[workflow]
 async fn process_order(order_id: String, note_text: String, expect: u32) -> Result<u32> {
     record_note(order_id.clone(), note_text).await?;
@@ -365,7 +365,7 @@ async fn collect_payloads(token: String, expect: usize) -> Result<Vec<u64>> {
     Ok(got)
 }
 
-/// SPEC 10: 200 concurrent `.or_resume` calls of one token (the in-process start flight
+/// 200 concurrent `.or_resume` calls of one token (the in-process start flight
 /// included): one run, which receives the 199 other calls' payloads, each exactly once, and
 /// no call sees the token owned without a hook to take its payload.
 async fn or_resume_under_contention(b: Backend) {
@@ -722,7 +722,7 @@ async fn payloads_are_delivered_once_across_a_takeover(b: Backend) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The seeds' conflict-handling strategies
+// The usual conflict-handling strategies
 
 #[step]
 async fn owner_status(run_id: RunId) -> Result<RunStatus> {

@@ -1,4 +1,4 @@
-//! Talking to a running run (SPEC 14), on every store: messages sent with `run.send` reach
+//! Talking to a running run, on every store: messages sent with `run.send` reach
 //! `recv` in send order per topic, exactly once, also when sent before the workflow waits and
 //! across a restart of the worker while they arrive; idempotency keys; sends that store
 //! nothing (ended or unknown runs, payloads over the limit, invalid topics); and durable

@@ -1,4 +1,4 @@
-//! The metrics of SPEC 15 as an application's recorder receives them: counts after completed,
+//! The runtime's metrics as an application's recorder receives them: counts after completed,
 //! failed and retried runs on every store, every attempt outcome (`ok`, `error`, `timeout`,
 //! `panic`), histograms with samples, and no run id in any label.
 //!

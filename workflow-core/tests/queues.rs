@@ -1,4 +1,4 @@
-//! Flow control (SPEC 11) as a user sees it, on every store: a queue's concurrency reached and
+//! Flow control as a user sees it, on every store: a queue's concurrency reached and
 //! never exceeded, counted in the step bodies and by the store; per-key order, priority order,
 //! each rate window admitting exactly its quota, unknown queues; and, with worker processes,
 //! three workers sharing one queue and a worker killed holding a slot (SQLite, PostgreSQL).

@@ -1,4 +1,4 @@
-//! `Runtime::rekey` (`workflow rekey`, SPEC 18), on every store: payloads of every kind sealed
+//! `Runtime::rekey` (`workflow rekey`), on every store: payloads of every kind sealed
 //! under an old key are sealed again under the current one, after which the old key can go;
 //! a missing key is named; a stopped rekey resumes; a rekey racing a live worker and a
 //! sender loses nothing. And rotation across processes (SQLite, PostgreSQL): runs started by

@@ -1,4 +1,4 @@
-//! Requests to a running run (SPEC 14), on every store: `run.request` gets the reply the
+//! Requests to a running run, on every store: `run.request` gets the reply the
 //! workflow records with `req.reply`; requests arrive in send order, each once, across a
 //! worker restart; an idempotency key returns the first request's reply, also to a caller
 //! after one that timed out; a run that ends without replying ends the wait with an error;

@@ -1,4 +1,4 @@
-//! Key rotation across processes (SPEC 18), on SQLite and PostgreSQL (the memory store lives
+//! Key rotation across processes, on SQLite and PostgreSQL (the memory store lives
 //! in one process; `encryption.rs` rotates in one process on every store): worker process A,
 //! with the old key only, starts runs that wait on hooks; process C, with the new key only,
 //! takes them once A is gone and leaves them blocked with their histories unchanged, naming

@@ -1,4 +1,4 @@
-//! Delayed starts and run versions as a user sees them (SPEC 3 and 9), on every store: a run
+//! Delayed starts and run versions as a user sees them, on every store: a run
 //! started with `.delay(d)` is admitted at once (pending, its start recorded, its token
 //! claimed) and begins at its start, not before, even when a payload reaches its token first;
 //! it survives a restart of the runtime; a `.start_at(t)` already passed begins at once. A

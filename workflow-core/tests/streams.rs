@@ -1,4 +1,4 @@
-//! Streams from runs (SPEC 12), on every store: chunks in order with their indexes, reading
+//! Streams from runs, on every store: chunks in order with their indexes, reading
 //! from an index or the last few, the attempts of retried steps, the end of a stream on its
 //! close and on its run's end, live delivery (in one process, and from a writer process to a
 //! reader process), and the payload limit. Cross-process cases re-execute this test binary

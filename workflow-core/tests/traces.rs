@@ -1,4 +1,4 @@
-//! OpenTelemetry traces of runs (SPEC 15, feature `otel`): every step attempt's span is a
+//! OpenTelemetry traces of runs (feature `otel`): every step attempt's span is a
 //! child of the span that started the run, in one trace, whatever process runs it and after
 //! any crash; replayed steps open no span.
 //!

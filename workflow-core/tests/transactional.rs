@@ -1,4 +1,4 @@
-//! Transactional steps (SPEC 16) on SQLite and PostgreSQL: the body's writes to the user's own
+//! Transactional steps on SQLite and PostgreSQL: the body's writes to the user's own
 //! table commit with the step's recorded result, exactly once; a body error rolls them back
 //! and counts as a failed attempt; a busy database or a serialization failure runs the
 //! attempt again without counting it; a worker whose lease was taken commits nothing; misuse

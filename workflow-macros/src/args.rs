@@ -34,7 +34,7 @@ pub(crate) struct StepArgs {
     pub(crate) transactional: bool,
 }
 
-/// Retries after the first attempt, so at most four attempts (SPEC section 2).
+/// Retries after the first attempt, so at most four attempts, as documented.
 pub(crate) const DEFAULT_MAX_RETRIES: u32 = 3;
 
 const WORKFLOW_OPTIONS: &[&str] = &["name", "queue"];

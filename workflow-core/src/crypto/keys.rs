@@ -88,7 +88,7 @@ impl Keys {
     /// (`"$wf_sealed:v4:<key id>:<nonce and ciphertext>"`), instead of an object of one field
     /// (`{"$wf_sealed": "v4:<key id>:..."}`). The same ciphertext, a few bytes shorter, and
     /// cheaper to copy on its way to the store and back: about a fifth fewer of the
-    /// instructions encryption adds to a one-step run (BENCHMARKS.md, session 25).
+    /// instructions encryption adds to a one-step run (BENCHMARKS.md).
     ///
     /// Every build since this option reads both forms. Builds before it read only objects and
     /// would take a compact envelope for a plain string, so turn it on only once no worker or

@@ -1,4 +1,4 @@
-//! Payload encryption (SPEC 18): the keys a runtime is given and the sealed envelope a
+//! Payload encryption: the keys a runtime is given and the sealed envelope a
 //! payload is stored in. Nothing here knows what a payload is: [`crate::payload`] decides
 //! which values are sealed and where each belongs (its [`Binding`]); this module only seals
 //! bytes for a binding and opens them again.

@@ -88,7 +88,7 @@ impl Driver {
         Ok(Stop::Ended)
     }
 
-    /// Fails the run because its history grew `past` the hard limit (SPEC 17), in one write
+    /// Fails the run because its history grew `past` the hard limit, in one write
     /// with what the core decided and has not written yet, so nothing of it is lost; its
     /// attempts are dropped when the driver stops.
     pub(super) async fn fail_past_limit(&mut self, past: Past) -> Result<Stop, StoreError> {

@@ -1,4 +1,4 @@
-//! The driver's side of transactional steps (SPEC 16): an attempt that runs its body in a
+//! The driver's side of transactional steps: an attempt that runs its body in a
 //! transaction of the store and commits the body's writes with the step's `StepCompleted`,
 //! fenced by the lease, in one commit. The attempt task writes that one event itself (the
 //! driver records everything else), so while it is in flight the driver records and delivers

@@ -175,7 +175,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Encrypts every payload this runtime stores (SPEC 18): new payloads are sealed with the
+    /// Encrypts every payload this runtime stores: new payloads are sealed with the
     /// current key of `keys`, stored ones open with any of its keys. `build()` checks the keys
     /// (32 bytes each, one current key, ids given once) and names the key at fault. Clients
     /// built with `.worker(false)` need the keys too, to read what the runs store. See
@@ -194,7 +194,7 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The soft limit of a run's history (SPEC 17): `events` events or `bytes` bytes of
+    /// The soft limit of a run's history: `events` events or `bytes` bytes of
     /// payloads (default 10,000 events or 10 MiB). Past it, [`continue_as_new_suggested`]
     /// is true in the workflow body; past the hard limit, five times as large (default
     /// 50,000 events or 50 MiB), the run fails with an error naming the limit. A workflow

@@ -319,7 +319,7 @@ impl<T> Run<T> {
         self.export_in(false).await
     }
 
-    /// [`Run::export`] with every encrypted payload opened with the runtime's keys (SPEC 18;
+    /// [`Run::export`] with every encrypted payload opened with the runtime's keys (as
     /// `workflow export --decrypt`): an error, naming the key, if one does not open.
     pub async fn export_decrypted(&self) -> Result<Value, RunError> {
         self.export_in(true).await

@@ -1,4 +1,4 @@
-//! Rewriting stored payloads in place, for `workflow rekey` (SPEC 18): the rows that hold
+//! Rewriting stored payloads in place, for `workflow rekey`: the rows that hold
 //! sealed payloads, read page by page, and a compare-and-set that replaces one row's value
 //! only while it still holds what was read. The store knows nothing of keys or envelopes: it
 //! hands out every row whose JSON holds the envelope marker (`$wf_sealed`) and writes back

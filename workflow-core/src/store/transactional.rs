@@ -1,4 +1,4 @@
-//! Transactional steps (SPEC 16): a transaction of the store's own database, in which a step's
+//! Transactional steps: a transaction of the store's own database, in which a step's
 //! body writes the user's tables and the runtime then records the step's result, fenced by the
 //! run's lease, all in one commit. A worker that lost the lease commits nothing; a crash before
 //! the commit leaves nothing. [`TransactionalStore`] opens one; the [`StepTransaction`] it

@@ -129,7 +129,7 @@ pub fn replay<Args, W: IntoWorkflow<Args>>(wf: W, history: &Value) -> Result<(),
     replay_in(wf, history, Payloads::default())
 }
 
-/// [`replay()`] of a history whose payloads are encrypted (SPEC 18): `keys` open them, as they
+/// [`replay()`] of a history whose payloads are encrypted: `keys` open them, as they
 /// open them for a runtime built with `.encryption(keys)`. A payload under a key `keys` lacks
 /// is a [`ReplayError::Mismatch`] naming that key.
 ///

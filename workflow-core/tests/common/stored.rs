@@ -1,5 +1,5 @@
 //! What a store keeps, as text, for the tests that look for a value that must not be there
-//! in the clear (SPEC 18).
+//! in the clear.
 
 use workflow_core::store::RunFilter;
 use workflow_core::Runtime;

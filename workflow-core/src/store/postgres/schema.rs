@@ -464,7 +464,7 @@ impl migrations::Schema for Migrating<'_> {
         }
         // Several statements: a query without arguments goes over the simple protocol, which
         // takes them. (`sqlx::raw_sql(..).execute` would make the future not `Send` in
-        // general, sqlx issue #3150.)
+        // general, https://github.com/launchbadge/sqlx/issues/3150.)
         (&mut *self.conn).execute(sql.as_str()).await?;
         Ok(())
     }

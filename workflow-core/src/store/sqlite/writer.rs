@@ -208,7 +208,7 @@ pub(super) fn writer_loop(
 /// next step); a writer asleep by then costs that write the thread's wake-up as well. After
 /// a larger group (a burst: many runs writing) it sleeps at once: spinning there took the
 /// cores the callers needed. Idle, the writer spins at most this long after its last
-/// commit, and not at all when nothing is written. Figures: BENCHMARKS.md, session 21.
+/// commit, and not at all when nothing is written. Figures: the SQLite W1 row of BENCHMARKS.md.
 const LOOK_FOR_NEXT: Duration = Duration::from_micros(100);
 
 /// The writer's next request: one that waits, or, when it `look`s, one that comes within

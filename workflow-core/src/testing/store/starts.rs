@@ -1,4 +1,4 @@
-//! Delayed starts and run versions (SPEC 3 and 9): a run admitted with its start ahead waits
+//! Delayed starts and run versions: a run admitted with its start ahead waits
 //! for it whatever would wake it sooner, and a run keeps its start and the version of the
 //! build that started it, which listings filter by.
 

@@ -1,4 +1,4 @@
-//! What observability needs of a store (SPEC 15): `acquire` says whether it took a run over
+//! What observability needs of a store: `acquire` says whether it took a run over
 //! from a lease that expired while set (`workflow_lease_takeovers_total`), and a run keeps
 //! the trace context it was started in through every way a run is admitted and read.
 
