@@ -307,19 +307,12 @@ async fn append_floor(kind: StoreKind, ctx: &Ctx, n: usize) -> BoxResult<f64> {
     let workflow = "bench.floor".to_owned();
     let id = workflow_core::RunId::new();
     store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
+        .create_run(NewRun::new(
             id,
-            workflow: workflow.clone(),
-            input: serde_json::json!([]),
-            created_at: SystemTime::now(),
-            hook: None,
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+            workflow.clone(),
+            serde_json::json!([]),
+            SystemTime::now(),
+        ))
         .await?;
     let names = [workflow];
     let leased = store

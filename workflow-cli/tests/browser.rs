@@ -577,19 +577,12 @@ async fn blocked_run_and_retry(rt: &Runtime, client: &Client, base: &str, declin
     let at = SystemTime::now();
     rt.store()
         .create_run_with_history(
-            NewRun {
-                trace_context: None,
-                parent: None,
+            NewRun::new(
                 id,
-                workflow: checkout_name.replace("::checkout", "::upgrade"),
-                input: json!(["o-99"]),
-                created_at: at,
-                hook: None,
-                deadline: None,
-                queue: None,
-                start_at: None,
-                version: None,
-            },
+                checkout_name.replace("::checkout", "::upgrade"),
+                json!(["o-99"]),
+                at,
+            ),
             &[NewEvent {
                 at,
                 event: Event::StepScheduled {

@@ -1008,20 +1008,7 @@ async fn tz_shows_times_in_a_zone_across_a_dst_change(b: Backend) {
     let id = RunId::new();
     f.rt.store()
         .create_run_with_history(
-            NewRun {
-                trace_context: None,
-                id,
-                workflow: "cli::tz".to_owned(),
-                input: json!([]),
-                // 2026-03-29T00:30:00Z, 01:30 in Paris.
-                created_at: at(1_774_744_200_000),
-                hook: None,
-                deadline: None,
-                parent: None,
-                queue: None,
-                start_at: None,
-                version: None,
-            },
+            NewRun::new(id, "cli::tz".to_owned(), json!([]), at(1_774_744_200_000)),
             &[NewEvent {
                 // 2026-03-29T00:59:59.500Z, half a second before the change.
                 at: at(1_774_745_999_500),

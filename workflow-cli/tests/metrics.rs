@@ -53,19 +53,15 @@ async fn metrics_show_the_store_s_runs_queues_and_schedules(b: Backend) {
         .unwrap();
     let admitted = SystemTime::now() - Duration::from_secs(30);
     f.rt.store()
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id: RunId::new(),
-            workflow: "elsewhere::not_here".to_owned(),
-            input: serde_json::json!([]),
-            created_at: admitted,
-            hook: None,
-            deadline: None,
-            queue: Some(QueueEntry::new("held")),
-            start_at: None,
-            version: None,
-        })
+        .create_run(
+            NewRun::new(
+                RunId::new(),
+                "elsewhere::not_here".to_owned(),
+                serde_json::json!([]),
+                admitted,
+            )
+            .queue(Some(QueueEntry::new("held"))),
+        )
         .await
         .unwrap();
     let hourly = workflow_core::Schedule::every("hourly", metrics_tick, Duration::from_secs(3600));

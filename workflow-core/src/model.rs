@@ -114,6 +114,84 @@ pub struct NewRun {
 }
 
 impl NewRun {
+    /// A run of `workflow` with `input` (its serialized argument tuple), admitted at
+    /// `created_at`, with nothing else: no delay, version, token, deadline, parent, queue or
+    /// trace context. The options are set with the methods named after the fields:
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use workflow_core::store::NewRun;
+    /// use workflow_core::RunId;
+    ///
+    /// let now = SystemTime::now();
+    /// let run = NewRun::new(RunId::new(), "orders.process", serde_json::json!(["o-1"]), now)
+    ///     .start_at(Some(now + Duration::from_secs(60)));
+    /// assert!(run.delayed());
+    /// assert!(run.queue.is_none());
+    /// ```
+    pub fn new(
+        id: RunId,
+        workflow: impl Into<String>,
+        input: Value,
+        created_at: SystemTime,
+    ) -> NewRun {
+        NewRun {
+            id,
+            workflow: workflow.into(),
+            input,
+            created_at,
+            start_at: None,
+            version: None,
+            hook: None,
+            deadline: None,
+            parent: None,
+            queue: None,
+            trace_context: None,
+        }
+    }
+
+    /// With [`NewRun::start_at`](field@NewRun::start_at) set.
+    pub fn start_at(mut self, start_at: Option<SystemTime>) -> Self {
+        self.start_at = start_at;
+        self
+    }
+
+    /// With [`NewRun::version`](field@NewRun::version) set.
+    pub fn version(mut self, version: Option<String>) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// With [`NewRun::hook`](field@NewRun::hook) set.
+    pub fn hook(mut self, hook: Option<StartHook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// With [`NewRun::deadline`](field@NewRun::deadline) set.
+    pub fn deadline(mut self, deadline: Option<SystemTime>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// With [`NewRun::parent`](field@NewRun::parent) set.
+    pub fn parent(mut self, parent: Option<ParentLink>) -> Self {
+        self.parent = parent;
+        self
+    }
+
+    /// With [`NewRun::queue`](field@NewRun::queue) set.
+    pub fn queue(mut self, queue: Option<QueueEntry>) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// With [`NewRun::trace_context`](field@NewRun::trace_context) set.
+    pub fn trace_context(mut self, trace_context: Option<TraceContext>) -> Self {
+        self.trace_context = trace_context;
+        self
+    }
+
     /// When a worker may first pick the run up: its admission, or its start if later.
     pub fn first_wake(&self) -> SystemTime {
         self.start_at

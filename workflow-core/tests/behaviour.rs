@@ -838,19 +838,12 @@ async fn bad_input_gives_clear_errors(b: Backend) {
         <F::Def as workflow_core::WorkflowDef>::NAME
     }
     rt.store()
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
+        .create_run(NewRun::new(
             id,
-            workflow: name_of(arithmetic).to_owned(),
-            input: json!({"order": "not a tuple of u64"}),
-            created_at: SystemTime::now(),
-            hook: None,
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+            name_of(arithmetic).to_owned(),
+            json!({"order": "not a tuple of u64"}),
+            SystemTime::now(),
+        ))
         .await
         .unwrap();
     let err = rt.get_run(&id).return_value().await.unwrap_err();

@@ -122,19 +122,12 @@ async fn runtime(db: &TestDb, keys: Keys, worker: bool) -> Runtime {
 async fn admit_stored(rt: &Runtime, id: RunId, workflow: String, input: serde_json::Value) {
     let admitted = rt
         .store()
-        .create_run(workflow_core::store::NewRun {
-            trace_context: None,
+        .create_run(workflow_core::store::NewRun::new(
             id,
             workflow,
             input,
-            created_at: std::time::SystemTime::now(),
-            hook: None,
-            deadline: None,
-            parent: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+            std::time::SystemTime::now(),
+        ))
         .await
         .unwrap();
     assert_eq!(admitted, workflow_core::store::Admission::Admitted);

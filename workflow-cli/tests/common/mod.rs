@@ -125,19 +125,7 @@ pub async fn blocked_run_expecting(f: &Fixture, key: &str, step_name: Option<&st
     // Step ids name their run.
     let step_id = step_id.replace(&f.completed.to_string(), &id.to_string());
     let at = SystemTime::now();
-    let run = NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow,
-        input: serde_json::json!([key]),
-        created_at: at,
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    };
+    let run = NewRun::new(id, workflow, serde_json::json!([key]), at);
     let history = [NewEvent {
         at,
         event: Event::StepScheduled {

@@ -47,19 +47,7 @@ impl Driver {
             ..Append::default()
         };
         // Only the next run's own parts: the store copies what it inherits.
-        let next = NewRun {
-            trace_context: None,
-            id: next_id,
-            workflow: c.workflow.to_owned(),
-            input,
-            created_at: now,
-            start_at: None,
-            version: None,
-            hook: None,
-            deadline: None,
-            parent: None,
-            queue: None,
-        };
+        let next = NewRun::new(next_id, c.workflow.to_owned(), input, now);
         // Driven here at once when this process can take it: the store admits it leased
         // under this run's lease, so no worker has to find it first.
         let lease_next = self.host.can_continue(c.workflow);

@@ -29,32 +29,23 @@ impl Driver {
         let child_key = call.child_key.to_string();
         // The child's start span is a child of the parent's start (one trace for both).
         let (_span, trace) = crate::traces::start_span(call.workflow, child_id, Some(&self.trace));
-        let child = NewRun {
-            trace_context: trace,
-            queue: call.queue,
-            id: child_id,
-            workflow: call.workflow.to_owned(),
-            input: call.input,
-            created_at: at,
-            hook: call.hook.map(|token| StartHook {
+        let child = NewRun::new(child_id, call.workflow.to_owned(), call.input, at)
+            .version(self.host.config().version.clone())
+            .hook(call.hook.map(|token| StartHook {
                 token,
                 retain_until: None,
-            }),
-            // Its own timeout replaces the parent's deadline; an attached child without one
-            // ends by the parent's deadline (the same instant); a detached one inherits nothing.
-            deadline: match call.timeout {
+            }))
+            .deadline(match call.timeout {
                 Some(d) => (d != Duration::MAX).then(|| crate::history::after(at, d)),
                 None if call.detached => None,
                 None => self.deadline.map(|(at, _)| at),
-            },
-            parent: Some(ParentLink {
+            })
+            .parent(Some(ParentLink {
                 run: self.ctx.run_id,
                 detached: call.detached,
-            }),
-            start_at: None,
-            // The build that starts the child, which is the one driving its parent now.
-            version: self.host.config().version.clone(),
-        };
+            }))
+            .queue(call.queue)
+            .trace_context(trace);
         let mut tries = 0;
         loop {
             let started = self

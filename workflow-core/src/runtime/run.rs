@@ -292,21 +292,10 @@ impl<T> Run<T> {
             .map_err(unreadable)?;
         // A trace of its own, under the caller's span (feature `otel`).
         let (_span, trace) = crate::traces::start_span(&run.workflow, id, None);
-        let new = NewRun {
-            trace_context: trace,
-            parent: None,
-            id,
-            workflow: run.workflow,
-            input,
-            created_at: inner.clock.tick().await,
-            hook: None,
-            deadline: None,
-            // The copy waits for a slot of the same queue.
-            queue: run.queue,
-            start_at: None,
-            // The copy runs its later steps with this build's code.
-            version: inner.config.version.clone(),
-        };
+        let new = NewRun::new(id, run.workflow, input, inner.clock.tick().await)
+            .version(inner.config.version.clone())
+            .queue(run.queue)
+            .trace_context(trace);
         inner.store.create_run_with_history(new, &history).await?;
         inner.work.notify_one();
         Ok(Run::started(id, self.rt.clone()))

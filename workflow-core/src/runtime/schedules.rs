@@ -121,19 +121,10 @@ impl Inner {
             .map_err(|e| StoreError::database(e.to_string()))?;
         // Each tick's run is a trace of its own (feature `otel`).
         let (_span, trace) = crate::traces::start_span(workflow, id, None);
-        Ok(NewRun {
-            trace_context: trace,
-            id,
-            workflow: workflow.clone(),
-            input,
-            created_at: now,
-            hook: None,
-            deadline: None,
-            parent: None,
-            queue: state.def.queue.clone().map(QueueEntry::new),
-            start_at: None,
-            version: self.config.version.clone(),
-        })
+        Ok(NewRun::new(id, workflow.clone(), input, now)
+            .version(self.config.version.clone())
+            .queue(state.def.queue.clone().map(QueueEntry::new))
+            .trace_context(trace))
     }
 
     /// Fires the tick of `state`'s schedule at `nominal`: records `outcome`, with a run when

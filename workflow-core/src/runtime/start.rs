@@ -509,25 +509,20 @@ impl Admit {
             Begin::At(t) => t.min(never()),
         });
         let begins = start_at.map_or(created_at, |t| t.max(created_at));
-        NewRun {
-            trace_context: self.trace,
-            parent: None,
-            id: self.id,
-            workflow: self.workflow.to_owned(),
-            input: self.input,
-            created_at,
-            hook: self.token.map(|token| StartHook {
+        NewRun::new(self.id, self.workflow.to_owned(), self.input, created_at)
+            .start_at(start_at)
+            .version(self.version)
+            .hook(self.token.map(|token| StartHook {
                 token,
                 retain_until: self.retention.map(|d| after(created_at, d)),
-            }),
-            deadline: self
-                .timeout
-                .and_then(|d| begins.checked_add(d))
-                .filter(|t| *t < never()),
-            queue: self.queue,
-            start_at,
-            version: self.version,
-        }
+            }))
+            .deadline(
+                self.timeout
+                    .and_then(|d| begins.checked_add(d))
+                    .filter(|t| *t < never()),
+            )
+            .queue(self.queue)
+            .trace_context(self.trace)
     }
 }
 

@@ -163,19 +163,7 @@ pub struct SealedRow {
 /// let id = RunId::new();
 /// let sealed = json!({"$wf_sealed": 1, "key": "old", "nonce": "..", "data": ".."});
 /// store
-///     .create_run(NewRun {
-///         trace_context: None,
-///         id,
-///         workflow: "orders".into(),
-///         input: sealed,
-///         created_at: std::time::SystemTime::now(),
-///         hook: None,
-///         deadline: None,
-///         parent: None,
-///         queue: None,
-///         start_at: None,
-///         version: None,
-///     })
+///     .create_run(NewRun::new(id, "orders", sealed, std::time::SystemTime::now()))
 ///     .await?;
 /// let rows = store.sealed_rows(PayloadTable::Runs, None, 100).await?;
 /// assert_eq!(rows.len(), 1);

@@ -1011,21 +1011,9 @@ async fn refuses_a_schema_of_a_newer_version() {
 async fn migrates_a_version_1_store_and_keeps_numbering_its_events() {
     let (schema, store) = fresh!();
     let id = RunId::new();
-    within(store.create_run(NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: "orders".to_owned(),
-        input: json!(null),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }))
-    .await
-    .unwrap();
+    within(store.create_run(NewRun::new(id, "orders".to_owned(), json!(null), t(0))))
+        .await
+        .unwrap();
     let leased = within(acquire(
         &store,
         &names(&["orders"]),

@@ -31,19 +31,7 @@ pub(crate) async fn listing_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<St
         let at = t(10 * (i as u64 / 2 * 2));
         note!(
             store
-                .create_run(NewRun {
-                    trace_context: None,
-                    parent: None,
-                    id: *id,
-                    workflow: workflow.into(),
-                    input: json!([i]),
-                    created_at: at,
-                    hook,
-                    deadline: None,
-                    queue: None,
-                    start_at: None,
-                    version: None,
-                })
+                .create_run(NewRun::new(*id, workflow, json!([i]), at).hook(hook))
                 .await
         );
     }
@@ -165,22 +153,12 @@ fn run_ids(runs: &[RunRecord]) -> Vec<RunId> {
 async fn admit<S: Store>(store: &S, workflow: &str, at: u64, token: Option<&str>) -> RunId {
     let id = RunId::new();
     let admission = store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id,
-            workflow: workflow.into(),
-            input: json!([]),
-            created_at: t(at),
-            hook: token.map(|token| StartHook {
+        .create_run(
+            NewRun::new(id, workflow, json!([]), t(at)).hook(token.map(|token| StartHook {
                 token: token.into(),
                 retain_until: None,
-            }),
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+            })),
+        )
         .await
         .unwrap();
     assert_eq!(admission, Admission::Admitted);

@@ -28,19 +28,7 @@ fn continued(next: RunId, at: std::time::SystemTime) -> Append {
 
 /// The next run's own parts; the store fills in what it inherits.
 fn next_run(id: RunId, at: std::time::SystemTime) -> NewRun {
-    NewRun {
-        trace_context: None,
-        id,
-        workflow: "hooked".to_owned(),
-        input: json!([7]),
-        created_at: at,
-        start_at: None,
-        version: None,
-        hook: None,
-        deadline: None,
-        parent: None,
-        queue: None,
-    }
+    NewRun::new(id, "hooked".to_owned(), json!([7]), at)
 }
 
 /// One act ends the run as continued and admits the next run, which owns the run's tokens

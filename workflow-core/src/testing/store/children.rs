@@ -24,22 +24,10 @@ fn notice_of(entry: &InboxEntry) -> ChildNotice {
 /// A child of `parent` (leased) at `at`, under key `key`.
 pub(super) fn child_of(parent: &Lease, key: &str, at: SystemTime, detached: bool) -> NewRun {
     let _ = key;
-    NewRun {
-        trace_context: None,
-        queue: None,
-        id: RunId::new(),
-        workflow: "child".into(),
-        input: json!([key]),
-        created_at: at,
-        hook: None,
-        deadline: None,
-        parent: Some(ParentLink {
-            run: parent.run_id,
-            detached,
-        }),
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(RunId::new(), "child", json!([key]), at).parent(Some(ParentLink {
+        run: parent.run_id,
+        detached,
+    }))
 }
 
 /// `start_child` admits the child and records `ChildStarted` in one act, fenced by the
@@ -86,22 +74,12 @@ pub async fn a_child_is_started_with_its_record_and_its_end_reaches_the_parent<S
     // A token owned by another run: the decision is recorded, no child is admitted.
     let owner = RunId::new();
     store
-        .create_run(NewRun {
-            trace_context: None,
-            queue: None,
-            id: owner,
-            workflow: "other".into(),
-            input: json!([]),
-            created_at: t(3),
-            hook: Some(StartHook {
+        .create_run(
+            NewRun::new(owner, "other", json!([]), t(3)).hook(Some(StartHook {
                 token: "taken".into(),
                 retain_until: None,
-            }),
-            deadline: None,
-            parent: None,
-            start_at: None,
-            version: None,
-        })
+            })),
+        )
         .await
         .unwrap();
     let mut contested = child_of(&parent, "ch_1", t(4), false);
@@ -332,22 +310,12 @@ pub async fn an_end_writes_the_same_whatever_its_hint<S: Store>(store: &S) {
         // A run with a start token and no parent.
         let started = RunId::new();
         store
-            .create_run(NewRun {
-                trace_context: None,
-                queue: None,
-                id: started,
-                workflow: s.clone(),
-                input: json!([]),
-                created_at: at(6),
-                hook: Some(StartHook {
+            .create_run(
+                NewRun::new(started, s.clone(), json!([]), at(6)).hook(Some(StartHook {
                     token: format!("start-{i}"),
                     retain_until: None,
-                }),
-                deadline: None,
-                parent: None,
-                start_at: None,
-                version: None,
-            })
+                })),
+            )
             .await
             .unwrap();
         let leased = acquire(store, &names(&[&s]), at(7), lease_for, 1)

@@ -168,19 +168,10 @@ pub(crate) async fn storm<S: Store + Clone>(stores: &[S], token: &str, n: usize)
             tokio::spawn(async move {
                 let id = RunId::new();
                 let admission = store
-                    .create_run(NewRun {
-                        trace_context: None,
-                        parent: None,
-                        id,
-                        workflow: "hooked".to_owned(),
-                        input: json!([i]),
-                        created_at: t(0),
-                        hook: start_hook(&token, None),
-                        deadline: None,
-                        queue: None,
-                        start_at: None,
-                        version: None,
-                    })
+                    .create_run(
+                        NewRun::new(id, "hooked".to_owned(), json!([i]), t(0))
+                            .hook(start_hook(&token, None)),
+                    )
                     .await
                     .unwrap();
                 (id, admission)

@@ -50,19 +50,7 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
 
     // An existing id is an error before any claim.
     let again = store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id: first,
-            workflow: "hooked".into(),
-            input: json!([]),
-            created_at: t(6),
-            hook: start_hook("order:2", None),
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+        .create_run(NewRun::new(first, "hooked", json!([]), t(6)).hook(start_hook("order:2", None)))
         .await;
     assert!(
         matches!(&again, Err(StoreError::Database(m)) if m.message().contains("already exists")),
@@ -77,19 +65,8 @@ pub async fn a_start_whose_token_is_taken_writes_nothing<S: Store + Inspect>(sto
 
 /// A run of `hooked` claiming `token` at `at`, for `admit_or_resume`.
 pub(super) fn hooked_run(token: &str, retain_until: Option<SystemTime>, at: SystemTime) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "hooked".to_owned(),
-        input: json!([]),
-        created_at: at,
-        hook: start_hook(token, retain_until),
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(RunId::new(), "hooked".to_owned(), json!([]), at)
+        .hook(start_hook(token, retain_until))
 }
 
 /// `admit_or_resume`: a free token admits the run (leased when asked) and queues nothing; a
@@ -545,21 +522,11 @@ pub(crate) async fn hook_script<S: Store>(store: &S, ids: &[RunId]) -> Vec<Strin
             log.push(format!("{:?}", $e))
         };
     }
-    let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| NewRun {
-        trace_context: None,
-        parent: None,
-        id: ids[i],
-        workflow: "hooked".into(),
-        input: json!([i]),
-        created_at: t(at),
-        hook: token.map(|token| StartHook {
+    let new_run = |i: usize, token: Option<&str>, retain: Option<u64>, at: u64| {
+        NewRun::new(ids[i], "hooked", json!([i]), t(at)).hook(token.map(|token| StartHook {
             token: token.into(),
             retain_until: retain.map(t),
-        }),
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
+        }))
     };
     note!(store.create_run(new_run(0, Some("x"), Some(300), 0)).await);
     note!(store.create_run(new_run(1, Some("x"), None, 1)).await);

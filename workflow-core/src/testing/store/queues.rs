@@ -13,23 +13,11 @@ use crate::store::*;
 
 /// A run of `orders` at `at` in `queue` with partition key `key` and `priority`.
 fn queued_run(queue: &str, key: Option<&str>, priority: i32, at: SystemTime) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "orders".to_owned(),
-        input: json!([]),
-        created_at: at,
-        hook: None,
-        deadline: None,
-        queue: Some(QueueEntry {
-            name: queue.to_owned(),
-            partition_key: key.map(str::to_owned),
-            priority,
-        }),
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(RunId::new(), "orders".to_owned(), json!([]), at).queue(Some(QueueEntry {
+        name: queue.to_owned(),
+        partition_key: key.map(str::to_owned),
+        priority,
+    }))
 }
 
 /// Admits a run of `orders` at `at` in `queue` with partition key `key` and `priority`,
@@ -325,19 +313,11 @@ pub async fn a_waiting_run_past_its_deadline_is_handed_out_without_a_slot<S: Sto
     assert_eq!(ids_of(&acquire_orders(store, t(1)).await), [holder]);
     let late = RunId::new();
     store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id: late,
-            workflow: "orders".to_owned(),
-            input: json!([]),
-            created_at: t(2),
-            hook: None,
-            deadline: Some(t(50)),
-            queue: Some(QueueEntry::new("d")),
-            start_at: None,
-            version: None,
-        })
+        .create_run(
+            NewRun::new(late, "orders".to_owned(), json!([]), t(2))
+                .deadline(Some(t(50)))
+                .queue(Some(QueueEntry::new("d"))),
+        )
         .await
         .unwrap();
     let next = create_queued(store, "d", None, 0, t(3)).await;

@@ -60,19 +60,7 @@ pub async fn sealed_rows_are_paged_and_replaced_only_while_unchanged<S: Store>(s
 
     let id = RunId::new();
     store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id,
-            workflow: "orders".to_owned(),
-            input: sealed(1),
-            created_at: t(3),
-            hook: None,
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+        .create_run(NewRun::new(id, "orders".to_owned(), sealed(1), t(3)))
         .await
         .unwrap();
     let lease = lease_one(store, id, t(4)).await;

@@ -22,18 +22,8 @@ use crate::store::*;
 /// written. A store that cannot do both in one act says so, gives the run back and writes
 /// nothing.
 pub async fn a_run_admitted_with_its_first_events_holds_them_under_its_lease<S: Store>(store: &S) {
-    let run = |start_at: Option<SystemTime>| NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "eager".into(),
-        input: json!([1]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at,
-        version: None,
+    let run = |start_at: Option<SystemTime>| {
+        NewRun::new(RunId::new(), "eager", json!([1]), t(0)).start_at(start_at)
     };
     let lease = Duration::from_secs(60);
     let first = ap(vec![step_done(t(1), 1), step_done(t(2), 2)], None);
@@ -162,15 +152,7 @@ pub async fn create_acquire_append_complete_round_trip<S: Store + Inspect>(store
     let id = create(store, "orders", t(0)).await;
     assert!(matches!(
         store
-            .create_run(NewRun { trace_context: None, parent: None,
-                id,
-                workflow: "orders".into(),
-                input: json!(null),
-                created_at: t(0),
-                hook: None,
-                deadline: None,
-                queue: None, start_at: None, version: None,
-            })
+            .create_run(NewRun::new(id, "orders", json!(null), t(0)))
             .await,
         Err(StoreError::Database(m)) if m.message().contains("already exists")
     ));
@@ -780,19 +762,7 @@ pub async fn retry_reopens_a_failed_run_and_refuses_other_statuses<S: Store>(sto
 /// is handed out with it; an existing id or a token is refused.
 pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
     let id = RunId::new();
-    let new = |id, hook| NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: "orders".to_owned(),
-        input: json!([1]),
-        created_at: t(0),
-        hook,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    };
+    let new = |id, hook| NewRun::new(id, "orders".to_owned(), json!([1]), t(0)).hook(hook);
     let history = [step_done(t(1), 1), step_done(t(2), 2)];
     store
         .create_run_with_history(new(id, None), &history)
@@ -835,18 +805,8 @@ pub async fn a_run_created_with_a_history_replays_it<S: Store>(store: &S) {
 /// A run's deadline is kept with it: read back by `get_run`, handed out by `acquire` and by
 /// an admission that leases.
 pub async fn a_deadline_is_kept_with_the_run<S: Store>(store: &S) {
-    let run = |deadline| NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "orders".to_owned(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline,
-        queue: None,
-        start_at: None,
-        version: None,
+    let run = |deadline| {
+        NewRun::new(RunId::new(), "orders".to_owned(), json!([]), t(0)).deadline(deadline)
     };
     let (with, without) = (run(Some(t(5_000))), run(None));
     let (with_id, without_id) = (with.id, without.id);

@@ -29,19 +29,7 @@ pub(crate) fn def(name: &str) -> ScheduleDef {
 
 /// The run of a tick at `at`.
 fn run(at: SystemTime) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "tick".to_owned(),
-        input: json!([{"n": 1}]),
-        created_at: at,
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(RunId::new(), "tick".to_owned(), json!([{"n": 1}]), at)
 }
 
 /// A tick of `schedule` at `nominal` with outcome `outcome` (and a run when started).

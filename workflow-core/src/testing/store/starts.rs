@@ -17,19 +17,10 @@ fn run_at(
     version: Option<&str>,
     created: u64,
 ) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id: RunId::new(),
-        workflow: "hooked".to_owned(),
-        input: json!([]),
-        created_at: t(created),
-        hook: token.and_then(|token| start_hook(token, None)),
-        deadline: None,
-        queue: None,
-        start_at: start_at.map(t),
-        version: version.map(str::to_owned),
-    }
+    NewRun::new(RunId::new(), "hooked".to_owned(), json!([]), t(created))
+        .start_at(start_at.map(t))
+        .version(version.map(str::to_owned))
+        .hook(token.and_then(|token| start_hook(token, None)))
 }
 
 /// A run whose start lies ahead is admitted now (its token claimed) and is `Pending` with

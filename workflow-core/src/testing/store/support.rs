@@ -11,19 +11,7 @@ use crate::store::*;
 
 /// A run of `workflow` admitted at `t(0)` as `id`, without a token, parent or queue.
 pub(crate) fn new_run(id: RunId, workflow: &str) -> NewRun {
-    NewRun {
-        trace_context: None,
-        parent: None,
-        id,
-        workflow: workflow.to_owned(),
-        input: json!([]),
-        created_at: t(0),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(id, workflow.to_owned(), json!([]), t(0))
 }
 
 /// A fixed point in time (November 2023), plus `ms`.
@@ -68,19 +56,7 @@ pub(crate) fn names(ws: &[&str]) -> Vec<String> {
 pub(crate) async fn create<S: Store>(store: &S, workflow: &str, at: SystemTime) -> RunId {
     let id = RunId::new();
     store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id,
-            workflow: workflow.to_owned(),
-            input: json!([1, "two"]),
-            created_at: at,
-            hook: None,
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+        .create_run(NewRun::new(id, workflow.to_owned(), json!([1, "two"]), at))
         .await
         .unwrap();
     id
@@ -133,19 +109,10 @@ pub(crate) async fn start<S: Store>(
 ) -> (RunId, Admission) {
     let id = RunId::new();
     let admission = store
-        .create_run(NewRun {
-            trace_context: None,
-            parent: None,
-            id,
-            workflow: "hooked".to_owned(),
-            input: json!([]),
-            created_at: at,
-            hook: start_hook(token, retain_until),
-            deadline: None,
-            queue: None,
-            start_at: None,
-            version: None,
-        })
+        .create_run(
+            NewRun::new(id, "hooked".to_owned(), json!([]), at)
+                .hook(start_hook(token, retain_until)),
+        )
         .await
         .unwrap();
     (id, admission)

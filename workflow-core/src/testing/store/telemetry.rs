@@ -15,19 +15,7 @@ use crate::store::*;
 
 /// A run of `workflow` admitted at `at` with trace context `trace`.
 fn traced(workflow: &str, at: u64, trace: Option<&TraceContext>) -> NewRun {
-    NewRun {
-        trace_context: trace.cloned(),
-        parent: None,
-        id: RunId::new(),
-        workflow: workflow.to_owned(),
-        input: json!([]),
-        created_at: t(at),
-        hook: None,
-        deadline: None,
-        queue: None,
-        start_at: None,
-        version: None,
-    }
+    NewRun::new(RunId::new(), workflow.to_owned(), json!([]), t(at)).trace_context(trace.cloned())
 }
 
 /// A trace context whose trace id ends in `n`.
