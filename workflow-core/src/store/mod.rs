@@ -49,6 +49,11 @@ pub use schedules::*;
 pub use streams::*;
 pub use transactional::*;
 
+#[cfg(any(test, feature = "testing"))]
+mod inspect;
+#[cfg(any(test, feature = "testing"))]
+pub use inspect::Inspect;
+
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;

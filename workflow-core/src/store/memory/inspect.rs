@@ -1,12 +1,11 @@
 //! What the conformance suite reads below the store API, from the memory store's state: the
-//! `Inspect` impl, compiled only for tests and the `testing` feature. It is the one file of
-//! the memory store that depends on `crate::testing`, and nothing else here imports it.
+//! [`Inspect`] impl, compiled only for tests and the `testing` feature.
 
 use std::time::SystemTime;
 
 use super::MemoryStore;
 use crate::ids::RunId;
-use crate::testing::store::Inspect;
+use crate::store::Inspect;
 
 /// What the conformance suite reads below the [`Store`] API, from this store's state.
 impl Inspect for MemoryStore {

@@ -178,7 +178,7 @@ pub(crate) use {
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::FutureExt;
 
@@ -216,30 +216,11 @@ pub async fn check<F: Future<Output = ()>>(case: &str, f: F) {
     }
 }
 
-/// What the `inspect` cases check below the [`Store`] API: what the store keeps. A store's
-/// tests implement it by reading the store's tables (or, for a store in memory, its state).
-///
-/// The methods panic when they cannot answer: they run in tests only.
-// The suite awaits these in place and never spawns them, so their futures need not be `Send`.
-#[allow(async_fn_in_trait)]
-pub trait Inspect {
-    /// How many entries of `table` the store holds: `runs`, `events`, `hooks` (active hooks
-    /// and released tokens still retained), `hook_inbox` (payloads), `streams` or
-    /// `stream_chunks`.
-    async fn count(&self, table: &str) -> i64;
-
-    /// The run's wake time as stored (a store keeping milliseconds returns them).
-    async fn wake_at(&self, run: RunId) -> SystemTime;
-
-    /// The queryable `kind` of each of the run's events, in order (the serde tag of
-    /// [`Event`], as [`Event::kind`] gives it); `None` for a store that keeps events as values
-    /// and has no such column.
-    async fn event_kinds(&self, run: RunId) -> Option<Vec<String>>;
-}
+pub use crate::store::Inspect;
 
 /// Damage to a store's rows that its decoding must report, not skip or paper over. Only a
 /// store keeping encoded rows (such as the SQL stores) can hold an undecodable one.
-// As for `Inspect`: awaited in place only.
+// As for [`Inspect`]: awaited in place only.
 #[allow(async_fn_in_trait)]
 pub trait Damage {
     /// Overwrites the run's input with text that is not JSON.
