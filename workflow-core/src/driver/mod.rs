@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashSet};
 use futures::task::AtomicWaker;
 use futures::FutureExt;
 use serde_json::Value;
@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::context::{RunCtx, StepExec};
 use crate::crypto::places;
 use crate::error::{Error, StoreError};
-use crate::history::{never, Event};
+use crate::history::never;
 use crate::ids::RunId;
 use crate::payload::Encoded;
 use crate::registry::{BoxFuture, RunInput, WorkflowRegistration};
@@ -44,6 +44,7 @@ pub(crate) use self::admission::{FireTick, Pending, TickAdmission, Via};
 
 mod admission;
 mod attempts;
+mod begin;
 mod chain;
 mod children;
 mod stops;
@@ -51,6 +52,7 @@ mod transactional;
 mod waker;
 
 use self::attempts::AttemptDone;
+use self::begin::FirstDrive;
 
 /// The first wait before a store call that failed on a transient error (connection lost,
 /// database busy) is tried again, with the lease kept; it doubles up to [`RETRY_MAX`].
@@ -193,6 +195,9 @@ pub(crate) struct Driver {
     /// a whole `NewRun`, which the driver would otherwise carry (and copy) inline all its
     /// life.
     pending: Option<Box<Pending>>,
+    /// Counts this run among the active ones (`rt.active_runs()`, the gauge) while the
+    /// driver lives.
+    _active: crate::telemetry::ActiveRun,
 }
 
 impl Driver {
@@ -204,131 +209,11 @@ impl Driver {
         signals: Signals,
         pending: Option<Box<Pending>>,
     ) {
-        let LeasedRun {
-            run,
-            lease,
-            mut events,
-            ..
-        } = leased;
-        let run_id = run.id;
-        let owner = places::Owner::of(&run);
-        let unreadable = places::unreadable_run(
-            host.config().payloads.keys(),
-            owner,
-            &run.input,
-            events.iter_mut().map(|e| &mut e.event),
-        );
-        let last_seq = events.last().map_or(0, |e| e.seq);
-        // The span the body's own log lines are in, at DEBUG under its own target
-        // (`telemetry::RUN_SPAN_TARGET`): at INFO, the level services run at, a run's spans
-        // are its step attempts' (each carrying the run's id and workflow) and, with the
-        // feature `otel`, its start's. Each span costs every subscriber's layers (formatting its
-        // fields, an OpenTelemetry span built and exported); this one is entered at every
-        // poll of the body and was a third of the spans of a one-step run.
-        let span = tracing::debug_span!(
-            target: crate::telemetry::RUN_SPAN_TARGET,
-            "workflow_run",
-            workflow.run_id = %run_id,
-            workflow.name = reg.name,
-        );
-        // In the run's trace (feature `otel`) rather than a trace of its own per drive.
-        let trace = crate::traces::Parent::of(run.trace_context.as_ref());
-        trace.adopt(&span);
-        let _active = crate::telemetry::ActiveRun::new();
-        let replay_began = std::time::Instant::now();
-        let payloads = host.config().payloads.clone();
-        let measure = Box::new(move |e: &mut Event| payloads.event_bytes(owner, e));
-        let replay = Replay::new(events, measure);
-        // A queued run started here is counted by its admission, once it begins.
-        if let (Some(q), false, None) = (&run.queue, replay.has_history(), &pending) {
-            let waited = host
-                .now()
-                .duration_since(run.created_at)
-                .unwrap_or_default();
-            crate::telemetry::queue_waited(&q.name, waited);
-        }
-        // A fresh run without a start token owns no hook yet, so its inbox holds at most
-        // messages, read when the workflow first waits for one.
-        let fresh = run.hook_token.is_none() && !replay.has_history() && run.previous_run.is_none();
-        let ties = if run.parent.is_some() {
-            EndHint::Child
-        } else if run.queue.is_some() || run.hook_token.is_some() || run.previous_run.is_some() {
-            EndHint::NoParent
-        } else {
-            EndHint::Alone
-        };
-        let begins = run.begins();
-        let ctx = RunCtx::new(
-            owner,
-            reg.name,
-            begins,
-            run.hook_token,
-            host.config().payloads.clone(),
-            replay.patches(),
-            host.config().history,
-        );
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let mut d = Driver {
-            host,
-            lease,
-            ctx,
-            replay,
-            attempts: HashMap::new(),
-            done_tx,
-            done_rx,
-            last_seq,
-            stop: signals.stop.clone(),
-            deadline: run.deadline.map(|at| {
-                let timeout = at.duration_since(begins).unwrap_or_default();
-                (at, timeout)
-            }),
-            parent: run.parent,
-            own_children: HashSet::new(),
-            shared_children: HashMap::new(),
-            ties,
-            inbox_unread: true,
-            unreadable: None,
-            replay_began: None,
-            tx_attempt: None,
-            tx_pending: None,
-            tx_unwritten: None,
-            held: VecDeque::new(),
-            trace,
-            span: span.clone(),
-            pending,
-        };
-        if d.replay.has_history() {
-            d.replay_began = Some(replay_began);
-        }
-        let result = AssertUnwindSafe(async {
-            if d.deadline.is_some_and(|(at, _)| at <= d.host.now()) {
-                return d.time_out().await;
-            }
-            if let Some(why) = unreadable.or_else(|| d.unreadable.take()) {
-                return d.block_unreadable(&why).await;
-            }
-            if !fresh {
-                d.fetch_payloads().await?;
-            }
-            if let Some(why) = d.unreadable.take() {
-                return d.block_unreadable(&why).await;
-            }
-            // The arguments a start here sealed, handed over in the clear with the run.
-            let input = RunInput {
-                stored: run.input,
-                known: d.pending.as_mut().and_then(|p| p.known_input.take()),
-                remember_output: d.parent.is_some(),
-            };
-            match (reg.run)(&d.ctx.payloads, owner, input) {
-                Ok(fut) => {
-                    let fut: WorkflowFuture = Box::pin(InSpan::new(span, d.ctx.scope(fut)));
-                    d.drive(fut, &signals).await
-                }
-                Err(e) => d.fail_at_start(e).await,
-            }
-        })
-        .catch_unwind()
-        .await;
+        let (mut d, first) = Driver::begin(host, leased, reg, &signals, pending);
+        let run_id = d.ctx.run_id;
+        let result = AssertUnwindSafe(d.first_drive(reg, first, &signals))
+            .catch_unwind()
+            .await;
         for (_, h) in d.attempts.drain() {
             h.abort();
         }
@@ -366,6 +251,48 @@ impl Driver {
             Err(e) => d.failed_try(e).await,
         };
         d.host.left(&d.lease, evicted);
+    }
+
+    /// Checks what must hold before the body first runs (its deadline, keys for every
+    /// payload of its history and inbox), then builds the workflow future and drives it.
+    async fn first_drive(
+        &mut self,
+        reg: &'static WorkflowRegistration,
+        first: FirstDrive,
+        signals: &Signals,
+    ) -> Result<Stop, StoreError> {
+        let FirstDrive {
+            input,
+            owner,
+            unreadable,
+            fresh,
+            span,
+        } = first;
+        if self.deadline.is_some_and(|(at, _)| at <= self.host.now()) {
+            return self.time_out().await;
+        }
+        if let Some(why) = unreadable.or_else(|| self.unreadable.take()) {
+            return self.block_unreadable(&why).await;
+        }
+        if !fresh {
+            self.fetch_payloads().await?;
+        }
+        if let Some(why) = self.unreadable.take() {
+            return self.block_unreadable(&why).await;
+        }
+        // The arguments a start here sealed, handed over in the clear with the run.
+        let input = RunInput {
+            stored: input,
+            known: self.pending.as_mut().and_then(|p| p.known_input.take()),
+            remember_output: self.parent.is_some(),
+        };
+        match (reg.run)(&self.ctx.payloads, owner, input) {
+            Ok(fut) => {
+                let fut: WorkflowFuture = Box::pin(InSpan::new(span, self.ctx.scope(fut)));
+                self.drive(fut, signals).await
+            }
+            Err(e) => self.fail_at_start(e).await,
+        }
     }
 
     /// Calls the store until the call does not fail on a transient error, waiting between
@@ -453,24 +380,7 @@ impl Driver {
             if let Some(why) = self.unreadable.take() {
                 return self.block_unreadable(&why).await;
             }
-            // Poll to quiescence.
-            let polled = loop {
-                flag.woken.store(false, Ordering::Release);
-                let mut cx = Context::from_waker(&waker);
-                let p = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
-                match p {
-                    Ok(Poll::Pending) if flag.woken.load(Ordering::Acquire) => continue,
-                    Ok(Poll::Pending) => break None,
-                    Ok(Poll::Ready(r)) => break Some(r),
-                    Err(panic) => {
-                        break Some(Err(Error::panicked(format!(
-                            "workflow `{}` panicked: {}",
-                            self.ctx.workflow,
-                            panic_message(&panic)
-                        ))))
-                    }
-                }
-            };
+            let polled = self.poll_quiescent(&mut fut, &flag, &waker);
             let now = self.host.now();
             let issued = self.replay.issue(self.ctx.take_issued(), now);
             // A run started here is admitted now, before anything of its first round is
@@ -535,71 +445,121 @@ impl Driver {
             if self.inbox_unread && self.ctx.receiving() {
                 self.fetch_payloads().await?;
             }
-            if self
-                .replay
-                .deliver_payload(|token| self.ctx.wants_payload(token), self.host.now())
-                || self.replay.deliver_child_end(self.host.now())
-                || self
-                    .replay
-                    .deliver_message(|m| self.ctx.wants_message(m), self.host.now())
-            {
-                self.deliver_ready();
+            if self.deliver_live() {
                 continue;
             }
-            let idle = self.replay.is_idle();
-            // The deadline is due like a timer: a run evicted before it wakes up for it.
-            let next_due = [
-                self.replay.next_due(),
-                self.deadline.map(|(at, _)| at),
-                self.shared_children.values().map(|(at, _)| *at).min(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let evict_after = self.host.config().evict_after;
-            let now = self.host.now();
-            if idle {
-                let far = now
-                    .checked_add(evict_after)
-                    .is_some_and(|limit| next_due.is_some_and(|due| due > limit));
-                if far {
-                    return self.evict(next_due.unwrap_or_else(never)).await;
-                }
-            }
-            let due_sleep = async {
-                match next_due {
-                    Some(at) => {
-                        let d = at.duration_since(now).unwrap_or_default();
-                        tokio::time::sleep(d).await
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            // A run with nothing in flight and nothing due soon waits in memory for a while,
-            // then is evicted (a payload wakes it up again).
-            let idle_evict = async {
-                if idle {
-                    tokio::time::sleep(evict_after).await
-                } else {
-                    std::future::pending().await
-                }
-            };
-            tokio::select! {
-                biased;
-                _ = signals.stop.notified() => return Ok(Stop::Abandoned),
-                Some(done) = self.done_rx.recv() => self.attempt_done(done)?,
-                _ = due_sleep => {
-                    if self.deadline.is_some_and(|(at, _)| at <= self.host.now()) {
-                        return self.time_out().await;
-                    }
-                    self.replay.fire_due(self.host.now());
-                    self.deliver_ready();
-                }
-                _ = signals.inbox.notified() => self.fetch_payloads().await?,
-                _ = flag.woken() => {}
-                _ = idle_evict => return self.evict(next_due.unwrap_or_else(never)).await,
+            if let Some(stop) = self.wait(signals, &flag).await? {
+                return Ok(stop);
             }
         }
+    }
+
+    /// Polls the workflow until it is pending with nothing woken meanwhile, or ready; a
+    /// panic of its body is its failure.
+    fn poll_quiescent(
+        &self,
+        fut: &mut WorkflowFuture,
+        flag: &FlagWaker,
+        waker: &Waker,
+    ) -> Option<Result<Encoded, Error>> {
+        loop {
+            flag.woken.store(false, Ordering::Release);
+            let mut cx = Context::from_waker(waker);
+            let p = std::panic::catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(&mut cx)));
+            match p {
+                Ok(Poll::Pending) if flag.woken.load(Ordering::Acquire) => continue,
+                Ok(Poll::Pending) => return None,
+                Ok(Poll::Ready(r)) => return Some(r),
+                Err(panic) => {
+                    return Some(Err(Error::panicked(format!(
+                        "workflow `{}` panicked: {}",
+                        self.ctx.workflow,
+                        panic_message(&panic)
+                    ))))
+                }
+            }
+        }
+    }
+
+    /// Delivers one live result the workflow waits for from what the run has received (a
+    /// hook payload, a child's end, a message), recording it. Whether one was.
+    fn deliver_live(&mut self) -> bool {
+        let now = self.host.now();
+        let delivered = self
+            .replay
+            .deliver_payload(|token| self.ctx.wants_payload(token), now)
+            || self.replay.deliver_child_end(now)
+            || self
+                .replay
+                .deliver_message(|m| self.ctx.wants_message(m), now);
+        if delivered {
+            self.deliver_ready();
+        }
+        delivered
+    }
+
+    /// Waits for what moves the run on: an attempt's end, a due time (a timer, a retry, the
+    /// deadline), new inbox entries, a wake-up of the workflow; or evicts the run when
+    /// nothing is due soon. `Some` when the drive stops.
+    async fn wait(
+        &mut self,
+        signals: &Signals,
+        flag: &Arc<FlagWaker>,
+    ) -> Result<Option<Stop>, StoreError> {
+        let idle = self.replay.is_idle();
+        // The deadline is due like a timer: a run evicted before it wakes up for it.
+        let next_due = [
+            self.replay.next_due(),
+            self.deadline.map(|(at, _)| at),
+            self.shared_children.values().map(|(at, _)| *at).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let evict_after = self.host.config().evict_after;
+        let now = self.host.now();
+        if idle {
+            let far = now
+                .checked_add(evict_after)
+                .is_some_and(|limit| next_due.is_some_and(|due| due > limit));
+            if far {
+                return self.evict(next_due.unwrap_or_else(never)).await.map(Some);
+            }
+        }
+        let due_sleep = async {
+            match next_due {
+                Some(at) => {
+                    let d = at.duration_since(now).unwrap_or_default();
+                    tokio::time::sleep(d).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        // A run with nothing in flight and nothing due soon waits in memory for a while,
+        // then is evicted (a payload wakes it up again).
+        let idle_evict = async {
+            if idle {
+                tokio::time::sleep(evict_after).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = signals.stop.notified() => return Ok(Some(Stop::Abandoned)),
+            Some(done) = self.done_rx.recv() => self.attempt_done(done)?,
+            _ = due_sleep => {
+                if self.deadline.is_some_and(|(at, _)| at <= self.host.now()) {
+                    return self.time_out().await.map(Some);
+                }
+                self.replay.fire_due(self.host.now());
+                self.deliver_ready();
+            }
+            _ = signals.inbox.notified() => self.fetch_payloads().await?,
+            _ = flag.woken() => {}
+            _ = idle_evict => return self.evict(next_due.unwrap_or_else(never)).await.map(Some),
+        }
+        Ok(None)
     }
 
     /// Hands the next live result to the workflow, if one is ready.
