@@ -560,6 +560,54 @@ mod tests {
         assert!(wrong.is_empty(), "{METRICS_DOC}: {wrong:#?}");
     }
 
+    /// The `.rs` files under `dir`, recursively.
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn no_other_source_file_names_a_metric_or_calls_the_facade() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&root)
+            .expect("the repository's root")
+            .flatten()
+        {
+            sources(&entry.path().join("src"), &mut files);
+        }
+        assert!(
+            files.len() > 10,
+            "no sources found under {}",
+            root.display()
+        );
+        let mut wrong = Vec::new();
+        let this = Path::new("workflow-core/src/telemetry.rs");
+        for file in files.iter().filter(|f| !f.ends_with(this)) {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for call in ["counter!(", "gauge!(", "histogram!("] {
+                if text.contains(call) {
+                    wrong.push(format!("{} calls {call}..)", file.display()));
+                }
+            }
+            for m in METRICS {
+                if text.contains(&format!("\"{}\"", m.name)) {
+                    wrong.push(format!("{} spells {}", file.display(), m.name));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
     #[test]
     fn the_page_reader_takes_names_types_and_labels_from_the_columns() {
         let page = "\
