@@ -25,7 +25,7 @@ impl RunId {
         static GENERATOR: std::sync::Mutex<ulid::Generator> =
             std::sync::Mutex::new(ulid::Generator::new());
         // The generator fails only when a millisecond's 2^80 random increments run out.
-        let next = crate::lock(&GENERATOR).generate();
+        let next = crate::sync::lock(&GENERATOR).generate();
         RunId(next.unwrap_or_else(|_| ulid::Ulid::new()))
     }
 

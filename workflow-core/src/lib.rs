@@ -64,17 +64,12 @@ mod request;
 mod runtime;
 mod schedule;
 pub mod store;
+mod sync;
 pub mod telemetry;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod traces;
 mod transactional;
-
-/// Locks `m`, also after a panic elsewhere poisoned it: every critical section in this crate
-/// validates before it mutates, so the data behind a poisoned lock is still consistent.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 pub use child::{start_child, Child, StartChild};
 pub use context::{

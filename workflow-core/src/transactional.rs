@@ -45,7 +45,7 @@ impl TxEnv {
 
     /// The transaction, once the body gave it back.
     pub(crate) fn take(&self) -> Option<Box<dyn StepTransaction>> {
-        crate::lock(&self.slot).take()
+        crate::sync::lock(&self.slot).take()
     }
 }
 
@@ -264,6 +264,6 @@ pub async fn transactional<A, R>(
         };
         body(&mut tx, args).await
     };
-    *crate::lock(&env.slot) = Some(open);
+    *crate::sync::lock(&env.slot) = Some(open);
     Ok(result)
 }

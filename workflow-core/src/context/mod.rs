@@ -184,7 +184,7 @@ impl RunCtx {
     }
 
     fn journal(&self) -> MutexGuard<'_, Journal> {
-        crate::lock(&self.journal)
+        crate::sync::lock(&self.journal)
     }
 
     /// Runs `fut` with this context visible to the primitives.

@@ -156,7 +156,7 @@ impl Clock {
     pub(crate) fn now(&self) -> SystemTime {
         match &self.sample {
             None => SystemTime::now(),
-            Some(s) => crate::lock(s).best.now(),
+            Some(s) => crate::sync::lock(s).best.now(),
         }
     }
 
@@ -168,7 +168,7 @@ impl Clock {
     /// sample so far without waiting.
     pub(crate) async fn tick(&self) -> SystemTime {
         if let Some(cell) = &self.sample {
-            let renew = crate::lock(cell).claim_renewal();
+            let renew = crate::sync::lock(cell).claim_renewal();
             if renew {
                 // Cleared however this call ends (a caller dropped mid-reading included).
                 let _renewing = Renewing(cell);
@@ -176,7 +176,7 @@ impl Clock {
                     tracing::debug!(error = %e, "reading the store's clock failed; keeping the last reading");
                     None
                 });
-                crate::lock(cell).checked(new);
+                crate::sync::lock(cell).checked(new);
             }
         }
         self.now()
@@ -188,7 +188,7 @@ struct Renewing<'a>(&'a Mutex<State>);
 
 impl Drop for Renewing<'_> {
     fn drop(&mut self) {
-        crate::lock(self.0).renewing = false;
+        crate::sync::lock(self.0).renewing = false;
     }
 }
 
@@ -248,22 +248,22 @@ mod tests {
         let old = Instant::now() - REFRESH - Duration::from_secs(1);
         let cell = Mutex::new(State::new(sample(1_000, old, 1)));
         {
-            let claimed = crate::lock(&cell).claim_renewal();
+            let claimed = crate::sync::lock(&cell).claim_renewal();
             assert!(claimed, "a stale clock is read");
             let _renewing = Renewing(&cell);
             // Everyone else meanwhile keeps the best sample.
-            assert!(!crate::lock(&cell).claim_renewal());
-            assert!(!crate::lock(&cell).claim_renewal());
+            assert!(!crate::sync::lock(&cell).claim_renewal());
+            assert!(!crate::sync::lock(&cell).claim_renewal());
         }
         // The reader was dropped before recording anything (a cancelled call): the next
         // caller reads it.
-        assert!(crate::lock(&cell).claim_renewal());
+        assert!(crate::sync::lock(&cell).claim_renewal());
         {
             let _renewing = Renewing(&cell);
-            crate::lock(&cell).checked(None);
+            crate::sync::lock(&cell).checked(None);
         }
         // Read just now: fresh until the next refresh.
-        assert!(!crate::lock(&cell).claim_renewal());
+        assert!(!crate::sync::lock(&cell).claim_renewal());
     }
 
     #[test]

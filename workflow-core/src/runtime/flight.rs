@@ -11,7 +11,7 @@ use crate::ids::RunId;
 impl Inner {
     /// Joins the start of `token` in flight in this process, or becomes it.
     pub(super) fn join_start(self: &Arc<Self>, token: &str) -> Joined {
-        let mut starting = crate::lock(&self.starting);
+        let mut starting = crate::sync::lock(&self.starting);
         if let Some(flight) = starting.get(token) {
             return Joined::Follow(flight.clone());
         }
@@ -49,7 +49,7 @@ impl StartFlight {
 
     /// Removes this flight from the map, unless a later one has replaced it.
     fn leave(&self) {
-        let mut starting = crate::lock(&self.inner.starting);
+        let mut starting = crate::sync::lock(&self.inner.starting);
         if starting
             .get(&self.token)
             .is_some_and(|rx| rx.same_channel(&self.owner.subscribe()))

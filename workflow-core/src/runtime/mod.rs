@@ -69,7 +69,7 @@ static BUILT: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
 /// Lists `inner` as the most recently built runtime, forgetting the dropped ones.
 fn register_built(inner: &Arc<Inner>) {
-    let mut built = crate::lock(&BUILT);
+    let mut built = crate::sync::lock(&BUILT);
     built.retain(|w| {
         w.upgrade()
             .is_some_and(|i| i.handles.load(Ordering::Acquire) > 0)
@@ -88,7 +88,7 @@ pub(crate) fn current_runtime() -> Option<Runtime> {
     if let Ok(inner) = CURRENT_RUNTIME.try_with(Arc::clone) {
         return Some(Runtime::attach(inner));
     }
-    let built = crate::lock(&BUILT);
+    let built = crate::sync::lock(&BUILT);
     built
         .iter()
         .rev()
@@ -222,7 +222,7 @@ impl Inner {
     }
 
     fn active(&self) -> MutexGuard<'_, HashMap<RunId, Active>> {
-        crate::lock(&self.active)
+        crate::sync::lock(&self.active)
     }
 
     /// The driver holding `lease` stopped. A later driver of the same run (this process
@@ -239,7 +239,7 @@ impl Inner {
         drop(active);
         // Whoever waits here for a run that left without ending here (given back, taken
         // over) goes back to reading the store.
-        if let Some(w) = crate::lock(&self.waiting).get(&lease.run_id) {
+        if let Some(w) = crate::sync::lock(&self.waiting).get(&lease.run_id) {
             w.ended.send_modify(|_| {});
         }
         // Only a full worker may have left acquirable runs behind; otherwise the next
@@ -317,9 +317,9 @@ impl Inner {
     pub(crate) fn run_ended(&self, id: RunId, outcome: Option<RunOutcome>, plain: Option<Value>) {
         let outcome = outcome.map(|outcome| Arc::new(Told { outcome, plain }));
         if let Some(told) = &outcome {
-            crate::lock(&self.completed).keep(id, told);
+            crate::sync::lock(&self.completed).keep(id, told);
         }
-        let waiting = crate::lock(&self.waiting);
+        let waiting = crate::sync::lock(&self.waiting);
         if let Some(w) = waiting.get(&id) {
             match outcome {
                 Some(outcome) => {
@@ -335,13 +335,13 @@ impl Inner {
     /// The output of run `id` if it completed here and is still remembered: only while its
     /// retained token keeps any prune from deleting it.
     pub(crate) fn completed_here(&self, id: &RunId) -> Option<Value> {
-        crate::lock(&self.completed).output(id, self.clock.now())
+        crate::sync::lock(&self.completed).output(id, self.clock.now())
     }
 
     /// Run `id` was admitted here with its token retained until `until` (no prune deletes it
     /// before then): its output may be remembered when it completes here.
     fn retained_until(&self, id: RunId, until: SystemTime) {
-        crate::lock(&self.completed).retained(id, until);
+        crate::sync::lock(&self.completed).retained(id, until);
     }
 
     /// Whether run `id` is driven here now.
@@ -352,14 +352,14 @@ impl Inner {
     /// Wakes the readers of run `run`'s streams here: a chunk was written, a stream closed,
     /// or the run ended.
     pub(crate) fn stream_changed(&self, run: RunId) {
-        if let Some(w) = crate::lock(&self.stream_readers).get(&run) {
+        if let Some(w) = crate::sync::lock(&self.stream_readers).get(&run) {
             w.changed.send_replace(());
         }
     }
 
     /// Wakes every stream reader here (notices were lost).
     pub(crate) fn streams_changed(&self) {
-        for w in crate::lock(&self.stream_readers).values() {
+        for w in crate::sync::lock(&self.stream_readers).values() {
             w.changed.send_replace(());
         }
     }
@@ -374,14 +374,14 @@ impl Inner {
         let Some(entry) = queue.filter(|q| !q.name.is_empty()) else {
             return Ok(None);
         };
-        let known = crate::lock(&self.queues).contains(&entry.name);
+        let known = crate::sync::lock(&self.queues).contains(&entry.name);
         if !known {
             let now = self.clock.tick().await;
             let declared = self.store.list_queues(now).await?;
             if !declared.iter().any(|q| q.def.name == entry.name) {
                 return Err(StartError::UnknownQueue { queue: entry.name });
             }
-            crate::lock(&self.queues).extend(declared.into_iter().map(|q| q.def.name));
+            crate::sync::lock(&self.queues).extend(declared.into_iter().map(|q| q.def.name));
         }
         self.queued.store(true, Ordering::Relaxed);
         Ok(Some(entry))
@@ -427,7 +427,7 @@ pub(crate) struct StreamWatch {
 
 impl StreamWatch {
     pub(crate) fn new(inner: &Arc<Inner>, run: RunId) -> Self {
-        let mut readers = crate::lock(&inner.stream_readers);
+        let mut readers = crate::sync::lock(&inner.stream_readers);
         let w = readers.entry(run).or_insert_with(|| Watched {
             changed: watch::channel(()).0,
             readers: 0,
@@ -461,7 +461,7 @@ impl StreamWatch {
 
 impl Drop for StreamWatch {
     fn drop(&mut self) {
-        let mut readers = crate::lock(&self.inner.stream_readers);
+        let mut readers = crate::sync::lock(&self.inner.stream_readers);
         if let Some(w) = readers.get_mut(&self.run) {
             w.readers -= 1;
             if w.readers == 0 {

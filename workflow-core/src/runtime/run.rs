@@ -517,7 +517,7 @@ struct WaitForEnd {
 
 impl WaitForEnd {
     fn new(inner: &Arc<Inner>, run: RunId) -> Self {
-        let mut waiting = crate::lock(&inner.waiting);
+        let mut waiting = crate::sync::lock(&inner.waiting);
         let w = waiting.entry(run).or_insert_with(|| Waiting {
             ended: watch::channel(None).0,
             waiters: 0,
@@ -535,7 +535,7 @@ impl WaitForEnd {
 
 impl Drop for WaitForEnd {
     fn drop(&mut self) {
-        let mut waiting = crate::lock(&self.inner.waiting);
+        let mut waiting = crate::sync::lock(&self.inner.waiting);
         if let Some(w) = waiting.get_mut(&self.run) {
             w.waiters -= 1;
             if w.waiters == 0 {

@@ -43,7 +43,7 @@ pub(super) async fn notice_loop(rt: Arc<Inner>, mut notices: broadcast::Receiver
                 // Notices were lost: look again at whatever they may have been about.
                 rt.work.notify_one();
                 rt.schedules_changed.notify_one();
-                let waiting = crate::lock(&rt.waiting);
+                let waiting = crate::sync::lock(&rt.waiting);
                 for w in waiting.values() {
                     w.ended.send_modify(|_| {});
                 }

@@ -41,6 +41,6 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied operation: every method
         // validates before it mutates. So a poisoned lock is still consistent.
-        crate::lock(&self.state)
+        crate::sync::lock(&self.state)
     }
 }

@@ -309,7 +309,7 @@ impl Writer {
                 Write::Append(..) => "append",
             })
             .collect();
-        crate::lock(&self.groups).push(GroupRecord { kinds, committed });
+        crate::sync::lock(&self.groups).push(GroupRecord { kinds, committed });
     }
 
     /// `write` in a transaction of its own on `conn`.

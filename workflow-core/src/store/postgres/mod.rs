@@ -221,7 +221,7 @@ impl PostgresStore {
         );
         sqlx::query(&sql).execute(&self.inner.pool).await?;
         // The pool closes once every connection is back: the kept ones first.
-        crate::lock(&self.inner.writer.stash.idle).clear();
+        crate::sync::lock(&self.inner.writer.stash.idle).clear();
         self.inner.pool.close().await;
         Ok(())
     }

@@ -57,7 +57,7 @@ impl Stash {
                 .map_err(|_| StoreError::from(sqlx::Error::PoolTimedOut))?
                 .map_err(|_| StoreError::from(sqlx::Error::PoolClosed))?,
         };
-        let kept = crate::lock(&self.idle).pop();
+        let kept = crate::sync::lock(&self.idle).pop();
         let conn = match kept {
             Some(conn) => conn,
             None => self.pool.acquire().await?,
@@ -185,7 +185,7 @@ impl Drop for Conn<'_> {
             return;
         };
         if self.keep {
-            crate::lock(&self.stash.idle).push(conn);
+            crate::sync::lock(&self.stash.idle).push(conn);
         }
     }
 }

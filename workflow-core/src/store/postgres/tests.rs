@@ -649,7 +649,7 @@ async fn concurrent_writes_share_group_transactions_and_each_land() {
     let before = store.inner.writer.commits.load(Ordering::Relaxed);
     let sent = behind_held_committers(&schema, &store, writes).await;
     let transactions = store.inner.writer.commits.load(Ordering::Relaxed) - before;
-    let groups = crate::lock(&store.inner.writer.groups).clone();
+    let groups = crate::sync::lock(&store.inner.writer.groups).clone();
     let _ = writeln!(
         std::io::stderr(),
         "{n} writes took {transactions} transactions; groups written together: {:?}",
@@ -776,7 +776,7 @@ async fn starts_with_first_events_are_admitted_together_with_them() {
         .zip(&distinct)
         .map(|(i, id)| ToSend::AdmitWith(*id, i));
     let sent = behind_held_committers(&schema, &store, writes.collect()).await;
-    let groups = crate::lock(&store.inner.writer.groups).clone();
+    let groups = crate::sync::lock(&store.inner.writer.groups).clone();
     assert!(
         groups
             .iter()
@@ -842,7 +842,7 @@ async fn a_failing_write_of_a_group_fails_alone_and_its_neighbours_commit() {
     writes.push(ToSend::Admit(bad, "bad\0name".to_owned()));
     let n = writes.len();
     let sent = behind_held_committers(&schema, &store, writes).await;
-    let groups = crate::lock(&store.inner.writer.groups).clone();
+    let groups = crate::sync::lock(&store.inner.writer.groups).clone();
     for s in &sent {
         if let Sent::Admit(id, answer) = s {
             if *id == bad {
