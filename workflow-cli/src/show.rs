@@ -259,7 +259,7 @@ pub fn run_text(d: &RunDetail) -> String {
 }
 
 /// What the run published (`set_event`), the messages no `recv` took yet and the requests
-/// it has not replied to: a section each, only when it has any (SPEC 14).
+/// it has not replied to: a section each, only when it has any.
 fn talk_sections(out: &mut String, d: &RunDetail) {
     if !d.published.is_empty() {
         let _ = writeln!(out, "\nevents");
