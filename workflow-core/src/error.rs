@@ -312,7 +312,8 @@ impl Error {
     /// body. An [`Error`] passed in comes back as it was, kind and all.
     ///
     /// Elsewhere (in a closure, an async block, or a helper fn that returns
-    /// `workflow_core::Result<T>`) `?` converts only an [`Error`]; convert other errors with
+    /// `workflow_core::Result<T>`) `?` converts only an [`Error`], the errors of this crate's
+    /// calls and those of the database drivers it re-exports; convert other errors with
     /// `.map_err(Error::new)`:
     ///
     /// ```
