@@ -14,7 +14,7 @@
 //! parse as a list of expressions (`format!`, `vec!`, `assert_eq!`, ...), and left as they are
 //! otherwise.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote_spanned, ToTokens};
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
@@ -41,7 +41,10 @@ impl VisitMut for Lift {
             Expr::Try(try_expr) => {
                 self.visit_expr_mut(&mut try_expr.expr);
                 let inner = &try_expr.expr;
-                let span = try_expr.question_token.span;
+                // At the `?`, but marked as the macro's: lints about the user's code
+                // (clippy's `needless_question_mark` on `Ok(run.status().await?)`, whose `?`
+                // converts a `RunError`) must not see `lift(..)` as written by the user.
+                let span = Span::mixed_site().located_at(try_expr.question_token.span);
                 let lifted: TokenStream =
                     quote_spanned!(span=> ::workflow_core::__private::lift(#inner));
                 // A call expression always parses; keep the original if it somehow did not.
