@@ -54,9 +54,9 @@ pub struct Cli {
         value_name = "NAME"
     )]
     pub schema: String,
-    /// The payload encryption keys (SPEC 18), a file of `current <id> <key>` and
+    /// The payload encryption keys, a file of `current <id> <key>` and
     /// `old <id> <key>` lines: payloads are shown decrypted. Without them an encrypted payload
-    /// shows as "encrypted (key <id>)".
+    /// shows as `encrypted (key <id>)`.
     #[arg(long, global = true, env = "WORKFLOW_KEYS", value_name = "FILE")]
     pub keys: Option<PathBuf>,
     /// Print JSON instead of tables.
@@ -80,8 +80,8 @@ pub enum Command {
     /// List runs, newest first.
     Runs {
         /// Only runs in this state.
-        #[arg(long, value_parser = ["pending", "running", "blocked", "completed", "failed", "cancelled", "continued_as_new"])]
-        status: Option<String>,
+        #[arg(long, value_name = "STATUS")]
+        status: Option<StatusArg>,
         /// Only runs of this workflow.
         #[arg(long, value_name = "NAME")]
         workflow: Option<String>,
@@ -213,9 +213,10 @@ pub enum Command {
     /// with their events, payloads and released hooks. Runs that have not ended, and runs
     /// whose hook token is still retained, are kept.
     Prune {
-        /// How long ago a run must have ended: a number and a unit, e.g. 30d, 12h, 90m, 45s.
-        #[arg(long, value_name = "AGE")]
-        older_than: String,
+        /// How long ago a run must have ended: numbers with units, e.g. 30d, 12h, 90m, 45s,
+        /// 1h30m, 2 weeks (the grammar of `#[step(timeout = "..")]`).
+        #[arg(long, value_name = "AGE", value_parser = ops::parse_age)]
+        older_than: ops::Age,
     },
     /// Re-encrypt every stored payload sealed under an old key with the current key of
     /// --keys (required), so the old keys can go. Safe beside live workers; a rerun after an
@@ -247,6 +248,40 @@ pub enum Command {
         )]
         token: Option<String>,
     },
+}
+
+/// `--status`: a run's status, as the tables and the JSON print it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum StatusArg {
+    /// Admitted, not yet begun.
+    Pending,
+    /// Begun and not ended (it may be waiting).
+    Running,
+    /// Stopped because the deployed code does not fit its history.
+    Blocked,
+    /// Ended with its value.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// Ended by `continue_as_new(..)`, carried on by another run.
+    ContinuedAsNew,
+}
+
+impl From<StatusArg> for RunStatus {
+    fn from(status: StatusArg) -> Self {
+        match status {
+            StatusArg::Pending => RunStatus::Pending,
+            StatusArg::Running => RunStatus::Running,
+            StatusArg::Blocked => RunStatus::Blocked,
+            StatusArg::Completed => RunStatus::Completed,
+            StatusArg::Failed => RunStatus::Failed,
+            StatusArg::Cancelled => RunStatus::Cancelled,
+            StatusArg::ContinuedAsNew => RunStatus::ContinuedAsNew,
+        }
+    }
 }
 
 /// `--listen`: a socket address, or an IP alone meaning its port 8080.
@@ -311,9 +346,6 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
 async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
     // Arguments are checked before the database is opened, so a typo costs no connection.
     match &cli.command {
-        Command::Runs { status, .. } => {
-            status.as_deref().map(ops::parse_status).transpose()?;
-        }
         Command::Run { id }
         | Command::Events { run_id: id, .. }
         | Command::Send { run_id: id, .. }
@@ -326,9 +358,6 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         }
         Command::Hooks { run: Some(id), .. } => {
             ops::parse_run_id(id)?;
-        }
-        Command::Prune { older_than } => {
-            ops::parse_age(older_than)?;
         }
         Command::Web {
             listen,
@@ -378,7 +407,7 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
                 filter = filter.after(&ops::parse_run_id(&id)?);
             }
             if let Some(s) = status {
-                filter = filter.status(ops::parse_status(&s)?);
+                filter = filter.status(s.into());
             }
             if let Some(w) = workflow {
                 filter = filter.workflow(w);
@@ -682,16 +711,17 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             Ok(show::rekey_text(&done))
         }
         Command::Prune { older_than } => {
-            let done = ops::prune(&rt, ops::parse_age(&older_than)?).await?;
+            let done = ops::prune(&rt, older_than.duration).await?;
             if json {
                 return to_json(&done);
             }
             Ok(format!(
-                "deleted {} {} and {} {} (ended more than {older_than} ago)\n",
+                "deleted {} {} and {} {} (ended more than {} ago)\n",
                 done.runs,
                 if done.runs == 1 { "run" } else { "runs" },
                 done.events,
                 if done.events == 1 { "event" } else { "events" },
+                older_than.text,
             ))
         }
         Command::Web {

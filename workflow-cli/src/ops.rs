@@ -30,11 +30,12 @@ pub fn parse_run_id(s: &str) -> Result<RunId, CliError> {
         .map_err(|e| CliError::Usage(format!("invalid run id: {e}")))
 }
 
-/// A status name typed by a person.
+/// A status name from the dashboard's query string.
 pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
     RunStatus::parse(s).ok_or_else(|| {
         CliError::Usage(format!(
-            "unknown status `{s}` (expected pending, running, blocked, completed, failed or cancelled)"
+            "unknown status `{s}` (expected pending, running, blocked, completed, failed, \
+             cancelled or continued_as_new)"
         ))
     })
 }
@@ -56,15 +57,24 @@ pub fn parse_payload(s: &str) -> Result<Value, CliError> {
     })
 }
 
-/// An age typed by a person, in the grammar of `#[step(timeout = "..")]`: jiff's friendly
-/// durations (`30d`, `12h`, `90m`, `45s`, `1h30m`, `2 weeks`) or ISO 8601 (`P30D`). Days and
-/// weeks are 24 hours and 7 days; months and years, whose length depends on the date, are
-/// refused, as are negative ages.
-pub fn parse_age(s: &str) -> Result<Duration, CliError> {
+/// `--older-than`: an age as typed, and how long it is.
+#[derive(Debug, Clone)]
+pub struct Age {
+    /// As typed (trimmed), to say it back.
+    pub text: String,
+    /// Its length.
+    pub duration: Duration,
+}
+
+/// An age typed by a person (clap's value parser of `--older-than`), in the grammar of
+/// `#[step(timeout = "..")]`: jiff's friendly durations (`30d`, `12h`, `90m`, `45s`, `1h30m`,
+/// `2 weeks`) or ISO 8601 (`P30D`). Days and weeks are 24 hours and 7 days; months and years,
+/// whose length depends on the date, are refused, as are negative ages.
+pub fn parse_age(s: &str) -> Result<Age, String> {
     let invalid = |why: &str| {
-        CliError::Usage(format!(
+        format!(
             "invalid age `{s}`: {why}; give a number and a unit, e.g. 30d, 12h, 90m, 45s or 1h30m"
-        ))
+        )
     };
     let text = s.trim();
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
@@ -89,11 +99,15 @@ pub fn parse_age(s: &str) -> Result<Duration, CliError> {
     span.to_duration(jiff::SpanRelativeTo::days_are_24_hours())
         .ok()
         .and_then(|d| Duration::try_from(d).ok())
+        .map(|duration| Age {
+            text: text.to_owned(),
+            duration,
+        })
         .ok_or_else(|| invalid("too large"))
 }
 
 /// The runs `filter` lists, every payload opened with the keys given (`--keys`) or shown as
-/// "encrypted (key <id>)".
+/// `encrypted (key <id>)`.
 async fn runs(rt: &Runtime, filter: RunFilter) -> Result<Vec<workflow_core::RunRecord>, CliError> {
     let runs = rt.runs(filter).await?;
     Ok(runs.into_iter().map(|r| rt.reveal_record(r)).collect())

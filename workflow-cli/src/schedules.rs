@@ -98,11 +98,11 @@ pub enum ScheduleAction {
     /// Start a run for every nominal time from --from to --to (both included) that has none.
     Backfill {
         /// The first time, RFC 3339 (`2026-01-01T00:00:00Z`).
-        #[arg(long, value_name = "TIME")]
-        from: String,
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        from: SystemTime,
         /// The last time, RFC 3339.
-        #[arg(long, value_name = "TIME")]
-        to: String,
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        to: SystemTime,
     },
 }
 
@@ -128,14 +128,13 @@ pub struct TickView {
     pub backfill: bool,
 }
 
-/// An RFC 3339 time given on the command line.
-fn parse_time(flag: &str, s: &str) -> Result<SystemTime, CliError> {
-    let ts: jiff::Timestamp = s.parse().map_err(|e| {
-        CliError::Usage(format!(
-            "{flag} {s:?} is not an RFC 3339 time such as 2026-01-01T00:00:00Z: {e}"
-        ))
-    })?;
-    SystemTime::try_from(ts).map_err(|e| CliError::Usage(format!("{flag} {s:?}: {e}")))
+/// An RFC 3339 time given on the command line (clap's value parser of `--from` and `--to`,
+/// whose message names the flag).
+fn parse_time(s: &str) -> Result<SystemTime, String> {
+    let ts: jiff::Timestamp = s
+        .parse()
+        .map_err(|e| format!("not an RFC 3339 time such as 2026-01-01T00:00:00Z: {e}"))?;
+    SystemTime::try_from(ts).map_err(|e| e.to_string())
 }
 
 /// `workflow schedule <name> [action]`.
@@ -160,7 +159,6 @@ pub async fn command(
             serde_json::json!({"schedule": name, "run_id": run.to_string()})
         }
         Some(ScheduleAction::Backfill { from, to }) => {
-            let (from, to) = (parse_time("--from", &from)?, parse_time("--to", &to)?);
             let started = rt.backfill_schedule(name, from, to).await?;
             serde_json::json!({"schedule": name, "started": started})
         }

@@ -396,10 +396,24 @@ async fn unknown_ids_and_tokens_are_reported(b: Backend) {
     // Nothing reached the waiting run.
     assert_eq!(f.rt.store().payloads(&f.waiting, 0).await.unwrap(), []);
 
-    // clap's own usage errors keep their status.
-    let out = cli(db, &["runs", "--status", "sleeping"]).await;
-    assert_eq!(out.code, 2, "{out:?}");
-    assert!(out.stderr.contains("invalid value 'sleeping'"), "{out:?}");
+    // A status is one of clap's choices: a usage error that lists them, and `--help` lists
+    // them too.
+    let statuses = "pending, running, blocked, completed, failed, cancelled, continued_as_new";
+    cli(db, &["runs", "--status", "sleeping"]).await.fails(
+        2,
+        &format!(
+            "invalid value 'sleeping' for '--status <STATUS>'\n  [possible values: {statuses}]"
+        ),
+    );
+    let help = cli(db, &["runs", "--help"]).await.ok();
+    for status in statuses.split(", ") {
+        assert!(help.contains(&format!("- {status}: ")), "{status}: {help}");
+    }
+    let help = cli(db, &["runs", "-h"]).await.ok();
+    assert!(
+        help.contains(&format!("[possible values: {statuses}]")),
+        "{help}"
+    );
 }
 
 async fn prune_deletes_old_ended_runs_only(b: Backend) {
@@ -453,10 +467,18 @@ async fn prune_deletes_old_ended_runs_only(b: Backend) {
         ("1d ago", "an age cannot be negative"),
         ("99999999999999999999d", "number too big"),
     ] {
-        cli(db, &["prune", "--older-than", age])
-            .await
-            .fails(2, &format!("invalid age `{age}`: {why}"));
+        // Refused by clap, before the database is opened, naming the flag.
+        cli(db, &["prune", "--older-than", age]).await.fails(
+            2,
+            &format!("invalid value '{age}' for '--older-than <AGE>': invalid age `{age}`: {why}"),
+        );
     }
+    // The age is said back as typed.
+    let out = cli(db, &["prune", "--older-than", " 1h30m "]).await.ok();
+    assert_eq!(
+        out,
+        "deleted 0 runs and 0 events (ended more than 1h30m ago)\n"
+    );
     let out = cli(db, &["prune"]).await;
     assert_eq!(out.code, 2, "--older-than is required: {out:?}");
 }

@@ -149,5 +149,9 @@ async fn a_schedule_is_shown_paused_resumed_triggered_and_backfilled(b: Backend)
         "--to",
         "today",
     ];
-    cli(&store, &bad).await.fails(2, "RFC 3339");
+    cli(&store, &bad).await.fails(
+        2,
+        "invalid value 'yesterday' for '--from <TIME>': not an RFC 3339 time such as \
+         2026-01-01T00:00:00Z",
+    );
 }

@@ -1,5 +1,5 @@
 //! Child runs: a workflow starts another workflow's run with [`start_child`] and
-//! waits for its end with [`Child::result`], durably.
+//! waits for its end with [`Child::return_value`], durably.
 //!
 //! The start is a recorded command: the store admits the child and records
 //! [`Event::ChildStarted`](crate::store::Event::ChildStarted) in the parent's history in one
@@ -54,7 +54,7 @@ use crate::store::QueueEntry;
 /// async fn order(item: String) -> Result<String> {
 ///     let shipment = start_child(ship, (item,)).await?;
 ///     // The order is suspended until the shipment ends, wherever it runs.
-///     let parcel = shipment.result().await?;
+///     let parcel = shipment.return_value().await?;
 ///     Ok(format!("shipped the {parcel}"))
 /// }
 ///
@@ -109,7 +109,7 @@ impl<W: WorkflowDef> StartChild<W> {
 
     /// A deadline for the child run, from its admission, as
     /// [`Start::timeout`](crate::Start::timeout): a child not ended by then fails with an
-    /// error saying it timed out, which [`Child::result`] returns. It replaces the deadline
+    /// error saying it timed out, which [`Child::return_value`] returns. It replaces the deadline
     /// the child would inherit from its parent, later or earlier (`Duration::MAX`: none).
     pub fn timeout(mut self, d: Duration) -> Self {
         self.timeout = Some(d);
@@ -232,18 +232,27 @@ impl<T: DeserializeOwned> Child<T> {
     /// cancelled or timed out gives that error). The parent is suspended meanwhile and may be
     /// evicted; the child's end wakes it, in this process at once, elsewhere through the
     /// store. The result is recorded in the parent's history.
-    pub async fn result(self) -> Result<T, Error> {
+    ///
+    /// The name is [`Run::return_value`](crate::Run::return_value)'s, which waits for a run's
+    /// end from outside; [`Child::result`] is another name for this.
+    #[doc(alias = "result")]
+    pub async fn return_value(self) -> Result<T, Error> {
         self.ctx.issue(Command::AwaitChild { child_id: self.id });
         let value = match self.ctx.wait(Key::ChildEnd(self.id)).await {
             Ready::ChildEnded(result) => {
                 let binding = places::of_run(places::Owner::first(self.id), places::ERROR, "");
                 result.map_err(|e| self.ctx.payloads.open_error(e, &binding))?
             }
-            _ => return Err(mismatched_delivery("Child::result")),
+            _ => return Err(mismatched_delivery("Child::return_value")),
         };
         self.ctx
             .payloads
             .decode(value, PayloadKind::ChildResult.of(self.id))
             .map_err(PayloadError::fatal)
+    }
+
+    /// Another name for [`Child::return_value`], which it calls.
+    pub async fn result(self) -> Result<T, Error> {
+        self.return_value().await
     }
 }

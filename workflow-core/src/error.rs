@@ -28,11 +28,12 @@ pub enum ErrorKind {
     Panicked,
 }
 
-/// The error of steps and workflows.
+/// The error of steps and workflows, and of the run they make.
 ///
-/// It is recorded in the run's history, so it is serializable and cloneable. Any
-/// `std::error::Error + Send + Sync + 'static` converts into it with `?` as a *retryable* error;
-/// use [`Error::fatal`] for failures that retrying cannot fix.
+/// It is recorded in the run's history, so it is serializable and cloneable. Inside a `#[step]`
+/// or `#[workflow]` body, `?` converts any `std::error::Error + Send + Sync + 'static` into it
+/// as a *retryable* error (an `Error` passes through unchanged); use [`Error::fatal`] for
+/// failures that retrying cannot fix. Elsewhere, [`Error::new`] does that conversion.
 ///
 /// ```
 /// use std::time::Duration;
@@ -42,8 +43,52 @@ pub enum ErrorKind {
 /// assert!(!e.is_fatal());
 /// assert_eq!(e.retry_after_hint(), Some(Duration::from_secs(2)));
 ///
-/// let parse: Result<u32, Error> = "x".parse::<u32>().map_err(Error::from);
+/// let parse: Result<u32, Error> = "x".parse::<u32>().map_err(Error::new);
 /// assert!(parse.unwrap_err().to_string().contains("invalid digit"));
+/// ```
+///
+/// # In your program
+///
+/// `Error` is a `std::error::Error` (its message holds the causes it had, as recorded), and so
+/// is every error the client API returns ([`StartError`], [`RunError`], [`StoreError`],
+/// [`HookError`], [`BuildError`], ...): `?` takes them into `anyhow::Error` or
+/// `Box<dyn std::error::Error + Send + Sync>` alike.
+///
+/// ```
+/// use workflow_core::prelude::*;
+///
+/// #[step]
+/// async fn parse_amount(text: String) -> Result<u64> {
+///     Ok(text.trim().parse::<u64>()?) // a std error: retryable
+/// }
+///
+/// #[workflow]
+/// async fn invoice(id: u32, amount: String) -> Result<u64> {
+///     let approved = create_hook::<bool>(format!("approve:{id}")).recv().await?;
+///     if !approved {
+///         return Err(Error::fatal(format!("invoice {id} was refused")));
+///     }
+///     parse_amount(amount).await
+/// }
+///
+/// #[tokio::main(flavor = "current_thread")]
+/// async fn main() -> anyhow::Result<()> {
+///     let rt = Runtime::builder().in_memory().build().await?;
+///     let run = rt.start(invoice, (1, "12".to_string())).hook("approve:1").await?;
+///     let _status: RunStatus = run.status().await?;
+///     rt.resume_hook("approve:1", true).await?;
+///     assert_eq!(run.return_value().await?, 12);
+///     run.cancel().await?; // it has ended: nothing to do
+///     let failed = rt.runs(RunFilter::new().status(RunStatus::Failed)).await?;
+///     assert!(failed.is_empty());
+///
+///     // A failed run's error, as `main` would return it with `?`.
+///     let run = rt.start(invoice, (2, "12".to_string())).hook("approve:2").await?;
+///     rt.resume_hook("approve:2", false).await?;
+///     let e: anyhow::Error = run.return_value().await.unwrap_err().into();
+///     assert_eq!(e.to_string(), "invoice 2 was refused");
+///     Ok(())
+/// }
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Error {
@@ -57,8 +102,8 @@ pub struct Error {
     /// Boxed: most errors are not divergences, and it would double the size of every `Result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     divergence: Option<Box<Divergence>>,
-    /// The message, sealed (payload encryption, SPEC 18): `message` then only says
-    /// "encrypted (key <id>)" until the runtime opens it.
+    /// The message, sealed (payload encryption): `message` then only says
+    /// `"encrypted (key <id>)"` until the runtime opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sealed: Option<Box<serde_json::Value>>,
     /// The run to continue as, when this is the value of `continue_as_new(..)`: the driver
@@ -76,7 +121,7 @@ pub(crate) struct Continuation {
 }
 
 impl Error {
-    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
             message: message.into(),
@@ -92,7 +137,7 @@ impl Error {
     /// return value) that the driver recognises, failing the run only where nothing drives
     /// it (a step, or outside a workflow).
     pub(crate) fn continuation(c: Continuation) -> Self {
-        let mut e = Error::new(
+        let mut e = Error::of_kind(
             ErrorKind::Fatal,
             format!(
                 "continue_as_new({}) was returned where no workflow run ends with it (inside a \
@@ -135,19 +180,19 @@ impl Error {
     }
 
     /// True when the message is sealed (payload encryption) and was not opened: it reads
-    /// "encrypted (key <id>)".
+    /// `"encrypted (key <id>)"`.
     pub fn is_encrypted(&self) -> bool {
         self.sealed.is_some()
     }
 
-    /// An error that is never retried (the seeds' `FatalError`).
+    /// An error that is never retried.
     pub fn fatal(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Fatal, message)
+        Self::of_kind(ErrorKind::Fatal, message)
     }
 
     /// An error that is retried; combine with [`Error::retry_after`] to set the delay.
     pub fn retryable(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Retryable, message)
+        Self::of_kind(ErrorKind::Retryable, message)
     }
 
     /// Retry no sooner than `delay` after this attempt failed.
@@ -157,19 +202,19 @@ impl Error {
     }
 
     pub(crate) fn cancelled(run_id: &RunId) -> Self {
-        Self::new(ErrorKind::Cancelled, format!("run {run_id} was cancelled"))
+        Self::of_kind(ErrorKind::Cancelled, format!("run {run_id} was cancelled"))
     }
 
     /// The error of a child run cancelled because its parent was.
     pub(crate) fn cancelled_with_parent(run_id: &RunId, parent: &RunId) -> Self {
-        Self::new(
+        Self::of_kind(
             ErrorKind::Cancelled,
             format!("run {run_id} was cancelled with its parent run {parent}"),
         )
     }
 
     pub(crate) fn diverged(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Diverged, message)
+        Self::of_kind(ErrorKind::Diverged, message)
     }
 
     /// The error of a run blocked by `divergence`, with `message` saying so.
@@ -180,12 +225,12 @@ impl Error {
     }
 
     pub(crate) fn panicked(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Panicked, message)
+        Self::of_kind(ErrorKind::Panicked, message)
     }
 
     /// The error a conflicted hook yields (see [`HookConflictError`]).
     pub fn hook_conflict(conflict: HookConflictError) -> Self {
-        let mut e = Self::new(ErrorKind::HookConflict, conflict.to_string());
+        let mut e = Self::of_kind(ErrorKind::HookConflict, conflict.to_string());
         e.hook_conflict = Some(Box::new(conflict));
         e
     }
@@ -253,25 +298,56 @@ impl fmt::Debug for Error {
     }
 }
 
+impl std::error::Error for Error {}
+
 /// Told of every error converted into an [`Error`] by `?`, once transactional steps set it
 /// (`transactional.rs`): there a serialization failure inside a body makes its attempt run
 /// again. A hook, so that this module names nothing above it.
 pub(crate) static CONVERTED: std::sync::OnceLock<fn(&dyn std::any::Any)> =
     std::sync::OnceLock::new();
 
-impl<E> From<E> for Error
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    fn from(e: E) -> Self {
+impl Error {
+    /// Any error as a *retryable* [`Error`], its chain of causes kept in the message (all of it
+    /// that survives recording): what `?` does to an error inside a `#[step]` or `#[workflow]`
+    /// body. An [`Error`] passed in comes back as it was, kind and all.
+    ///
+    /// Elsewhere (in a closure, an async block, or a helper fn that returns
+    /// `workflow_core::Result<T>`) `?` converts only an [`Error`], the errors of this crate's
+    /// calls and those of the database drivers it re-exports; convert other errors with
+    /// `.map_err(Error::new)`:
+    ///
+    /// ```
+    /// use workflow_core::{Error, Result};
+    ///
+    /// fn port(text: &str) -> Result<u16> {
+    ///     text.parse::<u16>().map_err(Error::new)
+    /// }
+    /// let e = port("http").unwrap_err();
+    /// assert!(e.to_string().contains("invalid digit"));
+    /// assert!(!e.is_fatal());
+    /// ```
+    pub fn new<E>(error: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        // An `Error` itself (a step's, a child run's, `continue_as_new(..)`'s): kept whole.
+        let mut slot = Some(error);
+        if let Some(same) = (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<Error>>() {
+            if let Some(e) = same.take() {
+                return e;
+            }
+        }
+        let Some(error) = slot else {
+            return Error::retryable("");
+        };
         // A transactional step's statement that lost a serialization race: its attempt runs
         // again instead of failing (see `Tx::postgres`).
         if let Some(seen) = CONVERTED.get() {
-            seen(&e);
+            seen(&error);
         }
         // Keep the chain of causes: it is all that survives serialization.
-        let mut message = e.to_string();
-        let mut source = e.source();
+        let mut message = error.to_string();
+        let mut source = error.source();
         while let Some(s) = source {
             // Many errors already end their message with their cause's: say it once.
             let cause = s.to_string();
@@ -285,30 +361,53 @@ where
     }
 }
 
-impl From<Error> for Box<dyn std::error::Error + Send + Sync + 'static> {
-    fn from(e: Error) -> Self {
-        Box::new(StdError(e))
-    }
+/// The errors of this crate's own calls (a step starting a run, reading a stream, resuming a
+/// hook), and those of the database drivers it re-exports, convert into [`Error`] with `?`
+/// anywhere, not only in a step's or workflow's body: as retryable errors, but for a
+/// [`HookConflictError`], which keeps its kind.
+macro_rules! from_own_errors {
+    ($($error:ty),* $(,)?) => {
+        $(
+            impl From<$error> for Error {
+                fn from(e: $error) -> Self {
+                    Error::new(e)
+                }
+            }
+        )*
+    };
 }
 
-impl From<Error> for Box<dyn std::error::Error + 'static> {
-    fn from(e: Error) -> Self {
-        Box::new(StdError(e))
+from_own_errors!(
+    StoreError,
+    DatabaseError,
+    RunError,
+    StartError,
+    HookError,
+    HookNotFoundError,
+    PayloadTooLarge,
+    BuildError,
+    ScheduleError,
+    crate::crypto::KeyError,
+    crate::runtime::RekeyError,
+    crate::ids::ParseRunIdError,
+    crate::message::Elapsed,
+);
+
+#[cfg(any(test, feature = "testing"))]
+from_own_errors!(crate::testing::ReplayError);
+
+// The database drivers this crate re-exports for transactional steps (`tx.sqlite(..)`,
+// `tx.postgres()`), whose errors a helper fn or a closure of a step returns as often as the body.
+#[cfg(feature = "sqlite")]
+from_own_errors!(rusqlite::Error);
+#[cfg(feature = "postgres")]
+from_own_errors!(sqlx::Error);
+
+impl From<HookConflictError> for Error {
+    fn from(conflict: HookConflictError) -> Self {
+        Error::hook_conflict(conflict)
     }
 }
-
-/// [`Error`] seen as a `std::error::Error` (it cannot implement the trait itself, because it
-/// converts from every type that does).
-#[derive(Debug)]
-struct StdError(Error);
-
-impl fmt::Display for StdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl std::error::Error for StdError {}
 
 /// A hook token is owned by another run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -521,7 +620,7 @@ impl HookError {
     }
 }
 
-/// The error of `resume_hook` (SPEC name); the same type as [`HookError`].
+/// The error of `resume_hook`, by the name its signature uses; the same type as [`HookError`].
 pub type ResumeHookError = HookError;
 
 /// Why `start` could not admit a run.

@@ -133,7 +133,7 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         refused: Option<String>,
     },
-    /// A child run's end, delivered to the workflow awaiting `child.result()`.
+    /// A child run's end, delivered to the workflow awaiting `child.return_value()`.
     ChildEnded {
         /// The child run.
         child_id: RunId,

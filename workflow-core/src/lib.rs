@@ -158,6 +158,35 @@ pub mod __private {
     /// Compile-time check that `T` can be recorded; spanned at the user's type by the macros.
     pub fn assert_value<T: WorkflowValue>() {}
 
+    /// What `?` converts inside a `#[step]` or `#[workflow]` body, whose macro rewrites each
+    /// `expr?` of the body's own (not of its closures, async blocks or nested fns) as
+    /// `lift(expr)?`: [`Error`] itself cannot convert from every std error with `From`, since
+    /// it is one (that impl would overlap `From<T> for T`).
+    #[diagnostic::on_unimplemented(
+        message = "`?` cannot convert `{Self}` into a `workflow_core::Error`",
+        label = "`{Self}` is not a `std::error::Error + Send + Sync + 'static`",
+        note = "`?` in a step or workflow converts any `std::error::Error + Send + Sync + 'static` into a retryable `workflow_core::Error`; convert other errors yourself, e.g. `.map_err(|e| Error::retryable(e.to_string()))?`"
+    )]
+    pub trait IntoError {
+        /// [`Error::new`].
+        fn into_error(self) -> Error;
+    }
+
+    impl<E: std::error::Error + Send + Sync + 'static> IntoError for E {
+        fn into_error(self) -> Error {
+            Error::new(self)
+        }
+    }
+
+    /// `r` with its error converted by [`Error::new`] (an [`Error`] stays as it is).
+    #[inline]
+    pub fn lift<T, E: IntoError>(r: Result<T, E>) -> Result<T, Error> {
+        match r {
+            Ok(value) => Ok(value),
+            Err(e) => Err(e.into_error()),
+        }
+    }
+
     /// Converts between a `#[workflow]`/`#[step]` fn's declared return type `R` and
     /// `Result<R::Ok, Error>`: `(&ReturnOf::<R>::new()).result_of(r)` resolves to
     /// [`RecordedReturn`] when `R: WorkflowReturn`, and otherwise to [`UnrecordedReturn`], so a

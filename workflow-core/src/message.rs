@@ -154,7 +154,7 @@ pub struct Elapsed(());
 /// Inside a workflow the deadline is a durable timer (recorded like a
 /// [`sleep`](crate::sleep)), and whichever of the two was recorded first wins, on every
 /// replay too. It bounds any durable wait: [`recv`], the next of
-/// [`requests`](crate::requests), a hook's `recv`, `child.result()`, a step. The loser
+/// [`requests`](crate::requests), a hook's `recv`, `child.return_value()`, a step. The loser
 /// consumes nothing: a message not taken by a timed-out `recv` waits for the next one.
 /// Outside a workflow it is `tokio::time::timeout`.
 ///

@@ -121,7 +121,7 @@ async fn sequential_and_concurrent_steps(b: Backend) {
 #[step]
 async fn always_fails() -> Result<()> {
     record("always_fails");
-    Err(std::io::Error::other("disk on fire").into())
+    Err(Error::new(std::io::Error::other("disk on fire")))
 }
 
 #[step(max_retries = 5)]

@@ -142,6 +142,7 @@ fn emit((tokens, errors): (TokenStream, Option<syn::Error>)) -> TokenStream {
 //     macro_rules! __step_named_billing_charge__<hash> { () => {} }   // name in the crate clashes
 //     pub async fn charge_user(user_id: String, amount: u64) -> Result<Receipt> {
 //         async fn __wf_body(user_id: String, mut amount: u64) -> Result<Receipt> BODY
+//                                           // BODY's own `expr?`s as `lift(expr)?` (see `lift`)
 //         let _ = assert_value::<String>;                   // one per argument, at its type
 //         let _ = assert_value::<u64>;
 //         let _ = assert_value::<<Result<Receipt> as WorkflowReturn>::Ok>;   // at the return type
@@ -588,7 +589,7 @@ fn expand_workflow(args: &WorkflowArgs, function: &Function) -> TokenStream {
 fn stand_in(kind: Kind, item: &syn::ItemFn, raw_body: Option<&proc_macro2::Group>) -> TokenStream {
     let body = match raw_body {
         Some(raw_body) => raw_body.to_token_stream(),
-        None => item.block.to_token_stream(),
+        None => crate::lift::body(&item.block).to_token_stream(),
     };
     let sig = &item.sig;
     let attrs = &item.attrs;
@@ -761,13 +762,14 @@ fn body_ident() -> Ident {
 }
 
 /// `async fn __wf_body(<the user's arguments>) -> <the user's return type> <the user's block>`:
-/// the user's code as written, `mut` and argument attributes included.
+/// the user's code as written, `mut` and argument attributes included, its own `expr?`s made
+/// `lift(expr)?` (see `lift`).
 fn body_fn(function: &Function, attrs: &[&Attribute]) -> TokenStream {
     let sig = &function.item.sig;
     let body = body_ident();
     let inputs = &sig.inputs;
     let output = &sig.output;
-    let block = &function.item.block;
+    let block = crate::lift::body(&function.item.block);
     quote! {
         #(#attrs)*
         async fn #body(#inputs) #output #block

@@ -13,6 +13,7 @@ mod analyze;
 mod args;
 mod errors;
 mod expand;
+mod lift;
 mod parse;
 mod rules;
 mod tx_body;

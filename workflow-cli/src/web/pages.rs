@@ -239,7 +239,7 @@ pub fn queues(database: &str, queues: &[QueueView]) -> String {
     layout("Queues", "queues", database, Banner::None, body)
 }
 
-/// Runs per minute and step latencies ([`activity`]).
+/// Runs per minute and step latencies ([`activity`](mod@super::activity)).
 pub fn activity(database: &str, a: &Activity) -> String {
     layout(
         "Activity",

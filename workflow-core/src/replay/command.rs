@@ -61,7 +61,7 @@ pub(crate) enum Command<S> {
         /// The reply.
         reply: Result<Value, crate::error::Error>,
     },
-    /// Wait for a child run's end (`child.result()`). Not a recorded command: the end is
+    /// Wait for a child run's end (`child.return_value()`). Not a recorded command: the end is
     /// recorded when it is delivered, like a payload.
     AwaitChild {
         /// The child run.

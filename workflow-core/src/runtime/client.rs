@@ -43,7 +43,7 @@ impl Runtime {
     }
 
     /// A handle on run `id` (whether or not it exists: queries on an unknown id fail with
-    /// [`RunError::NotFound`]).
+    /// [`RunError::NotFound`](crate::RunError::NotFound)).
     pub fn get_run(&self, id: &RunId) -> Run<Value> {
         Run::new(*id, self.clone())
     }
@@ -90,7 +90,7 @@ impl Runtime {
     /// For tools that show what a store holds (the `workflow` CLI and dashboard): `run`'s
     /// record with every payload opened with this runtime's keys
     /// ([`RuntimeBuilder::encryption`](crate::RuntimeBuilder::encryption)); a payload that does
-    /// not open reads "encrypted (key <id>)" instead (an error's message already does).
+    /// not open reads `"encrypted (key <id>)"` instead (an error's message already does).
     pub fn reveal_record(&self, run: RunRecord) -> RunRecord {
         let payloads = &self.inner.config.payloads;
         let mut run = payloads.open_record(run);

@@ -255,7 +255,7 @@ impl<T> Run<T> {
     /// ([`RunError::CannotFork`], as for a `from_step` beyond the steps it scheduled).
     ///
     /// Children started before that step are kept, not started again: the copy's
-    /// `child.result()` gives the original child's end, also when the child ends after the
+    /// `child.return_value()` gives the original child's end, also when the child ends after the
     /// fork (the copy reads it from the child's record, within the poll interval at first,
     /// then less often while the child runs on, up to once a minute). They stay the
     /// original's children: cancelling the copy does not cancel them.

@@ -3,15 +3,15 @@
 //! fencing a stale worker's writes, recording a run's end) is one call of a capability trait,
 //! made atomic by the database:
 //!
-//! - [`RunStore`] ([`runs`]): runs, their histories, leases, children.
-//! - [`HookStore`] ([`hooks`]): hook tokens and the inbox.
-//! - [`MessageStore`] ([`messages`]): messages sent to runs by id, through the inbox.
-//! - [`StreamStore`] ([`streams`]): streams of chunks.
-//! - [`QueueStore`] ([`queues`]): queue limits and occupancy.
-//! - [`AdminStore`] ([`admin`]): listing and pruning.
-//! - [`RekeyStore`] ([`rekey`]): reading and rewriting the rows that hold sealed payloads.
-//! - [`ScheduleStore`] ([`schedules`]): schedules and the records of their ticks.
-//! - [`TransactionalStore`] ([`transactional`]): transactions of transactional steps, whose
+//! - [`RunStore`]: runs, their histories, leases, children.
+//! - [`HookStore`]: hook tokens and the inbox.
+//! - [`MessageStore`]: messages sent to runs by id, through the inbox.
+//! - [`StreamStore`]: streams of chunks.
+//! - [`QueueStore`]: queue limits and occupancy.
+//! - [`AdminStore`]: listing and pruning.
+//! - [`RekeyStore`]: reading and rewriting the rows that hold sealed payloads.
+//! - [`ScheduleStore`]: schedules and the records of their ticks.
+//! - [`TransactionalStore`]: transactions of transactional steps, whose
 //!   writes commit with the step's recorded result.
 //!
 //! [`Store`] is all of them together, implemented for every type that has them; the runtime

@@ -7,7 +7,7 @@ use super::MemoryStore;
 use crate::ids::RunId;
 use crate::store::Inspect;
 
-/// What the conformance suite reads below the [`Store`] API, from this store's state.
+/// What the conformance suite reads below the [`Store`](crate::store::Store) API, from this store's state.
 impl Inspect for MemoryStore {
     async fn count(&self, table: &str) -> i64 {
         let st = self.lock();

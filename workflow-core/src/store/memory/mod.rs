@@ -26,7 +26,7 @@ mod tests;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use self::state::State;
-/// An in-memory [`Store`]. Nothing survives the process.
+/// An in-memory [`Store`](crate::store::Store). Nothing survives the process.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,

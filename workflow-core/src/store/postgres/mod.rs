@@ -68,11 +68,11 @@ const POOL_SPARE: usize = 4;
 /// How long the first connection (and the listener's reconnects) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A [`Store`] in a PostgreSQL schema, shared by any number of processes on any number of
+/// A [`Store`](crate::store::Store) in a PostgreSQL schema, shared by any number of processes on any number of
 /// machines.
 ///
 /// Clones are cheap and share one connection pool. Dropping the last clone ends the
-/// background task behind [`Store::notices`].
+/// background task behind [`RunStore::notices`](crate::store::RunStore::notices).
 ///
 /// ```no_run
 /// use workflow_core::store::postgres::PostgresStore;

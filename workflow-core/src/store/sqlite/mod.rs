@@ -58,7 +58,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reader threads, each with its own connection.
 const READERS: usize = 4;
 
-/// A [`Store`] in one SQLite file, safe to share between threads, runtimes and processes.
+/// A [`Store`](crate::store::Store) in one SQLite file, safe to share between threads, runtimes and processes.
 ///
 /// Clones are cheap and share the connections; the background threads end when the last
 /// clone is dropped (after finishing the writes already queued).
