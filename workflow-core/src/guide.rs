@@ -6,13 +6,13 @@
 // the guide's modules (`links!`, in lib.rs): the first definition of a label wins, so rustdoc
 // links module to module while the repository's markdown links file to file.
 #![doc = links!()]
-#![doc = include_str!("../../docs/guide/README.md")]
+#![doc = include_str!("../guide/README.md")]
 
 /// One page: `page!(name, "file.md")` is `pub mod name {}` documented by `docs/guide/file.md`.
 macro_rules! page {
     ($name:ident, $file:literal) => {
         #[doc = links!()]
-        #[doc = include_str!(concat!("../../docs/guide/", $file))]
+        #[doc = include_str!(concat!("../guide/", $file))]
         pub mod $name {}
     };
 }

@@ -17,7 +17,7 @@
 #![doc = "[guide-stores]: crate::guide::stores"]
 #![doc = "[guide-testing]: crate::guide::testing"]
 #![doc = "[guide-cli]: crate::guide::cli"]
-#![doc = include_str!("../../README.md")]
+#![doc = include_str!("../README.md")]
 
 /// The guide's link labels as rustdoc links, put before each page of `guide` (see there).
 macro_rules! links {
