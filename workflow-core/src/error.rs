@@ -110,6 +110,11 @@ pub struct Error {
     /// of a workflow returning it continues the run instead of failing it. Never stored.
     #[serde(skip)]
     continuation: Option<Box<Continuation>>,
+    /// Converted from a database driver's error that lost a race with another transaction
+    /// (a serialization failure, a deadlock): inside a transactional step, its attempt runs
+    /// again from a fresh transaction instead of counting as failed. Never stored.
+    #[serde(skip)]
+    lost_race: bool,
 }
 
 /// What `continue_as_new(wf, args)` asks for: the next run's workflow and its arguments as
@@ -130,6 +135,7 @@ impl Error {
             divergence: None,
             sealed: None,
             continuation: None,
+            lost_race: false,
         }
     }
 
@@ -300,12 +306,6 @@ impl fmt::Debug for Error {
 
 impl std::error::Error for Error {}
 
-/// Told of every error converted into an [`Error`] by `?`, once transactional steps set it
-/// (`transactional.rs`): there a serialization failure inside a body makes its attempt run
-/// again. A hook, so that this module names nothing above it.
-pub(crate) static CONVERTED: std::sync::OnceLock<fn(&dyn std::any::Any)> =
-    std::sync::OnceLock::new();
-
 impl Error {
     /// Any error as a *retryable* [`Error`], its chain of causes kept in the message (all of it
     /// that survives recording): what `?` does to an error inside a `#[step]` or `#[workflow]`
@@ -340,11 +340,9 @@ impl Error {
         let Some(error) = slot else {
             return Error::retryable("");
         };
-        // A transactional step's statement that lost a serialization race: its attempt runs
-        // again instead of failing (see `Tx::postgres`).
-        if let Some(seen) = CONVERTED.get() {
-            seen(&error);
-        }
+        // A transactional step's statement that lost a race: its attempt runs again instead
+        // of failing (see `Tx::postgres`).
+        let lost_race = lost_a_race(&error);
         // Keep the chain of causes: it is all that survives serialization.
         let mut message = error.to_string();
         let mut source = error.source();
@@ -357,8 +355,33 @@ impl Error {
             }
             source = s.source();
         }
-        Error::retryable(message)
+        let mut converted = Error::retryable(message);
+        converted.lost_race = lost_race;
+        converted
     }
+
+    /// Whether this error was converted from a database driver's report of a lost race with
+    /// another transaction (a serialization failure or a deadlock on PostgreSQL): a
+    /// transactional step's attempt that ends with it runs again.
+    pub(crate) fn lost_race(&self) -> bool {
+        self.lost_race
+    }
+}
+
+/// Whether `e` is PostgreSQL's serialization failure or deadlock (SQLSTATE 40001, 40P01).
+#[cfg(feature = "postgres")]
+pub(crate) fn pg_lost_a_race(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "40001" || c == "40P01"))
+}
+
+/// Whether `e`, an error being converted, is a database driver's report of a lost race.
+fn lost_a_race(e: &(dyn std::any::Any + 'static)) -> bool {
+    #[cfg(feature = "postgres")]
+    if let Some(e) = e.downcast_ref::<sqlx::Error>() {
+        return pg_lost_a_race(e);
+    }
+    let _ = e;
+    false
 }
 
 /// The errors of this crate's own calls (a step starting a run, reading a stream, resuming a
@@ -368,9 +391,9 @@ impl Error {
 macro_rules! from_own_errors {
     ($($error:ty),* $(,)?) => {
         $(
-            impl From<$error> for Error {
+            impl From<$error> for $crate::error::Error {
                 fn from(e: $error) -> Self {
-                    Error::new(e)
+                    $crate::error::Error::new(e)
                 }
             }
         )*
@@ -387,14 +410,11 @@ from_own_errors!(
     PayloadTooLarge,
     BuildError,
     ScheduleError,
-    crate::crypto::KeyError,
-    crate::runtime::RekeyError,
     crate::ids::ParseRunIdError,
-    crate::message::Elapsed,
 );
-
-#[cfg(any(test, feature = "testing"))]
-from_own_errors!(crate::testing::ReplayError);
+// The errors of the capabilities above this module (keys, rekeying, durable timeouts, replay
+// tests) say so where they are defined, with this macro.
+pub(crate) use from_own_errors;
 
 // The database drivers this crate re-exports for transactional steps (`tx.sqlite(..)`,
 // `tx.postgres()`), whose errors a helper fn or a closure of a step returns as often as the body.

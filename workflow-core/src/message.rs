@@ -220,3 +220,5 @@ pub async fn timeout<F: Future>(d: Duration, fut: F) -> Result<F::Output, Elapse
     })
     .await
 }
+
+crate::error::from_own_errors!(Elapsed);

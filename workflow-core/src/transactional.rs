@@ -39,7 +39,6 @@ impl TxEnv {
 
     /// Runs `fut` (the attempt) with this transaction available to the body.
     pub(crate) async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
-        crate::error::CONVERTED.get_or_init(|| note_if_conflict);
         TX.scope(self, fut).await
     }
 
@@ -63,18 +62,6 @@ pub(crate) fn forbidden(what: &str) -> Option<Error> {
              from an ordinary step"
         ))
     })
-}
-
-/// [`note_conflict`] when `e`, an error a body converted with `?`, is PostgreSQL's
-/// serialization failure or deadlock.
-fn note_if_conflict(e: &dyn std::any::Any) {
-    #[cfg(feature = "postgres")]
-    if let Some(e) = e.downcast_ref::<sqlx::Error>() {
-        if crate::store::postgres::is_conflict(e) {
-            note_conflict();
-        }
-    }
-    let _ = e;
 }
 
 /// Notes that a statement of the running transactional body failed on a busy database or a

@@ -273,6 +273,8 @@ pub enum KeyError {
     },
 }
 
+crate::error::from_own_errors!(KeyError);
+
 /// The salt of every data key's HKDF.
 const HKDF_SALT: &[u8] = b"workflow-rs payload key v1";
 

@@ -109,7 +109,8 @@ impl TxAttempt {
                         panic_message(&panic)
                     )))
                 });
-            let conflict = env.conflict.load(Ordering::Relaxed);
+            let conflict = env.conflict.load(Ordering::Relaxed)
+                || outcome.as_ref().err().is_some_and(Error::lost_race);
             let open = env.take();
             let (value, open) = match (outcome, open) {
                 (Ok(value), Some(open)) => (value, open),

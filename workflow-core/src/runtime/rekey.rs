@@ -137,6 +137,8 @@ pub enum RekeyError {
     Store(#[from] StoreError),
 }
 
+crate::error::from_own_errors!(RekeyError);
+
 /// `at` as a person reads it.
 fn describe(at: &SealedAt) -> String {
     match at {

@@ -86,6 +86,8 @@ pub enum ReplayError {
     Mismatch(String),
 }
 
+crate::error::from_own_errors!(ReplayError);
+
 impl fmt::Display for ReplayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

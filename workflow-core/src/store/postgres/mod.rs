@@ -58,7 +58,7 @@ use self::schema::{
 };
 use self::stash::{stash_size, Conn, Stash, StashTx, ACQUIRE_TIMEOUT};
 use self::statements::{statements, Statements};
-pub(crate) use self::transactional::{is_conflict, PgStepTx};
+pub(crate) use self::transactional::PgStepTx;
 use self::tx::Pg;
 
 /// Connections of the pool beyond the `Stash`'s: the listener's, and room for the statements of

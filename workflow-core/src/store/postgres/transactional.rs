@@ -71,9 +71,3 @@ impl TransactionalStore for PostgresStore {
         })))
     }
 }
-
-/// Whether `e` is a serialization failure or a deadlock (SQLSTATE 40001, 40P01): the
-/// attempt is run again.
-pub(crate) fn is_conflict(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "40001" || c == "40P01"))
-}
