@@ -1,22 +1,18 @@
-//! The command line: arguments (clap), and each command's output as a table for people or JSON
-//! for scripts (`--json`).
+//! The command line: its arguments (clap), checked before the store is opened; `commands`
+//! runs each command.
 
-use std::io::{Read as _, Write as _};
+use std::io::Read as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::SystemTime;
 
 use clap::{Parser, Subcommand};
-use serde::Serialize;
-use workflow_core::store::{HookFilter, RunFilter};
 use workflow_core::RunStatus;
 
+use crate::commands;
 use crate::connect::{self, Target};
 use crate::error::CliError;
 use crate::ops;
-use crate::show;
-use crate::text::{self, Table};
-use crate::view::Time;
+use crate::text;
 
 const AFTER_HELP: &str = "\
 The database is --db (or WORKFLOW_DB), else --database-url (or WORKFLOW_DATABASE_URL), else
@@ -292,7 +288,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 /// Where `workflow web` listens, refusing what would expose runs to the network unguarded.
-fn web_address(
+pub(crate) fn web_address(
     listen: Option<SocketAddr>,
     port: Option<u16>,
     token: Option<&str>,
@@ -345,7 +341,16 @@ pub async fn run(cli: Cli) -> Result<String, CliError> {
 
 async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
     // Arguments are checked before the database is opened, so a typo costs no connection.
-    match &cli.command {
+    check_arguments(&cli.command)?;
+    let payload = payload_argument(&cli.command)?;
+    let keys = keys_argument(&cli)?;
+    let rt = connect::open(target, keys).await?;
+    commands::dispatch(rt, target, cli.command, cli.json, payload).await
+}
+
+/// Refuses a malformed run id, or a `web` address that would expose the runs unguarded.
+fn check_arguments(command: &Command) -> Result<(), CliError> {
+    match command {
         Command::Run { id }
         | Command::Events { run_id: id, .. }
         | Command::Send { run_id: id, .. }
@@ -368,12 +373,21 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
         }
         _ => {}
     }
-    let payload = match &cli.command {
+    Ok(())
+}
+
+/// The payload of `resume` and `send` (read from standard input for `-`), parsed.
+fn payload_argument(command: &Command) -> Result<Option<serde_json::Value>, CliError> {
+    Ok(match command {
         Command::Resume { payload, .. } | Command::Send { payload, .. } => {
             Some(ops::parse_payload(&read_payload(payload)?)?)
         }
         _ => None,
-    };
+    })
+}
+
+/// The keys of `--keys`, refusing the commands that need them when they are missing.
+fn keys_argument(cli: &Cli) -> Result<Option<workflow_core::Keys>, CliError> {
     let keys = match &cli.keys {
         Some(path) => Some(read_keys(path)?),
         None => None,
@@ -388,369 +402,7 @@ async fn execute(cli: Cli, target: &Target) -> Result<String, CliError> {
             "rekey needs the keys: pass --keys FILE (or set WORKFLOW_KEYS)".to_owned(),
         ));
     }
-    let rt = connect::open(target, keys).await?;
-    let json = cli.json;
-    match cli.command {
-        Command::Runs {
-            status,
-            workflow,
-            queue,
-            version,
-            limit,
-            after,
-        } => {
-            let mut filter = RunFilter::new().limit(limit);
-            if let Some(v) = version {
-                filter = filter.version(v);
-            }
-            if let Some(id) = after {
-                filter = filter.after(&ops::parse_run_id(&id)?);
-            }
-            if let Some(s) = status {
-                filter = filter.status(s.into());
-            }
-            if let Some(w) = workflow {
-                filter = filter.workflow(w);
-            }
-            if let Some(q) = queue {
-                let (queue, runs) = ops::queue_runs(&rt, &q, &filter.queue(&q)).await?;
-                if json {
-                    return to_json(&serde_json::json!({"queue": queue, "runs": runs}));
-                }
-                return Ok(show::queue_table(&queue, &runs));
-            }
-            let runs = ops::list_runs(&rt, &filter).await?;
-            if json {
-                return to_json(&runs);
-            }
-            if let (true, Some(last)) = (runs.len() >= limit, runs.last()) {
-                // For people, beside the listing: stdout stays the runs alone (scripts page
-                // with `--json` and the last id).
-                eprintln!(
-                    "older runs: workflow runs --after {} (with the same filters)",
-                    last.id
-                );
-            }
-            let now = Time(SystemTime::now());
-            let mut t = Table::new([
-                "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "VERSION",
-            ]);
-            for r in &runs {
-                t.row(vec![
-                    r.id.to_string(),
-                    r.workflow.clone(),
-                    r.status_text(now),
-                    r.created_at.to_string(),
-                    r.duration_ms.map(text::duration_ms).unwrap_or_default(),
-                    r.version.clone().unwrap_or_default(),
-                ]);
-            }
-            Ok(if t.is_empty() {
-                "no runs\n".to_owned()
-            } else {
-                t.to_string()
-            })
-        }
-        Command::Queues => {
-            let queues = ops::list_queues(&rt).await?;
-            if json {
-                return to_json(&queues);
-            }
-            let mut t = Table::new(["QUEUE", "CONCURRENCY", "RATE LIMIT", "OCCUPIED", "WAITING"]);
-            for q in &queues {
-                t.row(vec![
-                    q.name.clone(),
-                    q.concurrency
-                        .map_or_else(|| "-".to_owned(), |c| c.to_string()),
-                    q.rate_limit.map_or_else(
-                        || "-".to_owned(),
-                        |r| format!("{} per {}", r.runs, text::duration_ms(r.period_ms)),
-                    ),
-                    q.occupied.to_string(),
-                    q.waiting.to_string(),
-                ]);
-            }
-            Ok(if t.is_empty() {
-                "no queues\n".to_owned()
-            } else {
-                t.to_string()
-            })
-        }
-        Command::Schedules => {
-            let schedules = crate::schedules::list_schedules(&rt).await?;
-            if json {
-                return to_json(&schedules);
-            }
-            Ok(crate::schedules::table(&schedules))
-        }
-        Command::Schedule { name, action } => {
-            crate::schedules::command(&rt, &name, action, json).await
-        }
-        Command::Run { id } => {
-            let detail = ops::run_detail(&rt, ops::parse_run_id(&id)?).await?;
-            if json {
-                return to_json(&detail);
-            }
-            Ok(show::run_text(&detail))
-        }
-        Command::Events {
-            run_id,
-            published: true,
-        } => {
-            let id = ops::parse_run_id(&run_id)?;
-            let values = ops::published(&rt, id).await?;
-            if json {
-                return to_json(&values);
-            }
-            let mut t = Table::new(["KEY", "VALUE"]);
-            for (key, value) in &values {
-                t.row(vec![key.clone(), text::json_line(value, 120)]);
-            }
-            Ok(if t.is_empty() {
-                format!("run {id} published no events\n")
-            } else {
-                t.to_string()
-            })
-        }
-        Command::Events { run_id, .. } => {
-            let events = ops::events(&rt, ops::parse_run_id(&run_id)?).await?;
-            if json {
-                return to_json(&events);
-            }
-            let start = events.first().map(|e| e.at);
-            let mut t = Table::new(["SEQ", "AT", "+", "EVENT", "DETAILS"]);
-            for e in &events {
-                t.row(vec![
-                    e.seq.to_string(),
-                    e.at.to_string(),
-                    start
-                        .map(|s| text::duration_ms(s.until(e.at)))
-                        .unwrap_or_default(),
-                    e.kind(),
-                    e.details(),
-                ]);
-            }
-            Ok(if t.is_empty() {
-                "no events yet\n".to_owned()
-            } else {
-                t.to_string()
-            })
-        }
-        Command::Hooks { token, run, limit } => {
-            let mut filter = HookFilter::new().limit(limit);
-            if let Some(t) = token {
-                filter = filter.token(t);
-            }
-            if let Some(r) = run {
-                filter = filter.run_id(ops::parse_run_id(&r)?);
-            }
-            let hooks = ops::list_hooks(&rt, &filter).await?;
-            if json {
-                return to_json(&hooks);
-            }
-            let mut t = Table::new(["TOKEN", "RUN", "OPEN SINCE"]);
-            for h in &hooks {
-                t.row(vec![
-                    h.token.clone(),
-                    h.run_id.to_string(),
-                    h.created_at.to_string(),
-                ]);
-            }
-            Ok(if t.is_empty() {
-                "no open hooks\n".to_owned()
-            } else {
-                t.to_string()
-            })
-        }
-        Command::Cancel { run_id } => {
-            let done = ops::cancel(&rt, ops::parse_run_id(&run_id)?).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(if done.cancelled {
-                format!("cancelled run {}\n", done.run_id)
-            } else {
-                format!(
-                    "run {} had already ended ({}); nothing changed\n",
-                    done.run_id, done.status
-                )
-            })
-        }
-        Command::Retry { run_id } => {
-            let done = ops::retry(&rt, ops::parse_run_id(&run_id)?).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(if done.was == RunStatus::Failed {
-                format!(
-                    "re-opened run {} (it had failed); its failed step gets a fresh set of \
-                     attempts\n",
-                    done.run_id
-                )
-            } else {
-                format!(
-                    "retrying run {} (it was {}); a worker picks it up now\n",
-                    done.run_id, done.was
-                )
-            })
-        }
-        Command::Fork { run_id, from_step } => {
-            let done = ops::fork(&rt, ops::parse_run_id(&run_id)?, from_step).await?;
-            if json {
-                return to_json(&done);
-            }
-            // The id alone, so that `new=$(workflow fork ..)` works.
-            Ok(format!("{}\n", done.run_id))
-        }
-        Command::Export {
-            run_id,
-            output,
-            decrypt,
-        } => {
-            let id = ops::parse_run_id(&run_id)?;
-            let history = ops::export(&rt, id, decrypt).await?;
-            let Some(path) = output else {
-                return to_json(&history);
-            };
-            let events = history.events.len();
-            let mut bytes = serde_json::to_vec_pretty(&history)
-                .map_err(|e| CliError::Other(format!("cannot encode the history: {e}")))?;
-            bytes.push(b'\n');
-            tokio::fs::write(&path, bytes)
-                .await
-                .map_err(|e| CliError::Other(format!("cannot write {}: {e}", path.display())))?;
-            if json {
-                return to_json(&serde_json::json!({
-                    "run_id": id,
-                    "path": path,
-                    "events": events,
-                }));
-            }
-            Ok(format!(
-                "wrote the history of run {id} ({events} {}) to {}\n",
-                if events == 1 { "event" } else { "events" },
-                path.display()
-            ))
-        }
-        Command::Stream {
-            run_id,
-            name,
-            from,
-            follow,
-        } => {
-            let id = ops::parse_run_id(&run_id)?;
-            if !follow {
-                let chunks = ops::chunks(&rt, id, &name, from, usize::MAX).await?;
-                let mut out = String::new();
-                for c in &chunks {
-                    out.push_str(&chunk_line(c, json)?);
-                }
-                return Ok(out);
-            }
-            // Printed as they come, each line on its own, not all at the end.
-            let mut failed = None;
-            ops::follow(&rt, id, &name, from, |c| {
-                let line = match chunk_line(&c, json) {
-                    Ok(line) => line,
-                    Err(e) => {
-                        failed = Some(e);
-                        return false;
-                    }
-                };
-                let mut stdout = std::io::stdout().lock();
-                let line = text::printable(&line, true);
-                match stdout
-                    .write_all(line.as_bytes())
-                    .and_then(|()| stdout.flush())
-                {
-                    Ok(()) => true,
-                    // `workflow stream .. --follow | head` closes the pipe: stop, quietly.
-                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
-                    Err(e) => {
-                        failed = Some(CliError::Other(format!("cannot write the output: {e}")));
-                        false
-                    }
-                }
-            })
-            .await?;
-            match failed {
-                Some(e) => Err(e),
-                None => Ok(String::new()),
-            }
-        }
-        Command::Resume { token, .. } => {
-            let payload = payload.unwrap_or_default();
-            let done = ops::resume(&rt, &token, payload).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(format!(
-                "delivered to run {} (hook {:?})\n",
-                done.run_id, done.token
-            ))
-        }
-        Command::Send {
-            run_id, topic, key, ..
-        } => {
-            let id = ops::parse_run_id(&run_id)?;
-            let payload = payload.unwrap_or_default();
-            let done = ops::send(&rt, id, &topic, payload, key).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(format!(
-                "sent to run {} on topic {:?}\n",
-                done.run_id, done.topic
-            ))
-        }
-        Command::Rekey { batch, limit } => {
-            let done = ops::rekey(&rt, batch, limit).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(show::rekey_text(&done))
-        }
-        Command::Prune { older_than } => {
-            let done = ops::prune(&rt, older_than.duration).await?;
-            if json {
-                return to_json(&done);
-            }
-            Ok(format!(
-                "deleted {} {} and {} {} (ended more than {} ago)\n",
-                done.runs,
-                if done.runs == 1 { "run" } else { "runs" },
-                done.events,
-                if done.events == 1 { "event" } else { "events" },
-                older_than.text,
-            ))
-        }
-        Command::Web {
-            listen,
-            port,
-            token,
-        } => {
-            let addr = web_address(listen, port, token.as_deref())?;
-            crate::web::serve(rt, target.clone(), addr, token).await?;
-            Ok(String::new())
-        }
-    }
-}
-
-/// One chunk of a stream as `workflow stream` prints it: `index attempt value` for people, a
-/// JSON object for scripts; one line either way.
-fn chunk_line(c: &crate::view::ChunkView, json: bool) -> Result<String, CliError> {
-    if json {
-        let mut line = serde_json::to_string(c)
-            .map_err(|e| CliError::Other(format!("cannot encode the output as JSON: {e}")))?;
-        line.push('\n');
-        return Ok(line);
-    }
-    Ok(format!(
-        "{}  attempt {}  {}\n",
-        c.index,
-        c.attempt,
-        text::printable(&c.value.to_string(), false)
-    ))
+    Ok(keys)
 }
 
 fn read_payload(arg: &str) -> Result<String, CliError> {
@@ -761,13 +413,6 @@ fn read_payload(arg: &str) -> Result<String, CliError> {
     std::io::stdin().read_to_string(&mut s).map_err(|e| {
         CliError::Usage(format!("cannot read the payload from standard input: {e}"))
     })?;
-    Ok(s)
-}
-
-fn to_json<T: Serialize>(v: &T) -> Result<String, CliError> {
-    let mut s = serde_json::to_string_pretty(v)
-        .map_err(|e| CliError::Other(format!("cannot encode the output as JSON: {e}")))?;
-    s.push('\n');
     Ok(s)
 }
 

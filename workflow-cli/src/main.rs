@@ -13,6 +13,7 @@
 //! ```
 
 mod cli;
+mod commands;
 mod connect;
 mod error;
 mod ops;

@@ -19,7 +19,7 @@ use crate::view::{
 /// The time on the store's clock (on PostgreSQL the server's, which the workers time their
 /// runs by), so that a wrong clock here neither misdates a cancellation nor misstates how long
 /// ago something happened.
-async fn store_now(rt: &Runtime) -> Result<SystemTime, CliError> {
+pub async fn store_now(rt: &Runtime) -> Result<SystemTime, CliError> {
     Ok(rt.store().now().await?.unwrap_or_else(SystemTime::now))
 }
 
@@ -120,8 +120,7 @@ pub async fn list_runs(rt: &Runtime, filter: &RunFilter) -> Result<Vec<RunSummar
 
 /// Every declared queue with its limits and occupancy.
 pub async fn list_queues(rt: &Runtime) -> Result<Vec<QueueView>, CliError> {
-    let now = store_now(rt).await?;
-    let queues = rt.store().list_queues(now).await?;
+    let queues = rt.queues().await?;
     Ok(queues.into_iter().map(QueueView::new).collect())
 }
 
@@ -178,7 +177,7 @@ pub async fn run_with_events(
     let mut events = store.events(&id).await?;
     rt.reveal_history(&stored, &mut events);
     let run = rt.reveal_record(stored);
-    let hooks = store.list_hooks(&HookFilter::new().run_id(id)).await?;
+    let hooks = rt.hooks(&HookFilter::new().run_id(id)).await?;
     let children = runs(rt, RunFilter::new().parent(id).limit(10_000)).await?;
     let mut detail =
         RunDetail::new(run, &events, &hooks, store_now(rt).await?).with_children(&children);
@@ -322,7 +321,7 @@ pub async fn events(rt: &Runtime, id: RunId) -> Result<Vec<EventView>, CliError>
 }
 
 pub async fn list_hooks(rt: &Runtime, filter: &HookFilter) -> Result<Vec<HookSummary>, CliError> {
-    let hooks = rt.store().list_hooks(filter).await?;
+    let hooks = rt.hooks(filter).await?;
     Ok(hooks.into_iter().map(HookSummary::from).collect())
 }
 

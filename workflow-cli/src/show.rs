@@ -42,72 +42,106 @@ pub fn queue_table(queue: &QueueView, runs: &[QueuedRun]) -> String {
     out
 }
 
-/// `workflow run <id>` for people.
+/// `workflow run <id>` for people: the run's fields, then a section per kind of thing it did.
 pub fn run_text(d: &RunDetail) -> String {
-    let r = &d.run;
     let mut out = String::new();
-    // One line per field, whatever the store holds: a newline in an error must not forge a field.
-    let mut field = |name: &str, value: &str| {
-        let _ = writeln!(out, "{name:<10} {}", text::printable(value, false));
-    };
-    field("run", &r.id.to_string());
-    field("workflow", &r.workflow);
-    field("status", &r.status_text(d.as_of));
-    field("created", &r.created_at.to_string());
+    fields(&mut out, d);
+    children_section(&mut out, d);
+    steps_section(&mut out, d);
+    sleeps_section(&mut out, d);
+    hooks_section(&mut out, d);
+    talk_sections(&mut out, d);
+    streams_section(&mut out, d);
+    out
+}
+
+/// One line per field, whatever the store holds: a newline in an error must not forge a field.
+fn field(out: &mut String, name: &str, value: &str) {
+    let _ = writeln!(out, "{name:<10} {}", text::printable(value, false));
+}
+
+/// The run's own fields, one per line: what and when, where it sits among other runs, its
+/// input and output, why it stands still or failed, and what it waits on.
+fn fields(out: &mut String, d: &RunDetail) {
+    let r = &d.run;
+    field(out, "run", &r.id.to_string());
+    field(out, "workflow", &r.workflow);
+    field(out, "status", &r.status_text(d.as_of));
+    field(out, "created", &r.created_at.to_string());
     if let Some(t) = r.start_at {
-        field("starts", &t.to_string());
+        field(out, "starts", &t.to_string());
     }
     if let Some(v) = &r.version {
-        field("version", v);
+        field(out, "version", v);
     }
     if let Some(t) = &r.traceparent {
-        field("trace", t);
+        field(out, "trace", t);
     }
     if r.status.is_terminal() {
-        field("ended", &r.updated_at.to_string());
+        field(out, "ended", &r.updated_at.to_string());
         field(
+            out,
             "duration",
             &text::duration_ms(r.duration_ms.unwrap_or_default()),
         );
     } else {
-        field("age", &text::duration_ms(r.created_at.until(d.as_of)));
+        field(out, "age", &text::duration_ms(r.created_at.until(d.as_of)));
     }
+    relation_fields(out, d);
+    field(out, "input", &r.input.to_string());
+    if let Some(output) = &r.output {
+        field(out, "output", &output.to_string());
+    }
+    outcome_fields(out, d);
+    if !d.waiting_on.is_empty() {
+        let _ = writeln!(out, "waiting on");
+        for w in &d.waiting_on {
+            let _ = writeln!(out, "  - {}", text::printable(w, false));
+        }
+    }
+}
+
+/// Its hook token, the runs it came from or led to, and its place in a queue.
+fn relation_fields(out: &mut String, d: &RunDetail) {
+    let r = &d.run;
     if let Some(token) = &r.hook_token {
-        field("token", token);
+        field(out, "token", token);
     }
     if let Some(parent) = &r.parent {
-        field("parent", &parent.to_string());
+        field(out, "parent", &parent.to_string());
     }
     if let Some(previous) = &r.previous_run {
-        field("previous run", &previous.to_string());
+        field(out, "previous run", &previous.to_string());
     }
     if let Some(next) = &r.next_run {
-        field("next run", &next.to_string());
+        field(out, "next run", &next.to_string());
     }
     if let Some(q) = &r.queue {
         let mut place = format!("{}, priority {}", q.name, q.priority);
         if let Some(k) = &q.partition_key {
             let _ = write!(place, ", key {k}");
         }
-        field("queue", &place);
+        field(out, "queue", &place);
     }
-    field("input", &r.input.to_string());
-    if let Some(output) = &r.output {
-        field("output", &output.to_string());
-    }
+}
+
+/// Why a blocked run stands still and what to do about it, or the error a run failed with.
+fn outcome_fields(out: &mut String, d: &RunDetail) {
+    let r = &d.run;
     if let Some(div) = &d.divergence {
         // The reason the run stands still, first: on call, this is what one needs to read.
-        field("blocked", &div.message);
+        field(out, "blocked", &div.message);
         if let Some(n) = div.event {
-            field("  event", &n.to_string());
+            field(out, "  event", &n.to_string());
         }
         if let Some(e) = &div.expected {
-            field("  expected", e);
+            field(out, "  expected", e);
         }
         if let Some(f) = &div.found {
-            field("  found", f);
+            field(out, "  found", f);
         }
         field(
+            out,
             "  then",
             &format!(
                 "deploy code that fits (guard the change with `patched()`), then \
@@ -116,15 +150,12 @@ pub fn run_text(d: &RunDetail) -> String {
             ),
         );
     } else if let Some(error) = &r.error {
-        field("error", &format!("{:?}: {error}", error.kind()));
+        field(out, "error", &format!("{:?}: {error}", error.kind()));
     }
-    if !d.waiting_on.is_empty() {
-        let _ = writeln!(out, "waiting on");
-        for w in &d.waiting_on {
-            let _ = writeln!(out, "  - {}", text::printable(w, false));
-        }
-    }
+}
 
+/// The runs it started (or failed to start), when it has any.
+fn children_section(out: &mut String, d: &RunDetail) {
     if !d.children.is_empty() {
         let _ = writeln!(out, "\nchildren");
         let mut t = Table::new(["  CHILD", "WORKFLOW", "STATUS", "DETAILS"]);
@@ -154,7 +185,10 @@ pub fn run_text(d: &RunDetail) -> String {
         }
         out.push_str(&t.to_string());
     }
+}
 
+/// Each step, with a row per attempt unless a lone attempt went well.
+fn steps_section(out: &mut String, d: &RunDetail) {
     let _ = writeln!(out, "\nsteps");
     if d.steps.is_empty() {
         let _ = writeln!(out, "  none");
@@ -197,7 +231,10 @@ pub fn run_text(d: &RunDetail) -> String {
         }
         out.push_str(&t.to_string());
     }
+}
 
+/// Its timers.
+fn sleeps_section(out: &mut String, d: &RunDetail) {
     let _ = writeln!(out, "\nsleeps");
     if d.timers.is_empty() {
         let _ = writeln!(out, "  none");
@@ -214,7 +251,10 @@ pub fn run_text(d: &RunDetail) -> String {
         }
         out.push_str(&t.to_string());
     }
+}
 
+/// Its hooks.
+fn hooks_section(out: &mut String, d: &RunDetail) {
     let _ = writeln!(out, "\nhooks");
     if d.hooks.is_empty() {
         let _ = writeln!(out, "  none");
@@ -235,9 +275,10 @@ pub fn run_text(d: &RunDetail) -> String {
         }
         out.push_str(&t.to_string());
     }
+}
 
-    talk_sections(&mut out, d);
-
+/// Its streams.
+fn streams_section(out: &mut String, d: &RunDetail) {
     // Only runs that wrote to a stream have the section (`workflow stream` prints one).
     if !d.streams.is_empty() {
         let _ = writeln!(out, "\nstreams");
@@ -255,7 +296,6 @@ pub fn run_text(d: &RunDetail) -> String {
         }
         out.push_str(&t.to_string());
     }
-    out
 }
 
 /// What the run published (`set_event`), the messages no `recv` took yet and the requests

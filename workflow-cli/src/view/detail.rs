@@ -240,282 +240,25 @@ impl RunDetail {
         now: SystemTime,
     ) -> Self {
         let run = RunSummary::new(run);
-        let ended = run.status.is_terminal().then_some(run.updated_at);
         let now = Time(now);
-        let mut steps: Vec<StepView> = Vec::new();
-        let mut timers: Vec<TimerView> = Vec::new();
-        let mut hooks: Vec<HookView> = Vec::new();
-        let mut marks: Vec<MarkView> = Vec::new();
-        let mut children: Vec<ChildView> = Vec::new();
-        // What a retry re-opens: the steps whose error came after the last command recorded.
-        let mut last_command = 0;
-        let mut failed_at: Vec<(String, u64)> = Vec::new();
+        let mut replay = Replay::new(run.created_at);
         for e in events {
-            let at = Time(e.at);
-            if matches!(
-                e.event,
-                Event::StepScheduled { .. }
-                    | Event::TimerScheduled { .. }
-                    | Event::HookRegistered { .. }
-                    | Event::HookReleased { .. }
-                    | Event::PatchMarked { .. }
-                    | Event::ChildStarted { .. }
-            ) {
-                last_command = e.seq;
-            }
-            if let Event::StepCompleted {
-                step_id,
-                result: Err(_),
-            } = &e.event
-            {
-                failed_at.push((step_id.clone(), e.seq));
-            }
-            match &e.event {
-                Event::StepScheduled {
-                    step_id,
-                    name,
-                    input,
-                } => steps.push(StepView {
-                    call: steps.iter().filter(|s| &s.name == name).count() as u32,
-                    step_id: step_id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                    status: StepStatus::Running,
-                    scheduled_at: at,
-                    ended_at: None,
-                    duration_ms: None,
-                    attempts: vec![open_attempt(1, at)],
-                    output: None,
-                    error: None,
-                }),
-                Event::StepAttemptStarted { step_id, attempt } => {
-                    if let Some(s) = find_step(&mut steps, step_id) {
-                        // An attempt still open here was cut short by its worker's stop.
-                        if let Some(prev) = s.attempts.last_mut() {
-                            if prev.outcome == AttemptOutcome::Running {
-                                close(prev, at, AttemptOutcome::Interrupted);
-                            }
-                        }
-                        s.attempts.push(open_attempt(*attempt, at));
-                        s.status = StepStatus::Running;
-                    }
-                }
-                Event::StepAttemptFailed {
-                    step_id,
-                    attempt,
-                    error,
-                    retry_at_ms,
-                } => {
-                    if let Some(s) = find_step(&mut steps, step_id) {
-                        if let Some(a) = s.attempts.iter_mut().rfind(|a| a.attempt == *attempt) {
-                            close(a, at, AttemptOutcome::Failed);
-                            a.error = Some(error.clone());
-                            a.retry_at =
-                                Some(Time(workflow_core::store::from_millis(*retry_at_ms)));
-                        }
-                        s.status = StepStatus::Retrying;
-                    }
-                }
-                Event::StepCompleted { step_id, result } => {
-                    if let Some(s) = find_step(&mut steps, step_id) {
-                        let outcome = if result.is_ok() {
-                            AttemptOutcome::Ok
-                        } else {
-                            AttemptOutcome::Failed
-                        };
-                        if let Some(a) = s.attempts.last_mut() {
-                            if a.outcome == AttemptOutcome::Running {
-                                close(a, at, outcome);
-                                a.error = result.as_ref().err().cloned();
-                            }
-                        }
-                        s.status = if result.is_ok() {
-                            StepStatus::Completed
-                        } else {
-                            StepStatus::Failed
-                        };
-                        s.ended_at = Some(at);
-                        s.duration_ms = Some(s.scheduled_at.until(at));
-                        match result {
-                            Ok(v) => s.output = Some(v.clone()),
-                            Err(err) => s.error = Some(err.clone()),
-                        }
-                    }
-                }
-                Event::TimerScheduled {
-                    timer_id,
-                    fire_at_ms,
-                } => timers.push(TimerView {
-                    timer_id: timer_id.clone(),
-                    scheduled_at: at,
-                    fire_at: Time(workflow_core::store::from_millis(*fire_at_ms)),
-                    fired_at: None,
-                    status: TimerStatus::Waiting,
-                }),
-                Event::TimerFired { timer_id } => {
-                    if let Some(t) = timers.iter_mut().rfind(|t| &t.timer_id == timer_id) {
-                        t.fired_at = Some(at);
-                        t.status = TimerStatus::Fired;
-                    }
-                }
-                Event::HookRegistered {
-                    hook_key,
-                    token,
-                    conflict,
-                } => hooks.push(HookView {
-                    token: token.clone(),
-                    hook_key: Some(hook_key.clone()),
-                    registered_at: at,
-                    released_at: conflict.map(|_| at),
-                    conflict: *conflict,
-                    active: false,
-                    payloads: Vec::new(),
-                }),
-                Event::HookReceived {
-                    token,
-                    payload_id,
-                    payload,
-                } => {
-                    let payload = PayloadView {
-                        at,
-                        payload_id: *payload_id,
-                        payload: payload.clone(),
-                    };
-                    let hook = hooks
-                        .iter_mut()
-                        .rfind(|h| &h.token == token && h.conflict.is_none());
-                    match hook {
-                        Some(h) => h.payloads.push(payload),
-                        // The token claimed at start: bound without a registration event.
-                        None => hooks.push(HookView {
-                            token: token.clone(),
-                            hook_key: None,
-                            registered_at: run.created_at,
-                            released_at: None,
-                            conflict: None,
-                            active: false,
-                            payloads: vec![payload],
-                        }),
-                    }
-                }
-                Event::HookReleased { hook_key, token } => {
-                    let hook = hooks.iter_mut().rfind(|h| {
-                        &h.token == token
-                            && h.released_at.is_none()
-                            && h.hook_key.as_ref().is_none_or(|k| k == hook_key)
-                    });
-                    if let Some(h) = hook {
-                        h.released_at = Some(at);
-                    }
-                }
-                Event::PatchMarked { patch_id } => marks.push(MarkView {
-                    at,
-                    kind: MarkKind::Patch,
-                    label: format!("patch {patch_id:?} taken"),
-                }),
-                Event::RunRetried => {
-                    marks.push(MarkView {
-                        at,
-                        kind: MarkKind::Retried,
-                        label: "failed run re-opened by retry".to_owned(),
-                    });
-                    // A fresh set of attempts, the first one starting now (like a scheduling).
-                    for (step_id, _) in failed_at.drain(..).filter(|(_, seq)| *seq > last_command) {
-                        if let Some(s) = find_step(&mut steps, &step_id) {
-                            s.status = StepStatus::Running;
-                            s.ended_at = None;
-                            s.duration_ms = None;
-                            s.error = None;
-                            s.attempts.push(open_attempt(1, at));
-                        }
-                    }
-                }
-                Event::ChildStarted {
-                    child_key,
-                    child_id,
-                    workflow,
-                    conflict,
-                    refused,
-                } => children.push(ChildView {
-                    child_key: child_key.clone(),
-                    child_id: (conflict.is_none() && refused.is_none()).then_some(*child_id),
-                    workflow: workflow.clone(),
-                    started_at: at,
-                    conflict: *conflict,
-                    refused: refused.clone(),
-                    status: None,
-                    ended_at: None,
-                    output: None,
-                    error: None,
-                }),
-                Event::ChildEnded {
-                    child_id, result, ..
-                } => {
-                    if let Some(c) = children.iter_mut().find(|c| c.child_id == Some(*child_id)) {
-                        c.ended_at = Some(at);
-                        match result {
-                            Ok(v) => c.output = Some(v.clone()),
-                            Err(e) => c.error = Some(e.clone()),
-                        }
-                    }
-                }
-                // The run's end is in its record; events added later are not drawn.
-                _ => {}
-            }
+            replay.apply(e);
         }
-        // The token claimed at start, before any payload reached the workflow.
-        if let Some(token) = &run.hook_token {
-            if !hooks.iter().any(|h| &h.token == token) {
-                hooks.insert(
-                    0,
-                    HookView {
-                        token: token.clone(),
-                        hook_key: None,
-                        registered_at: run.created_at,
-                        released_at: None,
-                        conflict: None,
-                        active: false,
-                        payloads: Vec::new(),
-                    },
-                );
-            }
+        replay.add_claimed_token(&run);
+        replay.mark_active(&run, active_hooks);
+        match run.status.is_terminal().then_some(run.updated_at) {
+            Some(end) => replay.settle_ended(end),
+            None => replay.mark_due(now),
         }
-        for active in active_hooks {
-            if let Some(h) = hooks
-                .iter_mut()
-                .rfind(|h| h.token == active.token && h.conflict.is_none())
-            {
-                h.active = h.released_at.is_none() && !run.status.is_terminal();
-            }
-        }
-        if let Some(end) = ended {
-            for s in &mut steps {
-                if matches!(s.status, StepStatus::Running | StepStatus::Retrying) {
-                    s.status = StepStatus::Abandoned;
-                }
-                if let Some(a) = s.attempts.last_mut() {
-                    if a.outcome == AttemptOutcome::Running {
-                        close(a, end.max(a.started_at), AttemptOutcome::Interrupted);
-                    }
-                }
-            }
-            for t in &mut timers {
-                if t.status == TimerStatus::Waiting {
-                    t.status = TimerStatus::Abandoned;
-                }
-            }
-            for h in &mut hooks {
-                if h.released_at.is_none() {
-                    h.released_at = Some(end.max(h.registered_at));
-                }
-            }
-        } else {
-            for t in &mut timers {
-                if t.status == TimerStatus::Waiting && t.fire_at <= now {
-                    t.status = TimerStatus::Due;
-                }
-            }
-        }
+        let Replay {
+            steps,
+            timers,
+            hooks,
+            marks,
+            children,
+            ..
+        } = replay;
         let waiting_on = waiting_on(&run, &steps, &timers, &hooks, now);
         let divergence = match (&run.status, &run.error) {
             (RunStatus::Blocked, Some(e)) => Some(DivergenceView::new(e)),
@@ -627,6 +370,361 @@ impl DivergenceView {
             event: d.map(|d| d.event),
             expected: d.map(|d| d.expected.clone()),
             found: d.map(|d| d.found.clone()),
+        }
+    }
+}
+
+/// What a run's history says, built up event by event: its steps, sleeps, hooks, marks and
+/// children as they stood after the last event applied.
+struct Replay {
+    /// When the run was created: the time of a hook bound at start, which has no event.
+    created_at: Time,
+    steps: Vec<StepView>,
+    timers: Vec<TimerView>,
+    hooks: Vec<HookView>,
+    marks: Vec<MarkView>,
+    children: Vec<ChildView>,
+    /// What a retry re-opens: the steps whose error came after the last command recorded.
+    last_command: u64,
+    failed_at: Vec<(String, u64)>,
+}
+
+impl Replay {
+    fn new(created_at: Time) -> Self {
+        Replay {
+            created_at,
+            steps: Vec::new(),
+            timers: Vec::new(),
+            hooks: Vec::new(),
+            marks: Vec::new(),
+            children: Vec::new(),
+            last_command: 0,
+            failed_at: Vec::new(),
+        }
+    }
+
+    /// Applies the next event of the history.
+    fn apply(&mut self, e: &EventRecord) {
+        let at = Time(e.at);
+        self.note_for_retry(e);
+        match &e.event {
+            Event::StepScheduled {
+                step_id,
+                name,
+                input,
+            } => self.step_scheduled(step_id, name, input, at),
+            Event::StepAttemptStarted { step_id, attempt } => {
+                self.attempt_started(step_id, *attempt, at)
+            }
+            Event::StepAttemptFailed {
+                step_id,
+                attempt,
+                error,
+                retry_at_ms,
+            } => self.attempt_failed(step_id, *attempt, error, *retry_at_ms, at),
+            Event::StepCompleted { step_id, result } => self.step_completed(step_id, result, at),
+            Event::TimerScheduled {
+                timer_id,
+                fire_at_ms,
+            } => self.timers.push(TimerView {
+                timer_id: timer_id.clone(),
+                scheduled_at: at,
+                fire_at: Time(workflow_core::store::from_millis(*fire_at_ms)),
+                fired_at: None,
+                status: TimerStatus::Waiting,
+            }),
+            Event::TimerFired { timer_id } => {
+                if let Some(t) = self.timers.iter_mut().rfind(|t| &t.timer_id == timer_id) {
+                    t.fired_at = Some(at);
+                    t.status = TimerStatus::Fired;
+                }
+            }
+            Event::HookRegistered {
+                hook_key,
+                token,
+                conflict,
+            } => self.hooks.push(HookView {
+                token: token.clone(),
+                hook_key: Some(hook_key.clone()),
+                registered_at: at,
+                released_at: conflict.map(|_| at),
+                conflict: *conflict,
+                active: false,
+                payloads: Vec::new(),
+            }),
+            Event::HookReceived {
+                token,
+                payload_id,
+                payload,
+            } => self.hook_received(token, *payload_id, payload, at),
+            Event::HookReleased { hook_key, token } => self.hook_released(hook_key, token, at),
+            Event::PatchMarked { patch_id } => self.marks.push(MarkView {
+                at,
+                kind: MarkKind::Patch,
+                label: format!("patch {patch_id:?} taken"),
+            }),
+            Event::RunRetried => self.retried(at),
+            Event::ChildStarted {
+                child_key,
+                child_id,
+                workflow,
+                conflict,
+                refused,
+            } => self.children.push(ChildView {
+                child_key: child_key.clone(),
+                child_id: (conflict.is_none() && refused.is_none()).then_some(*child_id),
+                workflow: workflow.clone(),
+                started_at: at,
+                conflict: *conflict,
+                refused: refused.clone(),
+                status: None,
+                ended_at: None,
+                output: None,
+                error: None,
+            }),
+            Event::ChildEnded {
+                child_id, result, ..
+            } => self.child_ended(*child_id, result, at),
+            // The run's end is in its record; events added later are not drawn.
+            _ => {}
+        }
+    }
+
+    /// Keeps what a later retry needs: the last command's sequence number, and which steps
+    /// failed after which event.
+    fn note_for_retry(&mut self, e: &EventRecord) {
+        if matches!(
+            e.event,
+            Event::StepScheduled { .. }
+                | Event::TimerScheduled { .. }
+                | Event::HookRegistered { .. }
+                | Event::HookReleased { .. }
+                | Event::PatchMarked { .. }
+                | Event::ChildStarted { .. }
+        ) {
+            self.last_command = e.seq;
+        }
+        if let Event::StepCompleted {
+            step_id,
+            result: Err(_),
+        } = &e.event
+        {
+            self.failed_at.push((step_id.clone(), e.seq));
+        }
+    }
+
+    fn step_scheduled(&mut self, step_id: &str, name: &str, input: &Value, at: Time) {
+        self.steps.push(StepView {
+            call: self.steps.iter().filter(|s| s.name == name).count() as u32,
+            step_id: step_id.to_owned(),
+            name: name.to_owned(),
+            input: input.clone(),
+            status: StepStatus::Running,
+            scheduled_at: at,
+            ended_at: None,
+            duration_ms: None,
+            attempts: vec![open_attempt(1, at)],
+            output: None,
+            error: None,
+        });
+    }
+
+    fn attempt_started(&mut self, step_id: &str, attempt: u32, at: Time) {
+        if let Some(s) = find_step(&mut self.steps, step_id) {
+            // An attempt still open here was cut short by its worker's stop.
+            if let Some(prev) = s.attempts.last_mut() {
+                if prev.outcome == AttemptOutcome::Running {
+                    close(prev, at, AttemptOutcome::Interrupted);
+                }
+            }
+            s.attempts.push(open_attempt(attempt, at));
+            s.status = StepStatus::Running;
+        }
+    }
+
+    fn attempt_failed(
+        &mut self,
+        step_id: &str,
+        attempt: u32,
+        error: &Error,
+        retry_at_ms: u64,
+        at: Time,
+    ) {
+        if let Some(s) = find_step(&mut self.steps, step_id) {
+            if let Some(a) = s.attempts.iter_mut().rfind(|a| a.attempt == attempt) {
+                close(a, at, AttemptOutcome::Failed);
+                a.error = Some(error.clone());
+                a.retry_at = Some(Time(workflow_core::store::from_millis(retry_at_ms)));
+            }
+            s.status = StepStatus::Retrying;
+        }
+    }
+
+    fn step_completed(&mut self, step_id: &str, result: &Result<Value, Error>, at: Time) {
+        let Some(s) = find_step(&mut self.steps, step_id) else {
+            return;
+        };
+        let outcome = if result.is_ok() {
+            AttemptOutcome::Ok
+        } else {
+            AttemptOutcome::Failed
+        };
+        if let Some(a) = s.attempts.last_mut() {
+            if a.outcome == AttemptOutcome::Running {
+                close(a, at, outcome);
+                a.error = result.as_ref().err().cloned();
+            }
+        }
+        s.status = if result.is_ok() {
+            StepStatus::Completed
+        } else {
+            StepStatus::Failed
+        };
+        s.ended_at = Some(at);
+        s.duration_ms = Some(s.scheduled_at.until(at));
+        match result {
+            Ok(v) => s.output = Some(v.clone()),
+            Err(err) => s.error = Some(err.clone()),
+        }
+    }
+
+    fn hook_received(&mut self, token: &str, payload_id: u64, payload: &Value, at: Time) {
+        let payload = PayloadView {
+            at,
+            payload_id,
+            payload: payload.clone(),
+        };
+        let hook = self
+            .hooks
+            .iter_mut()
+            .rfind(|h| h.token == token && h.conflict.is_none());
+        match hook {
+            Some(h) => h.payloads.push(payload),
+            // The token claimed at start: bound without a registration event.
+            None => self.hooks.push(HookView {
+                token: token.to_owned(),
+                hook_key: None,
+                registered_at: self.created_at,
+                released_at: None,
+                conflict: None,
+                active: false,
+                payloads: vec![payload],
+            }),
+        }
+    }
+
+    fn hook_released(&mut self, hook_key: &str, token: &str, at: Time) {
+        let hook = self.hooks.iter_mut().rfind(|h| {
+            h.token == token
+                && h.released_at.is_none()
+                && h.hook_key.as_deref().is_none_or(|k| k == hook_key)
+        });
+        if let Some(h) = hook {
+            h.released_at = Some(at);
+        }
+    }
+
+    /// A failed run re-opened: the steps that failed it get a fresh set of attempts, the first
+    /// one starting now (like a scheduling).
+    fn retried(&mut self, at: Time) {
+        self.marks.push(MarkView {
+            at,
+            kind: MarkKind::Retried,
+            label: "failed run re-opened by retry".to_owned(),
+        });
+        let last_command = self.last_command;
+        for (step_id, _) in self
+            .failed_at
+            .drain(..)
+            .filter(|(_, seq)| *seq > last_command)
+        {
+            if let Some(s) = find_step(&mut self.steps, &step_id) {
+                s.status = StepStatus::Running;
+                s.ended_at = None;
+                s.duration_ms = None;
+                s.error = None;
+                s.attempts.push(open_attempt(1, at));
+            }
+        }
+    }
+
+    fn child_ended(&mut self, child_id: RunId, result: &Result<Value, Error>, at: Time) {
+        let child = self
+            .children
+            .iter_mut()
+            .find(|c| c.child_id == Some(child_id));
+        if let Some(c) = child {
+            c.ended_at = Some(at);
+            match result {
+                Ok(v) => c.output = Some(v.clone()),
+                Err(e) => c.error = Some(e.clone()),
+            }
+        }
+    }
+
+    /// The token claimed at start, before any payload reached the workflow.
+    fn add_claimed_token(&mut self, run: &RunSummary) {
+        if let Some(token) = &run.hook_token {
+            if !self.hooks.iter().any(|h| &h.token == token) {
+                self.hooks.insert(
+                    0,
+                    HookView {
+                        token: token.clone(),
+                        hook_key: None,
+                        registered_at: run.created_at,
+                        released_at: None,
+                        conflict: None,
+                        active: false,
+                        payloads: Vec::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Marks open the hooks the store reports active, while the run goes on.
+    fn mark_active(&mut self, run: &RunSummary, active_hooks: &[HookRecord]) {
+        for active in active_hooks {
+            if let Some(h) = self
+                .hooks
+                .iter_mut()
+                .rfind(|h| h.token == active.token && h.conflict.is_none())
+            {
+                h.active = h.released_at.is_none() && !run.status.is_terminal();
+            }
+        }
+    }
+
+    /// The run ended at `end`: what was still going on was abandoned or cut short then.
+    fn settle_ended(&mut self, end: Time) {
+        for s in &mut self.steps {
+            if matches!(s.status, StepStatus::Running | StepStatus::Retrying) {
+                s.status = StepStatus::Abandoned;
+            }
+            if let Some(a) = s.attempts.last_mut() {
+                if a.outcome == AttemptOutcome::Running {
+                    close(a, end.max(a.started_at), AttemptOutcome::Interrupted);
+                }
+            }
+        }
+        for t in &mut self.timers {
+            if t.status == TimerStatus::Waiting {
+                t.status = TimerStatus::Abandoned;
+            }
+        }
+        for h in &mut self.hooks {
+            if h.released_at.is_none() {
+                h.released_at = Some(end.max(h.registered_at));
+            }
+        }
+    }
+
+    /// The run goes on: the sleeps whose time has come are due.
+    fn mark_due(&mut self, now: Time) {
+        for t in &mut self.timers {
+            if t.status == TimerStatus::Waiting && t.fire_at <= now {
+                t.status = TimerStatus::Due;
+            }
         }
     }
 }

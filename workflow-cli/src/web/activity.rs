@@ -36,7 +36,7 @@ pub struct Activity {
 
 /// Reads the activity of the last hour before the store's `now`.
 pub async fn gather(rt: &Runtime) -> Result<Activity, CliError> {
-    let now = rt.store().now().await?.unwrap_or_else(SystemTime::now);
+    let now = crate::ops::store_now(rt).await?;
     let hour_ago = now - Duration::from_secs(60 * MINUTES as u64);
     let mut runs = rt
         .store()

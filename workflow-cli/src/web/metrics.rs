@@ -17,9 +17,9 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The text served at `/metrics`.
 pub async fn render(rt: &Runtime) -> Result<String, CliError> {
-    let counts = rt.store().run_counts().await?;
-    let now = rt.store().now().await?.unwrap_or_else(SystemTime::now);
-    let queues = rt.store().list_queues(now).await?;
+    let counts = rt.run_counts().await?;
+    let now = crate::ops::store_now(rt).await?;
+    let queues = rt.queues().await?;
     let schedules = rt.schedules().await?;
     let mut out = Exposition::default();
 

@@ -1,6 +1,7 @@
 //! The client side of the runtime: its handles on runs ([`Runtime::get_run`],
-//! [`Runtime::runs`]), sending payloads to hooks ([`HookRef`], [`HookInfo`]) and pruning. A
-//! start is built in `start` and a run handle's queries live in `run`.
+//! [`Runtime::runs`]), sending payloads to hooks ([`HookRef`], [`HookInfo`]), listing hooks,
+//! queues and run counts, and pruning. A start is built in `start` and a run handle's queries
+//! live in `run`.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -14,7 +15,10 @@ use crate::error::{HookError, HookNotFoundError, StoreError};
 use crate::ids::RunId;
 use crate::payload::{PayloadError, PayloadKind};
 use crate::registry::{IntoWorkflow, WorkflowDef};
-use crate::store::{PruneStats, QueueEntry, RunFilter, RunRecord, Store};
+use crate::store::{
+    HookFilter, HookRecord, PruneStats, QueueEntry, QueueInfo, RunCount, RunFilter, RunRecord,
+    Store,
+};
 
 impl Runtime {
     /// The store this runtime uses.
@@ -175,6 +179,88 @@ impl Runtime {
                 token: token.to_owned(),
             })),
         }
+    }
+
+    /// The active hooks matching `filter` (a token, a run, a limit), the newest first: the
+    /// tokens [`Runtime::resume_hook`] can reach now.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::store::HookFilter;
+    ///
+    /// #[workflow]
+    /// async fn approve(order: u32) -> Result<bool> {
+    ///     Ok(create_hook::<bool>(format!("approve:{order}")).recv().await?)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// // The token is the run's from admission on.
+    /// let run = rt.start(approve, (7,)).hook("approve:7").await?;
+    /// let hooks = rt.hooks(&HookFilter::new().run_id(run.id())).await?;
+    /// assert_eq!(hooks.len(), 1);
+    /// assert_eq!(hooks[0].token, "approve:7");
+    /// # rt.resume_hook("approve:7", true).await?;
+    /// # run.return_value().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn hooks(&self, filter: &HookFilter) -> Result<Vec<HookRecord>, StoreError> {
+        self.inner.store.list_hooks(filter).await
+    }
+
+    /// Every queue declared on the store ([`RuntimeBuilder::queue`](crate::RuntimeBuilder::queue)),
+    /// by name, with its limits and how many of its runs hold a slot, wait for one, and began
+    /// within the rate window, now.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::Queue;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder()
+    ///     .in_memory()
+    ///     .queue(Queue::new("emails").concurrency(4))
+    ///     .build()
+    ///     .await?;
+    /// let queues = rt.queues().await?;
+    /// assert_eq!(queues[0].def.name, "emails");
+    /// assert_eq!(queues[0].def.concurrency, Some(4));
+    /// assert_eq!((queues[0].occupied, queues[0].waiting), (0, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn queues(&self) -> Result<Vec<QueueInfo>, StoreError> {
+        let now = self.inner.clock.tick().await;
+        self.inner.store.list_queues(now).await
+    }
+
+    /// How many runs the store holds by workflow and status, ordered by workflow then status
+    /// (pruned runs are gone): one aggregate read, whatever the number of runs.
+    ///
+    /// ```
+    /// use workflow_core::prelude::*;
+    /// use workflow_core::store::RunCount;
+    ///
+    /// #[workflow]
+    /// async fn greet(name: String) -> Result<String> {
+    ///     Ok(format!("hello, {name}"))
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    /// let rt = Runtime::builder().in_memory().build().await?;
+    /// rt.start(greet, ("Ada".to_string(),)).await?.return_value().await?;
+    /// let counts = rt.run_counts().await?;
+    /// assert_eq!(counts.len(), 1);
+    /// assert_eq!((counts[0].status, counts[0].runs), (RunStatus::Completed, 1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_counts(&self) -> Result<Vec<RunCount>, StoreError> {
+        self.inner.store.run_counts().await
     }
 
     /// Deletes the runs that ended (completed, failed or cancelled) more than `older_than`
