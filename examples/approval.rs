@@ -22,11 +22,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use workflow_core::prelude::*;
+use workflow_core::RunError;
 
 /// How long a document waits for its approval.
 pub const APPROVAL_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
