@@ -138,7 +138,10 @@ async fn main() -> anyhow::Result<()> {
         .tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-    println!("listening on http://{} (database {db})", listener.local_addr()?);
+    println!(
+        "listening on http://{} (database {db})",
+        listener.local_addr()?
+    );
     axum::serve(listener, app(rt.clone()))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

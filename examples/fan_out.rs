@@ -70,10 +70,7 @@ pub async fn demo(rt: &Runtime, delay: Duration) -> anyhow::Result<Outcome> {
         .await?
         .len();
 
-    let reminder = rt
-        .start(remind, ("ana".to_string(),))
-        .delay(delay)
-        .await?;
+    let reminder = rt.start(remind, ("ana".to_string(),)).delay(delay).await?;
     let reminder_before = reminder.status().await?;
     let reminder = reminder.return_value().await?;
     Ok(Outcome {

@@ -24,7 +24,10 @@ pub const SECRET: &str = "card 4242-4242-4242-4242";
 
 #[step(name = "rotation.mask")]
 async fn mask(card: String) -> Result<String> {
-    Ok(format!("card ending {}", &card[card.len().saturating_sub(4)..]))
+    Ok(format!(
+        "card ending {}",
+        &card[card.len().saturating_sub(4)..]
+    ))
 }
 
 #[workflow(name = "rotation.checkout")]
@@ -44,7 +47,11 @@ pub struct Outcome {
 }
 
 async fn runtime(path: &Path, keys: Keys) -> anyhow::Result<Runtime> {
-    Ok(Runtime::builder().sqlite(path).encryption(keys).build().await?)
+    Ok(Runtime::builder()
+        .sqlite(path)
+        .encryption(keys)
+        .build()
+        .await?)
 }
 
 /// Runs a checkout under the June key, rotates to the December key (June kept as old),
@@ -68,15 +75,19 @@ pub async fn demo(path: &Path) -> anyhow::Result<Outcome> {
 
     // June's key is gone: everything was sealed again under December's.
     let december = runtime(path, Keys::new().current("2026-12", DECEMBER_KEY)).await?;
-    outputs.push(december.get_run(&id).typed::<String>().return_value().await?);
+    outputs.push(
+        december
+            .get_run(&id)
+            .typed::<String>()
+            .return_value()
+            .await?,
+    );
     december.shutdown();
 
     let mut secret_in_file = false;
     for file in [path.to_path_buf(), path.with_extension("db-wal")] {
         if let Ok(bytes) = std::fs::read(&file) {
-            secret_in_file |= bytes
-                .windows(SECRET.len())
-                .any(|w| w == SECRET.as_bytes());
+            secret_in_file |= bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes());
         }
     }
     Ok(Outcome {
@@ -99,7 +110,11 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "{} rows sealed again under December; the secret is {} in the database file",
         out.rekeyed,
-        if out.secret_in_file { "STORED IN THE CLEAR" } else { "stored nowhere in the clear" }
+        if out.secret_in_file {
+            "STORED IN THE CLEAR"
+        } else {
+            "stored nowhere in the clear"
+        }
     );
     Ok(())
 }
