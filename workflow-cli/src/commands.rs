@@ -11,7 +11,7 @@ use serde_json::Value;
 use workflow_core::store::{HookFilter, RunFilter};
 use workflow_core::{RunStatus, Runtime};
 
-use crate::cli::{Command, StatusArg};
+use crate::args::{Command, StatusArg};
 use crate::connect::Target;
 use crate::error::CliError;
 use crate::ops;
@@ -85,7 +85,7 @@ pub async fn dispatch(
             port,
             token,
         } => {
-            let addr = crate::cli::web_address(listen, port, token.as_deref())?;
+            let addr = crate::args::web_address(listen, port, token.as_deref())?;
             crate::web::serve(rt, target.clone(), addr, token).await?;
             Ok(String::new())
         }

@@ -12,6 +12,7 @@
 //! workflow --db orders.db web --port 8080
 //! ```
 
+mod args;
 mod cli;
 mod commands;
 mod connect;
