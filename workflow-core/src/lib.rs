@@ -126,8 +126,8 @@ pub mod prelude {
         continue_as_new, create_generated_hook, create_hook, now, patched, random, sleep,
         sleep_until, start_child, step, step_metadata, stream, workflow, workflow_metadata, Child,
         Chunk, Divergence, Error, Hook, HookConflict, HookConflictError, HookError, HookRef, Keys,
-        Queue, Result, Run, RunFilter, RunId, RunStatus, RunStream, Runtime, StartError,
-        StartOrResume, StepMetadata, Tx, WorkflowMetadata,
+        Queue, Result, Run, RunError, RunFilter, RunId, RunRecord, RunStatus, RunStream, Runtime,
+        StartError, StartOrResume, StepMetadata, Tx, WorkflowMetadata,
     };
     pub use crate::{recv, requests, set_event, timeout, Elapsed, Recv, Request, Requests};
     pub use crate::{CatchUp, Overlap, Schedule, ScheduleTick};
