@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use crate::ids::RunId;
 
-/// What the `inspect` cases check below the [`Store`] API: what the store keeps. A store's
+/// What the `inspect` cases check below the [`Store`](crate::store::Store) API: what the store keeps. A store's
 /// tests implement it by reading the store's tables (or, for a store in memory, its state).
 ///
 /// The methods panic when they cannot answer: they run in tests only.
