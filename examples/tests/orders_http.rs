@@ -4,35 +4,13 @@
 #[path = "../orders_http.rs"]
 mod orders_http;
 
+mod common;
+
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use common::request;
+use serde_json::json;
 use workflow_core::Runtime;
-
-/// One HTTP/1.1 request on a fresh connection; returns (status, JSON body).
-async fn request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.set_nodelay(true).unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).await.unwrap();
-    let text = String::from_utf8(resp).unwrap();
-    let status: u16 = text.split(' ').nth(1).unwrap().parse().unwrap();
-    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
-    (status, serde_json::from_str(json).unwrap_or(Value::Null))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_duplicate_posts_meet_one_run() {

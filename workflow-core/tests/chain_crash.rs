@@ -221,74 +221,63 @@ async fn payloads_streamed_through_killed_seams(place: Place) {
     );
 }
 
+/// Runs `case` on a fresh SQLite file.
 #[cfg(feature = "sqlite")]
-#[test]
-fn payloads_streamed_through_killed_seams_on_sqlite() {
+fn on_sqlite<F: std::future::Future<Output = ()>>(case: impl FnOnce(Place) -> F) {
     let dir = tempfile::tempdir().unwrap();
     let place = Place::Sqlite {
         path: dir.path().join("wf.db"),
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(bounded(payloads_streamed_through_killed_seams(place)));
+    rt.block_on(bounded(case(place)));
+}
+
+/// Runs `case` in a fresh PostgreSQL schema, dropped after it (skipped, or failed under
+/// `CI=true`, without a database).
+#[cfg(feature = "postgres")]
+fn on_postgres<F: std::future::Future<Output = ()>>(case: impl FnOnce(Place) -> F) {
+    use workflow_core::store::postgres::PostgresStore;
+
+    let Some(url) = common::postgres_url() else {
+        return;
+    };
+    let schema = common::fresh_schema();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(bounded(async {
+        if !common::postgres_reachable(&url, &schema).await {
+            return;
+        }
+        let place = Place::Postgres {
+            url: url.clone(),
+            schema: schema.clone(),
+        };
+        case(place).await;
+        if let Ok(s) = PostgresStore::connect(&url, &schema).await {
+            let _ = s.drop_schema().await;
+        }
+    }));
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn payloads_streamed_through_killed_seams_on_sqlite() {
+    on_sqlite(payloads_streamed_through_killed_seams);
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn payloads_streamed_through_killed_seams_on_postgres() {
-    use workflow_core::store::postgres::PostgresStore;
-
-    let Some(url) = common::postgres_url() else {
-        return;
-    };
-    let schema = common::fresh_schema();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(bounded(async {
-        if !common::postgres_reachable(&url, &schema).await {
-            return;
-        }
-        let place = Place::Postgres {
-            url: url.clone(),
-            schema: schema.clone(),
-        };
-        payloads_streamed_through_killed_seams(place).await;
-        if let Ok(s) = PostgresStore::connect(&url, &schema).await {
-            let _ = s.drop_schema().await;
-        }
-    }));
+    on_postgres(payloads_streamed_through_killed_seams);
 }
 
 #[cfg(feature = "sqlite")]
 #[test]
 fn sigkill_at_the_seam_on_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let place = Place::Sqlite {
-        path: dir.path().join("wf.db"),
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(bounded(killed_at_the_seam(place)));
+    on_sqlite(killed_at_the_seam);
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn sigkill_at_the_seam_on_postgres() {
-    use workflow_core::store::postgres::PostgresStore;
-
-    let Some(url) = common::postgres_url() else {
-        return;
-    };
-    let schema = common::fresh_schema();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(bounded(async {
-        if !common::postgres_reachable(&url, &schema).await {
-            return;
-        }
-        let place = Place::Postgres {
-            url: url.clone(),
-            schema: schema.clone(),
-        };
-        killed_at_the_seam(place).await;
-        if let Ok(s) = PostgresStore::connect(&url, &schema).await {
-            let _ = s.drop_schema().await;
-        }
-    }));
+    on_postgres(killed_at_the_seam);
 }
